@@ -1,0 +1,35 @@
+# micra — see README.md. `make run` and `make test` are all a fresh machine needs.
+GO      ?= go
+BIN     := bin/micra
+PKGS    := ./...
+# Tests get a generous timeout; the whole suite must stay well under 15 minutes.
+TESTFLAGS ?= -timeout 12m
+
+.PHONY: all build test bench run snapshot geo lint fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/micra
+
+test:
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Until the testnet exists, `make run` shows the hierarchy and the delegation simulator.
+run: build
+	./$(BIN) hierarchy stats
+	./$(BIN) hierarchy lookup 8.8.8.8 196.216.2.1 200.7.84.1 2001:4860:4860::8888
+	./$(BIN) sim
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin
