@@ -1,0 +1,134 @@
+package hierarchy
+
+import (
+	"encoding/csv"
+	"errors"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// LoadIANA reads the IANA IPv4 address-space registry CSV
+// (https://www.iana.org/assignments/ipv4-address-space/ipv4-address-space.csv):
+// header "Prefix,Designation,Date,WHOIS,RDAP,Status [1],Note", one record per
+// /8 written "NNN/8", quoted fields that may span lines. Each /8 becomes a
+// range; the registry comes from the WHOIS server or the designation, the
+// organisation is the designation ("Administered by ARIN" legacy blocks have
+// no single holder and get none).
+func LoadIANA(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
+	rep := LoadReport{File: opt.name()}
+	lc := &lineCounter{r: r}
+	cr := csv.NewReader(lc)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	var out []Range
+	header := true
+	var col struct{ prefix, desig, whois, status int }
+	for {
+		rec, err := cr.Read()
+		line, _ := cr.FieldPos(0)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+			}
+			if e := opt.bad(&rep, line, "%v", unwrapCSV(err)); e != nil {
+				return nil, rep, e
+			}
+			continue
+		}
+		if header {
+			header = false
+			col.prefix, col.desig, col.whois, col.status = -1, -1, -1, -1
+			for i, h := range rec {
+				h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+				switch {
+				case h == "prefix":
+					col.prefix = i
+				case h == "designation":
+					col.desig = i
+				case h == "whois":
+					col.whois = i
+				case strings.HasPrefix(h, "status"):
+					col.status = i
+				}
+			}
+			if col.prefix < 0 || col.desig < 0 || col.status < 0 {
+				return nil, rep, &LineError{File: opt.name(), Line: line, Reason: "header lacks Prefix, Designation or Status column"}
+			}
+			rep.Ignored++
+			continue
+		}
+		if len(rec) <= max(col.prefix, col.desig, col.status) {
+			if e := opt.bad(&rep, line, "%d fields, want at least %d", len(rec), max(col.prefix, col.desig, col.status)+1); e != nil {
+				return nil, rep, e
+			}
+			continue
+		}
+		r, reason := ianaRecord(rec, col.prefix, col.desig, col.whois, col.status)
+		if reason != "" {
+			if e := opt.bad(&rep, line, "%s", reason); e != nil {
+				return nil, rep, e
+			}
+			continue
+		}
+		out = append(out, r)
+		rep.Records++
+	}
+	rep.Lines = lc.total()
+	return out, rep, nil
+}
+
+func unwrapCSV(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func ianaRecord(rec []string, cp, cd, cw, cs int) (Range, string) {
+	p := strings.TrimSpace(rec[cp])
+	num, bitsStr, ok := strings.Cut(p, "/")
+	if !ok || bitsStr != "8" {
+		return Range{}, "prefix " + strconv.Quote(p) + " is not of the form NNN/8"
+	}
+	n, err := strconv.ParseUint(num, 10, 8)
+	if err != nil {
+		return Range{}, "prefix " + strconv.Quote(p) + ": first octet not 0-255"
+	}
+	start := netip.AddrFrom4([4]byte{byte(n), 0, 0, 0})
+	end := netip.AddrFrom4([4]byte{byte(n), 255, 255, 255})
+	desig := strings.TrimSpace(rec[cd])
+	reg, _ := ParseRegistry(desig)
+	if cw >= 0 && cw < len(rec) && reg == RegistryUnknown {
+		w := strings.ToLower(strings.TrimSpace(rec[cw]))
+		w = strings.TrimSuffix(strings.TrimPrefix(w, "whois."), ".net")
+		reg, _ = ParseRegistry(w)
+	}
+	var st Status
+	switch strings.ToUpper(strings.TrimSpace(rec[cs])) {
+	case "ALLOCATED":
+		st = StatusAllocated
+	case "LEGACY":
+		st = StatusLegacy
+	case "RESERVED":
+		st = StatusReserved
+	case "UNALLOCATED":
+		st = StatusAvailable
+	default:
+		return Range{}, "unknown status " + strconv.Quote(rec[cs])
+	}
+	if strings.HasPrefix(desig, "IANA") && reg == RegistryUnknown {
+		reg = RegistryIANA
+	}
+	org := desig
+	if strings.HasPrefix(strings.ToLower(desig), "administered by ") {
+		org = ""
+	}
+	return Range{Start: start, End: end, Org: clipOrg(org), Registry: reg, Status: st}, ""
+}
