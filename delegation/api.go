@@ -7,6 +7,28 @@
 // below (Directory, Prober, Membership, Clock), so the same code runs in the
 // simulator (testnet/), in unit tests and on the libp2p overlay (overlay/).
 // No sockets, no libp2p, no goroutines of its own.
+//
+// # Using it (simulator, node)
+//
+//	members := delegation.NewMemMembership(crawlers...)
+//	dir := delegation.NewMemDirectory(tree, members) // or the overlay's DHT directory
+//	deps := delegation.Deps{Tree: tree, Dir: dir, Prober: p, Members: members,
+//		Clock: clk, Rand: rand.New(rand.NewPCG(seed, 0))}
+//	pol := delegation.NewIPMicra(deps, delegation.Config{Threshold: 50 * time.Millisecond})
+//	for _, c := range crawlers { pol.Join(ctx, c) } // placement: each owns its subnet
+//	dec, err := pol.Delegate(ctx, hostIP)           // dec.Owner, dec.Probes, dec.Steps, dec.Reason
+//
+// Policies: NewIPMicra (the paper), NewRandom, NewOptimal (brute force),
+// NewConsistentHash (UbiCrawler), NewMicra (ours). Each policy instance is a
+// deterministic state machine: give each its own Directory, LoadBook and
+// Rand, and call it from one goroutine. A decision's Steps and Reason explain
+// it; Decision.String renders them on one line.
+//
+// Around the policies: Ring (consistent hashing, also the fallback when an IP
+// is outside the hierarchy or nobody answers a probe), Calibrator (per-page
+// timing history → calibration events → Policy.Redelegate), MinCostAssign
+// (exact min-cost reference for load balancing), MigrateDirectory (carry
+// records across a hierarchy rebuild).
 package delegation
 
 import (
@@ -80,4 +102,40 @@ type Membership interface {
 // Clock gives the engine its notion of time (simulated or real).
 type Clock interface {
 	Now() time.Time
+}
+
+// Tree is the subset of *hierarchy.Tree the engine reads. Keeping it an
+// interface lets tests use small hand-built trees and keeps the engine free
+// of the concrete snapshot type.
+type Tree interface {
+	Len() int
+	ID() hierarchy.SnapshotID
+	Node(id hierarchy.NodeID) hierarchy.Node
+	// SmallestNonUnary returns the subnet IPMicra delegates for ip; Root or
+	// None when ip is outside every registered range.
+	SmallestNonUnary(ip netip.Addr) hierarchy.NodeID
+	Parent(id hierarchy.NodeID) hierarchy.NodeID
+	Children(id hierarchy.NodeID) []hierarchy.NodeID
+	// Ancestors lists id's ancestors, parent first, Root last.
+	Ancestors(id hierarchy.NodeID) []hierarchy.NodeID
+	// SameOrg lists the nodes registered to id's organisation.
+	SameOrg(id hierarchy.NodeID) []hierarchy.NodeID
+	Contains(id hierarchy.NodeID, ip netip.Addr) bool
+}
+
+// Better is the Select rule every peer applies to competing records for one
+// subnet: the higher epoch wins, then the lower owner RTT, then the lower
+// owner ID, then the lower decider ID. It is a strict order, so all peers
+// converge on the same record whatever order they see them in.
+func Better(a, b Record) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	if a.OwnerRTT != b.OwnerRTT {
+		return a.OwnerRTT < b.OwnerRTT
+	}
+	if a.Owner != b.Owner {
+		return a.Owner < b.Owner
+	}
+	return a.DecidedBy < b.DecidedBy
 }

@@ -1,0 +1,403 @@
+package delegation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// chooser is what differs between policies: how the owner of an undelegated
+// subnet is found. It appends its steps to d and returns the candidates it
+// learned about, best first (probed ones with OK set). An empty result means
+// "no answer" and the engine falls back to consistent hashing.
+type chooser interface {
+	rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error)
+}
+
+// learner is implemented by choosers that learn from published records.
+type learner interface {
+	learn(e *engine, s hierarchy.NodeID, rec Record)
+}
+
+// engine is the state machine shared by every policy: directory lookups,
+// liveness, publishing with epochs, load balancing, hash fallback.
+type engine struct {
+	name  string
+	d     Deps
+	c     Config
+	ch    chooser
+	loads LoadBook
+
+	// member index, rebuilt when the membership version changes
+	memVer   uint64
+	memValid bool
+	byID     map[CrawlerID]Crawler
+
+	ring      *Ring
+	ringVer   uint64
+	ringValid bool
+}
+
+func newEngine(name string, d Deps, c Config, ch chooser) *engine {
+	if d.Rand == nil {
+		d.Rand = rand.New(rand.NewPCG(1, 2))
+	}
+	if d.Loads == nil {
+		d.Loads = NewMemLoadBook()
+	}
+	return &engine{name: name, d: d, c: c.withDefaults(), ch: ch, loads: d.Loads}
+}
+
+func (e *engine) Name() string { return e.name }
+
+func (e *engine) now() time.Time {
+	if e.d.Clock == nil {
+		return time.Time{}
+	}
+	return e.d.Clock.Now()
+}
+
+// members returns the live crawlers indexed by ID.
+func (e *engine) members() map[CrawlerID]Crawler {
+	v, versioned := e.d.Members.(Versioned)
+	if versioned && e.memValid && v.Version() == e.memVer {
+		return e.byID
+	}
+	live := e.d.Members.Live()
+	if e.byID == nil {
+		e.byID = make(map[CrawlerID]Crawler, len(live))
+	} else {
+		clear(e.byID)
+	}
+	for _, c := range live {
+		e.byID[c.ID] = c
+	}
+	if versioned {
+		e.memVer, e.memValid = v.Version(), true
+	}
+	return e.byID
+}
+
+func (e *engine) live(c CrawlerID) bool {
+	_, ok := e.members()[c]
+	return ok
+}
+
+// liveIDs returns the live crawler IDs, sorted (deterministic order).
+func (e *engine) liveIDs() []CrawlerID {
+	live := e.d.Members.Live()
+	out := make([]CrawlerID, len(live))
+	for i, c := range live {
+		out[i] = c.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *engine) hashRing() *Ring {
+	v, versioned := e.d.Members.(Versioned)
+	if versioned && e.ringValid && v.Version() == e.ringVer {
+		return e.ring
+	}
+	e.ring = NewRing(e.d.Members.Live(), RingConfig{Replicas: e.c.HashReplicas, CapacityUnit: e.c.HashCapacityUnit, Probes: e.c.HashProbes})
+	if versioned {
+		e.ringVer, e.ringValid = v.Version(), true
+	}
+	return e.ring
+}
+
+// probe issues one probe per crawler and records them in step and d.
+func (e *engine) probe(ctx context.Context, ip netip.Addr, cs []CrawlerID, step *Step, d *Decision) []ProbeResult {
+	if len(cs) == 0 {
+		return nil
+	}
+	res := e.d.Prober.Probe(ctx, ip, cs)
+	d.Probes += len(cs)
+	step.Probes = append(step.Probes, res...)
+	return res
+}
+
+// Delegate implements Policy.
+func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) {
+	d := Decision{IP: ip, Subnet: hierarchy.None}
+	if err := ctx.Err(); err != nil {
+		return d, err
+	}
+	s := e.d.Tree.SmallestNonUnary(ip)
+	if s == hierarchy.None || s == hierarchy.Root {
+		return e.hashed(ip, ReasonOutsideHierarchy, d)
+	}
+	d.Subnet = s
+	rec, ok, err := e.d.Dir.Lookup(ctx, s)
+	if err != nil {
+		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
+	}
+	if ok && e.live(rec.Owner) {
+		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = rec.Owner, rec.OwnerRTT, rec, true, ReasonCached
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "already delegated"})
+		e.loads.AddPages(s, rec.Owner, 1)
+		return d, nil
+	}
+	note := "not delegated"
+	if rec.Owner != "" {
+		note = "owner " + string(rec.Owner) + " is dead"
+	}
+	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: note})
+	return e.decide(ctx, ip, s, rec.Epoch, d)
+}
+
+// Redelegate implements Policy.
+func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error) {
+	d := Decision{IP: ip, Subnet: hierarchy.None}
+	s := e.d.Tree.SmallestNonUnary(ip)
+	if s == hierarchy.None || s == hierarchy.Root {
+		return e.hashed(ip, ReasonOutsideHierarchy, d)
+	}
+	d.Subnet = s
+	rec, _, err := e.d.Dir.Lookup(ctx, s)
+	if err != nil {
+		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
+	}
+	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
+	return e.decide(ctx, ip, s, rec.Epoch, d)
+}
+
+func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prevEpoch uint64, d Decision) (Decision, error) {
+	ranked, err := e.ch.rank(ctx, e, ip, s, &d)
+	if err != nil {
+		return d, err
+	}
+	if len(ranked) == 0 {
+		return e.hashed(ip, ReasonNoAnswer, d)
+	}
+	win := ranked[0]
+	if e.c.Balance != BalanceOff {
+		win, err = e.balance(ctx, ip, s, ranked, &d)
+		if err != nil {
+			return d, err
+		}
+	}
+	probes := make([]ProbeResult, 0, len(ranked))
+	for _, r := range ranked {
+		if r.OK {
+			probes = append(probes, r)
+		}
+	}
+	rec := Record{
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
+		Probes: probes, Epoch: prevEpoch + 1, DecidedBy: e.c.Self, At: e.now(),
+	}
+	pub, err := e.d.Dir.Publish(ctx, rec)
+	if err != nil {
+		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
+	}
+	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
+	e.loads.AddPages(s, pub.Owner, 1)
+	if l, ok := e.ch.(learner); ok {
+		l.learn(e, s, pub)
+	}
+	return d, nil
+}
+
+// hashed answers with the consistent-hash owner of ip, publishing nothing.
+func (e *engine) hashed(ip netip.Addr, why Reason, d Decision) (Decision, error) {
+	owner, ok := e.hashRing().OwnerOf(ip)
+	if !ok {
+		return d, fmt.Errorf("delegation: no live crawler for %v", ip)
+	}
+	d.Owner, d.Reason = owner, why
+	d.Steps = append(d.Steps, Step{Kind: StepHash, Node: hierarchy.None, Note: why.String()})
+	return d, nil
+}
+
+// Join implements Policy: a joining crawler owns its own subnet.
+func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
+	d := Decision{IP: c.Addr, Subnet: hierarchy.None, Owner: c.ID, Reason: ReasonPlacement}
+	s := e.d.Tree.SmallestNonUnary(c.Addr)
+	if s == hierarchy.None || s == hierarchy.Root {
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: hierarchy.None, Note: "crawler address outside the hierarchy: nothing to own"})
+		return d, nil
+	}
+	d.Subnet = s
+	rec, ok, err := e.d.Dir.Lookup(ctx, s)
+	if err != nil {
+		return d, fmt.Errorf("delegation: lookup subnet %d of joining crawler %s: %w", s, c.ID, err)
+	}
+	if ok && rec.OwnerRTT == 0 && rec.DecidedBy == rec.Owner && e.live(rec.Owner) {
+		// Another live crawler already sits in this subnet: keep it, so
+		// two co-located crawlers do not take the subnet in turns.
+		d.Owner, d.Record, d.Cached = rec.Owner, rec, true
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "subnet already placed with " + string(rec.Owner)})
+		return d, nil
+	}
+	pub, err := e.d.Dir.Publish(ctx, Record{
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
+		Probes: []ProbeResult{{Crawler: c.ID, OK: true}},
+	})
+	if err != nil {
+		return d, fmt.Errorf("delegation: publish placement of %s: %w", c.ID, err)
+	}
+	d.Record, d.Owner = pub, pub.Owner
+	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "crawler placement"})
+	e.loads.Move(s, pub.Owner)
+	if l, ok := e.ch.(learner); ok {
+		l.learn(e, s, pub)
+	}
+	return d, nil
+}
+
+func (e *engine) hasRoom(c CrawlerID, pages int) bool {
+	cr, ok := e.members()[c]
+	if !ok {
+		return false
+	}
+	return cr.Capacity <= 0 || e.loads.Load(c)+pages <= cr.Capacity
+}
+
+// balance applies the configured load-balancing option to the ranked
+// candidates of subnet s and returns the winner.
+func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, ranked []ProbeResult, d *Decision) (ProbeResult, error) {
+	pages := e.loads.Pages(s) + 1
+	best := ranked[0]
+	if e.hasRoom(best.Crawler, pages) {
+		return best, nil
+	}
+	step := Step{Kind: StepBalance, Node: s}
+	if e.c.Balance == BalanceRelease {
+		moved, err := e.release(ctx, best.Crawler, s, pages, d)
+		if err != nil {
+			return best, err
+		}
+		if moved > 0 && e.hasRoom(best.Crawler, pages) {
+			step.Note = fmt.Sprintf("%s full: released %d lowest-variance subnet(s) to their next best", best.Crawler, moved)
+			d.Steps = append(d.Steps, step)
+			return best, nil
+		}
+	}
+	// Option (b), and the release option's last resort: the best-ranked
+	// candidate with room; if none of the ranked ones has room, probe the
+	// live crawlers that do.
+	for _, r := range ranked[1:] {
+		if r.OK && e.hasRoom(r.Crawler, pages) {
+			step.Note = fmt.Sprintf("%s full: next best with room", best.Crawler)
+			d.Steps = append(d.Steps, step)
+			return r, nil
+		}
+	}
+	var room []CrawlerID
+	for _, c := range e.liveIDs() {
+		if e.hasRoom(c, pages) && !slices.ContainsFunc(ranked, func(r ProbeResult) bool { return r.Crawler == c }) {
+			room = append(room, c)
+		}
+	}
+	res := e.probe(ctx, ip, room, &step, d)
+	var pick ProbeResult
+	for _, r := range res {
+		if r.OK && (!pick.OK || r.RTT < pick.RTT) {
+			pick = r
+		}
+	}
+	if !pick.OK {
+		step.Note = "nobody has room: best takes it over capacity"
+		d.Steps = append(d.Steps, step)
+		return best, nil
+	}
+	step.Note = fmt.Sprintf("%s full: probed crawlers with room", best.Crawler)
+	d.Steps = append(d.Steps, step)
+	return pick, nil
+}
+
+// release moves subnets away from crawler c (option a) until it has room
+// for pages more, lowest probe-variance first. It returns how many moved.
+func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision) (int, error) {
+	type victim struct {
+		rec  Record
+		vari float64
+	}
+	var vs []victim
+	for _, s := range e.loads.Subnets(c) {
+		if s == incoming {
+			continue
+		}
+		rec, ok, err := e.d.Dir.Lookup(ctx, s)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || rec.Owner != c || len(rec.Probes) < 2 {
+			continue // no next best known (placement or single probe)
+		}
+		vs = append(vs, victim{rec, probeVariance(rec.Probes)})
+	}
+	slices.SortFunc(vs, func(a, b victim) int {
+		if c := cmp.Compare(a.vari, b.vari); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.rec.Subnet, b.rec.Subnet)
+	})
+	moved := 0
+	for _, v := range vs {
+		if e.hasRoom(c, pages) {
+			break
+		}
+		vp := e.loads.Pages(v.rec.Subnet)
+		alts := slices.Clone(v.rec.Probes)
+		slices.SortStableFunc(alts, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
+		for _, a := range alts {
+			if a.Crawler == c || !a.OK || !e.hasRoom(a.Crawler, vp) {
+				continue
+			}
+			nr := v.rec
+			nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = a.Crawler, a.RTT, v.rec.Epoch+1, e.c.Self, e.now()
+			pub, err := e.d.Dir.Publish(ctx, nr)
+			if err != nil {
+				return moved, err
+			}
+			e.loads.Move(v.rec.Subnet, pub.Owner)
+			d.Moved = append(d.Moved, pub)
+			moved++
+			break
+		}
+	}
+	return moved, nil
+}
+
+func probeVariance(ps []ProbeResult) float64 {
+	var n, mean, m2 float64
+	for _, p := range ps {
+		if !p.OK {
+			continue
+		}
+		x := float64(p.RTT) / float64(time.Millisecond)
+		n++
+		dl := x - mean
+		mean += dl / n
+		m2 += dl * (x - mean)
+	}
+	if n < 2 {
+		return 0
+	}
+	return m2 / (n - 1)
+}
+
+// sortRanked orders probe results best first: answered before unanswered,
+// then by RTT, then by crawler ID (deterministic).
+func sortRanked(rs []ProbeResult) {
+	slices.SortStableFunc(rs, func(a, b ProbeResult) int {
+		if a.OK != b.OK {
+			if a.OK {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(a.RTT, b.RTT); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Crawler, b.Crawler)
+	})
+}

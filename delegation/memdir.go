@@ -1,0 +1,276 @@
+package delegation
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// MemDirectory is an in-memory Directory: a record per subnet plus the two
+// provider-like holder sets (crawlers holding subnets under each ancestor,
+// crawlers holding subnets of each organisation). The simulator and the tests
+// use it; the overlay's DHT directory must behave the same way.
+//
+// Publish applies the Select rule (Better), so concurrent writers converge.
+// When Members is set, Lookup hides records whose owner is not live.
+type MemDirectory struct {
+	tree    Tree
+	members Membership
+	recs    map[hierarchy.NodeID]Record
+	under   map[hierarchy.NodeID]*holderSet
+	org     map[hierarchy.OrgID]*holderSet
+}
+
+// holderSet is a reference-counted set of crawlers with a cached sorted view.
+type holderSet struct {
+	count  map[CrawlerID]int
+	sorted []CrawlerID // nil when stale
+}
+
+func (h *holderSet) add(c CrawlerID, d int) {
+	n := h.count[c] + d
+	if n <= 0 {
+		if _, ok := h.count[c]; ok {
+			delete(h.count, c)
+			h.sorted = nil
+		}
+		return
+	}
+	if _, ok := h.count[c]; !ok {
+		h.sorted = nil
+	}
+	h.count[c] = n
+}
+
+func (h *holderSet) list() []CrawlerID {
+	if h.sorted == nil {
+		h.sorted = make([]CrawlerID, 0, len(h.count))
+		for c := range h.count {
+			h.sorted = append(h.sorted, c)
+		}
+		slices.Sort(h.sorted)
+	}
+	return h.sorted
+}
+
+// NewMemDirectory returns an empty directory over tree. members may be nil
+// (then every record's owner is taken as live).
+func NewMemDirectory(tree Tree, members Membership) *MemDirectory {
+	return &MemDirectory{
+		tree:    tree,
+		members: members,
+		recs:    make(map[hierarchy.NodeID]Record),
+		under:   make(map[hierarchy.NodeID]*holderSet),
+		org:     make(map[hierarchy.OrgID]*holderSet),
+	}
+}
+
+// Lookup implements Directory.
+func (m *MemDirectory) Lookup(_ context.Context, s hierarchy.NodeID) (Record, bool, error) {
+	r, ok := m.recs[s]
+	if !ok {
+		return Record{}, false, nil
+	}
+	if m.members != nil && !isLive(m.members, r.Owner) {
+		return r, false, nil
+	}
+	return r, true, nil
+}
+
+// Get returns the stored record for s whether or not its owner is live.
+func (m *MemDirectory) Get(s hierarchy.NodeID) (Record, bool) {
+	r, ok := m.recs[s]
+	return r, ok
+}
+
+// Publish implements Directory with the Select rule.
+func (m *MemDirectory) Publish(_ context.Context, rec Record) (Record, error) {
+	old, had := m.recs[rec.Subnet]
+	if had && !Better(rec, old) {
+		return old, nil
+	}
+	if had && old.Owner == rec.Owner {
+		m.recs[rec.Subnet] = rec
+		return rec, nil
+	}
+	if had {
+		m.index(old, -1)
+	}
+	m.recs[rec.Subnet] = rec
+	m.index(rec, +1)
+	return rec, nil
+}
+
+// Delete removes the record of s (used by migration of a whole directory).
+func (m *MemDirectory) Delete(s hierarchy.NodeID) {
+	if old, ok := m.recs[s]; ok {
+		m.index(old, -1)
+		delete(m.recs, s)
+	}
+}
+
+func (m *MemDirectory) index(r Record, d int) {
+	if m.tree == nil || r.Subnet == hierarchy.None || int(r.Subnet) >= m.tree.Len() {
+		return
+	}
+	m.set(m.under, r.Subnet).add(r.Owner, d)
+	for _, a := range m.tree.Ancestors(r.Subnet) {
+		m.set(m.under, a).add(r.Owner, d)
+	}
+	if o := m.tree.Node(r.Subnet).Org; o != 0 {
+		hs, ok := m.org[o]
+		if !ok {
+			hs = &holderSet{count: make(map[CrawlerID]int)}
+			m.org[o] = hs
+		}
+		hs.add(r.Owner, d)
+	}
+}
+
+func (m *MemDirectory) set(mp map[hierarchy.NodeID]*holderSet, k hierarchy.NodeID) *holderSet {
+	hs, ok := mp[k]
+	if !ok {
+		hs = &holderSet{count: make(map[CrawlerID]int)}
+		mp[k] = hs
+	}
+	return hs
+}
+
+// HoldersUnder implements Directory. The returned slice is sorted and must
+// not be modified.
+func (m *MemDirectory) HoldersUnder(_ context.Context, a hierarchy.NodeID) ([]CrawlerID, error) {
+	if hs, ok := m.under[a]; ok {
+		return hs.list(), nil
+	}
+	return nil, nil
+}
+
+// HoldersOfOrg implements Directory. The returned slice is sorted and must
+// not be modified.
+func (m *MemDirectory) HoldersOfOrg(_ context.Context, o hierarchy.OrgID) ([]CrawlerID, error) {
+	if o == 0 {
+		return nil, nil
+	}
+	if hs, ok := m.org[o]; ok {
+		return hs.list(), nil
+	}
+	return nil, nil
+}
+
+// Len is the number of records held.
+func (m *MemDirectory) Len() int { return len(m.recs) }
+
+// Records returns every record, ordered by subnet.
+func (m *MemDirectory) Records() []Record {
+	out := make([]Record, 0, len(m.recs))
+	for _, r := range m.recs {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Record) int { return int64cmp(int64(a.Subnet), int64(b.Subnet)) })
+	return out
+}
+
+// Tree returns the tree the directory indexes against.
+func (m *MemDirectory) Tree() Tree { return m.tree }
+
+func int64cmp(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Liveness is an optional fast path of Membership.
+type Liveness interface {
+	IsLive(c CrawlerID) bool
+}
+
+// Versioned is an optional Membership extension: Version changes whenever
+// the live set changes, so derived structures (the hash ring) are rebuilt only
+// then.
+type Versioned interface {
+	Version() uint64
+}
+
+func isLive(m Membership, c CrawlerID) bool {
+	if l, ok := m.(Liveness); ok {
+		return l.IsLive(c)
+	}
+	for _, x := range m.Live() {
+		if x.ID == c {
+			return true
+		}
+	}
+	return false
+}
+
+// MemMembership is an in-memory Membership (simulator, tests).
+type MemMembership struct {
+	byID    map[CrawlerID]int
+	live    []Crawler
+	version uint64
+}
+
+// NewMemMembership returns a membership holding cs.
+func NewMemMembership(cs ...Crawler) *MemMembership {
+	m := &MemMembership{byID: make(map[CrawlerID]int)}
+	for _, c := range cs {
+		m.Add(c)
+	}
+	return m
+}
+
+// Add makes c live (replacing a crawler with the same ID).
+func (m *MemMembership) Add(c Crawler) {
+	if i, ok := m.byID[c.ID]; ok {
+		m.live[i] = c
+	} else {
+		m.byID[c.ID] = len(m.live)
+		m.live = append(m.live, c)
+	}
+	m.version++
+}
+
+// Remove marks c dead.
+func (m *MemMembership) Remove(id CrawlerID) {
+	i, ok := m.byID[id]
+	if !ok {
+		return
+	}
+	last := len(m.live) - 1
+	m.live[i] = m.live[last]
+	m.byID[m.live[i].ID] = i
+	m.live = m.live[:last]
+	delete(m.byID, id)
+	m.version++
+}
+
+// Live implements Membership; the slice must not be modified.
+func (m *MemMembership) Live() []Crawler { return m.live }
+
+// IsLive implements Liveness.
+func (m *MemMembership) IsLive(id CrawlerID) bool { _, ok := m.byID[id]; return ok }
+
+// Get returns the live crawler with this ID.
+func (m *MemMembership) Get(id CrawlerID) (Crawler, bool) {
+	i, ok := m.byID[id]
+	if !ok {
+		return Crawler{}, false
+	}
+	return m.live[i], true
+}
+
+// Version implements Versioned.
+func (m *MemMembership) Version() uint64 { return m.version }
+
+// FixedClock is a Clock standing still at T (tests; the simulator advances
+// its own clock).
+type FixedClock struct{ T time.Time }
+
+// Now implements Clock.
+func (c *FixedClock) Now() time.Time { return c.T }
