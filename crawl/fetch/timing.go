@@ -1,0 +1,108 @@
+package fetch
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http/httptrace"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Timing is the anatomy of one request hop, measured with httptrace. On a
+// kept-alive connection DNS, Connect and TLS are zero and Reused is true.
+type Timing struct {
+	DNS       time.Duration `json:"dns"`
+	Connect   time.Duration `json:"connect"`
+	TLS       time.Duration `json:"tls"`
+	FirstByte time.Duration `json:"first_byte"` // from sending start to the first response byte
+	Total     time.Duration `json:"total"`      // from sending start to the end of the body
+	Reused    bool          `json:"reused"`
+}
+
+type hopTimingKey struct{}
+
+// hopTiming collects the trace events of one hop; callbacks may run on
+// transport goroutines.
+type hopTiming struct {
+	mu                  sync.Mutex
+	start               time.Time
+	dns                 time.Duration
+	connStart, connDone time.Time
+	tlsStart, tlsDone   time.Time
+	firstByte           time.Time
+	reused              bool
+	remote              netip.Addr
+	proto               string
+}
+
+func (h *hopTiming) setDNS(d time.Duration) {
+	h.mu.Lock()
+	h.dns += d
+	h.mu.Unlock()
+}
+
+func (h *hopTiming) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		ConnectStart: func(_, _ string) {
+			h.mu.Lock()
+			if h.connStart.IsZero() {
+				h.connStart = time.Now()
+			}
+			h.mu.Unlock()
+		},
+		ConnectDone: func(_, _ string, err error) {
+			h.mu.Lock()
+			if err == nil {
+				h.connDone = time.Now()
+			}
+			h.mu.Unlock()
+		},
+		TLSHandshakeStart: func() {
+			h.mu.Lock()
+			h.tlsStart = time.Now()
+			h.mu.Unlock()
+		},
+		TLSHandshakeDone: func(_ tls.ConnectionState, _ error) {
+			h.mu.Lock()
+			h.tlsDone = time.Now()
+			h.mu.Unlock()
+		},
+		GotConn: func(info httptrace.GotConnInfo) {
+			h.mu.Lock()
+			h.reused = info.Reused
+			if info.Conn != nil {
+				if ta, ok := info.Conn.RemoteAddr().(*net.TCPAddr); ok {
+					h.remote = ta.AddrPort().Addr().Unmap()
+				}
+			}
+			h.mu.Unlock()
+		},
+		GotFirstResponseByte: func() {
+			h.mu.Lock()
+			if h.firstByte.IsZero() {
+				h.firstByte = time.Now()
+			}
+			h.mu.Unlock()
+		},
+	}
+}
+
+func (h *hopTiming) result(end time.Time) Timing {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := Timing{DNS: h.dns, Total: end.Sub(h.start), Reused: h.reused}
+	if !h.connStart.IsZero() && !h.connDone.IsZero() {
+		t.Connect = h.connDone.Sub(h.connStart)
+	}
+	if !h.tlsStart.IsZero() && !h.tlsDone.IsZero() {
+		t.TLS = h.tlsDone.Sub(h.tlsStart)
+	}
+	if !h.firstByte.IsZero() {
+		t.FirstByte = h.firstByte.Sub(h.start)
+	}
+	if t.Reused {
+		t.DNS, t.Connect, t.TLS = 0, 0, 0
+	}
+	return t
+}
