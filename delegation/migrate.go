@@ -1,0 +1,64 @@
+package delegation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// MigrateRecords carries delegation records made on snapshot old over to
+// snapshot new, using hierarchy.Migrate: each record moves to the smallest
+// node of new covering its whole old range. Records whose range is covered by
+// nothing smaller than Root are dropped (their hosts are delegated afresh,
+// lazily). When several old records land on one new node, the one whose old
+// range is identical to the new node wins, else the Select rule decides.
+// Epochs are kept so later re-delegations still supersede them.
+func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
+	m := hierarchy.Migrate(old, new)
+	snap := new.ID()
+	type cand struct {
+		rec   Record
+		exact bool
+	}
+	best := make(map[hierarchy.NodeID]cand)
+	var order []hierarchy.NodeID
+	for _, r := range recs {
+		if int(r.Subnet) >= len(m) || r.Subnet == hierarchy.None {
+			continue
+		}
+		ns := m[r.Subnet]
+		if ns == hierarchy.Root || ns == hierarchy.None {
+			continue
+		}
+		on, nn := old.Node(r.Subnet), new.Node(ns)
+		exact := on.Start == nn.Start && on.End == nn.End
+		nr := r
+		nr.Subnet, nr.Snapshot = ns, snap
+		cur, seen := best[ns]
+		switch {
+		case !seen:
+			order = append(order, ns)
+			best[ns] = cand{nr, exact}
+		case exact && !cur.exact, exact == cur.exact && Better(nr, cur.rec):
+			best[ns] = cand{nr, exact}
+		}
+	}
+	out := make([]Record, 0, len(order))
+	for _, ns := range order {
+		out = append(out, best[ns].rec)
+	}
+	return out
+}
+
+// MigrateDirectory publishes the migrated form of recs (made on old) into
+// dst (indexed on new) and returns how many records it carried over.
+func MigrateDirectory(ctx context.Context, old, new *hierarchy.Tree, recs []Record, dst Directory) (int, error) {
+	moved := MigrateRecords(old, new, recs)
+	for _, r := range moved {
+		if _, err := dst.Publish(ctx, r); err != nil {
+			return 0, fmt.Errorf("delegation: migrate subnet %d: %w", r.Subnet, err)
+		}
+	}
+	return len(moved), nil
+}
