@@ -53,6 +53,10 @@ type Config struct {
 	// AllowPrivate permits private, loopback, link-local and reserved
 	// destinations. Only testnets set it.
 	AllowPrivate bool
+	// AllowPrefixes lists ranges permitted even though the guard would
+	// refuse them (an operator's own intranet server), without opening
+	// every private range.
+	AllowPrefixes []netip.Prefix
 
 	// PerIPLimit is the number of requests in flight to one IP address (many
 	// hosts share an address). Default 2.

@@ -94,6 +94,11 @@ func (f *Fetcher) checkAddr(a netip.Addr) error {
 	if f.cfg.AllowPrivate {
 		return nil
 	}
+	for _, p := range f.cfg.AllowPrefixes {
+		if p.Contains(a.Unmap()) {
+			return nil
+		}
+	}
 	if bad, why := ForbiddenAddr(a); bad {
 		return &guardError{addr: a.Unmap(), why: why}
 	}
