@@ -90,6 +90,8 @@ type Config struct {
 	// once (every one costs a probe; the fastest under the threshold wins)
 	// instead of one at a time in random order (stop at the first under).
 	ParallelLevels bool
+	// Micra tunes our own policy (NewMicra); zero fields take defaults.
+	Micra MicraConfig
 	// Balance selects the load-balancing option. Default BalanceOff.
 	Balance BalanceMode
 	// CalibrationFactor: a page time larger than this factor × its history
@@ -124,6 +126,7 @@ func (c Config) withDefaults() Config {
 	if c.CalibrationHistory <= 0 {
 		c.CalibrationHistory = 8
 	}
+	c.Micra = c.Micra.withDefaults()
 	return c
 }
 

@@ -1,0 +1,374 @@
+package delegation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// MicraConfig tunes NewMicra. Zero fields take defaults.
+type MicraConfig struct {
+	// Miss is the risk the policy accepts: it stops probing once the summed
+	// probability that an unprobed candidate beats the best answer so far is
+	// below Miss. Default 0.05.
+	Miss float64
+	// MaxProbes caps the probes of one decision. Default 12.
+	MaxProbes int
+	// PriorSigma is the spread (sd of ln RTT) assumed for a crawler with a
+	// single observation in a context. Default 0.45.
+	PriorSigma float64
+	// MinCandidates: contexts are widened until at least this many
+	// candidates are known. Default 8.
+	MinCandidates int
+	// Parallel probes this many top candidates per round. Default 1.
+	Parallel int
+	// Shift (0..1) moves every candidate's prediction by this fraction of the
+	// surprise of the best answer so far (ln observed − ln predicted): host
+	// access delay is shared by all crawlers. Default 0.5.
+	Shift float64
+}
+
+func (m MicraConfig) withDefaults() MicraConfig {
+	if m.Miss <= 0 {
+		m.Miss = 0.05
+	}
+	if m.MaxProbes <= 0 {
+		m.MaxProbes = 12
+	}
+	if m.PriorSigma <= 0 {
+		m.PriorSigma = 0.45
+	}
+	if m.MinCandidates <= 0 {
+		m.MinCandidates = 8
+	}
+	if m.Parallel <= 0 {
+		m.Parallel = 1
+	}
+	if m.Shift < 0 || m.Shift > 1 {
+		m.Shift = 0.5
+	}
+	return m
+}
+
+// NewMicra returns our policy. It keeps IPMicra's structure (lazy delegation
+// of the smallest non-unary subnet, placement, records, hash fallback) but
+// replaces the threshold walk by learned prediction:
+//
+//   - every published record's probe answers are folded into statistics of
+//     ln RTT per (context, crawler), where the contexts of a subnet are, from
+//     specific to general: the subnet, its organisation, its ancestors below
+//     the registry blocks, its country (the registries' country code), the
+//     top-level registry block, everything;
+//   - crawlers also report where they sit (their address, hence their own
+//     subnet, organisation, ancestors and country in the hierarchy): a
+//     crawler with no history in a context it sits in is predicted as good
+//     as the best known there, so newcomers get tried;
+//   - for a new subnet, each candidate gets a predicted ln RTT (mean) and
+//     spread from its most specific context with data; the predicted nearest
+//     is probed first; then the policy stops as soon as the summed
+//     probability that any unprobed candidate beats the best answer is below
+//     MicraConfig.Miss, else it probes the candidate most likely to.
+//
+// It uses nothing a real deployment lacks: the hierarchy, probe answers and
+// what crawlers say about themselves.
+func NewMicra(d Deps, c Config) Policy {
+	c = c.withDefaults()
+	m := &micraChooser{cfg: c.Micra.withDefaults(), stats: make(map[ctxKey]map[CrawlerID]*lnStat)}
+	return newEngine("micra", d, c, m)
+}
+
+type ctxKey uint64
+
+const (
+	ctxNode ctxKey = iota + 1
+	ctxOrg
+	ctxCountry
+	ctxGlobal
+)
+
+func mkCtx(kind ctxKey, id uint32) ctxKey { return kind<<32 | ctxKey(id) }
+
+// lnStat is Welford's running mean and M2 of ln(RTT in ms).
+type lnStat struct {
+	n, mean, m2 float64
+}
+
+func (s *lnStat) add(x float64) {
+	s.n++
+	d := x - s.mean
+	s.mean += d / s.n
+	s.m2 += d * (x - s.mean)
+}
+
+type micraChooser struct {
+	cfg   MicraConfig
+	stats map[ctxKey]map[CrawlerID]*lnStat
+
+	// where live crawlers sit, rebuilt when membership changes
+	locVer   uint64
+	locValid bool
+	located  map[ctxKey][]CrawlerID
+	locSet   map[ctxKey]map[CrawlerID]struct{}
+}
+
+// contexts lists s's contexts, specific first.
+func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey) []ctxKey {
+	buf = append(buf[:0], mkCtx(ctxNode, uint32(s)))
+	n := t.Node(s)
+	if n.Org != 0 {
+		buf = append(buf, mkCtx(ctxOrg, uint32(n.Org)))
+	}
+	country := n.Country
+	anc := t.Ancestors(s)
+	var top []ctxKey
+	for _, a := range anc {
+		if a == hierarchy.Root {
+			continue
+		}
+		an := t.Node(a)
+		if country == "" {
+			country = an.Country
+		}
+		if an.Depth <= 1 {
+			top = append(top, mkCtx(ctxNode, uint32(a)))
+			continue
+		}
+		buf = append(buf, mkCtx(ctxNode, uint32(a)))
+	}
+	if len(country) == 2 {
+		buf = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1])))
+	}
+	buf = append(buf, top...)
+	return append(buf, mkCtx(ctxGlobal, 0))
+}
+
+func (m *micraChooser) locate(e *engine) map[ctxKey][]CrawlerID {
+	v, versioned := e.d.Members.(Versioned)
+	if versioned && m.locValid && v.Version() == m.locVer {
+		return m.located
+	}
+	m.located = make(map[ctxKey][]CrawlerID)
+	m.locSet = make(map[ctxKey]map[CrawlerID]struct{})
+	var buf []ctxKey
+	for _, c := range e.liveIDs() {
+		s := e.d.Tree.SmallestNonUnary(e.members()[c].Addr)
+		if s == hierarchy.None || s == hierarchy.Root {
+			continue
+		}
+		buf = contexts(e.d.Tree, s, buf)
+		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
+			m.located[k] = append(m.located[k], c)
+			if m.locSet[k] == nil {
+				m.locSet[k] = make(map[CrawlerID]struct{})
+			}
+			m.locSet[k][c] = struct{}{}
+		}
+	}
+	if versioned {
+		m.locVer, m.locValid = v.Version(), true
+	}
+	return m.located
+}
+
+func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
+	var buf [16]ctxKey
+	ks := contexts(e.d.Tree, s, buf[:0])
+	for _, p := range rec.Probes {
+		if !p.OK || p.RTT <= 0 {
+			continue
+		}
+		x := math.Log(float64(p.RTT) / float64(time.Millisecond))
+		for _, k := range ks {
+			cs, ok := m.stats[k]
+			if !ok {
+				cs = make(map[CrawlerID]*lnStat)
+				m.stats[k] = cs
+			}
+			st, ok := cs[p.Crawler]
+			if !ok {
+				st = &lnStat{}
+				cs[p.Crawler] = st
+			}
+			st.add(x)
+		}
+	}
+}
+
+type micraCand struct {
+	id     CrawlerID
+	mu, sd float64 // predicted ln RTT (ms) and its spread
+	n      float64 // observations behind the prediction
+	probed bool
+}
+
+func (m *micraChooser) predict(ks []ctxKey, c CrawlerID) micraCand {
+	s0 := m.cfg.PriorSigma
+	for _, k := range ks {
+		if st, ok := m.stats[k][c]; ok && st.n >= 1 {
+			// shrink the sd towards the prior; widen for few samples
+			sd := math.Sqrt((st.m2 + 2*s0*s0) / (st.n - 1 + 2))
+			sd *= math.Sqrt(1 + 1/st.n)
+			return micraCand{id: c, mu: st.mean, sd: sd, n: st.n}
+		}
+		if _, here := m.locSet[k][c]; here {
+			// sits here but never measured here: as good as the best known
+			best, ok := math.Inf(1), false
+			for _, st := range m.stats[k] {
+				if st.mean < best {
+					best, ok = st.mean, true
+				}
+			}
+			if !ok {
+				best = math.Log(10)
+			}
+			return micraCand{id: c, mu: best, sd: 2 * s0}
+		}
+	}
+	// nothing known: the average crawler, very uncertain
+	var sum, n float64
+	for _, st := range m.stats[mkCtx(ctxGlobal, 0)] {
+		sum += st.mean
+		n++
+	}
+	mu := math.Log(100)
+	if n > 0 {
+		mu = sum / n
+	}
+	return micraCand{id: c, mu: mu, sd: 3 * s0}
+}
+
+func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
+	var kbuf [16]ctxKey
+	ks := contexts(e.d.Tree, s, kbuf[:0])
+	located := m.locate(e)
+
+	// candidates: widen contexts until enough are known
+	seen := make(map[CrawlerID]struct{})
+	var ids []CrawlerID
+	for _, k := range ks {
+		if len(ids) >= m.cfg.MinCandidates {
+			break
+		}
+		add := func(c CrawlerID) {
+			if _, ok := seen[c]; ok || !e.live(c) {
+				return
+			}
+			seen[c] = struct{}{}
+			ids = append(ids, c)
+		}
+		for _, c := range located[k] {
+			add(c)
+		}
+		if k == mkCtx(ctxGlobal, 0) && len(ids) < m.cfg.MinCandidates {
+			// the whole world: every live crawler (small deployments, cold
+			// start); large ones never get here once contexts fill up
+			for _, c := range e.liveIDs() {
+				add(c)
+			}
+			continue
+		}
+		start := len(ids)
+		for c := range m.stats[k] {
+			add(c)
+		}
+		slices.Sort(ids[start:])
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cands := make([]micraCand, len(ids))
+	for i, c := range ids {
+		cands[i] = m.predict(ks, c)
+	}
+	slices.SortFunc(cands, func(a, b micraCand) int {
+		if c := cmp.Compare(a.mu, b.mu); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+
+	step := Step{Kind: StepPredict, Node: s}
+	var all []ProbeResult
+	var best ProbeResult
+	bestPred := 0.0
+	stop := ""
+	for d.Probes < m.cfg.MaxProbes {
+		var next []int
+		if !best.OK {
+			for i := range cands {
+				if !cands[i].probed && len(next) < m.cfg.Parallel {
+					next = append(next, i)
+				}
+			}
+		} else {
+			// probability each unprobed candidate beats the best answer,
+			// with predictions shifted by part of the best's surprise
+			lb := math.Log(float64(best.RTT)/float64(time.Millisecond) + 1e-3)
+			shift := m.cfg.Shift * (lb - bestPred)
+			total := 0.0
+			type pc struct {
+				i int
+				p float64
+			}
+			var ps []pc
+			for i := range cands {
+				if cands[i].probed {
+					continue
+				}
+				p := normCDF((lb - cands[i].mu - shift) / cands[i].sd)
+				total += p
+				ps = append(ps, pc{i, p})
+			}
+			if total < m.cfg.Miss {
+				stop = fmt.Sprintf("P(unprobed beats %s)=%.3f < %.3f", best.Crawler, total, m.cfg.Miss)
+				d.Reason = ReasonConfident
+				break
+			}
+			slices.SortStableFunc(ps, func(a, b pc) int { return cmp.Compare(b.p, a.p) })
+			for _, x := range ps {
+				if len(next) < m.cfg.Parallel {
+					next = append(next, x.i)
+				}
+			}
+		}
+		if len(next) == 0 {
+			stop = "every candidate probed"
+			d.Reason = ReasonAllProbed
+			break
+		}
+		ask := make([]CrawlerID, len(next))
+		for j, i := range next {
+			cands[i].probed = true
+			ask[j] = cands[i].id
+		}
+		res := e.probe(ctx, ip, ask, &step, d)
+		for j, r := range res {
+			all = append(all, r)
+			if r.OK && (!best.OK || r.RTT < best.RTT) {
+				best, bestPred = r, cands[next[j]].mu
+			}
+		}
+	}
+	if stop == "" {
+		stop = fmt.Sprintf("probe cap %d reached", m.cfg.MaxProbes)
+		d.Reason = ReasonLowestProbe
+	}
+	step.Note = fmt.Sprintf("%d candidates; %s", len(cands), stop)
+	d.Steps = append(d.Steps, step)
+	if !best.OK {
+		return nil, nil
+	}
+	sortRanked(all)
+	return all, nil
+}
+
+func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
