@@ -24,6 +24,10 @@ run: build
 	./$(BIN) hierarchy lookup 8.8.8.8 196.216.2.1 200.7.84.1 2001:4860:4860::8888
 	./$(BIN) sim
 
+# Rebuild the embedded IP hierarchy (data/hierarchy/default.snap.zst); fetches its range data with npm.
+snapshot:
+	bash data/hierarchy/snapshot.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

@@ -37,7 +37,9 @@ type BuildStats struct {
 // Nesting rule: a range strictly inside another becomes its descendant.
 // Identical ranges are merged into one node: fields a later range sets
 // (non-empty org, country, non-zero registry/status/ASN) override earlier
-// ones, so add coarse sources first (IANA, RIR stats) and fine ones last.
+// ones, so add coarse sources first (IANA, RIR stats) and fine ones last —
+// except that the weak statuses StatusAnnounced and StatusAggregate never
+// replace a registry status.
 // A range that partially overlaps an earlier-starting range R (starts inside
 // R, ends beyond it) is split at R's end: the first piece nests inside R, the
 // remainder is placed again on its own (and may split again). No address of
@@ -251,7 +253,7 @@ func mergeInto(dst, src *brange) {
 	if src.reg != RegistryUnknown {
 		dst.reg = src.reg
 	}
-	if src.st != StatusUnknown {
+	if src.st != StatusUnknown && (dst.st == StatusUnknown || (src.st != StatusAnnounced && src.st != StatusAggregate)) {
 		dst.st = src.st
 	}
 	if src.cc != [2]byte{} {

@@ -1,26 +1,20 @@
 package hierarchy
 
 import (
-	"bytes"
+	"errors"
 	"sync"
 
 	hierarchydata "github.com/micra-crawler/micra/data/hierarchy"
 )
 
 var defaultOnce = sync.OnceValues(func() (*Tree, error) {
-	rs, _, err := LoadIANA(bytes.NewReader(hierarchydata.IANAIPv4), LoadOptions{Name: "iana-ipv4-address-space.csv"})
-	if err != nil {
-		return nil, err
+	if len(hierarchydata.DefaultSnapshot) == 0 {
+		return nil, errors.New("hierarchy: this binary was built without the default snapshot (tag nodefaultsnapshot)")
 	}
-	b := NewBuilder()
-	for _, r := range rs {
-		if err := b.Add(r); err != nil {
-			return nil, err
-		}
-	}
-	t, _, err := b.Build()
-	return t, err
+	return DecodeFile(hierarchydata.DefaultSnapshot)
 })
 
-// Default returns the embedded default hierarchy, decoded once and shared.
+// Default returns the embedded default hierarchy (built by `make snapshot`
+// from the IANA registries, the AFRINIC and LACNIC delegation statistics and
+// the @ip-location-db/asn range CSVs), decoded once and shared.
 func Default() (*Tree, error) { return defaultOnce() }

@@ -12,7 +12,9 @@ import (
 // LoadIANA reads the IANA IPv4 address-space registry CSV
 // (https://www.iana.org/assignments/ipv4-address-space/ipv4-address-space.csv):
 // header "Prefix,Designation,Date,WHOIS,RDAP,Status [1],Note", one record per
-// /8 written "NNN/8", quoted fields that may span lines. Each /8 becomes a
+// /8 written "NNN/8", quoted fields that may span lines. The IANA IPv6 unicast
+// address-assignments CSV has the same columns with CIDR prefixes and is
+// read the same way. Each /8 becomes a
 // range; the registry comes from the WHOIS server or the designation, the
 // organisation is the designation ("Administered by ARIN" legacy blocks have
 // no single holder and get none).
@@ -92,17 +94,10 @@ func unwrapCSV(err error) error {
 }
 
 func ianaRecord(rec []string, cp, cd, cw, cs int) (Range, string) {
-	p := strings.TrimSpace(rec[cp])
-	num, bitsStr, ok := strings.Cut(p, "/")
-	if !ok || bitsStr != "8" {
-		return Range{}, "prefix " + strconv.Quote(p) + " is not of the form NNN/8"
+	start, end, reason := ianaPrefix(strings.TrimSpace(rec[cp]))
+	if reason != "" {
+		return Range{}, reason
 	}
-	n, err := strconv.ParseUint(num, 10, 8)
-	if err != nil {
-		return Range{}, "prefix " + strconv.Quote(p) + ": first octet not 0-255"
-	}
-	start := netip.AddrFrom4([4]byte{byte(n), 0, 0, 0})
-	end := netip.AddrFrom4([4]byte{byte(n), 255, 255, 255})
 	desig := strings.TrimSpace(rec[cd])
 	reg, _ := ParseRegistry(desig)
 	if cw >= 0 && cw < len(rec) && reg == RegistryUnknown {
@@ -118,7 +113,7 @@ func ianaRecord(rec []string, cp, cd, cw, cs int) (Range, string) {
 		st = StatusLegacy
 	case "RESERVED":
 		st = StatusReserved
-	case "UNALLOCATED":
+	case "UNALLOCATED", "UNASSIGNED":
 		st = StatusAvailable
 	default:
 		return Range{}, "unknown status " + strconv.Quote(rec[cs])
@@ -131,4 +126,24 @@ func ianaRecord(rec []string, cp, cd, cw, cs int) (Range, string) {
 		org = ""
 	}
 	return Range{Start: start, End: end, Org: clipOrg(org), Registry: reg, Status: st}, ""
+}
+
+// ianaPrefix parses the Prefix column: "NNN/8" (IPv4 registry, first octet
+// with leading zeros) or a CIDR prefix (IPv6 registry, "2001:0200::/23").
+func ianaPrefix(p string) (netip.Addr, netip.Addr, string) {
+	if num, bitsStr, ok := strings.Cut(p, "/"); ok && bitsStr == "8" && isDigits(num) && num != "" {
+		n, err := strconv.ParseUint(num, 10, 8)
+		if err != nil {
+			return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + ": first octet not 0-255"
+		}
+		return netip.AddrFrom4([4]byte{byte(n), 0, 0, 0}), netip.AddrFrom4([4]byte{byte(n), 255, 255, 255}), ""
+	}
+	pf, err := netip.ParsePrefix(p)
+	if err != nil || pf.Addr().Zone() != "" {
+		return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + " is neither NNN/8 nor a CIDR prefix"
+	}
+	if pf.Masked() != pf {
+		return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + " has host bits set"
+	}
+	return pf.Addr(), lastAddr(pf), ""
 }

@@ -22,13 +22,12 @@ import (
 //	org names  (orgs-1) × { uv length, UTF-8 bytes }, strictly ascending
 //	countries  (countries-1) × 2 bytes A–Z, strictly ascending
 //	node 1..nodes-1, in ID (pre)order:
-//	  flags    byte: bit 0 = IPv6, other bits 0
+//	  flags    byte: bit 0 = IPv6, bits 1–3 registry, bits 4–7 status
 //	  parent   uv  id − parent (≥ 1)
 //	  start    u128 start − start of the previous node of the same family
 //	  span     u128 end − start
 //	  org      uv
 //	  asn      uv
-//	  registry byte, status byte
 //	  country  uv
 //	crc32c     u32 of all preceding bytes
 //
@@ -64,9 +63,9 @@ func (t *Tree) Encode() []byte {
 	for id := 1; id < len(t.nodes); id++ {
 		r := &t.nodes[id]
 		prev := &prev4
-		flags := byte(0)
+		flags := byte(r.reg)<<1 | byte(r.st)<<4
 		if r.fam == fam6 {
-			prev, flags = &prev6, 1
+			prev, flags = &prev6, flags|1
 		}
 		buf = append(buf, flags)
 		buf = binary.AppendUvarint(buf, uint64(uint32(id)-uint32(r.parent)))
@@ -75,7 +74,6 @@ func (t *Tree) Encode() []byte {
 		buf = appendU128(buf, r.e.sub(r.s))
 		buf = binary.AppendUvarint(buf, uint64(r.org))
 		buf = binary.AppendUvarint(buf, uint64(r.asn))
-		buf = append(buf, byte(r.reg), byte(r.st))
 		buf = binary.AppendUvarint(buf, uint64(r.cc))
 	}
 	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
@@ -196,8 +194,8 @@ func Decode(b []byte) (*Tree, error) {
 	nNodes, nOrgs, nCountries := le.Uint32(h[4:]), le.Uint32(h[8:]), le.Uint32(h[12:])
 	r := &snapReader{b: body, off: len(snapMagic) + 16}
 	rest := uint64(len(body) - r.off)
-	// Every node takes ≥ 8 bytes, every org ≥ 2, every country 2.
-	if nNodes == 0 || uint64(nNodes-1)*8 > rest || nOrgs == 0 || uint64(nOrgs-1)*2 > rest ||
+	// Every node takes ≥ 6 bytes, every org ≥ 2, every country 2.
+	if nNodes == 0 || uint64(nNodes-1)*6 > rest || nOrgs == 0 || uint64(nOrgs-1)*2 > rest ||
 		nCountries == 0 || nCountries > 26*26+1 {
 		return nil, r.fail("implausible counts: %d nodes, %d orgs, %d countries", nNodes, nOrgs, nCountries)
 	}
@@ -258,12 +256,13 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 		if err != nil {
 			return err
 		}
-		if flags > 1 {
-			return r.fail("node %d: bad flags %#x", id, flags)
+		reg, stb := Registry(flags>>1&7), Status(flags>>4)
+		if reg >= numRegistries || stb >= numStatuses {
+			return r.fail("node %d: registry %d / status %d out of range", id, reg, stb)
 		}
-		nd := nodeRec{fam: fam4}
+		nd := nodeRec{fam: fam4, reg: reg, st: stb}
 		maxBits, prev := uint(32), &prev4
-		if flags == 1 {
+		if flags&1 == 1 {
 			nd.fam, maxBits, prev = fam6, 128, &prev6
 			seen6 = true
 		} else if seen6 {
@@ -312,18 +311,6 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 			return r.fail("node %d: ASN out of range", id)
 		}
 		nd.asn = uint32(asn)
-		reg, err := r.byte()
-		if err != nil {
-			return err
-		}
-		stb, err := r.byte()
-		if err != nil {
-			return err
-		}
-		if Registry(reg) >= numRegistries || Status(stb) >= numStatuses {
-			return r.fail("node %d: registry %d / status %d out of range", id, reg, stb)
-		}
-		nd.reg, nd.st = Registry(reg), Status(stb)
 		cc, err := r.uv()
 		if err != nil {
 			return err

@@ -376,3 +376,15 @@ func (t *Tree) PerLevel() []int {
 // Segments returns the number of elementary intervals of the lookup index
 // (IPv4, IPv6).
 func (t *Tree) Segments() (v4, v6 int) { return len(t.seg4Start), len(t.seg6Start) }
+
+// Ranges returns every node but Root as a Range, in ID order. Building a
+// tree from them reproduces t exactly (same snapshot id).
+func (t *Tree) Ranges() []Range {
+	out := make([]Range, 0, len(t.nodes)-1)
+	for id := 1; id < len(t.nodes); id++ {
+		r := &t.nodes[id]
+		out = append(out, Range{Start: toAddr(r.fam, r.s), End: toAddr(r.fam, r.e), Org: t.orgs[r.org],
+			Registry: r.reg, Status: r.st, Country: t.countries[r.cc], ASN: r.asn})
+	}
+	return out
+}

@@ -1,10 +1,17 @@
-// Package hierarchydata embeds micra's default IP-hierarchy source data and
-// snapshot, so the binary works without any download. See ATTRIBUTION.md.
+//go:build !nodefaultsnapshot
+
+// Package hierarchydata embeds micra's default IP-hierarchy snapshot, so the
+// binary works without any download, and holds the registry files it is
+// built from. See ATTRIBUTION.md; `make snapshot` rebuilds it.
+//
+// Building with -tags nodefaultsnapshot leaves the snapshot out (DefaultSnapshot
+// is nil): that is how `make snapshot` builds the tool that makes it.
 package hierarchydata
 
 import _ "embed"
 
-// IANAIPv4 is the IANA IPv4 address-space registry (CSV).
+// DefaultSnapshot is the default hierarchy snapshot, zstd-compressed
+// canonical bytes (hierarchy.DecodeFile reads it).
 //
-//go:embed iana-ipv4-address-space.csv
-var IANAIPv4 []byte
+//go:embed default.snap.zst
+var DefaultSnapshot []byte

@@ -1,0 +1,118 @@
+package hierarchy
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// Sources names the input files of a build. Files may be gzip-compressed.
+type Sources struct {
+	IANA   []string // IANA IPv4 address-space CSV
+	RIR    []string // RIR statistics exchange files
+	RPSL   []string // RPSL inetnum/inet6num dumps
+	Ranges []string // flat range CSVs (start,end,asn,organisation)
+	// NoDerive turns off DeriveAggregates on the range CSVs.
+	NoDerive bool
+	Lenient  bool
+	Logger   *slog.Logger // nil: slog.Default()
+}
+
+// SourceReport is what BuildSources read and built.
+type SourceReport struct {
+	Loads      []LoadReport
+	Aggregates int // ranges added by DeriveAggregates
+	LoadTime   time.Duration
+	Stats      BuildStats
+}
+
+// BuildSources loads every source, adds them coarse to fine (IANA, RIR
+// statistics, RPSL, range CSVs with their derived aggregates) and builds the
+// tree.
+func BuildSources(src Sources) (*Tree, SourceReport, error) {
+	log := src.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var rep SourceReport
+	t0 := time.Now()
+	b := NewBuilder()
+	kinds := []struct {
+		files []string
+		load  func(io.Reader, LoadOptions) ([]Range, LoadReport, error)
+	}{{src.IANA, LoadIANA}, {src.RIR, LoadRIRStats}, {src.RPSL, LoadRPSL}}
+	add := func(rs []Range, file string) error {
+		for _, r := range rs {
+			if err := b.Add(r); err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+		}
+		return nil
+	}
+	for _, k := range kinds {
+		for _, f := range k.files {
+			rs, lr, err := LoadFile(f, k.load, src.Lenient)
+			if err != nil {
+				return nil, rep, err
+			}
+			rep.Loads = append(rep.Loads, lr)
+			log.Info("hierarchy source loaded", "file", f, "ranges", lr.Records, "skipped", lr.Skipped)
+			if err := add(rs, f); err != nil {
+				return nil, rep, err
+			}
+		}
+	}
+	var flat []Range
+	for _, f := range src.Ranges {
+		rs, lr, err := LoadFile(f, LoadRangeCSV, src.Lenient)
+		if err != nil {
+			return nil, rep, err
+		}
+		rep.Loads = append(rep.Loads, lr)
+		log.Info("hierarchy source loaded", "file", f, "ranges", lr.Records, "skipped", lr.Skipped)
+		flat = append(flat, rs...)
+	}
+	if !src.NoDerive {
+		agg := DeriveAggregates(flat)
+		rep.Aggregates = len(agg)
+		if err := add(agg, "derived aggregates"); err != nil {
+			return nil, rep, err
+		}
+	}
+	if err := add(flat, "range CSV"); err != nil {
+		return nil, rep, err
+	}
+	rep.LoadTime = time.Since(t0)
+	t, st, err := b.Build()
+	rep.Stats = st
+	return t, rep, err
+}
+
+// LoadFile opens path (gunzipping it when it is gzip data) and runs load on
+// it; errors name the file.
+func LoadFile(path string, load func(io.Reader, LoadOptions) ([]Range, LoadReport, error), lenient bool) ([]Range, LoadReport, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, LoadReport{File: path}, err
+	}
+	defer f.Close()
+	r, err := maybeGunzip(f)
+	if err != nil {
+		return nil, LoadReport{File: path}, fmt.Errorf("%s: %w", path, err)
+	}
+	return load(r, LoadOptions{Name: path, Lenient: lenient})
+}
+
+func maybeGunzip(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, 256*1024)
+	head, _ := br.Peek(2)
+	if bytes.Equal(head, []byte{0x1f, 0x8b}) {
+		return gzip.NewReader(br)
+	}
+	return br, nil
+}
