@@ -141,7 +141,12 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 	if ok && e.live(rec.Owner) {
 		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = rec.Owner, rec.OwnerRTT, rec, true, ReasonCached
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "already delegated"})
-		e.loads.AddPages(s, rec.Owner, 1)
+		if e.c.Balance != BalanceOff && !e.hasRoom(rec.Owner, 1) {
+			if err := e.rebalanceCached(ctx, s, rec, &d); err != nil {
+				return d, err
+			}
+		}
+		e.loads.AddPages(s, d.Owner, 1)
 		return d, nil
 	}
 	note := "not delegated"
@@ -313,15 +318,57 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 	return pick, nil
 }
 
+// rebalanceCached handles a delegated subnet whose owner is full when one
+// more page arrives: option (a) releases the owner's lowest-variance
+// subnet(s) (possibly this one), option (b) hands this subnet to its
+// next-best crawler with room. Both use the probe results already in the
+// records: no new probes.
+func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Record, d *Decision) error {
+	step := Step{Kind: StepBalance, Node: s}
+	if e.c.Balance == BalanceRelease {
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d)
+		if err != nil {
+			return err
+		}
+		step.Note = fmt.Sprintf("%s full: released %d lowest-variance subnet(s)", rec.Owner, n)
+	} else {
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, s)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// nobody probed for s has room: free room by moving another
+			// of the owner's subnets instead
+			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d)
+			if err != nil {
+				return err
+			}
+		}
+		step.Note = fmt.Sprintf("%s full: moved %d subnet(s) to the next best with room", rec.Owner, n)
+	}
+	for _, m := range d.Moved {
+		if m.Subnet == s {
+			d.Owner, d.OwnerRTT, d.Record = m.Owner, m.OwnerRTT, m
+		}
+	}
+	d.Steps = append(d.Steps, step)
+	return nil
+}
+
 // release moves subnets away from crawler c (option a) until it has room
 // for pages more, lowest probe-variance first. It returns how many moved.
-func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision) (int, error) {
+// With only, the candidates are restricted to those subnets.
+func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, only ...hierarchy.NodeID) (int, error) {
 	type victim struct {
 		rec  Record
 		vari float64
 	}
 	var vs []victim
-	for _, s := range e.loads.Subnets(c) {
+	subs := only
+	if len(subs) == 0 {
+		subs = e.loads.Subnets(c)
+	}
+	for _, s := range subs {
 		if s == incoming {
 			continue
 		}

@@ -1,0 +1,285 @@
+package delegation
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+func TestBalanceSecondBest(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	p := NewOptimal(w.deps(1), Config{Balance: BalanceSecondBest})
+	cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+	cs[0].Capacity = 1 // c1 has room for one page
+	w.join(t, p, cs...)
+	d, _ := p.Delegate(ctx, ip("10.1.2.1"))
+	if d.Owner != "c1" {
+		t.Fatalf("c1 has room for the first page: %v", d)
+	}
+	d, _ = p.Delegate(ctx, ip("10.1.0.1")) // 10.1.0.0/16: c1 best (5 ms) but full
+	if d.Owner != "c2" || d.Steps[len(d.Steps)-1].Kind != StepBalance {
+		t.Fatalf("full best must hand the subnet to the second best: %v", d)
+	}
+}
+
+func TestBalanceRelease(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	p := NewOptimal(w.deps(1), Config{Balance: BalanceRelease})
+	cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+	cs[0].Capacity = 1
+	w.join(t, p, cs...)
+	first, _ := p.Delegate(ctx, ip("10.1.2.1")) // c1 takes 10.1.2.0/24 (probes: 5, 25, 120 ms)
+	if first.Owner != "c1" {
+		t.Fatal(first)
+	}
+	d, _ := p.Delegate(ctx, ip("10.1.0.1"))
+	if d.Owner != "c1" || len(d.Moved) != 1 || d.Moved[0].Subnet != first.Subnet || d.Moved[0].Owner != "c2" {
+		t.Fatalf("c1 must keep the new subnet and release 10.1.2.0/24 to its next best c2: %v moved=%v", d, d.Moved)
+	}
+	if rec, _ := w.dir.Get(first.Subnet); rec.Owner != "c2" || rec.Epoch != first.Record.Epoch+1 {
+		t.Fatalf("released record: %+v", rec)
+	}
+}
+
+// TestBalanceAgainstMinCost compares both heuristics with the exact
+// min-cost assignment on the global cost Σ download time, on the synthetic
+// world with tight capacities.
+func TestBalanceAgainstMinCost(t *testing.T) {
+	w := newSynthWorld(t, 8, 6, 300)
+	ctx := context.Background()
+	capacity := 300/6 + 8
+	costs := map[BalanceMode]float64{}
+	var subnets []hierarchy.NodeID
+	for _, mode := range []BalanceMode{BalanceOff, BalanceRelease, BalanceSecondBest} {
+		members := NewMemMembership()
+		dir := NewMemDirectory(w.tree, members)
+		book := NewMemLoadBook()
+		p := NewOptimal(Deps{Tree: w.tree, Dir: dir, Prober: w, Members: members, Rand: rand.New(rand.NewPCG(1, 1)), Loads: book}, Config{Balance: mode})
+		for _, c := range w.crawlers {
+			c.Capacity = capacity
+			members.Add(c)
+			p.Join(ctx, c)
+		}
+		host := map[hierarchy.NodeID]netip.Addr{}
+		for _, h := range w.hosts {
+			d, err := p.Delegate(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := host[d.Subnet]; !ok {
+				host[d.Subnet] = h
+			}
+		}
+		if mode != BalanceOff {
+			for _, c := range w.crawlers {
+				if l := book.Load(c.ID); l > capacity {
+					t.Errorf("%v: %s carries %d pages > capacity %d", mode, c.ID, l, capacity)
+				}
+			}
+		}
+		// global cost: every page of a subnet from its owner (mean RTT
+		// stands for download time)
+		var total float64
+		subnets = subnets[:0]
+		for s, h := range host {
+			owner, _ := book.Owner(s)
+			total += float64(book.Pages(s)) * w.meanRTT(w.crawler(owner), h)
+			subnets = append(subnets, s)
+		}
+		costs[mode] = total
+		if mode == BalanceOff {
+			// exact reference on the same subnets
+			pages := make([]int, len(subnets))
+			cost := make([][]float64, len(subnets))
+			caps := make([]int, len(w.crawlers))
+			for j := range caps {
+				caps[j] = capacity
+			}
+			for i, s := range subnets {
+				pages[i] = book.Pages(s)
+				cost[i] = make([]float64, len(w.crawlers))
+				for j, c := range w.crawlers {
+					cost[i][j] = w.meanRTT(c, host[s])
+				}
+			}
+			a, err := MinCostAssign(pages, caps, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			costs[255] = a.Cost
+		}
+	}
+	ref := costs[255]
+	t.Logf("global cost: unbalanced %.0f, release %.0f (%.3f× min-cost), second-best %.0f (%.3f×), min-cost %.0f",
+		costs[BalanceOff], costs[BalanceRelease], costs[BalanceRelease]/ref, costs[BalanceSecondBest], costs[BalanceSecondBest]/ref, ref)
+	for _, m := range []BalanceMode{BalanceRelease, BalanceSecondBest} {
+		if costs[m] < ref*(1-1e-9) {
+			t.Errorf("%v beats the exact optimum: %.1f < %.1f", m, costs[m], ref)
+		}
+	}
+}
+
+func TestMinCostAssignExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 200 {
+		n, m := 1+rng.IntN(6), 1+rng.IntN(3)
+		pages := make([]int, n)
+		cost := make([][]float64, n)
+		for i := range n {
+			pages[i] = 1 + rng.IntN(3)
+			cost[i] = make([]float64, m)
+			for j := range m {
+				cost[i][j] = float64(rng.IntN(100))
+			}
+		}
+		caps := make([]int, m)
+		total := 0
+		for _, p := range pages {
+			total += p
+		}
+		for j := range caps {
+			caps[j] = max(1, total/m+rng.IntN(4))
+		}
+		a, err := MinCostAssign(pages, caps, cost)
+		bf := bruteAssign(pages, caps, cost)
+		if err != nil {
+			if !math.IsInf(bf, 1) && total <= sum(caps) {
+				// feasible splittable instance must be solved
+				t.Fatalf("trial %d: %v", trial, err)
+			}
+			continue
+		}
+		if a.Exact && math.Abs(a.Cost-bf) > 1e-6 {
+			t.Fatalf("trial %d: exact min-cost %.1f, brute force %.1f", trial, a.Cost, bf)
+		}
+		if a.Cost > bf+1e-6 {
+			t.Fatalf("trial %d: lower bound %.1f above brute force %.1f", trial, a.Cost, bf)
+		}
+		if a.Exact && math.Abs(AssignmentCost(pages, a.Owner, cost)-a.Cost) > 1e-6 {
+			t.Fatalf("trial %d: reported cost differs from its assignment", trial)
+		}
+	}
+}
+
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// bruteAssign enumerates every unsplittable assignment.
+func bruteAssign(pages, caps []int, cost [][]float64) float64 {
+	best := math.Inf(1)
+	load := make([]int, len(caps))
+	var rec func(i int, acc float64)
+	rec = func(i int, acc float64) {
+		if i == len(pages) {
+			best = math.Min(best, acc)
+			return
+		}
+		for j := range caps {
+			if load[j]+pages[i] > caps[j] {
+				continue
+			}
+			load[j] += pages[i]
+			rec(i+1, acc+float64(pages[i])*cost[i][j])
+			load[j] -= pages[i]
+		}
+	}
+	rec(0, 0)
+	return best
+}
+
+func TestCalibration(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	p := NewIPMicra(w.deps(1), Config{})
+	w.join(t, p, smallCrawlers...)
+	host := ip("10.1.2.7")
+	d, _ := p.Delegate(ctx, host)
+	if d.Owner != "c1" {
+		t.Fatal(d)
+	}
+	cal := NewCalibrator(w.tree, Config{CalibrationFactor: 2, CalibrationStreak: 2})
+	at := time.Unix(0, 0)
+	before := w.prober.count
+	// steady times (with noise): no event, and no probes at all
+	for i := range 50 {
+		if _, ev := cal.Observe("http://h/a", host, time.Duration(40+i%7)*time.Millisecond, at); ev {
+			t.Fatal("event on steady timings")
+		}
+	}
+	// one slow time is not enough ("more than once in a row")
+	if _, ev := cal.Observe("http://h/a", host, 200*time.Millisecond, at); ev {
+		t.Fatal("event after a single slow time")
+	}
+	if _, ev := cal.Observe("http://h/a", host, 41*time.Millisecond, at); ev {
+		t.Fatal("event after the streak broke")
+	}
+	if w.prober.count != before {
+		t.Fatal("calibration issued probes while nothing changed")
+	}
+	// the path from c1 degrades: two slow times in a row → event
+	w.rtt["c1"]["10.1"] = 90 * time.Millisecond
+	cal.Observe("http://h/a", host, 180*time.Millisecond, at)
+	ev, ok := cal.Observe("http://h/a", host, 190*time.Millisecond, at)
+	if !ok || ev.Subnet != d.Subnet || ev.Streak != 2 || ev.Baseline > 50*time.Millisecond {
+		t.Fatalf("want an event for subnet %d, got %+v %v", d.Subnet, ev, ok)
+	}
+	r, err := p.Redelegate(ctx, ev.IP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Owner != "c2" || r.Record.Epoch != d.Record.Epoch+1 {
+		t.Fatalf("re-delegation should move the subnet to c2 with a new epoch: %v epoch=%d", r, r.Record.Epoch)
+	}
+	if got, _ := p.Delegate(ctx, host); got.Owner != "c2" || !got.Cached {
+		t.Fatalf("after re-delegation: %v", got)
+	}
+}
+
+func TestMigration(t *testing.T) {
+	ctx := context.Background()
+	old := mustBuild(t, pfx(t, "10.0.0.0/8", "A", "DE"), pfx(t, "10.1.0.0/16", "B", "DE"), pfx(t, "10.1.1.0/24", "B", "DE"), pfx(t, "10.2.0.0/16", "D", "FR"))
+	// the rebuild drops 10.1.1.0/24, adds 10.2.5.0/24 and a new /8
+	nw := mustBuild(t, pfx(t, "10.0.0.0/8", "A", "DE"), pfx(t, "10.1.0.0/16", "B", "DE"), pfx(t, "10.2.0.0/16", "D", "FR"), pfx(t, "10.2.5.0/24", "Q", "FR"), pfx(t, "30.0.0.0/8", "N", "US"))
+	members := NewMemMembership(smallCrawlers...)
+	dir := NewMemDirectory(old, members)
+	pub := func(pref string, owner CrawlerID, epoch uint64) {
+		dir.Publish(ctx, Record{Subnet: old.SmallestNonUnary(netip.MustParsePrefix(pref).Addr()), Snapshot: old.ID(), Owner: owner, Epoch: epoch})
+	}
+	pub("10.1.1.0/24", "c1", 1)
+	pub("10.1.0.0/16", "c2", 1)
+	pub("10.2.0.0/16", "c3", 4)
+	ndir := NewMemDirectory(nw, members)
+	n, err := MigrateDirectory(ctx, old, nw, dir.Records(), ndir)
+	if err != nil || n != 2 {
+		t.Fatalf("migrated %d records, err %v", n, err)
+	}
+	// the /24 is gone: its old /16 parent's own record (identical range) wins
+	if r, ok := ndir.Get(nw.SmallestNonUnary(ip("10.1.1.9"))); !ok || r.Owner != "c2" || r.Snapshot != nw.ID() {
+		t.Fatalf("10.1.1.9: %+v %v", r, ok)
+	}
+	if r, ok := ndir.Get(nw.SmallestNonUnary(ip("10.2.0.1"))); !ok || r.Owner != "c3" || r.Epoch != 4 {
+		t.Fatalf("10.2.0.1: %+v", r)
+	}
+	// the new /24 is not delegated: it will be, lazily
+	if _, ok := ndir.Get(nw.SmallestNonUnary(ip("10.2.5.1"))); ok {
+		t.Fatal("a new subnet must not inherit a record")
+	}
+	// and a policy on the new tree uses the migrated records without probes
+	w := newSmallWorld(t)
+	p := NewIPMicra(Deps{Tree: nw, Dir: ndir, Prober: w.prober, Members: members}, Config{})
+	if d, _ := p.Delegate(ctx, ip("10.1.1.9")); !d.Cached || d.Owner != "c2" || d.Probes != 0 {
+		t.Fatalf("after migration: %v", d)
+	}
+}
