@@ -16,7 +16,7 @@ import (
 type MicraConfig struct {
 	// Miss is the risk the policy accepts: it stops probing once the summed
 	// probability that an unprobed candidate beats the best answer so far is
-	// below Miss. Default 0.05.
+	// below Miss. Default 0.02.
 	Miss float64
 	// MaxProbes caps the probes of one decision. Default 12.
 	MaxProbes int
@@ -28,6 +28,15 @@ type MicraConfig struct {
 	MinCandidates int
 	// Parallel probes this many top candidates per round. Default 1.
 	Parallel int
+	// Blind is the risk accepted for a decision without any probe: when the
+	// predicted nearest beats every other candidate with probability above
+	// 1−Blind (from the learned statistics alone), it gets the subnet
+	// unprobed; its own crawl timings (Calibrator) catch a wrong guess.
+	// Default 0.005; negative disables.
+	Blind float64
+	// BlindMinObs is the number of observations the predicted nearest needs
+	// in its context before a blind decision. Default 3.
+	BlindMinObs float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -36,7 +45,7 @@ type MicraConfig struct {
 
 func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Miss <= 0 {
-		m.Miss = 0.05
+		m.Miss = 0.02
 	}
 	if m.MaxProbes <= 0 {
 		m.MaxProbes = 12
@@ -49,6 +58,12 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.Parallel <= 0 {
 		m.Parallel = 1
+	}
+	if m.Blind == 0 {
+		m.Blind = 0.005
+	}
+	if m.BlindMinObs <= 0 {
+		m.BlindMinObs = 3
 	}
 	if m.Shift < 0 || m.Shift > 1 {
 		m.Shift = 0.5
@@ -297,6 +312,20 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	})
 
 	step := Step{Kind: StepPredict, Node: s}
+	if m.cfg.Blind > 0 && cands[0].n >= m.cfg.BlindMinObs {
+		x := cands[0]
+		risk := 0.0
+		for _, c := range cands[1:] {
+			risk += normCDF((x.mu - c.mu) / math.Hypot(x.sd, c.sd))
+		}
+		if risk < m.cfg.Blind {
+			rtt := time.Duration(math.Exp(x.mu) * float64(time.Millisecond))
+			step.Note = fmt.Sprintf("%d candidates; %s predicted %v, P(another is nearer)=%.4f < %.4f: no probe", len(cands), x.id, rtt.Round(time.Microsecond), risk, m.cfg.Blind)
+			d.Steps = append(d.Steps, step)
+			d.Reason = ReasonPredicted
+			return []ProbeResult{{Crawler: x.id, RTT: rtt}}, nil
+		}
+	}
 	var all []ProbeResult
 	var best ProbeResult
 	bestPred := 0.0

@@ -165,6 +165,7 @@ const (
 	ReasonHashed                  // consistent-hashing policy
 	ReasonConfident               // our policy: no unprobed crawler is likely to beat the best answer
 	ReasonAllProbed               // our policy: every plausible candidate probed, lowest wins
+	ReasonPredicted               // our policy: the learned statistics leave no doubt; no probe
 )
 
 var reasonNames = [...]string{
@@ -181,6 +182,7 @@ var reasonNames = [...]string{
 	ReasonHashed:           "hashed",
 	ReasonConfident:        "confident",
 	ReasonAllProbed:        "all-candidates-probed",
+	ReasonPredicted:        "predicted-no-probe",
 }
 
 func (r Reason) String() string {
