@@ -67,6 +67,9 @@ func NewBuilder() *Builder {
 	return &Builder{orgIdx: map[string]uint32{"": 0}, orgs: []string{""}}
 }
 
+// Grow makes room for n more ranges.
+func (b *Builder) Grow(n int) { b.ranges = slices.Grow(b.ranges, n) }
+
 // Len returns the number of ranges added so far.
 func (b *Builder) Len() int { return len(b.ranges) }
 
@@ -157,7 +160,7 @@ func (h *pieceHeap) Pop() any {
 func (b *Builder) Build() (*Tree, BuildStats, error) {
 	t0 := time.Now()
 	st := BuildStats{Ranges: len(b.ranges)}
-	slices.SortFunc(b.ranges, func(x, y brange) int { return rangeCmp(&x, &y) })
+	sortRanges(b.ranges)
 
 	// Sweep in preorder. stack holds indexes into out of the open ancestors
 	// of the current position; out[0] is Root.
@@ -314,4 +317,57 @@ func (b *Builder) assemble(out []brange, parents []uint32, depths []uint8) *Tree
 	t := &Tree{nodes: nodes, orgs: orgs, countries: countries}
 	t.finish()
 	return t
+}
+
+// sortRanges sorts into preorder. Registry files arrive sorted, so the input
+// is usually a concatenation of a few sorted runs: merge those (natural merge
+// sort, O(n log runs)); fall back to pdqsort when there are many runs.
+func sortRanges(rs []brange) {
+	var bounds []int
+	bounds = append(bounds, 0)
+	for i := 1; i < len(rs); i++ {
+		if rangeCmp(&rs[i-1], &rs[i]) > 0 {
+			bounds = append(bounds, i)
+			if len(bounds) > 64 {
+				slices.SortFunc(rs, func(x, y brange) int { return rangeCmp(&x, &y) })
+				return
+			}
+		}
+	}
+	if len(bounds) == 1 {
+		return
+	}
+	bounds = append(bounds, len(rs))
+	buf := make([]brange, len(rs))
+	src, dst := rs, buf
+	for len(bounds) > 2 {
+		var next []int
+		for i := 0; i+1 < len(bounds); i += 2 {
+			lo, mid := bounds[i], bounds[i+1]
+			hi := mid
+			if i+2 < len(bounds) {
+				hi = bounds[i+2]
+			}
+			a, b, k := lo, mid, lo
+			for a < mid && b < hi {
+				if rangeCmp(&src[b], &src[a]) < 0 {
+					dst[k] = src[b]
+					b++
+				} else {
+					dst[k] = src[a]
+					a++
+				}
+				k++
+			}
+			k += copy(dst[k:], src[a:mid])
+			copy(dst[k:], src[b:hi])
+			next = append(next, lo)
+		}
+		next = append(next, len(rs))
+		bounds = next
+		src, dst = dst, src
+	}
+	if &src[0] != &rs[0] {
+		copy(rs, src)
+	}
 }

@@ -33,10 +33,28 @@ func (r Registry) String() string {
 // ParseRegistry accepts the spellings found in RIR and IANA files
 // ("ripencc", "RIPE NCC", "ripe", "afrinic", "Administered by ARIN", …).
 func ParseRegistry(s string) (Registry, bool) {
-	k := strings.ToLower(strings.TrimSpace(s))
-	k = strings.TrimPrefix(k, "administered by ")
-	k = strings.NewReplacer(" ", "", "-", "", "_", "").Replace(k)
-	switch k {
+	// Normalise without allocating in the common case: lower case, no
+	// spaces, dashes or underscores, "administered by " dropped.
+	var buf [32]byte
+	k := buf[:0]
+	s = strings.TrimSpace(s)
+	if len(s) > 16 && strings.EqualFold(s[:16], "administered by ") {
+		s = s[16:]
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '-' || c == '_':
+			continue
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if len(k) == cap(k) {
+			return RegistryUnknown, false
+		}
+		k = append(k, c)
+	}
+	switch string(k) {
 	case "iana":
 		return RegistryIANA, true
 	case "afrinic":

@@ -148,18 +148,29 @@ func (r *snapReader) u128(maxBits uint) (u128, error) {
 		return u128{}, r.fail("shift %d out of range", tz)
 	}
 	var w u128
-	for i := uint(0); ; i++ {
+	for shift := uint(0); ; shift += 7 {
 		if r.off >= len(r.b) {
 			return u128{}, r.fail("truncated varint")
 		}
 		c := r.b[r.off]
 		r.off++
-		if 7*i >= 128 || (7*i > 121 && c>>(128-7*i) != 0) {
+		v := uint64(c & 0x7f)
+		switch {
+		case shift < 64:
+			w.lo |= v << shift
+			if shift > 57 {
+				w.hi |= v >> (64 - shift)
+			}
+		case shift < 128:
+			if shift > 121 && c>>(128-shift) != 0 {
+				return u128{}, r.fail("varint overflows 128 bits")
+			}
+			w.hi |= v << (shift - 64)
+		default:
 			return u128{}, r.fail("varint overflows 128 bits")
 		}
-		w = u128{w.hi | u128{0, uint64(c & 0x7f)}.shl(7*i).hi, w.lo | u128{0, uint64(c & 0x7f)}.shl(7*i).lo}
 		if c < 0x80 {
-			if c == 0 && i > 0 {
+			if c == 0 && shift > 0 {
 				return u128{}, r.fail("non-minimal varint")
 			}
 			break

@@ -54,6 +54,7 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 		}
 		return nil
 	}
+	var coarse [][]Range
 	for _, k := range kinds {
 		for _, f := range k.files {
 			rs, lr, err := LoadFile(f, k.load, src.Lenient)
@@ -62,9 +63,7 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 			}
 			rep.Loads = append(rep.Loads, lr)
 			log.Info("hierarchy source loaded", "file", f, "ranges", lr.Records, "skipped", lr.Skipped)
-			if err := add(rs, f); err != nil {
-				return nil, rep, err
-			}
+			coarse = append(coarse, rs)
 		}
 	}
 	var flat []Range
@@ -75,14 +74,29 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 		}
 		rep.Loads = append(rep.Loads, lr)
 		log.Info("hierarchy source loaded", "file", f, "ranges", lr.Records, "skipped", lr.Skipped)
-		flat = append(flat, rs...)
+		if flat == nil {
+			flat = rs
+		} else {
+			flat = append(flat, rs...)
+		}
 	}
+	var agg []Range
 	if !src.NoDerive {
-		agg := DeriveAggregates(flat)
+		agg = DeriveAggregates(flat)
 		rep.Aggregates = len(agg)
-		if err := add(agg, "derived aggregates"); err != nil {
+	}
+	total := len(flat) + len(agg)
+	for _, rs := range coarse {
+		total += len(rs)
+	}
+	b.Grow(total)
+	for i, rs := range coarse {
+		if err := add(rs, rep.Loads[i].File); err != nil {
 			return nil, rep, err
 		}
+	}
+	if err := add(agg, "derived aggregates"); err != nil {
+		return nil, rep, err
 	}
 	if err := add(flat, "range CSV"); err != nil {
 		return nil, rep, err

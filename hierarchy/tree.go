@@ -96,17 +96,8 @@ func (t *Tree) finish() {
 		t.orgList[ofill[o]] = NodeID(i)
 		ofill[o]++
 	}
-	// Subtree ends: in preorder, a node's subtree ends where the next node
-	// that is not its descendant starts.
 	t.subEnd = make([]uint32, n)
-	for i := n - 1; i >= 0; i-- {
-		end := uint32(i + 1)
-		// children are in increasing order; the last child's subtree end is ours
-		if c := t.childOff[i+1]; c > t.childOff[i] {
-			end = t.subEnd[t.childList[c-1]]
-		}
-		t.subEnd[i] = end
-	}
+	t.subEnd[0] = uint32(n)
 	t.buildIndex()
 }
 
@@ -115,9 +106,19 @@ func (t *Tree) buildIndex() {
 	var starts6 []u128
 	var owners4, owners6 []NodeID
 	var starts4 []uint32
+	n4 := 0
+	for id := 1; id < len(t.nodes) && t.nodes[id].fam == fam4; id++ {
+		n4++
+	}
 	for _, f := range []uint8{fam4, fam6} {
-		var starts []u128
-		var owners []NodeID
+		// A family's nodes are one contiguous ID block; every node adds at
+		// most two interval starts.
+		first, last := 1, 1+n4
+		if f == fam6 {
+			first, last = 1+n4, len(t.nodes)
+		}
+		starts := make([]u128, 0, 2*(last-first)+1)
+		owners := make([]NodeID, 0, 2*(last-first)+1)
 		emit := func(s u128, o NodeID) {
 			last := len(starts) - 1
 			if last >= 0 && starts[last] == s {
@@ -135,14 +136,12 @@ func (t *Tree) buildIndex() {
 		}
 		emit(u128{}, Root)
 		stack := []NodeID{Root}
-		for id := 1; id < len(t.nodes); id++ {
+		for id := first; id < last; id++ {
 			nd := &t.nodes[id]
-			if nd.fam != f {
-				continue
-			}
 			for len(stack) > 1 && t.nodes[stack[len(stack)-1]].e.less(nd.s) {
 				top := stack[len(stack)-1]
 				stack = stack[:len(stack)-1]
+				t.subEnd[top] = uint32(id)
 				emit(t.nodes[top].e.add1(), stack[len(stack)-1])
 			}
 			emit(nd.s, NodeID(id))
@@ -151,10 +150,10 @@ func (t *Tree) buildIndex() {
 		for len(stack) > 1 {
 			top := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if t.nodes[top].e == famMax(f) {
-				break // every remaining ancestor also ends at the top of the space
+			t.subEnd[top] = uint32(last)
+			if t.nodes[top].e != famMax(f) { // else every remaining ancestor ends there too
+				emit(t.nodes[top].e.add1(), stack[len(stack)-1])
 			}
-			emit(t.nodes[top].e.add1(), stack[len(stack)-1])
 		}
 		if f == fam4 {
 			starts4 = make([]uint32, len(starts))
