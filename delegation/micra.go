@@ -16,13 +16,19 @@ import (
 type MicraConfig struct {
 	// Miss is the risk the policy accepts: it stops probing once the summed
 	// probability that an unprobed candidate beats the best answer so far is
-	// below Miss. Default 0.02.
+	// below Miss. Default 0.03.
 	Miss float64
 	// MaxProbes caps the probes of one decision. Default 12.
 	MaxProbes int
 	// PriorSigma is the spread (sd of ln RTT) assumed for a crawler with a
-	// single observation in a context. Default 0.45.
+	// single observation in a context, until the pooled spread of that kind
+	// of context has been learned (PooledAfter observations). Default 0.45.
 	PriorSigma float64
+	// PooledAfter: observations of a kind of context (subnets at one depth,
+	// organisations, countries, everything) after which the spread learned
+	// across all contexts of that kind replaces PriorSigma. Default 20;
+	// negative: never.
+	PooledAfter float64
 	// MinCandidates: contexts are widened until at least this many
 	// candidates are known. Default 8.
 	MinCandidates int
@@ -45,13 +51,16 @@ type MicraConfig struct {
 
 func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Miss <= 0 {
-		m.Miss = 0.02
+		m.Miss = 0.03
 	}
 	if m.MaxProbes <= 0 {
 		m.MaxProbes = 12
 	}
 	if m.PriorSigma <= 0 {
 		m.PriorSigma = 0.45
+	}
+	if m.PooledAfter == 0 {
+		m.PooledAfter = 20
 	}
 	if m.MinCandidates <= 0 {
 		m.MinCandidates = 8
@@ -109,6 +118,31 @@ const (
 
 func mkCtx(kind ctxKey, id uint32) ctxKey { return kind<<32 | ctxKey(id) }
 
+// kinds of context for pooling spreads: node depths 0..15, then the others.
+const ctxKinds = 19
+
+func (m *micraChooser) kindOf(t Tree, k ctxKey) int {
+	switch k >> 32 {
+	case ctxNode:
+		return min(int(t.Node(hierarchy.NodeID(uint32(k))).Depth), 15)
+	case ctxOrg:
+		return 16
+	case ctxCountry:
+		return 17
+	}
+	return 18
+}
+
+// sigma0 is the spread expected for one observation in a context of k's
+// kind: learned across all such contexts once there is enough data.
+func (m *micraChooser) sigma0(kind int) float64 {
+	p := m.pooled[kind]
+	if m.cfg.PooledAfter > 0 && p.dof >= m.cfg.PooledAfter {
+		return math.Sqrt(p.m2 / p.dof)
+	}
+	return m.cfg.PriorSigma
+}
+
 // lnStat is Welford's running mean and M2 of ln(RTT in ms).
 type lnStat struct {
 	n, mean, m2 float64
@@ -124,6 +158,8 @@ func (s *lnStat) add(x float64) {
 type micraChooser struct {
 	cfg   MicraConfig
 	stats map[ctxKey]map[CrawlerID]*lnStat
+	// pooled within-(context, crawler) spread per kind of context
+	pooled [ctxKinds]struct{ m2, dof float64 }
 
 	// where live crawlers sit, rebuilt when membership changes
 	locVer   uint64
@@ -210,7 +246,13 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 				st = &lnStat{}
 				cs[p.Crawler] = st
 			}
+			before := st.m2
 			st.add(x)
+			if st.n > 1 {
+				kp := &m.pooled[m.kindOf(e.d.Tree, k)]
+				kp.m2 += st.m2 - before
+				kp.dof++
+			}
 		}
 	}
 }
@@ -222,10 +264,11 @@ type micraCand struct {
 	probed bool
 }
 
-func (m *micraChooser) predict(ks []ctxKey, c CrawlerID) micraCand {
+func (m *micraChooser) predict(t Tree, ks []ctxKey, c CrawlerID) micraCand {
 	s0 := m.cfg.PriorSigma
 	for _, k := range ks {
 		if st, ok := m.stats[k][c]; ok && st.n >= 1 {
+			s0 := m.sigma0(m.kindOf(t, k))
 			// shrink the sd towards the prior; widen for few samples
 			sd := math.Sqrt((st.m2 + 2*s0*s0) / (st.n - 1 + 2))
 			sd *= math.Sqrt(1 + 1/st.n)
@@ -299,7 +342,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	}
 	cands := make([]micraCand, len(ids))
 	for i, c := range ids {
-		cands[i] = m.predict(ks, c)
+		cands[i] = m.predict(e.d.Tree, ks, c)
 	}
 	slices.SortFunc(cands, func(a, b micraCand) int {
 		if c := cmp.Compare(a.mu, b.mu); c != 0 {

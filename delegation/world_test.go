@@ -106,10 +106,19 @@ func newSynthWorld(tb testing.TB, seed uint64, nCrawlers, nHosts int) *synthWorl
 		ip := netip.AddrFrom4(a)
 		k24 := netip.AddrFrom4([4]byte{a[0], a[1], a[2], 0})
 		if _, ok := w.loc[k24]; !ok {
-			// a /24 sits somewhere in its country
-			d := rng.ExpFloat64() * c.km
-			br := rng.Float64() * 2 * math.Pi
-			w.loc[k24] = [2]float64{c.lat + d/111*math.Cos(br), c.lon + d/111*math.Sin(br)/math.Max(0.2, math.Cos(c.lat*math.Pi/180))}
+			// an allocation (/16) serves a city of its country; most of its
+			// /24s sit there, the others anywhere in the country
+			k16 := netip.AddrFrom4([4]byte{a[0], a[1], 255, 255})
+			city, ok := w.loc[k16]
+			if !ok {
+				city = jitterLoc(rng, c.lat, c.lon, c.km)
+				w.loc[k16] = city
+			}
+			if rng.Float64() < 0.75 {
+				w.loc[k24] = jitterLoc(rng, city[0], city[1], 30)
+			} else {
+				w.loc[k24] = jitterLoc(rng, c.lat, c.lon, c.km)
+			}
 		}
 		w.access[ip] = 1 + rng.ExpFloat64()*4
 		return ip
@@ -146,6 +155,12 @@ func newSynthWorld(tb testing.TB, seed uint64, nCrawlers, nHosts int) *synthWorl
 		w.hosts = append(w.hosts, place(pick()))
 	}
 	return w
+}
+
+func jitterLoc(rng *rand.Rand, lat, lon, km float64) [2]float64 {
+	d := rng.ExpFloat64() * km
+	br := rng.Float64() * 2 * math.Pi
+	return [2]float64{lat + d/111*math.Cos(br), lon + d/111*math.Sin(br)/math.Max(0.2, math.Cos(lat*math.Pi/180))}
 }
 
 func add(tb testing.TB, b *hierarchy.Builder, p netip.Prefix, org, cc string) {
