@@ -1,0 +1,116 @@
+package pack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// CarrierExt is the file extension of carriers written by FileSink.
+const CarrierExt = ".mcar"
+
+// FileSink is a Receiver that writes each carrier to its own file in Dir,
+// named by the carrier ID. It acknowledges only after the file is fsynced and
+// renamed into place, so an acknowledged carrier survives a crash; a redelivery
+// overwrites the same file (idempotent).
+type FileSink struct {
+	Dir string
+}
+
+// Deliver writes c to Dir/<id>.mcar.
+func (s FileSink) Deliver(ctx context.Context, c Carrier) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return err
+	}
+	name := filepath.Join(s.Dir, sanitizeFileName(c.ID())+CarrierExt)
+	f, err := os.CreateTemp(s.Dir, ".carrier-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(c.Data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("file sink: %w", err)
+	}
+	// Sync the directory so the rename itself is durable.
+	if d, err := os.Open(s.Dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func sanitizeFileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == 0 || r == ':' {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// ReadFile decodes one carrier file.
+func ReadFile(path string) (Header, []Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Header{}, nil, err
+	}
+	h, recs, err := Decode(data)
+	if err != nil {
+		return h, recs, fmt.Errorf("%s: %w", path, err)
+	}
+	return h, recs, nil
+}
+
+// CarrierFiles lists the carrier files in dir in name order (crawler, then sequence).
+func CarrierFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), CarrierExt) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ReadDir decodes every carrier in dir and calls fn for each record. It stops
+// at the first error, naming the file.
+func ReadDir(dir string, fn func(Header, *Record) error) error {
+	files, err := CarrierFiles(dir)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		h, recs, err := ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			if err := fn(h, &recs[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
