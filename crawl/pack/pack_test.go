@@ -24,8 +24,8 @@ func sampleRecord(i int) Record {
 		Timing:    Timing{DNS: time.Millisecond, Connect: 2 * time.Millisecond, FirstByte: 5 * time.Millisecond, Total: 9 * time.Millisecond},
 		WireBytes: 4000, BodyBytes: 10000, TextBytes: 3000, ContentType: "text/html",
 		Title: fmt.Sprintf("Page %d about crawling", i), Lang: "en",
-		Keywords:  []Keyword{{"crawl", 12}, {"page", 7}, {fmt.Sprintf("term%d", i), 3}},
-		OutLinks:  20, ContentHash: [16]byte{1, 2, 3, byte(i)}, SimHash: 0xdeadbeef<<8 | uint64(i),
+		Keywords: []Keyword{{"crawl", 12}, {"page", 7}, {fmt.Sprintf("term%d", i), 3}},
+		OutLinks: 20, ContentHash: [16]byte{1, 2, 3, byte(i)}, SimHash: 0xdeadbeef<<8 | uint64(i),
 		ETag: `"abc"`, LastModified: "Mon, 02 Jan 2006 15:04:05 GMT", CrawlerID: "c1", Flags: FlagNoFollow,
 	}
 }
