@@ -96,7 +96,11 @@ func (w *Web) links(h, p int) []link {
 		if th != h {
 			href = "http://" + w.names[th] + ":" + port + pagePath(tp)
 		} else {
-			switch v := r.IntN(20); {
+			v := r.IntN(20)
+			if c.CanonicalLinks && v >= 18 {
+				v = 0
+			}
+			switch {
 			case v < 10 || tp == 0:
 				href = pagePath(tp)
 			case v < 13:
@@ -112,7 +116,7 @@ func (w *Web) links(h, p int) []link {
 			default:
 				href = pagePath(tp) + "#section-" + strconv.Itoa(r.IntN(5))
 			}
-			if strings.HasPrefix(href, "http://") && r.IntN(4) == 0 {
+			if !c.CanonicalLinks && strings.HasPrefix(href, "http://") && r.IntN(4) == 0 {
 				href = strings.Replace(href, "http://"+w.names[h], "HTTP://"+strings.ToUpper(w.names[h]), 1)
 			}
 		}

@@ -52,6 +52,10 @@ type Config struct {
 	// parameter (?utm_source=…) that does not change the page. Default
 	// 0.02; negative for none.
 	TrackingParamRate float64
+	// CanonicalLinks, when set, spells every link so that it resolves to
+	// the canonical URL without normalisation rules beyond RFC 3986
+	// resolution: no fragments, no tracking parameters, no case games.
+	CanonicalLinks bool
 	// PrivateLinkRate is the fraction of pages linking to a robots-excluded
 	// /private/ page. Default 0.1; negative for none.
 	PrivateLinkRate float64
@@ -87,7 +91,7 @@ func (c Config) withDefaults() Config {
 	if c.LocalLinkFraction == 0 {
 		c.LocalLinkFraction = 0.8
 	}
-	if c.TrackingParamRate == 0 {
+	if c.TrackingParamRate == 0 && !c.CanonicalLinks {
 		c.TrackingParamRate = 0.02
 	}
 	if c.PrivateLinkRate == 0 {

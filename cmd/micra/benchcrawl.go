@@ -1,0 +1,446 @@
+package main
+
+// `micra bench crawl`: the synthetic web on loopback crawled by Colly and by
+// micra in the same process run, figures printed side by side.
+//
+// Fairness. Both crawlers see the same web (same seed), the same seeds (every
+// host's home page), obey robots.txt, keep connections alive and run without
+// rest delays. Colly runs in async mode with one global LimitRule of
+// Parallelism = --workers (Colly cannot bound requests per host: a LimitRule
+// shares one semaphore across all matching domains). micra runs --workers
+// host workers with its structural politeness intact: at most one request in
+// flight per host and --per-ip per address. Colly is thus the less
+// constrained of the two. Duplicate fetches are counted by the server: a 200
+// answer for a page version that was already served in the same run.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocolly/colly/v2"
+	"github.com/spf13/cobra"
+	"golang.org/x/net/html"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/micra-crawler/micra/testnet/synthweb"
+)
+
+type benchCrawlOptions struct {
+	json         bool
+	hosts        int
+	hostsPerIP   int
+	pagesPerHost int
+	seed         uint64
+	workers      int
+	perIP        int
+	skipColly    bool
+	canonical    bool
+	timeout      time.Duration
+}
+
+// benchCrawlResult is one crawler's figures.
+type benchCrawlResult struct {
+	Crawler          string  `json:"crawler"`
+	Mode             string  `json:"mode"`
+	Pages            int64   `json:"pages"`         // distinct pages fetched (server side)
+	Seconds          float64 `json:"seconds"`       // wall time, first request to last
+	PagesPerSec      float64 `json:"pages_per_sec"` // Pages / Seconds
+	Fetches          int64   `json:"fetches"`       // page GETs answered 200 (server side)
+	FetchesPerSec    float64 `json:"fetches_per_sec"`
+	DuplicateFetches int64   `json:"duplicate_fetches"` // server side
+	DuplicatePercent float64 `json:"duplicate_percent"`
+	RobotsViolations int64   `json:"robots_violations"`
+	BytesFetched     int64   `json:"bytes_fetched"`     // HTML body bytes served to this crawler
+	CarrierBytes     int64   `json:"carrier_bytes"`     // compressed carrier bytes shipped (0: none)
+	CarrierRatio     float64 `json:"carrier_ratio"`     // BytesFetched / CarrierBytes
+	Records          int64   `json:"records,omitempty"` // records packed into carriers
+	Errors           int64   `json:"errors"`            // fetch errors other than robots refusals
+	Coverage         float64 `json:"coverage"`          // Pages / pages on the web
+	Note             string  `json:"note,omitempty"`
+}
+
+type benchCrawlReport struct {
+	Web struct {
+		Hosts          int  `json:"hosts"`
+		Addresses      int  `json:"addresses"`
+		PagesPerHost   int  `json:"pages_per_host"`
+		Pages          int  `json:"pages"`
+		AvgPageBytes   int  `json:"avg_page_bytes"`
+		LinksPerPage   int  `json:"links_per_page"`
+		CanonicalLinks bool `json:"canonical_links"`
+	} `json:"web"`
+	Workers      int               `json:"workers"`
+	PerIP        int               `json:"per_ip"`
+	GOMAXPROCS   int               `json:"gomaxprocs"`
+	Colly        *benchCrawlResult `json:"colly,omitempty"`
+	Micra        *benchCrawlResult `json:"micra"`
+	SpeedupRatio float64           `json:"speedup_ratio,omitempty"` // micra pages/s ÷ Colly pages/s
+}
+
+func init() {
+	o := &benchCrawlOptions{}
+	cmd := &cobra.Command{
+		Use:   "crawl",
+		Short: "crawl the loopback synthetic web with micra and with Colly in one run; print pages/s, ratio, duplicates, bytes",
+		Long: `Starts the synthetic web (testnet/synthweb) on loopback, crawls it with
+github.com/gocolly/colly/v2 and then with micra, in the same process, and prints
+pages/s of each, their ratio, duplicate fetches of each (counted by the server),
+bytes fetched and bytes shipped in carriers.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchCrawl(cmd.Context(), cmd.OutOrStdout(), o) },
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.json, "json", false, "print the report as JSON")
+	f.IntVar(&o.hosts, "hosts", 200, "hosts in the synthetic web")
+	f.IntVar(&o.hostsPerIP, "hosts-per-ip", 4, "hosts sharing one loopback address")
+	f.IntVar(&o.pagesPerHost, "pages-per-host", 100, "pages per host")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic web")
+	f.IntVar(&o.workers, "workers", 64, "micra host workers; Colly global parallelism")
+	f.IntVar(&o.perIP, "per-ip", 2, "micra requests in flight per address")
+	f.BoolVar(&o.skipColly, "skip-colly", false, "run micra only")
+	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	benchParentCmd().AddCommand(cmd)
+}
+
+// benchParentCmd returns the shared "bench" command, creating it if no other
+// file has.
+func benchParentCmd() *cobra.Command {
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "bench" {
+			return c
+		}
+	}
+	b := &cobra.Command{Use: "bench", Short: "experiments that measure micra beside a peer in the same run"}
+	rootCmd.AddCommand(b)
+	return b
+}
+
+func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	web, err := synthweb.Start(synthweb.Config{Seed: o.seed, Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, CanonicalLinks: o.canonical})
+	if err != nil {
+		return err
+	}
+	defer web.Close()
+	rep := &benchCrawlReport{Workers: o.workers, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	cfg := web.Config()
+	rep.Web.Hosts, rep.Web.Addresses, rep.Web.PagesPerHost, rep.Web.Pages = cfg.Hosts, web.NumIPs(), cfg.PagesPerHost, web.TotalPages()
+	rep.Web.LinksPerPage, rep.Web.CanonicalLinks = cfg.LinksPerPage, cfg.CanonicalLinks
+
+	if !o.skipColly {
+		web.ResetStats()
+		r, err := benchColly(ctx, web, o)
+		if err != nil {
+			return fmt.Errorf("colly: %w", err)
+		}
+		rep.Colly = r
+	}
+	web.ResetStats()
+	runtime.GC()
+	r, err := benchMicra(ctx, web, o)
+	if err != nil {
+		return fmt.Errorf("micra: %w", err)
+	}
+	rep.Micra = r
+	if r.Pages > 0 {
+		rep.Web.AvgPageBytes = int(r.BytesFetched / max(r.Pages, 1))
+	}
+	if rep.Colly != nil && rep.Colly.PagesPerSec > 0 {
+		rep.SpeedupRatio = r.PagesPerSec / rep.Colly.PagesPerSec
+	}
+	if o.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printBenchCrawl(out, rep)
+	return nil
+}
+
+func finishResult(r *benchCrawlResult, web *synthweb.Web, elapsed time.Duration) {
+	st := web.Stats()
+	r.Pages = st.UniquePages
+	r.Seconds = elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.PagesPerSec = float64(r.Pages) / r.Seconds
+	}
+	r.Fetches = st.PageFetches
+	if r.Seconds > 0 {
+		r.FetchesPerSec = float64(r.Fetches) / r.Seconds
+	}
+	r.DuplicateFetches = st.DuplicateFetches
+	if st.PageFetches > 0 {
+		r.DuplicatePercent = 100 * float64(st.DuplicateFetches) / float64(st.PageFetches)
+	}
+	r.RobotsViolations = st.RobotsViolations
+	r.BytesFetched = st.BytesServed
+	if r.CarrierBytes > 0 {
+		r.CarrierRatio = float64(r.BytesFetched) / float64(r.CarrierBytes)
+	}
+	r.Coverage = float64(r.Pages) / float64(web.TotalPages())
+}
+
+func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
+	tr := &http.Transport{
+		DialContext:         web.DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	c := colly.NewCollector(colly.Async(true), colly.UserAgent(fetch.DefaultUserAgent+" colly-bench"))
+	c.IgnoreRobotsTxt = false // obey robots.txt, like micra
+	c.WithTransport(tr)
+	c.SetRequestTimeout(30 * time.Second)
+	if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: o.workers}); err != nil {
+		return nil, err
+	}
+	var errs atomic.Int64
+	c.OnHTML("a[href]", func(e *colly.HTMLElement) {
+		if ctx.Err() == nil {
+			_ = e.Request.Visit(e.Attr("href"))
+		}
+	})
+	c.OnError(func(_ *colly.Response, _ error) { errs.Add(1) })
+	start := time.Now()
+	for _, s := range web.Seeds() {
+		var already *colly.AlreadyVisitedError
+		if err := c.Visit(s); err != nil && !errors.As(err, &already) {
+			return nil, err
+		}
+	}
+	c.Wait()
+	elapsed := time.Since(start)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r := &benchCrawlResult{Crawler: "colly", Mode: "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed", Errors: errs.Load()}
+	finishResult(r, web, elapsed)
+	return r, nil
+}
+
+// benchMicra crawls with micra's fetcher and normaliser: per-host
+// breadth-first queues, hosts in parallel up to --workers, a seen-set of
+// normalised URLs, link extraction with the x/net/html tokenizer.
+func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
+	f, err := fetch.New(fetch.Config{
+		AllowPrivate: true, // the synthetic web lives on loopback
+		NoDelay:      true,
+		DelayFactor:  -1,
+		PerIPLimit:   o.perIP,
+		Resolver:     web,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	norm := urlnorm.New(urlnorm.DefaultOptions())
+	fr := newBenchFrontier(web.Config().Hosts)
+	for _, s := range web.Seeds() {
+		u, err := norm.Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		fr.add(u)
+	}
+	var errs atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < o.workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				host, u, ok := fr.next(ctx)
+				if !ok {
+					return
+				}
+				resp, err := f.Fetch(ctx, fetch.Request{URL: u})
+				var links []*url.URL
+				if err == nil && resp.Status == 200 {
+					base, _ := url.Parse(resp.FinalURL)
+					links = benchExtractLinks(base, resp.Body, norm)
+				} else if err != nil && fetch.ReasonOf(err) != fetch.ReasonRobots {
+					errs.Add(1)
+				}
+				fr.done(host, links)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r := &benchCrawlResult{Crawler: "micra", Mode: "micra fetcher + urlnorm, per-host BFS (no extract/carriers yet)", Errors: errs.Load()}
+	finishResult(r, web, elapsed)
+	return r, nil
+}
+
+// benchExtractLinks returns the normalised absolute links of an HTML page,
+// honouring <base href>.
+func benchExtractLinks(base *url.URL, body []byte, norm *urlnorm.Normalizer) []*url.URL {
+	z := html.NewTokenizer(strings.NewReader(string(body)))
+	var out []*url.URL
+	for {
+		tt := z.Next()
+		if tt == html.ErrorToken {
+			return out
+		}
+		if tt != html.StartTagToken && tt != html.SelfClosingTagToken {
+			continue
+		}
+		name, hasAttr := z.TagName()
+		if !hasAttr || !(len(name) == 1 && name[0] == 'a' || string(name) == "base") {
+			continue
+		}
+		for {
+			k, v, more := z.TagAttr()
+			if string(k) == "href" {
+				if string(name) == "base" {
+					if b, err := base.Parse(string(v)); err == nil {
+						base = b
+					}
+				} else if u, err := norm.Resolve(base, string(v)); err == nil {
+					out = append(out, u)
+				}
+			}
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// benchFrontier is the in-memory per-host breadth-first frontier of the
+// fetcher-only crawl: a host is handed to one worker at a time.
+type benchFrontier struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	seen     map[string]struct{}
+	queues   map[string][]string
+	ready    []string // hosts with queued URLs and no worker
+	busy     map[string]bool
+	inflight int
+}
+
+func newBenchFrontier(hosts int) *benchFrontier {
+	f := &benchFrontier{seen: make(map[string]struct{}), queues: make(map[string][]string, hosts), busy: make(map[string]bool)}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// add enqueues u if never seen; the caller holds no lock.
+func (f *benchFrontier) add(u *url.URL) {
+	f.mu.Lock()
+	f.addLocked(u)
+	f.mu.Unlock()
+}
+
+func (f *benchFrontier) addLocked(u *url.URL) {
+	s := u.String()
+	if _, ok := f.seen[s]; ok {
+		return
+	}
+	f.seen[s] = struct{}{}
+	h := urlnorm.HostKey(u)
+	if len(f.queues[h]) == 0 && !f.busy[h] {
+		f.ready = append(f.ready, h)
+		f.cond.Signal()
+	}
+	f.queues[h] = append(f.queues[h], s)
+}
+
+// next blocks until a host is ready and returns its next URL; ok is false
+// when the crawl is over (nothing queued, nothing in flight) or ctx ended.
+func (f *benchFrontier) next(ctx context.Context) (string, string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.ready) == 0 {
+		if f.inflight == 0 || ctx.Err() != nil {
+			f.cond.Broadcast()
+			return "", "", false
+		}
+		f.cond.Wait()
+	}
+	h := f.ready[0]
+	f.ready = f.ready[1:]
+	q := f.queues[h]
+	u := q[0]
+	f.queues[h] = q[1:]
+	f.busy[h] = true
+	f.inflight++
+	return h, u, true
+}
+
+// done records the links found and hands the host back.
+func (f *benchFrontier) done(h string, links []*url.URL) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range links {
+		f.addLocked(l)
+	}
+	f.busy[h] = false
+	f.inflight--
+	if len(f.queues[h]) > 0 {
+		f.ready = append(f.ready, h)
+		f.cond.Signal()
+	} else {
+		delete(f.queues, h)
+	}
+	if f.inflight == 0 && len(f.ready) == 0 {
+		f.cond.Broadcast()
+	}
+}
+
+func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
+	spelling := "links spelled as on the real web (fragments, tracking parameters, case, dot segments)"
+	if rep.Web.CanonicalLinks {
+		spelling = "canonically spelled links"
+	}
+	fmt.Fprintf(out, "synthetic web: %d hosts on %d loopback addresses, %d pages (%d per host), ~%d B/page, %d links/page, %s\n",
+		rep.Web.Hosts, rep.Web.Addresses, rep.Web.Pages, rep.Web.PagesPerHost, rep.Web.AvgPageBytes, rep.Web.LinksPerPage, spelling)
+	fmt.Fprintf(out, "limits: %d workers (Colly: global parallelism; micra: host workers, 1 request per host, %d per address); GOMAXPROCS=%d\n\n",
+		rep.Workers, rep.PerIP, rep.GOMAXPROCS)
+	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %10s %9s %6s\n",
+		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "bytes", "carrier B", "fetch/car", "errors")
+	row := func(r *benchCrawlResult) {
+		carrier, ratio := "-", "-"
+		if r.CarrierBytes > 0 {
+			carrier, ratio = fmt.Sprint(r.CarrierBytes), fmt.Sprintf("%.1f×", r.CarrierRatio)
+		}
+		fmt.Fprintf(out, "%-7s %8d %8.2f %9.0f %9.0f %6d %4.1f%% %8d %11d %10s %9s %6d\n",
+			r.Crawler, r.Pages, r.Seconds, r.PagesPerSec, r.FetchesPerSec, r.DuplicateFetches, r.DuplicatePercent, r.RobotsViolations,
+			r.BytesFetched, carrier, ratio, r.Errors)
+	}
+	if rep.Colly != nil {
+		row(rep.Colly)
+	}
+	row(rep.Micra)
+	fmt.Fprintln(out)
+	if rep.Colly != nil {
+		fmt.Fprintf(out, "micra/Colly pages/s ratio: %.2f× (target ≥ 1.5×)\n", rep.SpeedupRatio)
+		fmt.Fprintf(out, "colly: %s\n", rep.Colly.Mode)
+	}
+	fmt.Fprintf(out, "micra: %s\n", rep.Micra.Mode)
+	if rep.Micra.Note != "" {
+		fmt.Fprintf(out, "note: %s\n", rep.Micra.Note)
+	}
+}
