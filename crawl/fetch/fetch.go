@@ -456,17 +456,21 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 			Err: errors.New("media type " + mt + " not accepted")}
 	}
 
-	slow := time.AfterFunc(f.cfg.SlowBodyDeadline, func() { cancel(errSlowBody) })
-	defer slow.Stop()
-	cr := &countingReader{r: hresp.Body}
-	encoding := hresp.Header.Get("Content-Encoding")
-	dec, closeDec, err := decoders(cr, encoding, 8<<20)
-	if err != nil {
-		return res, &Error{Reason: ReasonContentEncoding, URL: target, Status: hresp.StatusCode, Err: err}
-	}
 	limit := f.cfg.MaxBodyBytes
 	if opts.truncate > 0 {
 		limit = opts.truncate
+	}
+	encoding := hresp.Header.Get("Content-Encoding")
+	if opts.truncate == 0 && hresp.ContentLength > limit {
+		return res, &Error{Reason: ReasonBodyTooLarge, URL: target, Status: hresp.StatusCode,
+			Err: errors.New("Content-Length " + strconv.FormatInt(hresp.ContentLength, 10) + " exceeds " + strconv.FormatInt(limit, 10) + " bytes")}
+	}
+	slow := time.AfterFunc(f.cfg.SlowBodyDeadline, func() { cancel(errSlowBody) })
+	defer slow.Stop()
+	cr := &countingReader{r: hresp.Body}
+	dec, closeDec, err := decoders(cr, encoding, 8<<20)
+	if err != nil {
+		return res, &Error{Reason: ReasonContentEncoding, URL: target, Status: hresp.StatusCode, Err: err}
 	}
 	hint := hresp.ContentLength
 	if encoding != "" {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -496,4 +497,26 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+func TestHostileDeclaredHugeBody(t *testing.T) {
+	var wrote atomic.Int64
+	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Content-Length", strconv.Itoa(1<<30))
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 1<<14; i++ {
+			n, err := w.Write(chunk)
+			wrote.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	f := testFetcher(t, func(c *Config) { c.MaxBodyBytes = 1 << 20 })
+	resp, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/"})
+	wantReason(t, err, ReasonBodyTooLarge)
+	if resp != nil {
+		t.Fatal("response returned with error")
+	}
 }

@@ -169,22 +169,29 @@ func (f *Fetcher) Robots(ctx context.Context, u *url.URL) (RobotsEntry, error) {
 		f.applyCrawlDelay(u, e, false)
 		return e, nil
 	}
-	v, err, _ := f.robotsFlight.Do(origin, func() (any, error) {
-		if e, ok := f.cfg.RobotsCache.Get(origin); ok && f.cfg.Now().Before(e.Expires) {
+	for attempt := 0; ; attempt++ {
+		v, err, _ := f.robotsFlight.Do(origin, func() (any, error) {
+			if e, ok := f.cfg.RobotsCache.Get(origin); ok && f.cfg.Now().Before(e.Expires) {
+				return e, nil
+			}
+			e, err := f.fetchRobots(ctx, u)
+			if err != nil {
+				return RobotsEntry{}, err
+			}
+			f.cfg.RobotsCache.Put(origin, e)
+			f.applyCrawlDelay(u, e, true)
 			return e, nil
+		})
+		// The shared fetch ran under another caller's context: if that
+		// caller gave up, and we have not, ask again.
+		if err != nil && ReasonOf(err) == ReasonCanceled && ctx.Err() == nil && attempt < 3 {
+			continue
 		}
-		e, err := f.fetchRobots(ctx, u)
 		if err != nil {
 			return RobotsEntry{}, err
 		}
-		f.cfg.RobotsCache.Put(origin, e)
-		f.applyCrawlDelay(u, e, true)
-		return e, nil
-	})
-	if err != nil {
-		return RobotsEntry{}, err
+		return v.(RobotsEntry), nil
 	}
-	return v.(RobotsEntry), nil
 }
 
 // applyCrawlDelay hands the capped Crawl-delay to the politeness state; when
