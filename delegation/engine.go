@@ -295,19 +295,7 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 			return r, nil
 		}
 	}
-	var room []CrawlerID
-	for _, c := range e.liveIDs() {
-		if e.hasRoom(c, pages) && !slices.ContainsFunc(ranked, func(r ProbeResult) bool { return r.Crawler == c }) {
-			room = append(room, c)
-		}
-	}
-	res := e.probe(ctx, ip, room, &step, d)
-	var pick ProbeResult
-	for _, r := range res {
-		if r.OK && (!pick.OK || r.RTT < pick.RTT) {
-			pick = r
-		}
-	}
+	pick := e.probeRoom(ctx, ip, pages, ranked, &step, d)
 	if !pick.OK {
 		step.Note = "nobody has room: best takes it over capacity"
 		d.Steps = append(d.Steps, step)
@@ -316,6 +304,24 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 	step.Note = fmt.Sprintf("%s full: probed crawlers with room", best.Crawler)
 	d.Steps = append(d.Steps, step)
 	return pick, nil
+}
+
+// probeRoom probes the live crawlers (not in skip) that have room for pages
+// more and returns the lowest answer.
+func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, pages int, skip []ProbeResult, step *Step, d *Decision) ProbeResult {
+	var room []CrawlerID
+	for _, c := range e.liveIDs() {
+		if e.hasRoom(c, pages) && !slices.ContainsFunc(skip, func(r ProbeResult) bool { return r.Crawler == c }) {
+			room = append(room, c)
+		}
+	}
+	var pick ProbeResult
+	for _, r := range e.probe(ctx, ip, room, step, d) {
+		if r.OK && (!pick.OK || r.RTT < pick.RTT) {
+			pick = r
+		}
+	}
+	return pick
 }
 
 // rebalanceCached handles a delegated subnet whose owner is full when one
@@ -345,6 +351,22 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 			}
 		}
 		step.Note = fmt.Sprintf("%s full: moved %d subnet(s) to the next best with room", rec.Owner, n)
+		if n == 0 {
+			// no recorded alternative has room: ask those who have
+			pages := e.loads.Pages(s) + 1
+			if pick := e.probeRoom(ctx, d.IP, pages, rec.Probes, &step, d); pick.OK {
+				nr := rec
+				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
+				nr.Probes = append(slices.Clone(rec.Probes), pick)
+				pub, err := e.d.Dir.Publish(ctx, nr)
+				if err != nil {
+					return err
+				}
+				e.loads.Move(s, pub.Owner)
+				d.Moved = append(d.Moved, pub)
+				step.Note = fmt.Sprintf("%s full, no recorded alternative with room: probed crawlers with room, %s takes it", rec.Owner, pub.Owner)
+			}
+		}
 	}
 	for _, m := range d.Moved {
 		if m.Subnet == s {
@@ -393,6 +415,9 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 			break
 		}
 		vp := e.loads.Pages(v.rec.Subnet)
+		if v.rec.Subnet == d.Subnet {
+			vp++ // the page being delegated goes with it
+		}
 		alts := slices.Clone(v.rec.Probes)
 		slices.SortStableFunc(alts, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
 		for _, a := range alts {
