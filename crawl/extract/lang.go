@@ -1,0 +1,87 @@
+package extract
+
+import (
+	"sync"
+
+	"github.com/kljensen/snowball/english"
+	"github.com/kljensen/snowball/french"
+	"github.com/kljensen/snowball/hungarian"
+	"github.com/kljensen/snowball/norwegian"
+	"github.com/kljensen/snowball/russian"
+	"github.com/kljensen/snowball/spanish"
+	"github.com/kljensen/snowball/swedish"
+)
+
+// language is one language the Snowball stemmers cover: its stop-word list
+// doubles as the cheap language detector (the language whose function words
+// occur most often among the first words wins).
+type language struct {
+	code   string
+	isStop func(string) bool
+	stem   func(string) string
+	cache  *stemCache
+}
+
+// langSampleWords is how many leading words vote on the language.
+const langSampleWords = 400
+
+var languages = [...]language{
+	{"en", english.IsStopWord, func(w string) string { return english.Stem(w, false) }, new(stemCache)},
+	{"fr", french.IsStopWord, func(w string) string { return french.Stem(w, false) }, new(stemCache)},
+	{"es", spanish.IsStopWord, func(w string) string { return spanish.Stem(w, false) }, new(stemCache)},
+	{"ru", russian.IsStopWord, func(w string) string { return russian.Stem(w, false) }, new(stemCache)},
+	{"sv", swedish.IsStopWord, func(w string) string { return swedish.Stem(w, false) }, new(stemCache)},
+	{"no", norwegian.IsStopWord, func(w string) string { return norwegian.Stem(w, false) }, new(stemCache)},
+	{"hu", hungarian.IsStopWord, func(w string) string { return hungarian.Stem(w, false) }, new(stemCache)},
+}
+
+var englishLang = &languages[0]
+
+// guessLanguage picks the language with the most stop-word hits, if the
+// evidence is enough: at least 3 hits and 1 in 20 sampled words.
+func (x *extractor) guessLanguage() *language {
+	best, hits := -1, 0
+	for i, n := range x.stops {
+		if n > hits {
+			best, hits = i, n
+		}
+	}
+	sample := min(x.page.Words, langSampleWords)
+	if best < 0 || hits < 3 || hits*20 < sample {
+		return nil
+	}
+	return &languages[best]
+}
+
+// Snowball stemming costs microseconds per word while web vocabulary is
+// Zipfian, so a bounded cache of recent stems pays for itself many times.
+const stemCacheShards, stemCacheShardCap = 16, 8192
+
+type stemCache struct {
+	shards [stemCacheShards]struct {
+		sync.Mutex
+		m map[string]string
+	}
+}
+
+func (l *language) cachedStem(w string) string {
+	var h uint32 = 2166136261
+	for i := 0; i < len(w); i++ {
+		h = (h ^ uint32(w[i])) * 16777619
+	}
+	s := &l.cache.shards[h%stemCacheShards]
+	s.Lock()
+	if st, ok := s.m[w]; ok {
+		s.Unlock()
+		return st
+	}
+	s.Unlock()
+	st := l.stem(w)
+	s.Lock()
+	if s.m == nil || len(s.m) >= stemCacheShardCap {
+		s.m = make(map[string]string, stemCacheShardCap/4) // bounded: start over rather than grow
+	}
+	s.m[w] = st
+	s.Unlock()
+	return st
+}
