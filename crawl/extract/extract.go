@@ -392,17 +392,27 @@ func (x *extractor) addWord(w int) {
 		}
 	}
 	x.page.Words++
-	if x.page.Words <= langSampleWords {
-		for i := range languages {
-			if languages[i].isStop(string(word)) {
-				x.stops[i]++
-			}
-		}
-	}
-	if v, ok := x.terms[string(word)]; ok {
+	if v, ok := x.terms[string(word)]; ok { // no allocation on a hit
 		x.terms[string(word)] = v + uint32(w)
-	} else if len(x.terms) < maxTermsPerDoc {
-		x.terms[string(word)] = uint32(w)
+		if x.page.Words <= langSampleWords {
+			x.voteLanguage(string(word))
+		}
+		return
+	}
+	ws := string(word)
+	if x.page.Words <= langSampleWords {
+		x.voteLanguage(ws)
+	}
+	if len(x.terms) < maxTermsPerDoc {
+		x.terms[ws] = uint32(w)
+	}
+}
+
+func (x *extractor) voteLanguage(w string) {
+	for i := range languages {
+		if languages[i].isStop(w) {
+			x.stops[i]++
+		}
 	}
 }
 
