@@ -22,17 +22,24 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/gocolly/colly/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/net/html"
 
+	"github.com/micra-crawler/micra/crawl/extract"
 	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
@@ -46,29 +53,33 @@ type benchCrawlOptions struct {
 	workers      int
 	perIP        int
 	skipColly    bool
+	rounds       int
 	canonical    bool
+	cpuProfile   string
 	timeout      time.Duration
 }
 
 // benchCrawlResult is one crawler's figures.
 type benchCrawlResult struct {
-	Crawler          string  `json:"crawler"`
-	Mode             string  `json:"mode"`
-	Pages            int64   `json:"pages"`         // distinct pages fetched (server side)
-	Seconds          float64 `json:"seconds"`       // wall time, first request to last
-	PagesPerSec      float64 `json:"pages_per_sec"` // Pages / Seconds
-	Fetches          int64   `json:"fetches"`       // page GETs answered 200 (server side)
-	FetchesPerSec    float64 `json:"fetches_per_sec"`
-	DuplicateFetches int64   `json:"duplicate_fetches"` // server side
-	DuplicatePercent float64 `json:"duplicate_percent"`
-	RobotsViolations int64   `json:"robots_violations"`
-	BytesFetched     int64   `json:"bytes_fetched"`     // HTML body bytes served to this crawler
-	CarrierBytes     int64   `json:"carrier_bytes"`     // compressed carrier bytes shipped (0: none)
-	CarrierRatio     float64 `json:"carrier_ratio"`     // BytesFetched / CarrierBytes
-	Records          int64   `json:"records,omitempty"` // records packed into carriers
-	Errors           int64   `json:"errors"`            // fetch errors other than robots refusals
-	Coverage         float64 `json:"coverage"`          // Pages / pages on the web
-	Note             string  `json:"note,omitempty"`
+	Crawler          string    `json:"crawler"`
+	Mode             string    `json:"mode"`
+	Pages            int64     `json:"pages"`         // distinct pages fetched (server side)
+	Seconds          float64   `json:"seconds"`       // wall time, first request to last
+	PagesPerSec      float64   `json:"pages_per_sec"` // Pages / Seconds
+	Fetches          int64     `json:"fetches"`       // page GETs answered 200 (server side)
+	FetchesPerSec    float64   `json:"fetches_per_sec"`
+	DuplicateFetches int64     `json:"duplicate_fetches"` // server side
+	DuplicatePercent float64   `json:"duplicate_percent"`
+	RobotsViolations int64     `json:"robots_violations"`
+	BytesFetched     int64     `json:"bytes_fetched"`     // HTML body bytes served to this crawler
+	CarrierBytes     int64     `json:"carrier_bytes"`     // compressed carrier bytes shipped (0: none)
+	CarrierRatio     float64   `json:"carrier_ratio"`     // BytesFetched / CarrierBytes
+	Records          int64     `json:"records,omitempty"` // records packed into carriers
+	Errors           int64     `json:"errors"`            // fetch errors other than robots refusals
+	Coverage         float64   `json:"coverage"`          // Pages / pages on the web
+	Note             string    `json:"note,omitempty"`
+	RoundPagesPerSec []float64 `json:"round_pages_per_sec"`
+	webPages         int64
 }
 
 type benchCrawlReport struct {
@@ -81,6 +92,7 @@ type benchCrawlReport struct {
 		LinksPerPage   int  `json:"links_per_page"`
 		CanonicalLinks bool `json:"canonical_links"`
 	} `json:"web"`
+	Rounds       int               `json:"rounds"`
 	Workers      int               `json:"workers"`
 	PerIP        int               `json:"per_ip"`
 	GOMAXPROCS   int               `json:"gomaxprocs"`
@@ -109,7 +121,9 @@ bytes fetched and bytes shipped in carriers.`,
 	f.IntVar(&o.workers, "workers", 64, "micra host workers; Colly global parallelism")
 	f.IntVar(&o.perIP, "per-ip", 2, "micra requests in flight per address")
 	f.BoolVar(&o.skipColly, "skip-colly", false, "run micra only")
+	f.IntVar(&o.rounds, "rounds", 2, "crawls of each crawler, alternating the order; figures are totals over all rounds")
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the micra crawl to this file")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	benchParentCmd().AddCommand(cmd)
 }
@@ -138,26 +152,61 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 		return err
 	}
 	defer web.Close()
-	rep := &benchCrawlReport{Workers: o.workers, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	rep := &benchCrawlReport{Rounds: max(o.rounds, 1), Workers: o.workers, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	cfg := web.Config()
 	rep.Web.Hosts, rep.Web.Addresses, rep.Web.PagesPerHost, rep.Web.Pages = cfg.Hosts, web.NumIPs(), cfg.PagesPerHost, web.TotalPages()
 	rep.Web.LinksPerPage, rep.Web.CanonicalLinks = cfg.LinksPerPage, cfg.CanonicalLinks
 
-	if !o.skipColly {
-		web.ResetStats()
-		r, err := benchColly(ctx, web, o)
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("colly: %w", err)
+			return err
 		}
-		rep.Colly = r
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
-	web.ResetStats()
-	runtime.GC()
-	r, err := benchMicra(ctx, web, o)
-	if err != nil {
-		return fmt.Errorf("micra: %w", err)
+	// Rounds alternate the order (Colly, micra, micra, Colly, …) so that a
+	// drift in machine load does not favour either crawler.
+	run := func(name string) (*benchCrawlResult, error) {
+		web.ResetStats()
+		runtime.GC()
+		if name == "colly" {
+			r, err := benchColly(ctx, web, o)
+			if err != nil {
+				return nil, fmt.Errorf("colly: %w", err)
+			}
+			return r, nil
+		}
+		r, err := benchMicra(ctx, web, o)
+		if err != nil {
+			return nil, fmt.Errorf("micra: %w", err)
+		}
+		return r, nil
 	}
-	rep.Micra = r
+	for round := 0; round < max(o.rounds, 1); round++ {
+		order := []string{"colly", "micra"}
+		if round%2 == 1 {
+			order = []string{"micra", "colly"}
+		}
+		for _, name := range order {
+			if name == "colly" && o.skipColly {
+				continue
+			}
+			r, err := run(name)
+			if err != nil {
+				return err
+			}
+			if name == "colly" {
+				rep.Colly = mergeResults(rep.Colly, r)
+			} else {
+				rep.Micra = mergeResults(rep.Micra, r)
+			}
+		}
+	}
+	r := rep.Micra
 	if r.Pages > 0 {
 		rep.Web.AvgPageBytes = int(r.BytesFetched / max(r.Pages, 1))
 	}
@@ -193,7 +242,35 @@ func finishResult(r *benchCrawlResult, web *synthweb.Web, elapsed time.Duration)
 	if r.CarrierBytes > 0 {
 		r.CarrierRatio = float64(r.BytesFetched) / float64(r.CarrierBytes)
 	}
-	r.Coverage = float64(r.Pages) / float64(web.TotalPages())
+	r.webPages = int64(web.TotalPages())
+	r.Coverage = float64(r.Pages) / float64(r.webPages)
+	r.RoundPagesPerSec = []float64{r.PagesPerSec}
+}
+
+// mergeResults adds round r to the running total acc.
+func mergeResults(acc, r *benchCrawlResult) *benchCrawlResult {
+	if acc == nil {
+		return r
+	}
+	acc.Pages += r.Pages
+	acc.Fetches += r.Fetches
+	acc.Seconds += r.Seconds
+	acc.DuplicateFetches += r.DuplicateFetches
+	acc.RobotsViolations += r.RobotsViolations
+	acc.BytesFetched += r.BytesFetched
+	acc.CarrierBytes += r.CarrierBytes
+	acc.Records += r.Records
+	acc.Errors += r.Errors
+	acc.webPages += r.webPages
+	acc.RoundPagesPerSec = append(acc.RoundPagesPerSec, r.PagesPerSec)
+	acc.PagesPerSec = float64(acc.Pages) / acc.Seconds
+	acc.FetchesPerSec = float64(acc.Fetches) / acc.Seconds
+	acc.DuplicatePercent = 100 * float64(acc.DuplicateFetches) / float64(max(acc.Fetches, 1))
+	if acc.CarrierBytes > 0 {
+		acc.CarrierRatio = float64(acc.BytesFetched) / float64(acc.CarrierBytes)
+	}
+	acc.Coverage = float64(acc.Pages) / float64(acc.webPages)
+	return acc
 }
 
 func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
@@ -235,17 +312,41 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	return r, nil
 }
 
-// benchMicra crawls with micra's fetcher and normaliser: per-host
-// breadth-first queues, hosts in parallel up to --workers, a seen-set of
-// normalised URLs, link extraction with the x/net/html tokenizer.
+// benchMicra crawls with micra's parts: the fetcher (politeness, robots,
+// limits), urlnorm, per-host breadth-first queues with hosts in parallel up
+// to --workers, on-site processing (crawl/extract: text, links, keywords,
+// hashes) and records packed into zstd carriers in a durable Badger outbox
+// delivered to a file sink — the full pipeline of a crawler.
 func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
+	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(tmp, "db")).WithLogger(nil))
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	outbox, err := pack.NewOutbox(db, pack.FileSink{Dir: filepath.Join(tmp, "carriers")}, pack.Options{
+		CrawlerID: "bench", Logger: quiet, Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stopOutbox := context.WithCancel(ctx)
+	outboxDone := make(chan struct{})
+	go func() { defer close(outboxDone); outbox.Run(runCtx) }()
+	defer func() { stopOutbox(); <-outboxDone }()
+
 	f, err := fetch.New(fetch.Config{
 		AllowPrivate: true, // the synthetic web lives on loopback
 		NoDelay:      true,
 		DelayFactor:  -1,
 		PerIPLimit:   o.perIP,
 		Resolver:     web,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:       quiet,
 	})
 	if err != nil {
 		return nil, err
@@ -261,6 +362,7 @@ func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 		fr.add(u)
 	}
 	var errs atomic.Int64
+	var addErr atomic.Pointer[error]
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < o.workers; i++ {
@@ -274,10 +376,23 @@ func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 				}
 				resp, err := f.Fetch(ctx, fetch.Request{URL: u})
 				var links []*url.URL
-				if err == nil && resp.Status == 200 {
-					base, _ := url.Parse(resp.FinalURL)
-					links = benchExtractLinks(base, resp.Body, norm)
-				} else if err != nil && fetch.ReasonOf(err) != fetch.ReasonRobots {
+				switch {
+				case err == nil && resp.Status == 200:
+					final, _ := url.Parse(resp.FinalURL)
+					page := extract.Extract(resp.Body, final, extract.Options{})
+					for _, l := range page.Links {
+						if l.NoFollow {
+							continue
+						}
+						if nu, err := norm.Parse(l.URL); err == nil {
+							links = append(links, nu)
+						}
+					}
+					rec := benchRecord(u, resp, page)
+					if err := outbox.Add(ctx, rec); err != nil {
+						addErr.CompareAndSwap(nil, &err)
+					}
+				case err != nil && fetch.ReasonOf(err) != fetch.ReasonRobots:
 					errs.Add(1)
 				}
 				fr.done(host, links)
@@ -285,13 +400,61 @@ func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 		}()
 	}
 	wg.Wait()
+	if err := outbox.Drain(ctx); err != nil {
+		return nil, err
+	}
 	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	r := &benchCrawlResult{Crawler: "micra", Mode: "micra fetcher + urlnorm, per-host BFS (no extract/carriers yet)", Errors: errs.Load()}
+	if p := addErr.Load(); p != nil {
+		return nil, *p
+	}
+	st := outbox.Stats()
+	r := &benchCrawlResult{
+		Crawler: "micra",
+		Mode: "micra fetcher + urlnorm, per-host BFS, crawl/extract (text, links, stemmed keywords, SimHash), " +
+			"crawl/pack zstd carriers via Badger outbox to a file sink",
+		Errors:       errs.Load(),
+		CarrierBytes: st.BytesDelivered,
+		Records:      st.RecordsAdded,
+	}
 	finishResult(r, web, elapsed)
 	return r, nil
+}
+
+// benchRecord is the record a crawler ships for one fetched page.
+func benchRecord(queued string, resp *fetch.Response, page *extract.Page) *pack.Record {
+	rec := &pack.Record{
+		URL:          queued,
+		Status:       resp.Status,
+		Source:       pack.SourceHTTP,
+		Change:       pack.ChangeNew,
+		FetchedAt:    time.Now(),
+		Timing:       pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Timing.Total},
+		WireBytes:    resp.WireBytes,
+		BodyBytes:    int64(len(resp.Body)),
+		TextBytes:    int64(page.TextBytes),
+		ContentType:  resp.ContentType,
+		Title:        page.Title,
+		Lang:         page.Lang,
+		Keywords:     page.Keywords,
+		OutLinks:     page.LinkCount,
+		ContentHash:  page.ContentHash,
+		SimHash:      page.SimHash,
+		ETag:         resp.ETag,
+		LastModified: resp.LastModified,
+	}
+	if resp.FinalURL != queued {
+		rec.FinalURL = resp.FinalURL
+	}
+	if page.NoIndex {
+		rec.Flags |= pack.FlagNoIndex
+	}
+	if page.NoFollow {
+		rec.Flags |= pack.FlagNoFollow
+	}
+	return rec
 }
 
 // benchExtractLinks returns the normalised absolute links of an HTML page,
@@ -417,8 +580,9 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 	}
 	fmt.Fprintf(out, "synthetic web: %d hosts on %d loopback addresses, %d pages (%d per host), ~%d B/page, %d links/page, %s\n",
 		rep.Web.Hosts, rep.Web.Addresses, rep.Web.Pages, rep.Web.PagesPerHost, rep.Web.AvgPageBytes, rep.Web.LinksPerPage, spelling)
-	fmt.Fprintf(out, "limits: %d workers (Colly: global parallelism; micra: host workers, 1 request per host, %d per address); GOMAXPROCS=%d\n\n",
+	fmt.Fprintf(out, "limits: %d workers (Colly: global parallelism; micra: host workers, 1 request per host, %d per address); GOMAXPROCS=%d\n",
 		rep.Workers, rep.PerIP, rep.GOMAXPROCS)
+	fmt.Fprintf(out, "%d round(s) per crawler, order alternating; figures are totals over all rounds\n\n", rep.Rounds)
 	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %10s %9s %6s\n",
 		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "bytes", "carrier B", "fetch/car", "errors")
 	row := func(r *benchCrawlResult) {
@@ -436,11 +600,20 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 	row(rep.Micra)
 	fmt.Fprintln(out)
 	if rep.Colly != nil {
-		fmt.Fprintf(out, "micra/Colly pages/s ratio: %.2f× (target ≥ 1.5×)\n", rep.SpeedupRatio)
+		fmt.Fprintf(out, "micra/Colly pages/s ratio: %.2f× (target ≥ 1.5×); per round: micra %s, Colly %s\n",
+			rep.SpeedupRatio, fmtRates(rep.Micra.RoundPagesPerSec), fmtRates(rep.Colly.RoundPagesPerSec))
 		fmt.Fprintf(out, "colly: %s\n", rep.Colly.Mode)
 	}
 	fmt.Fprintf(out, "micra: %s\n", rep.Micra.Mode)
 	if rep.Micra.Note != "" {
 		fmt.Fprintf(out, "note: %s\n", rep.Micra.Note)
 	}
+}
+
+func fmtRates(rs []float64) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.0f", r)
+	}
+	return strings.Join(parts, ", ") + " pages/s"
 }
