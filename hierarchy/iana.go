@@ -29,10 +29,10 @@ func LoadIANA(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	var col struct{ prefix, desig, whois, status int }
 	for {
 		rec, err := cr.Read()
-		line, _ := cr.FieldPos(0)
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		line := 0
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -43,6 +43,7 @@ func LoadIANA(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 			}
 			continue
 		}
+		line, _ = cr.FieldPos(0)
 		if header {
 			header = false
 			col.prefix, col.desig, col.whois, col.status = -1, -1, -1, -1
@@ -118,8 +119,8 @@ func ianaRecord(rec []string, cp, cd, cw, cs int) (Range, string) {
 	default:
 		return Range{}, "unknown status " + strconv.Quote(rec[cs])
 	}
-	if strings.HasPrefix(desig, "IANA") && reg == RegistryUnknown {
-		reg = RegistryIANA
+	if reg == RegistryUnknown && (strings.HasPrefix(desig, "IANA") || st == StatusReserved) {
+		reg = RegistryIANA // reserved space (multicast, future use, …) stays with IANA
 	}
 	org := desig
 	if strings.HasPrefix(strings.ToLower(desig), "administered by ") {

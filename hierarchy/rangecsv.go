@@ -30,7 +30,7 @@ func LoadRangeCSV(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
+		line := 0
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
@@ -41,6 +41,7 @@ func LoadRangeCSV(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 			}
 			continue
 		}
+		line, _ = cr.FieldPos(0)
 		isFirst := first
 		first = false
 		if len(rec) != 4 {

@@ -176,7 +176,12 @@ func rpslObject(attrs [][2]string) (Range, string, string) {
 		case "status":
 			rg.Status = rpslStatus(a[1])
 		case "source":
-			rg.Registry, _ = ParseRegistry(strings.Fields(a[1] + " x")[0])
+			src := strings.ToUpper(strings.Fields(a[1] + " x")[0])
+			if reg, ok := ParseRegistry(src); ok {
+				rg.Registry = reg
+			} else if reg, ok := nirRegistry[src]; ok {
+				rg.Registry = reg
+			}
 		}
 	}
 	switch {
@@ -189,6 +194,14 @@ func rpslObject(attrs [][2]string) (Range, string, string) {
 	}
 	rg.Org = clipOrg(rg.Org)
 	return rg, orgRef, ""
+}
+
+// nirRegistry maps National Internet Registries that publish their own
+// RPSL sources to the RIR above them.
+var nirRegistry = map[string]Registry{
+	"JPNIC": RegistryAPNIC, "KRNIC": RegistryAPNIC, "TWNIC": RegistryAPNIC, "CNNIC": RegistryAPNIC,
+	"IDNIC": RegistryAPNIC, "IRINN": RegistryAPNIC, "VNNIC": RegistryAPNIC,
+	"NICBR": RegistryLACNIC, "NICMX": RegistryLACNIC,
 }
 
 func rpslStatus(s string) Status {
