@@ -1,0 +1,230 @@
+package world
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/micra-crawler/micra/data/geo"
+)
+
+// Site is a measurement site of a latency matrix.
+type Site struct {
+	ID   string
+	Name string
+	Loc  geo.Point
+	v    vec
+}
+
+// Matrix is a measured site-to-site RTT matrix. RTTs are directed (src
+// measured towards dst); a missing direction uses the other one, and a
+// missing pair falls back to the formula between the two sites' positions.
+type Matrix struct {
+	Sites []Site
+	byID  map[string]int
+	rtt   map[uint64]float64 // src<<32 | dst → ms
+}
+
+// LineError is an input error with its position.
+type LineError struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason) }
+
+// Site returns the index of site id.
+func (mx *Matrix) Site(id string) (int, bool) {
+	i, ok := mx.byID[id]
+	return i, ok
+}
+
+// Pairs is the number of directed measurements held.
+func (mx *Matrix) Pairs() int { return len(mx.rtt) }
+
+// RTT returns the measured RTT from site src to site dst in ms, using the
+// reverse direction when only that was measured.
+func (mx *Matrix) RTT(src, dst int) (float64, bool) {
+	if v, ok := mx.rtt[uint64(src)<<32|uint64(dst)]; ok {
+		return v, true
+	}
+	v, ok := mx.rtt[uint64(dst)<<32|uint64(src)]
+	return v, ok
+}
+
+// csvReader wraps encoding/csv with line tracking and header checking.
+type csvReader struct {
+	name string
+	r    *csv.Reader
+}
+
+func newCSV(r io.Reader, name string) *csvReader {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.Comment = '#'
+	cr.ReuseRecord = true
+	return &csvReader{name: name, r: cr}
+}
+
+// next returns the next record and its line; io.EOF at the end.
+func (c *csvReader) next() ([]string, int, error) {
+	rec, err := c.r.Read()
+	if err != nil {
+		if err == io.EOF {
+			return nil, 0, io.EOF
+		}
+		var pe *csv.ParseError
+		if errors.As(err, &pe) {
+			return nil, 0, &LineError{c.name, pe.Line, pe.Err.Error()}
+		}
+		return nil, 0, fmt.Errorf("%s: %w", c.name, err)
+	}
+	line, _ := c.r.FieldPos(0)
+	for i := range rec {
+		rec[i] = strings.TrimSpace(rec[i])
+	}
+	return rec, line, nil
+}
+
+func (c *csvReader) header(want []string, optional int) error {
+	rec, line, err := c.next()
+	if err == io.EOF {
+		return &LineError{c.name, 1, fmt.Sprintf("empty file: want header %q", strings.Join(want, ","))}
+	}
+	if err != nil {
+		return err
+	}
+	if len(rec) < len(want)-optional || len(rec) > len(want) {
+		return &LineError{c.name, line, fmt.Sprintf("header %q: want %q", strings.Join(rec, ","), strings.Join(want, ","))}
+	}
+	for i, f := range rec {
+		if !strings.EqualFold(strings.TrimPrefix(f, "\ufeff"), want[i]) {
+			return &LineError{c.name, line, fmt.Sprintf("header column %d is %q, want %q", i+1, f, want[i])}
+		}
+	}
+	return nil
+}
+
+func parseFloat(s string) (float64, bool) {
+	v, err := strconv.ParseFloat(s, 64)
+	return v, err == nil && !math.IsNaN(v) && !math.IsInf(v, 0)
+}
+
+// LoadSites reads a sites CSV (header id,lat,lon[,name]). name labels errors.
+func LoadSites(r io.Reader, name string) ([]Site, error) {
+	c := newCSV(r, name)
+	if err := c.header([]string{"id", "lat", "lon", "name"}, 1); err != nil {
+		return nil, err
+	}
+	var sites []Site
+	seen := map[string]int{}
+	for {
+		rec, line, err := c.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(rec) < 3 || len(rec) > 4 {
+			return nil, &LineError{name, line, fmt.Sprintf("want 3 or 4 fields (id,lat,lon[,name]), got %d", len(rec))}
+		}
+		if rec[0] == "" {
+			return nil, &LineError{name, line, "empty site id"}
+		}
+		if prev, dup := seen[rec[0]]; dup {
+			return nil, &LineError{name, line, fmt.Sprintf("duplicate site id %q (first on line %d)", rec[0], prev)}
+		}
+		lat, ok := parseFloat(rec[1])
+		if !ok || lat < -90 || lat > 90 {
+			return nil, &LineError{name, line, fmt.Sprintf("latitude %q is not a number in [-90, 90]", rec[1])}
+		}
+		lon, ok := parseFloat(rec[2])
+		if !ok || lon < -180 || lon > 180 {
+			return nil, &LineError{name, line, fmt.Sprintf("longitude %q is not a number in [-180, 180]", rec[2])}
+		}
+		s := Site{ID: rec[0], Loc: geo.Point{Lat: lat, Lon: lon}}
+		if len(rec) == 4 {
+			s.Name = rec[3]
+		}
+		s.v = toVec(s.Loc)
+		seen[s.ID] = line
+		sites = append(sites, s)
+	}
+	if len(sites) == 0 {
+		return nil, &LineError{name, 2, "no sites"}
+	}
+	return sites, nil
+}
+
+// LoadRTT reads an RTT CSV (header src,dst,rtt_ms) over sites. name labels
+// errors.
+func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
+	mx := &Matrix{Sites: sites, byID: make(map[string]int, len(sites)), rtt: map[uint64]float64{}}
+	for i, s := range sites {
+		mx.byID[s.ID] = i
+		mx.Sites[i].v = toVec(s.Loc)
+	}
+	c := newCSV(r, name)
+	if err := c.header([]string{"src", "dst", "rtt_ms"}, 0); err != nil {
+		return nil, err
+	}
+	seen := map[uint64]int{}
+	for {
+		rec, line, err := c.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(rec) != 3 {
+			return nil, &LineError{name, line, fmt.Sprintf("want 3 fields (src,dst,rtt_ms), got %d", len(rec))}
+		}
+		src, ok := mx.byID[rec[0]]
+		if !ok {
+			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", rec[0])}
+		}
+		dst, ok := mx.byID[rec[1]]
+		if !ok {
+			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", rec[1])}
+		}
+		ms, ok := parseFloat(rec[2])
+		if !ok || ms < 0 {
+			return nil, &LineError{name, line, fmt.Sprintf("rtt_ms %q is not a non-negative number", rec[2])}
+		}
+		k := uint64(src)<<32 | uint64(dst)
+		if prev, dup := seen[k]; dup {
+			return nil, &LineError{name, line, fmt.Sprintf("duplicate measurement %s→%s (first on line %d)", rec[0], rec[1], prev)}
+		}
+		seen[k] = line
+		mx.rtt[k] = ms
+	}
+	return mx, nil
+}
+
+// LoadMatrixFiles reads a sites file and an RTT file.
+func LoadMatrixFiles(sitesPath, rttPath string) (*Matrix, error) {
+	f, err := os.Open(sitesPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sites, err := LoadSites(f, sitesPath)
+	if err != nil {
+		return nil, err
+	}
+	g, err := os.Open(rttPath)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	return LoadRTT(g, rttPath, sites)
+}
