@@ -275,8 +275,23 @@ func mix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// normal maps a hash to a standard normal deviate (inverse CDF).
+// normalTable holds the standard normal's inverse CDF at the midpoints of
+// 2^16 equal-probability cells; normal interpolates it (Erfinv per call
+// would dominate the cost of an RTT).
+var normalTable = func() []float64 {
+	const n = 1 << 16
+	t := make([]float64, n+1)
+	for i := range n {
+		u := (float64(i) + 0.5) / n
+		t[i] = math.Sqrt2 * math.Erfinv(2*u-1)
+	}
+	t[n] = t[n-1]
+	return t
+}()
+
+// normal maps a hash to a standard normal deviate.
 func normal(h uint64) float64 {
-	u := (float64(h>>11) + 0.5) / (1 << 53) // (0,1)
-	return math.Sqrt2 * math.Erfinv(2*u-1)
+	i := h >> 48
+	f := float64((h>>16)&0xffffffff) / (1 << 32)
+	return normalTable[i] + f*(normalTable[i+1]-normalTable[i])
 }
