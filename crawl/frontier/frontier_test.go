@@ -1,0 +1,211 @@
+package frontier
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string, opt Options) (*badger.DB, *Frontier) {
+	t.Helper()
+	db, err := OpenDB(dir, DBOptions{CacheMB: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(db, opt)
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	return db, f
+}
+
+func items(host string, paths ...string) []Item {
+	var out []Item
+	for _, p := range paths {
+		out = append(out, Item{URL: "http://" + host + p, Host: host})
+	}
+	return out
+}
+
+func drainHost(t *testing.T, f *Frontier, host string, hist bool) []string {
+	t.Helper()
+	var got []string
+	for {
+		it, ok, err := f.Next(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return got
+		}
+		got = append(got, it.URL)
+		var h *History
+		if hist {
+			h = &History{LastFetch: time.Now(), ETag: `"e"`}
+		}
+		if err := f.Done(it, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBreadthFirstPerHostAndDedup(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	n, err := f.Add(append(items("a.test", "/", "/1", "/1"), items("b.test", "/")...))
+	if err != nil || n != 3 {
+		t.Fatalf("added %d, %v", n, err)
+	}
+	if n, _ := f.Add(items("a.test", "/", "/1")); n != 0 {
+		t.Fatalf("re-added %d seen URLs", n)
+	}
+	h, ok, err := f.AcquireHost()
+	if err != nil || !ok || h != "a.test" {
+		t.Fatalf("acquired %q %v %v, want a.test first (FIFO)", h, ok, err)
+	}
+	it, _, _ := f.Next(h)
+	f.Done(it, nil)
+	// Links discovered while the host is active go to the back of its queue.
+	f.Add(items("a.test", "/2", "/3"))
+	got := drainHost(t, f, h, false)
+	if fmt.Sprint(got) != "[http://a.test/1 http://a.test/2 http://a.test/3]" {
+		t.Fatalf("order %v", got)
+	}
+	f.ReleaseHost(h)
+	h2, ok, _ := f.AcquireHost()
+	if !ok || h2 != "b.test" {
+		t.Fatalf("second host %q", h2)
+	}
+	drainHost(t, f, h2, false)
+	f.ReleaseHost(h2)
+	if _, ok, _ := f.AcquireHost(); ok {
+		t.Fatal("a host is ready although every queue is empty")
+	}
+	if st := f.Stats(); st.Queued != 0 || st.Done != 5 || st.Seen != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestHostBudget(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{MaxPagesPerHost: 3})
+	defer db.Close()
+	defer f.Close()
+	n, _ := f.Add(items("a.test", "/1", "/2", "/3", "/4", "/5"))
+	if n != 3 || f.Stats().Rejected != 2 {
+		t.Fatalf("admitted %d, stats %+v", n, f.Stats())
+	}
+}
+
+// A host acquired and half crawled when the process stops is resumed after
+// reopening; the URLs marked Done are not returned again.
+func TestRestartResumes(t *testing.T) {
+	dir := t.TempDir()
+	db, f := open(t, dir, Options{})
+	var paths []string
+	for i := range 10 {
+		paths = append(paths, fmt.Sprintf("/%d", i))
+	}
+	f.Add(items("a.test", paths...))
+	f.Add(items("b.test", "/x"))
+	h, _, _ := f.AcquireHost()
+	for range 4 {
+		it, _, _ := f.Next(h)
+		f.Done(it, &History{LastFetch: time.Now(), Status: 200})
+	}
+	it, _, _ := f.Next(h) // in flight, never Done
+	_ = it
+	f.Close()
+	db.Close()
+
+	db, f = open(t, dir, Options{})
+	defer db.Close()
+	defer f.Close()
+	if st := f.Stats(); st.Queued != 7 || st.ReadyHosts != 2 {
+		t.Fatalf("after restart %+v", st)
+	}
+	var all []string
+	for {
+		h, ok, err := f.AcquireHost()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		all = append(all, drainHost(t, f, h, false)...)
+		f.ReleaseHost(h)
+	}
+	if len(all) != 7 || all[0] != "http://b.test/x" && all[0] != "http://a.test/4" {
+		t.Fatalf("resumed %v", all)
+	}
+	if seen, _ := f.Seen("http://a.test/0"); !seen {
+		t.Fatal("seen-set lost across restart")
+	}
+	if h, ok, _ := f.History("http://a.test/0"); !ok || h.Status != 200 || h.Fetches != 0 && h.URL != "http://a.test/0" {
+		t.Fatalf("history lost: %+v", h)
+	}
+}
+
+func TestRevisitSchedule(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	f.Add(items("a.test", "/1", "/2"))
+	h, _, _ := f.AcquireHost()
+	now := time.Now()
+	it, _, _ := f.Next(h)
+	f.Done(it, &History{LastFetch: now, NextVisit: now.Add(time.Hour)})
+	it, _, _ = f.Next(h)
+	f.Done(it, &History{LastFetch: now, NextVisit: now.Add(time.Minute)})
+	f.ReleaseHost(h)
+	if next, ok, _ := f.NextRevisit(); !ok || !next.Equal(now.Add(time.Minute).Truncate(0)) && next.UnixNano() != now.Add(time.Minute).UnixNano() {
+		t.Fatalf("next revisit %v", next)
+	}
+	if n, _ := f.DueRevisits(now.Add(30*time.Minute), 100); n != 1 {
+		t.Fatalf("due %d, want 1", n)
+	}
+	h, ok, _ := f.AcquireHost()
+	it, ok2, _ := f.Next(h)
+	if !ok || !ok2 || !it.Revisit || it.URL != "http://a.test/2" {
+		t.Fatalf("revisit item %+v", it)
+	}
+	// Rescheduling replaces the old schedule entry.
+	f.Done(it, &History{LastFetch: now, NextVisit: now.Add(2 * time.Hour)})
+	if st := f.Stats(); st.Scheduled != 2 {
+		t.Fatalf("scheduled %d, want 2", st.Scheduled)
+	}
+	f.ReleaseHost(h)
+}
+
+func TestSeenFrontBounded(t *testing.T) {
+	s := newSeenFront(1000)
+	for i := range 100_000 {
+		s.add(HashURL(fmt.Sprint(i)))
+	}
+	if n := len(s.young) + len(s.old); n > 1000 {
+		t.Fatalf("seen front holds %d entries, bound 1000", n)
+	}
+	if !s.has(HashURL("99999")) {
+		t.Fatal("recent entry missing")
+	}
+}
+
+func TestRobotsStore(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	if _, ok, _ := f.GetRobots("http://a.test"); ok {
+		t.Fatal("empty store returned an entry")
+	}
+	f.PutRobots("http://a.test", []byte("x"))
+	if v, ok, _ := f.GetRobots("http://a.test"); !ok || string(v) != "x" {
+		t.Fatal("robots entry lost")
+	}
+}

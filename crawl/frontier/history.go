@@ -1,0 +1,191 @@
+package frontier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// History is what the crawler remembers about one page between fetches:
+// enough for a conditional GET, change detection, adaptive revisits and
+// latency calibration.
+type History struct {
+	URL, Host string
+	Depth     int
+
+	FirstFetch time.Time
+	LastFetch  time.Time
+	LastChange time.Time
+	Status     int
+
+	ETag, LastModified string
+	ModTime            time.Time // file-system crawls: the file's modification time
+	ContentHash        [16]byte
+	SimHash            uint64
+
+	Fetches uint32 // fetches of this URL, including unchanged revisits
+	Changes uint32 // fetches that found new content
+
+	// Timing of the last fetch and an exponentially weighted mean of the
+	// total time, the history against which slow fetches are judged.
+	DNS, Connect, FirstByte, Total time.Duration
+	MeanTotal                      time.Duration
+
+	Interval  time.Duration // current revisit interval (adaptive)
+	NextVisit time.Time     // zero: not scheduled
+}
+
+const historyVersion = 1
+
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return binary.AppendVarint(b, 0)
+	}
+	return binary.AppendVarint(b, t.UnixNano())
+}
+
+func (h *History) encode() []byte {
+	b := []byte{historyVersion}
+	s := func(v string) { b = binary.AppendUvarint(b, uint64(len(v))); b = append(b, v...) }
+	s(h.URL)
+	s(h.Host)
+	b = binary.AppendUvarint(b, uint64(h.Depth))
+	for _, t := range []time.Time{h.FirstFetch, h.LastFetch, h.LastChange, h.ModTime, h.NextVisit} {
+		b = appendTime(b, t)
+	}
+	b = binary.AppendUvarint(b, uint64(h.Status))
+	s(h.ETag)
+	s(h.LastModified)
+	b = append(b, h.ContentHash[:]...)
+	b = binary.LittleEndian.AppendUint64(b, h.SimHash)
+	b = binary.AppendUvarint(b, uint64(h.Fetches))
+	b = binary.AppendUvarint(b, uint64(h.Changes))
+	for _, d := range []time.Duration{h.DNS, h.Connect, h.FirstByte, h.Total, h.MeanTotal, h.Interval} {
+		b = binary.AppendVarint(b, int64(d))
+	}
+	return b
+}
+
+func decodeHistory(b []byte) (History, error) {
+	var h History
+	if len(b) == 0 || b[0] != historyVersion {
+		return h, errors.New("frontier: unknown history version")
+	}
+	b = b[1:]
+	bad := false
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	sv := func() int64 {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	str := func() string {
+		n := uv()
+		if bad || uint64(len(b)) < n {
+			bad = true
+			return ""
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s
+	}
+	tm := func() time.Time {
+		v := sv()
+		if v == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, v).UTC()
+	}
+	h.URL = str()
+	h.Host = str()
+	h.Depth = int(uv())
+	h.FirstFetch, h.LastFetch, h.LastChange, h.ModTime, h.NextVisit = tm(), tm(), tm(), tm(), tm()
+	h.Status = int(uv())
+	h.ETag = str()
+	h.LastModified = str()
+	if bad || len(b) < 24 {
+		return h, errors.New("frontier: truncated history")
+	}
+	copy(h.ContentHash[:], b[:16])
+	h.SimHash = binary.LittleEndian.Uint64(b[16:24])
+	b = b[24:]
+	h.Fetches = uint32(uv())
+	h.Changes = uint32(uv())
+	for _, d := range []*time.Duration{&h.DNS, &h.Connect, &h.FirstByte, &h.Total, &h.MeanTotal, &h.Interval} {
+		*d = time.Duration(sv())
+	}
+	if bad {
+		return h, errors.New("frontier: truncated history")
+	}
+	return h, nil
+}
+
+func getHistory(txn *badger.Txn, h Hash) (History, bool, error) {
+	it, err := txn.Get(cat(pPage, h[:]))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return History{}, false, nil
+	}
+	if err != nil {
+		return History{}, false, err
+	}
+	var hist History
+	err = it.Value(func(v []byte) error {
+		var err error
+		hist, err = decodeHistory(v)
+		return err
+	})
+	if err != nil {
+		return History{}, false, fmt.Errorf("history of %x: %w", h, err)
+	}
+	return hist, true, nil
+}
+
+// History returns the fetch history of a URL.
+func (f *Frontier) History(u string) (History, bool, error) {
+	var h History
+	var ok bool
+	err := f.db.View(func(txn *badger.Txn) error {
+		var err error
+		h, ok, err = getHistory(txn, HashURL(u))
+		return err
+	})
+	return h, ok, err
+}
+
+// EachHistory calls fn for every page history (monitoring reports, tests).
+func (f *Frontier) EachHistory(fn func(*History) error) error {
+	return f.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pPage, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var h History
+			err := it.Item().Value(func(v []byte) error {
+				var err error
+				h, err = decodeHistory(v)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if err := fn(&h); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
