@@ -89,7 +89,8 @@ type Directory interface {
 
 // Prober asks crawlers for their latency to a target. Every crawler in the
 // list costs one probe; implementations may probe them in parallel. Results
-// come back in the order of crawlers.
+// come back in the order of crawlers. Implementations must not modify the
+// crawlers slice.
 type Prober interface {
 	Probe(ctx context.Context, target netip.Addr, crawlers []CrawlerID) []ProbeResult
 }

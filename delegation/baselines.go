@@ -3,6 +3,7 @@ package delegation
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/micra-crawler/micra/hierarchy"
@@ -35,7 +36,7 @@ type bruteChooser struct{}
 
 func (bruteChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
 	step := Step{Kind: StepBruteForce, Node: s}
-	res := e.probe(ctx, ip, e.liveIDs(), &step, d)
+	res := e.probe(ctx, ip, slices.Clone(e.liveIDs()), &step, d)
 	ranked := make([]ProbeResult, 0, len(res))
 	for _, r := range res {
 		if r.OK {

@@ -42,6 +42,10 @@ type engine struct {
 	ring      *Ring
 	ringVer   uint64
 	ringValid bool
+
+	ids      []CrawlerID
+	idsVer   uint64
+	idsValid bool
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {
@@ -89,14 +93,23 @@ func (e *engine) live(c CrawlerID) bool {
 	return ok
 }
 
-// liveIDs returns the live crawler IDs, sorted (deterministic order).
+// liveIDs returns the live crawler IDs, sorted (deterministic order). The
+// slice is shared: do not modify it.
 func (e *engine) liveIDs() []CrawlerID {
+	v, versioned := e.d.Members.(Versioned)
+	if versioned && e.idsValid && v.Version() == e.idsVer {
+		return e.ids
+	}
 	live := e.d.Members.Live()
 	out := make([]CrawlerID, len(live))
 	for i, c := range live {
 		out[i] = c.ID
 	}
 	slices.Sort(out)
+	e.ids = out
+	if versioned {
+		e.idsVer, e.idsValid = v.Version(), true
+	}
 	return out
 }
 
