@@ -375,6 +375,7 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	err := f.update(func(txn *badger.Txn) error {
 		added, admitted, rejected, readied, newlySeen = 0, 0, 0, 0, newlySeen[:0]
 		metas := map[string]*hostMeta{}
+		var hostOrder []string // hosts become ready in discovery order
 		batch := map[Hash]bool{}
 		for i, it := range cand {
 			h := hashes[i]
@@ -400,6 +401,7 @@ func (f *Frontier) Add(items []Item) (int, error) {
 				}
 				m = &mm
 				metas[it.Host] = m
+				hostOrder = append(hostOrder, it.Host)
 			}
 			if !it.Revisit && f.opt.MaxPagesPerHost > 0 && m.Admitted >= int64(f.opt.MaxPagesPerHost) {
 				rejected++
@@ -423,7 +425,8 @@ func (f *Frontier) Add(items []Item) (int, error) {
 			m.Pending++
 			added++
 		}
-		for host, m := range metas {
+		for _, host := range hostOrder {
+			m := metas[host]
 			if _, isActive := f.active[host]; !isActive && !m.Ready && m.Pending > 0 {
 				if err := f.pushReady(txn, host, *m); err != nil {
 					return err
