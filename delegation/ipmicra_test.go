@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -164,5 +165,19 @@ func TestDeadOwnerIsRedelegated(t *testing.T) {
 	d, _ = p.Delegate(ctx, ip("10.1.2.7"))
 	if d.Owner != "c2" || d.Cached || d.Record.Epoch != 2 {
 		t.Fatalf("dead owner must be replaced with a bumped epoch: %v (epoch %d)", d, d.Record.Epoch)
+	}
+}
+
+func TestDecisionLogs(t *testing.T) {
+	w := newSmallWorld(t)
+	p := NewIPMicra(w.deps(1), Config{})
+	w.join(t, p, smallCrawlers...)
+	d, _ := p.Delegate(context.Background(), ip("20.2.0.1"))
+	var buf strings.Builder
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("delegated", "decision", d)
+	for _, want := range []string{"decision.owner=c3", "decision.probes=3", "decision.reason=lowest-probe", "level@"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("log line lacks %q: %s", want, buf.String())
+		}
 	}
 }

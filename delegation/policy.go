@@ -3,6 +3,7 @@ package delegation
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -264,6 +265,27 @@ func (d Decision) String() string {
 		}
 	}
 	return b.String()
+}
+
+// LogValue makes a Decision log as a structured group with log/slog.
+func (d Decision) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("ip", d.IP.String()),
+		slog.Uint64("subnet", uint64(d.Subnet)),
+		slog.String("owner", string(d.Owner)),
+		slog.Duration("owner_rtt", d.OwnerRTT),
+		slog.Int("probes", d.Probes),
+		slog.Bool("cached", d.Cached),
+		slog.String("reason", d.Reason.String()),
+		slog.Uint64("epoch", d.Record.Epoch),
+	}
+	if len(d.Moved) > 0 {
+		attrs = append(attrs, slog.Int("moved", len(d.Moved)))
+	}
+	if !d.Cached {
+		attrs = append(attrs, slog.String("path", d.String()))
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // LoadBook accounts pages per day per subnet and per crawler.
