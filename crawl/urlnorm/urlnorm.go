@@ -197,7 +197,7 @@ func normalizeHost(h string) (string, error) {
 		}
 		return ip.String(), nil
 	}
-	h = strings.TrimSuffix(h, ".")
+	h = strings.TrimRight(h, ".")
 	if h == "" {
 		return "", errors.New("empty host")
 	}
