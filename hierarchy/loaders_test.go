@@ -154,7 +154,7 @@ func TestLoadRIRStatsRealFiles(t *testing.T) {
 }
 
 func TestLoadRIRStatsErrors(t *testing.T) {
-	head := "2.3|lacnic|20230323|4|19870101|20230322|-0300\nlacnic|*|ipv4|*|2|summary\nlacnic|*|ipv6|*|1|summary\n"
+	head := "2.3|lacnic|20230323|3|19870101|20230322|-0300\nlacnic|*|ipv4|*|2|summary\nlacnic|*|ipv6|*|1|summary\n"
 	good := "lacnic|BR|ipv4|24.152.0.0|1280|20200310|allocated|310248\n" +
 		"lacnic|BR|ipv6|2801:80::|32|20200310|allocated|310248\n" +
 		"lacnic||ipv4|177.39.96.0|1024||available\n"
@@ -175,7 +175,7 @@ func TestLoadRIRStatsErrors(t *testing.T) {
 		{"lacnic|BR|ipv4|24.152.0.0|256|2020|allocated|1\n", "d:4: bad date"},
 		{"lacnic|BR|ipv4|24.152.0.0|256|20200310|stolen|1\n", "d:4: unknown status"},
 		{"lacnic|BR|ipv4\n", "d:4: 3 fields"},
-		{"lacnic|BR|ipv4|24.152.0.0|256|20200310|allocated|1\n", "d:2: summary announces 2 ipv4 records, file has 1"},
+		{"lacnic|BR|ipv4|24.152.0.0|256|20200310|allocated|1\n", "d:1: header announces 3 records, file has 1"},
 	} {
 		_, _, err := LoadRIRStats(strings.NewReader(head+c.body), LoadOptions{Name: "d"})
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
@@ -183,7 +183,7 @@ func TestLoadRIRStatsErrors(t *testing.T) {
 		}
 	}
 	_, rep, err = LoadRIRStats(strings.NewReader(head+"lacnic|BR|ipv4|x|256|20200310|allocated|1\n"+good), LoadOptions{Name: "d", Lenient: true})
-	if err != nil || rep.Skipped != 2 || rep.Records != 3 { // the bad line, and the now-wrong ipv4 summary
+	if err != nil || rep.Skipped != 3 || rep.Records != 3 { // the bad line, and the now-wrong header and ipv4 summary
 		t.Errorf("lenient: %v %+v", err, rep)
 	}
 	if _, _, err := LoadRIRStats(strings.NewReader("lacnic|BR|ipv4|24.152.0.0|256|20200310|allocated|1\n"), LoadOptions{Name: "d"}); err == nil {

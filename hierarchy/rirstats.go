@@ -30,10 +30,12 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	sc.Buffer(make([]byte, 64*1024), maxLine)
 	var out []Range
 	sawHeader := false
+	headerLine, headerCount, records := 0, -1, 0
 	type summary struct {
+		typ         string
 		line, count int
 	}
-	summaries := map[string]summary{}
+	var summaries []summary // in file order, so errors are reported deterministically
 	seen := map[string]int{}
 	line := 0
 	fail := func(format string, a ...any) error { return opt.bad(&rep, line, format, a...) }
@@ -52,6 +54,8 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 					if err := fail("header has %d fields, want 7", len(f)); err != nil {
 						return nil, rep, err
 					}
+				} else if n, err := strconv.Atoi(strings.TrimSpace(f[3])); err == nil && n >= 0 {
+					headerLine, headerCount = line, n
 				}
 				rep.Ignored++
 				continue
@@ -68,7 +72,7 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 				}
 				continue
 			}
-			summaries[f[2]] = summary{line, n}
+			summaries = append(summaries, summary{f[2], line, n})
 			rep.Ignored++
 			continue
 		}
@@ -80,6 +84,7 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 		}
 		typ := f[2]
 		seen[typ]++
+		records++
 		if typ == "asn" {
 			rep.Ignored++
 			continue
@@ -101,10 +106,16 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 		}
 	}
 	rep.Lines = line
-	for typ, s := range summaries {
-		if seen[typ] != s.count {
+	if headerCount >= 0 && headerCount != records {
+		line = headerLine
+		if err := fail("header announces %d records, file has %d", headerCount, records); err != nil {
+			return nil, rep, err
+		}
+	}
+	for _, s := range summaries {
+		if seen[s.typ] != s.count {
 			line = s.line
-			if err := fail("summary announces %d %s records, file has %d", s.count, typ, seen[typ]); err != nil {
+			if err := fail("summary announces %d %s records, file has %d", s.count, s.typ, seen[s.typ]); err != nil {
 				return nil, rep, err
 			}
 		}

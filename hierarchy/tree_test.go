@@ -2,8 +2,10 @@ package hierarchy
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -250,5 +252,120 @@ func TestNestingAndOverlapRule(t *testing.T) {
 	}
 	if got := tr.Lookup(a4(99)); got != Root {
 		t.Errorf("uncovered address → %d", got)
+	}
+}
+
+func TestSubtreeAndAncestry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	tr, _ := build(t, randomRanges(rng, 300))
+	for id := 0; id < tr.Len(); id++ {
+		end := tr.SubtreeEnd(NodeID(id))
+		for d := 0; d < tr.Len(); d++ {
+			// d is a proper descendant of id iff id is on d's ancestor chain.
+			onChain := false
+			for p := tr.Parent(NodeID(d)); p != None; p = tr.Parent(p) {
+				if p == NodeID(id) {
+					onChain = true
+					break
+				}
+			}
+			inRange := d > id && NodeID(d) < end
+			if onChain != inRange || tr.IsAncestor(NodeID(id), NodeID(d)) != onChain {
+				t.Fatalf("node %d, subtree end %d: %d on chain %v, in range %v", id, end, d, onChain, inRange)
+			}
+		}
+	}
+}
+
+func TestSortRangesRuns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, runs := range []int{1, 2, 3, 7, 64, 65, 200} {
+		var rs []brange
+		for r := 0; r < runs; r++ {
+			n := rng.IntN(50)
+			base := uint64(rng.IntN(1000))
+			for i := 0; i < n; i++ {
+				base += uint64(rng.IntN(3))
+				rs = append(rs, brange{fam: fam4, s: u128{0, base}, e: u128{0, base + uint64(rng.IntN(5))}, seq: uint32(len(rs))})
+			}
+		}
+		// make each run sorted
+		want := slices.Clone(rs)
+		slices.SortFunc(want, func(x, y brange) int { return rangeCmp(&x, &y) })
+		got := slices.Clone(rs)
+		sortRanges(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d runs: natural merge sort differs from pdqsort", runs)
+		}
+	}
+}
+
+func TestRangesRebuildIdentity(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	tr, _ := build(t, randomRanges(rng, 200))
+	tr2, st := build(t, tr.Ranges())
+	if tr2.ID() != tr.ID() || st.Duplicates != 0 || st.PartialOverlaps != 0 {
+		t.Fatalf("rebuild from Ranges: id equal %v, stats %+v", tr2.ID() == tr.ID(), st)
+	}
+}
+
+func TestMigrateAcrossRebuild(t *testing.T) {
+	old := []Range{
+		{Start: a4(0), End: a4(999), Org: "rir"},
+		{Start: a4(100), End: a4(199), Org: "a"},
+		{Start: a4(120), End: a4(129), Org: "a-sub"},
+		{Start: a4(300), End: a4(399), Org: "b"},
+		{Start: a4(2000), End: a4(2999), Org: "gone"},
+	}
+	nw := []Range{
+		{Start: a4(0), End: a4(999), Org: "rir"},
+		{Start: a4(100), End: a4(199), Org: "a renamed"}, // same range: kept
+		{Start: a4(300), End: a4(349), Org: "b1"},        // b split: b maps to rir
+		{Start: a4(350), End: a4(399), Org: "b2"},
+	}
+	to, _ := build(t, old)
+	tn, _ := build(t, nw)
+	m := Migrate(to, tn)
+	name := func(tr *Tree, id NodeID) string {
+		if id == Root {
+			return "root"
+		}
+		return tr.OrgName(tr.Node(id).Org)
+	}
+	want := map[string]string{"root": "root", "rir": "rir", "a": "a renamed", "a-sub": "a renamed", "b": "rir", "gone": "root"}
+	for id := 0; id < to.Len(); id++ {
+		if got := name(tn, m[id]); got != want[name(to, NodeID(id))] {
+			t.Errorf("%s → %s, want %s", name(to, NodeID(id)), got, want[name(to, NodeID(id))])
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tr, _ := build(t, []Range{{Start: a4(1), End: a4(10), Org: "x", Country: "DE"}, {Start: a4(2), End: a4(3)}})
+	enc := tr.Encode()
+	if _, err := Decode(enc); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]byte{
+		"empty":     nil,
+		"magic":     append([]byte("XICRAHIE"), enc[8:]...),
+		"truncated": enc[:len(enc)-5],
+		"checksum":  append(slices.Clone(enc[:len(enc)-1]), enc[len(enc)-1]^1),
+		"trailing":  withCRC(append(slices.Clone(enc[:len(enc)-4]), 0, 0, 0, 0, 0)),
+	}
+	v := slices.Clone(enc)
+	v[8] = 2 // version
+	cases["version"] = withCRC(v)
+	for name, b := range cases {
+		if _, err := Decode(b); err == nil || !errors.Is(err, ErrSnapshot) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Mapped IPv4 addresses find IPv4 ranges; zones are not addresses of ranges.
+	if tr.Lookup(netip.MustParseAddr("::ffff:0.0.0.2")) != 2 || !tr.Contains(1, netip.MustParseAddr("::ffff:0.0.0.5")) {
+		t.Error("IPv4-mapped lookup")
+	}
+	if tr.Lookup(netip.Addr{}) != Root || tr.Contains(Root, netip.Addr{}) {
+		t.Error("invalid address")
 	}
 }
