@@ -1,0 +1,164 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Config configures one overlay peer. The zero value is not usable; start
+// from DefaultConfig and override.
+type Config struct {
+	// KeyFile holds the peer's Ed25519 identity (created on first start, mode 0600).
+	// Empty: an ephemeral identity (tests, benches).
+	KeyFile string
+	// ListenAddrs are multiaddrs, e.g. /ip4/0.0.0.0/tcp/4001 and /ip4/0.0.0.0/udp/4001/quic-v1.
+	ListenAddrs []string
+	// Bootstrap peers as full multiaddrs with /p2p/<id>.
+	Bootstrap []string
+	// PSKFile, if set, makes the network private (pnet). QUIC refuses a PSK,
+	// so a private network listens on TCP only.
+	PSKFile string
+
+	// Resource manager limits (a volunteer's machine): total connections,
+	// streams and memory. ConnHighWater must stay below MaxConns so the
+	// connection manager trims before the resource manager refuses.
+	MaxConns      int
+	MaxStreams    int
+	MaxMemoryMiB  int64
+	ConnLowWater  int
+	ConnHighWater int
+	ConnGrace     time.Duration
+	// NullResourceManager disables resource limits (many hosts in one test process).
+	NullResourceManager bool
+
+	// PublicDHTFilters enables the public query/routing-table/address filters
+	// (drop private and loopback addresses) for public deployments.
+	PublicDHTFilters bool
+	// MaxRecordAge bounds delegation records in the DHT; RepublishInterval is
+	// how often an owner re-puts its delegations (must be well inside MaxRecordAge).
+	MaxRecordAge      time.Duration
+	RepublishInterval time.Duration
+	ReprovideInterval time.Duration
+
+	// Membership: heartbeat period and the silence after which a peer is dead.
+	HeartbeatInterval time.Duration
+	FailureTimeout    time.Duration
+	// LoopbackTestnet disables the gossipsub IP-colocation penalty (all peers share 127.0.0.1).
+	LoopbackTestnet bool
+
+	// Crawler facts advertised in heartbeats.
+	CrawlerAddr netip.Addr // the address whose subnet is delegated to this peer on join
+	Capacity    int        // pages per day
+
+	// Probe server: the guard decides which targets may be probed (default
+	// PublicOnly; testnets use LoopbackOnly); Window is the daily time window
+	// in which this crawler probes (zero: always).
+	ProbeGuard  Guard
+	ProbeWindow Window
+	// ProbeMethod and ProbePort: how this peer asks others to measure a target.
+	ProbeMethod pb.ProbeMethod
+	ProbePort   uint16
+	// Seed drives the delegation policy's random choices (0: from the peer id).
+	Seed uint64
+
+	// Request deadlines.
+	RequestTimeout time.Duration
+
+	// Handoff batching.
+	HandoffBatch    int
+	HandoffInterval time.Duration
+
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics not registered
+}
+
+// DefaultConfig returns limits fit for a volunteer's machine.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddrs:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		MaxConns:          256,
+		MaxStreams:        2048,
+		MaxMemoryMiB:      512,
+		ConnLowWater:      96,
+		ConnHighWater:     192,
+		ConnGrace:         30 * time.Second,
+		MaxRecordAge:      48 * time.Hour,
+		RepublishInterval: 12 * time.Hour,
+		ReprovideInterval: 12 * time.Hour,
+		HeartbeatInterval: time.Second,
+		FailureTimeout:    5 * time.Second,
+		Capacity:          100000,
+		ProbeGuard:        PublicOnly,
+		RequestTimeout:    10 * time.Second,
+		HandoffBatch:      256,
+		HandoffInterval:   500 * time.Millisecond,
+	}
+}
+
+// TestnetConfig is DefaultConfig for in-process loopback networks: loopback
+// listen address, ephemeral key, no resource limits, fast failure detection,
+// probes restricted to loopback.
+func TestnetConfig() Config {
+	c := DefaultConfig()
+	c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
+	c.NullResourceManager = true
+	c.LoopbackTestnet = true
+	c.ProbeGuard = LoopbackOnly
+	c.HeartbeatInterval = 500 * time.Millisecond
+	c.FailureTimeout = 3 * time.Second
+	c.RequestTimeout = 10 * time.Second
+	c.HandoffInterval = 50 * time.Millisecond
+	return c
+}
+
+// Validate reports the first inconsistency in c.
+func (c *Config) Validate() error {
+	var errs []error
+	if !c.NullResourceManager {
+		if c.MaxConns <= 0 {
+			errs = append(errs, errors.New("overlay: MaxConns must be > 0"))
+		}
+		if c.ConnHighWater >= c.MaxConns {
+			errs = append(errs, fmt.Errorf("overlay: ConnHighWater (%d) must be below MaxConns (%d) so the connection manager trims before the resource manager refuses", c.ConnHighWater, c.MaxConns))
+		}
+	}
+	if c.ConnLowWater <= 0 || c.ConnLowWater >= c.ConnHighWater {
+		errs = append(errs, fmt.Errorf("overlay: need 0 < ConnLowWater (%d) < ConnHighWater (%d)", c.ConnLowWater, c.ConnHighWater))
+	}
+	if c.HeartbeatInterval <= 0 || c.FailureTimeout < 2*c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("overlay: FailureTimeout (%v) must be at least two heartbeats (%v)", c.FailureTimeout, c.HeartbeatInterval))
+	}
+	if c.MaxRecordAge <= 0 || c.RepublishInterval <= 0 || c.RepublishInterval > c.MaxRecordAge/2 {
+		errs = append(errs, fmt.Errorf("overlay: RepublishInterval (%v) must be positive and at most half of MaxRecordAge (%v)", c.RepublishInterval, c.MaxRecordAge))
+	}
+	if c.ReprovideInterval <= 0 {
+		errs = append(errs, errors.New("overlay: ReprovideInterval must be > 0"))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, errors.New("overlay: RequestTimeout must be > 0"))
+	}
+	if c.HandoffBatch <= 0 || c.HandoffBatch > maxHandoffURLs {
+		errs = append(errs, fmt.Errorf("overlay: HandoffBatch must be in 1..%d", maxHandoffURLs))
+	}
+	if c.HandoffInterval <= 0 {
+		errs = append(errs, errors.New("overlay: HandoffInterval must be > 0"))
+	}
+	if c.ProbeGuard == nil {
+		errs = append(errs, errors.New("overlay: ProbeGuard is required (PublicOnly, LoopbackOnly, or your own)"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}

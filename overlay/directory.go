@@ -1,0 +1,451 @@
+package overlay
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/routing"
+	mh "github.com/multiformats/go-multihash"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Directory is the DHT-backed delegation.Directory: a local cache of
+// verified records in front of the /micra/deleg/<subnet> DHT values, kept
+// fresh by DELEGATED events on micra/calibration/1 and marked stale by
+// SLOW_PAGE and RELEASED events. Every merge applies the Select rule, so all
+// caches converge on the same record per subnet.
+//
+// Holder sets (crawlers holding subnets under an ancestor, or of an
+// organisation) are the union of what the cache knows and DHT provider
+// records, filtered to live peers.
+type Directory struct {
+	p *Peer
+
+	mu    sync.RWMutex
+	recs  map[hierarchy.NodeID]*cached
+	under map[hierarchy.NodeID]map[delegation.CrawlerID]int
+	org   map[hierarchy.OrgID]map[delegation.CrawlerID]int
+	owned map[hierarchy.NodeID]bool
+	prov  map[string]provEntry
+}
+
+type cached struct {
+	rec   delegation.Record
+	raw   []byte
+	stale bool // a gossip event says the DHT may hold something newer
+}
+
+type provEntry struct {
+	ids []delegation.CrawlerID
+	at  time.Time
+}
+
+const providerCacheTTL = 30 * time.Second
+
+func newDirectory(p *Peer) *Directory {
+	return &Directory{
+		p:     p,
+		recs:  make(map[hierarchy.NodeID]*cached),
+		under: make(map[hierarchy.NodeID]map[delegation.CrawlerID]int),
+		org:   make(map[hierarchy.OrgID]map[delegation.CrawlerID]int),
+		owned: make(map[hierarchy.NodeID]bool),
+		prov:  make(map[string]provEntry),
+	}
+}
+
+// Cached returns the cached record for s without touching the network:
+// the sub-microsecond path of every owner lookup.
+func (d *Directory) Cached(s hierarchy.NodeID) (delegation.Record, bool) {
+	d.mu.RLock()
+	e, ok := d.recs[s]
+	d.mu.RUnlock()
+	if !ok || e.stale {
+		return delegation.Record{}, false
+	}
+	return e.rec, d.p.members.IsLive(e.rec.Owner)
+}
+
+// Lookup implements delegation.Directory. A record whose owner is dead is
+// returned with ok == false (so the engine bumps its epoch).
+func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
+	d.mu.RLock()
+	e, ok := d.recs[s]
+	d.mu.RUnlock()
+	if ok && !e.stale {
+		return e.rec, d.p.members.IsLive(e.rec.Owner), nil
+	}
+	rec, found, err := d.fetch(ctx, s)
+	if err != nil {
+		if ok { // stale but usable
+			return e.rec, d.p.members.IsLive(e.rec.Owner), nil
+		}
+		return delegation.Record{}, false, err
+	}
+	if !found {
+		if ok {
+			d.unstale(s)
+			return e.rec, d.p.members.IsLive(e.rec.Owner), nil
+		}
+		return delegation.Record{}, false, nil
+	}
+	return rec, d.p.members.IsLive(rec.Owner), nil
+}
+
+// fetch reads the subnet's record from the DHT and merges it into the cache.
+func (d *Directory) fetch(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, d.p.cfg.RequestTimeout)
+	defer cancel()
+	val, err := d.p.dht.GetValue(ctx, DelegKey(s))
+	d.p.metrics.dhtGet.Observe(time.Since(start).Seconds())
+	if errors.Is(err, routing.ErrNotFound) {
+		return delegation.Record{}, false, nil
+	}
+	if err != nil {
+		return delegation.Record{}, false, fmt.Errorf("overlay: dht get %s: %w", DelegKey(s), err)
+	}
+	best, _, err := d.mergeValue(s, val)
+	if err != nil {
+		return delegation.Record{}, false, err
+	}
+	return best, true, nil
+}
+
+func (d *Directory) unstale(s hierarchy.NodeID) {
+	d.mu.Lock()
+	if e, ok := d.recs[s]; ok {
+		e.stale = false
+	}
+	d.mu.Unlock()
+}
+
+// Invalidate marks s's cache entry stale: the next Lookup reads the DHT.
+func (d *Directory) Invalidate(s hierarchy.NodeID) {
+	d.mu.Lock()
+	if e, ok := d.recs[s]; ok {
+		e.stale = true
+	}
+	d.mu.Unlock()
+}
+
+// mergeValue verifies a DHT value and merges it by the Select rule. It
+// returns the record that prevails in the cache afterwards.
+func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Record, bool, error) {
+	rec, err := d.p.validator.check(DelegKey(s), val)
+	if err != nil {
+		return delegation.Record{}, false, err
+	}
+	best, changed := d.merge(rec, val)
+	return best, changed, nil
+}
+
+// merge applies Select against the cached record for rec.Subnet.
+func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record, bool) {
+	s := rec.Subnet
+	d.mu.Lock()
+	old, had := d.recs[s]
+	if had && !Better(rec, raw, old.rec, old.raw) {
+		if string(raw) == string(old.raw) {
+			old.stale = false
+		}
+		best := old.rec
+		d.mu.Unlock()
+		return best, false
+	}
+	var prevOwner delegation.CrawlerID
+	if had {
+		prevOwner = old.rec.Owner
+		if prevOwner != rec.Owner {
+			d.indexLocked(old.rec, -1)
+		}
+	}
+	d.recs[s] = &cached{rec: rec, raw: raw}
+	if !had || prevOwner != rec.Owner {
+		d.indexLocked(rec, +1)
+	}
+	self := d.p.selfID
+	gained := rec.Owner == self && !d.owned[s]
+	lost := rec.Owner != self && d.owned[s]
+	if gained {
+		d.owned[s] = true
+	}
+	if lost {
+		delete(d.owned, s)
+	}
+	n := len(d.owned)
+	d.mu.Unlock()
+	if gained || lost {
+		d.p.members.subnets.Store(uint32(n))
+	}
+	if gained {
+		d.p.onGained(rec, prevOwner)
+	}
+	return rec, true
+}
+
+func (d *Directory) indexLocked(r delegation.Record, delta int) {
+	t := d.p.tree
+	if int(r.Subnet) >= t.Len() {
+		return
+	}
+	add := func(m map[delegation.CrawlerID]int) {
+		m[r.Owner] += delta
+		if m[r.Owner] <= 0 {
+			delete(m, r.Owner)
+		}
+	}
+	for _, a := range append([]hierarchy.NodeID{r.Subnet}, t.Ancestors(r.Subnet)...) {
+		m, ok := d.under[a]
+		if !ok {
+			m = make(map[delegation.CrawlerID]int)
+			d.under[a] = m
+		}
+		add(m)
+	}
+	if o := t.Node(r.Subnet).Org; o != 0 {
+		m, ok := d.org[o]
+		if !ok {
+			m = make(map[delegation.CrawlerID]int)
+			d.org[o] = m
+		}
+		add(m)
+	}
+}
+
+// Publish implements delegation.Directory: obtain the owner's signature
+// (/micra/endorse/1 unless the owner is this peer), sign as decider, put to
+// the DHT, announce on micra/calibration/1, then read back what prevails.
+func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegation.Record, error) {
+	p := d.p
+	if rec.Snapshot != p.snap {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: snapshot %x, this peer runs %x", rec.Subnet, rec.Snapshot[:6], p.snap[:6])
+	}
+	if rec.DecidedBy != p.selfID {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: decided by %s, but only this peer (%s) can sign", rec.Subnet, rec.DecidedBy, p.selfID)
+	}
+	m, err := toPB(rec)
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
+	}
+	var ownerEnv []byte
+	if rec.Owner == p.selfID {
+		ownerEnv, err = sealOwner(m, p.sk)
+	} else {
+		var owner peer.ID
+		owner, err = peer.Decode(string(rec.Owner))
+		if err == nil {
+			ownerEnv, err = p.endorse(ctx, owner, m)
+		}
+	}
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: owner %s: %w", rec.Subnet, rec.Owner, err)
+	}
+	val, err := sealDecision(ownerEnv, p.sk)
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
+	}
+	return d.put(ctx, rec.Subnet, val, true)
+}
+
+// put stores a sealed value in the DHT and the cache, optionally announces
+// it, and returns the record that prevails.
+func (d *Directory) put(ctx context.Context, s hierarchy.NodeID, val []byte, announce bool) (delegation.Record, error) {
+	p := d.p
+	key := DelegKey(s)
+	mine, err := p.validator.check(key, val)
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: own record rejected: %w", err)
+	}
+	best, _ := d.merge(mine, val)
+	if announce {
+		p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_DELEGATED, Subnet: uint32(s), Value: val})
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := p.dht.PutValue(pctx, key, val); err != nil {
+		// A better local value, or no DHT peers yet (a lone first node):
+		// the record lives in the cache and on gossip; the republish loop
+		// puts it again later.
+		p.log.Debug("overlay: dht put", "key", key, "err", err)
+	}
+	p.metrics.dhtPut.Observe(time.Since(start).Seconds())
+	// Read back what prevails among the closest peers: a concurrent writer
+	// may have won the Select.
+	if got, found, err := d.fetch(ctx, s); err == nil && found {
+		best = got
+	} else if e, ok := d.get(s); ok {
+		best = e
+	}
+	return best, nil
+}
+
+func (d *Directory) get(s hierarchy.NodeID) (delegation.Record, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	e, ok := d.recs[s]
+	if !ok {
+		return delegation.Record{}, false
+	}
+	return e.rec, true
+}
+
+// Records returns every cached record (any staleness), ordered by subnet.
+func (d *Directory) Records() []delegation.Record {
+	d.mu.RLock()
+	out := make([]delegation.Record, 0, len(d.recs))
+	for _, e := range d.recs {
+		out = append(out, e.rec)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b delegation.Record) int { return int(a.Subnet) - int(b.Subnet) })
+	return out
+}
+
+// Owned lists the subnets this peer owns, ascending.
+func (d *Directory) Owned() []hierarchy.NodeID {
+	d.mu.RLock()
+	out := make([]hierarchy.NodeID, 0, len(d.owned))
+	for s := range d.owned {
+		out = append(out, s)
+	}
+	d.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// HoldersUnder implements delegation.Directory.
+func (d *Directory) HoldersUnder(ctx context.Context, a hierarchy.NodeID) ([]delegation.CrawlerID, error) {
+	d.mu.RLock()
+	local := keys(d.under[a])
+	d.mu.RUnlock()
+	return d.holders(ctx, underCID(d.p.snap, a), local)
+}
+
+// HoldersOfOrg implements delegation.Directory.
+func (d *Directory) HoldersOfOrg(ctx context.Context, o hierarchy.OrgID) ([]delegation.CrawlerID, error) {
+	if o == 0 {
+		return nil, nil
+	}
+	d.mu.RLock()
+	local := keys(d.org[o])
+	d.mu.RUnlock()
+	return d.holders(ctx, orgCID(d.p.snap, o), local)
+}
+
+func keys(m map[delegation.CrawlerID]int) []delegation.CrawlerID {
+	out := make([]delegation.CrawlerID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// holders returns the live holders of a set: what this peer's cache knows
+// (every delegation is announced on gossip, so this is normally complete),
+// completed from DHT provider records when the cache knows nobody — a peer
+// that joined late or missed announcements. Provider answers are cached for
+// providerCacheTTL (negative answers too) and dropped on membership or
+// delegation changes.
+func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.CrawlerID) ([]delegation.CrawlerID, error) {
+	var out []delegation.CrawlerID
+	for _, id := range local {
+		if d.p.members.IsLive(id) {
+			out = append(out, id)
+		}
+	}
+	if len(out) > 0 {
+		slices.Sort(out)
+		return out, nil
+	}
+	k := c.KeyString()
+	d.mu.RLock()
+	pe, ok := d.prov[k]
+	d.mu.RUnlock()
+	if !ok || time.Since(pe.at) > providerCacheTTL {
+		pe = provEntry{at: time.Now()}
+		qctx, cancel := context.WithTimeout(ctx, d.p.cfg.RequestTimeout)
+		for ai := range d.p.dht.FindProvidersAsync(qctx, c, 64) {
+			pe.ids = append(pe.ids, delegation.CrawlerID(ai.ID.String()))
+		}
+		cancel()
+		d.mu.Lock()
+		d.prov[k] = pe
+		d.mu.Unlock()
+	}
+	for _, id := range pe.ids {
+		if d.p.members.IsLive(id) && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// invalidateProviders drops cached provider answers (a delegation changed).
+func (d *Directory) invalidateProviders() {
+	d.mu.Lock()
+	clear(d.prov)
+	d.mu.Unlock()
+}
+
+// underCID and orgCID name the provider records of the holder sets:
+// SHA-256 multihash of a textual key, raw CIDv1.
+func underCID(snap hierarchy.SnapshotID, a hierarchy.NodeID) cid.Cid {
+	return keyCID("micra/holders/under/" + hex.EncodeToString(snap[:8]) + "/" + strconv.FormatUint(uint64(a), 10))
+}
+
+func orgCID(snap hierarchy.SnapshotID, o hierarchy.OrgID) cid.Cid {
+	return keyCID("micra/holders/org/" + hex.EncodeToString(snap[:8]) + "/" + strconv.FormatUint(uint64(o), 10))
+}
+
+func keyCID(s string) cid.Cid {
+	h, err := mh.Sum([]byte(s), mh.SHA2_256, -1)
+	if err != nil {
+		panic(err) // SHA2-256 is always available
+	}
+	return cid.NewCidV1(cid.Raw, h)
+}
+
+// holderCIDs are the provider keys an owner of s announces.
+func (p *Peer) holderCIDs(s hierarchy.NodeID) []cid.Cid {
+	out := []cid.Cid{underCID(p.snap, s)}
+	for _, a := range p.tree.Ancestors(s) {
+		out = append(out, underCID(p.snap, a))
+	}
+	if o := p.tree.Node(s).Org; o != 0 {
+		out = append(out, orgCID(p.snap, o))
+	}
+	return out
+}
+
+// republishValue re-seals an owned record with a fresh time (this peer as
+// decider and owner), which the Select rule prefers over its older copy.
+func (p *Peer) republishValue(rec delegation.Record) ([]byte, error) {
+	rec.DecidedBy = p.selfID
+	rec.At = time.Now()
+	m, err := toPB(rec)
+	if err != nil {
+		return nil, err
+	}
+	env, err := sealOwner(m, p.sk)
+	if err != nil {
+		return nil, err
+	}
+	return sealDecision(env, p.sk)
+}
+
+var _ delegation.Directory = (*Directory)(nil)
+var _ = proto.Equal

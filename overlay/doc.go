@@ -1,0 +1,14 @@
+// Package overlay owns micra's peer-to-peer layer: the libp2p host (Noise,
+// yamux, TCP and QUIC, persistent Ed25519 identity, resource and connection
+// managers, optional private network), the Kademlia DHT that stores
+// delegation records (/micra/deleg/<subnet>) and holder sets (provider
+// records), the gossipsub topics micra/calibration/1 and micra/membership/1
+// (with the heartbeat failure detector), and the request/response protocols
+// /micra/probe/1, /micra/endorse/1, /micra/handoff/1, /micra/snapshot/1 and
+// /micra/recover/1.
+//
+// It implements the delegation engine's Directory (DHT + gossip-invalidated
+// cache), Prober (probe RPCs) and Membership (failure detector) so that the
+// pure delegation logic in package delegation runs unchanged across peers
+// with no coordinator.
+package overlay

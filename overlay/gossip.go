@@ -1,0 +1,174 @@
+package overlay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pubsubpb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Gossip topics.
+const (
+	TopicCalibration = "micra/calibration/1"
+	TopicMembership  = "micra/membership/1"
+
+	maxHeartbeatBytes   = 4 << 10
+	maxCalibrationBytes = 16 << 10
+	maxListenAddrs      = 16
+	maxAddrBytes        = 256
+	maxCapacity         = 1 << 30
+)
+
+// MessageID is the content-hash message id: base64url(SHA-256(data)). Any
+// implementation computes the same id from the same bytes, so duplicates are
+// suppressed across implementations.
+func MessageID(m *pubsubpb.Message) string {
+	sum := sha256.Sum256(m.Data)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// newPubSub builds gossipsub with strict signing, content-hash ids, flood
+// publish (small networks: a publisher sends to every topic peer, which is
+// what gets an event to all peers in one hop) and peer scoring.
+func newPubSub(ctx context.Context, h host.Host, cfg Config) (*pubsub.PubSub, error) {
+	topicParams := &pubsub.TopicScoreParams{
+		TopicWeight:                     1,
+		TimeInMeshWeight:                0.01,
+		TimeInMeshQuantum:               time.Second,
+		TimeInMeshCap:                   3600,
+		FirstMessageDeliveriesWeight:    1,
+		FirstMessageDeliveriesDecay:     pubsub.ScoreParameterDecay(10 * time.Minute),
+		FirstMessageDeliveriesCap:       100,
+		InvalidMessageDeliveriesWeight:  -100,
+		InvalidMessageDeliveriesDecay:   pubsub.ScoreParameterDecay(time.Hour),
+		MeshMessageDeliveriesWeight:     0, // small, bursty topics: no mesh delivery quota
+		MeshFailurePenaltyWeight:        0,
+		MeshMessageDeliveriesDecay:      0,
+		MeshMessageDeliveriesActivation: 0,
+	}
+	colocation := -10.0
+	if cfg.LoopbackTestnet {
+		// Every testnet peer shares 127.0.0.1: the colocation penalty would
+		// graylist the whole network.
+		colocation = 0
+	}
+	params := &pubsub.PeerScoreParams{
+		Topics: map[string]*pubsub.TopicScoreParams{
+			TopicCalibration: topicParams,
+			TopicMembership:  topicParams,
+		},
+		TopicScoreCap:               100,
+		AppSpecificScore:            func(peer.ID) float64 { return 0 },
+		AppSpecificWeight:           1,
+		IPColocationFactorWeight:    colocation,
+		IPColocationFactorThreshold: 4,
+		BehaviourPenaltyWeight:      -10,
+		BehaviourPenaltyThreshold:   6,
+		BehaviourPenaltyDecay:       pubsub.ScoreParameterDecay(10 * time.Minute),
+		DecayInterval:               time.Second,
+		DecayToZero:                 0.01,
+		RetainScore:                 10 * time.Minute,
+	}
+	thresholds := &pubsub.PeerScoreThresholds{
+		GossipThreshold:             -100,
+		PublishThreshold:            -500,
+		GraylistThreshold:           -1000,
+		AcceptPXThreshold:           10,
+		OpportunisticGraftThreshold: 5,
+	}
+	ps, err := pubsub.NewGossipSub(ctx, h,
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithMessageIdFn(MessageID),
+		pubsub.WithFloodPublish(true),
+		pubsub.WithPeerScore(params, thresholds),
+		pubsub.WithMaxMessageSize(maxCalibrationBytes+1024),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: gossipsub: %w", err)
+	}
+	return ps, nil
+}
+
+// decodeHeartbeat checks a membership message: schema, size, plausibility.
+func decodeHeartbeat(data []byte) (*pb.Heartbeat, error) {
+	if len(data) > maxHeartbeatBytes {
+		return nil, fmt.Errorf("heartbeat of %d bytes exceeds %d", len(data), maxHeartbeatBytes)
+	}
+	var hb pb.Heartbeat
+	if err := proto.Unmarshal(data, &hb); err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	if hb.Version == 0 {
+		return nil, fmt.Errorf("heartbeat: missing version")
+	}
+	if len(hb.Snapshot) != 32 {
+		return nil, fmt.Errorf("heartbeat: snapshot id of %d bytes", len(hb.Snapshot))
+	}
+	if hb.IntervalMs < 10 || hb.IntervalMs > 60_000 {
+		return nil, fmt.Errorf("heartbeat: interval %d ms implausible", hb.IntervalMs)
+	}
+	if hb.Capacity > maxCapacity || hb.Load > maxCapacity {
+		return nil, fmt.Errorf("heartbeat: capacity %d / load %d implausible", hb.Capacity, hb.Load)
+	}
+	if len(hb.ListenAddrs) > maxListenAddrs {
+		return nil, fmt.Errorf("heartbeat: %d listen addresses, limit %d", len(hb.ListenAddrs), maxListenAddrs)
+	}
+	for _, a := range hb.ListenAddrs {
+		if len(a) > maxAddrBytes {
+			return nil, fmt.Errorf("heartbeat: listen address of %d bytes", len(a))
+		}
+	}
+	if len(hb.CrawlerAddr) != 0 && len(hb.CrawlerAddr) != 4 && len(hb.CrawlerAddr) != 16 {
+		return nil, fmt.Errorf("heartbeat: crawler address of %d bytes", len(hb.CrawlerAddr))
+	}
+	at := time.Unix(0, hb.AtUnixNano)
+	if d := time.Since(at); d > clockSkew || d < -clockSkew {
+		return nil, fmt.Errorf("heartbeat: time %v off by %v", at, d)
+	}
+	return &hb, nil
+}
+
+// decodeCalibration checks a calibration event's schema and numbers; the
+// record inside a DELEGATED event is verified by the caller.
+func decodeCalibration(data []byte) (*pb.CalibrationEvent, error) {
+	if len(data) > maxCalibrationBytes {
+		return nil, fmt.Errorf("calibration event of %d bytes exceeds %d", len(data), maxCalibrationBytes)
+	}
+	var ev pb.CalibrationEvent
+	if err := proto.Unmarshal(data, &ev); err != nil {
+		return nil, fmt.Errorf("calibration event: %w", err)
+	}
+	if ev.Version == 0 || len(ev.Snapshot) != 32 {
+		return nil, fmt.Errorf("calibration event: missing version or snapshot")
+	}
+	switch ev.Kind {
+	case pb.CalibrationKind_SLOW_PAGE:
+		if len(ev.Url) == 0 || len(ev.Url) > maxURLLen {
+			return nil, fmt.Errorf("calibration event: url of %d bytes", len(ev.Url))
+		}
+		if ev.ObservedNs <= 0 || ev.ExpectedNs <= 0 || ev.ObservedNs < ev.ExpectedNs || time.Duration(ev.ObservedNs) > 10*time.Minute {
+			return nil, fmt.Errorf("calibration event: slow page timings %v/%v implausible", time.Duration(ev.ObservedNs), time.Duration(ev.ExpectedNs))
+		}
+	case pb.CalibrationKind_DELEGATED:
+		if len(ev.Value) == 0 || len(ev.Value) > maxRecordBytes {
+			return nil, fmt.Errorf("calibration event: delegation value of %d bytes", len(ev.Value))
+		}
+	case pb.CalibrationKind_RELEASED:
+	default:
+		return nil, fmt.Errorf("calibration event: unknown kind %d", ev.Kind)
+	}
+	at := time.Unix(0, ev.AtUnixNano)
+	if d := time.Since(at); d > clockSkew || d < -clockSkew {
+		return nil, fmt.Errorf("calibration event: time %v off by %v", at, d)
+	}
+	return &ev, nil
+}

@@ -1,0 +1,314 @@
+package overlay
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Members is the failure detector and the live-crawler view, fed by
+// heartbeats on micra/membership/1. A peer silent for FailureTimeout is
+// declared dead (UbiCrawler's reliable failure detector: every correct peer
+// eventually distrusts a silent one); a later heartbeat revives it.
+//
+// It implements delegation.Membership, delegation.Liveness and
+// delegation.Versioned.
+type Members struct {
+	self    peer.ID
+	selfC   delegation.Crawler
+	timeout time.Duration
+	started time.Time
+	log     *slog.Logger
+
+	mu      sync.RWMutex
+	byID    map[peer.ID]*member
+	byCID   map[delegation.CrawlerID]*member // same members, keyed for the sub-µs IsLive path
+	live    []delegation.Crawler             // sorted by ID; rebuilt when version changes
+	version atomic.Uint64
+	load    atomic.Uint32
+	subnets atomic.Uint32
+
+	listeners []func(MemberEvent)
+}
+
+type member struct {
+	crawler  delegation.Crawler
+	lastSeen time.Time
+	seq      uint64
+	load     uint32
+	addrs    []ma.Multiaddr
+	dead     bool
+}
+
+// MemberEvent reports a change in the failure detector's view.
+type MemberEvent struct {
+	Peer     peer.ID
+	Dead     bool          // true: declared dead; false: joined or revived
+	Silence  time.Duration // for Dead: time since its last heartbeat
+	LastSeen time.Time
+}
+
+func newMembers(self peer.ID, c delegation.Crawler, timeout time.Duration, log *slog.Logger) *Members {
+	m := &Members{self: self, selfC: c, timeout: timeout, started: time.Now(), log: log, byID: make(map[peer.ID]*member), byCID: make(map[delegation.CrawlerID]*member)}
+	m.rebuild()
+	return m
+}
+
+// OnChange registers fn for membership events (called without locks held,
+// from the overlay's goroutines; fn must not block).
+func (m *Members) OnChange(fn func(MemberEvent)) {
+	m.mu.Lock()
+	m.listeners = append(m.listeners, fn)
+	m.mu.Unlock()
+}
+
+// Live implements delegation.Membership: this peer plus every peer heard
+// within the failure timeout, sorted by ID. The slice must not be modified.
+func (m *Members) Live() []delegation.Crawler {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.live
+}
+
+// Version implements delegation.Versioned.
+func (m *Members) Version() uint64 { return m.version.Load() }
+
+// IsLive implements delegation.Liveness. A peer never heard of is presumed
+// live only during the first failure timeout after start (it may simply not
+// have heartbeated yet); afterwards it is dead.
+func (m *Members) IsLive(c delegation.CrawlerID) bool {
+	if c == m.selfC.ID {
+		return true
+	}
+	m.mu.RLock()
+	st, ok := m.byCID[c]
+	m.mu.RUnlock()
+	if !ok {
+		return time.Since(m.started) < m.timeout
+	}
+	return !st.dead
+}
+
+// IsPeerLive is IsLive by peer ID.
+func (m *Members) IsPeerLive(id peer.ID) bool {
+	if id == m.self {
+		return true
+	}
+	m.mu.RLock()
+	st, ok := m.byID[id]
+	m.mu.RUnlock()
+	if !ok {
+		return time.Since(m.started) < m.timeout
+	}
+	return !st.dead
+}
+
+// Addrs returns the listen addresses a member advertised.
+func (m *Members) Addrs(id peer.ID) []ma.Multiaddr {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if st, ok := m.byID[id]; ok {
+		return st.addrs
+	}
+	return nil
+}
+
+// LoadOf returns the load a member advertised (pages per day).
+func (m *Members) LoadOf(id peer.ID) (uint32, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st, ok := m.byID[id]
+	if !ok || st.dead {
+		return 0, false
+	}
+	return st.load, true
+}
+
+// Count returns the number of live peers, this one included.
+func (m *Members) Count() int { return len(m.Live()) }
+
+func (m *Members) rebuild() {
+	live := make([]delegation.Crawler, 0, len(m.byID)+1)
+	live = append(live, m.selfC)
+	for _, st := range m.byID {
+		if !st.dead {
+			live = append(live, st.crawler)
+		}
+	}
+	slices.SortFunc(live, func(a, b delegation.Crawler) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	m.live = live
+	m.version.Add(1)
+}
+
+// observe applies a validated heartbeat from id.
+func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
+	if id == m.self {
+		return
+	}
+	addr, _ := netip.AddrFromSlice(hb.CrawlerAddr)
+	var addrs []ma.Multiaddr
+	for _, b := range hb.ListenAddrs {
+		if a, err := ma.NewMultiaddrBytes(b); err == nil {
+			addrs = append(addrs, a)
+		}
+	}
+	c := delegation.Crawler{ID: delegation.CrawlerID(id.String()), Addr: addr.Unmap(), Capacity: int(hb.Capacity)}
+	var ev *MemberEvent
+	m.mu.Lock()
+	st, ok := m.byID[id]
+	switch {
+	case !ok:
+		st = &member{}
+		m.byID[id] = st
+		m.byCID[c.ID] = st
+		ev = &MemberEvent{Peer: id}
+	case hb.Seq <= st.seq && !st.dead:
+		m.mu.Unlock()
+		return // replay or reorder
+	case st.dead:
+		ev = &MemberEvent{Peer: id}
+	}
+	changed := !ok || st.dead || st.crawler != c
+	st.crawler, st.lastSeen, st.seq, st.load, st.addrs, st.dead = c, now, hb.Seq, hb.Load, addrs, false
+	if changed {
+		m.rebuild()
+	}
+	ls := m.listeners
+	m.mu.Unlock()
+	if ev != nil {
+		ev.LastSeen = now
+		for _, fn := range ls {
+			fn(*ev)
+		}
+	}
+}
+
+// sweep declares dead every peer silent for longer than the timeout.
+func (m *Members) sweep(now time.Time) {
+	var evs []MemberEvent
+	m.mu.Lock()
+	for id, st := range m.byID {
+		if !st.dead && now.Sub(st.lastSeen) > m.timeout {
+			st.dead = true
+			evs = append(evs, MemberEvent{Peer: id, Dead: true, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
+		}
+	}
+	if len(evs) > 0 {
+		m.rebuild()
+	}
+	ls := m.listeners
+	m.mu.Unlock()
+	for _, ev := range evs {
+		m.log.Info("overlay: peer declared dead", "peer", ev.Peer, "silence", ev.Silence)
+		for _, fn := range ls {
+			fn(ev)
+		}
+	}
+}
+
+// runMembership publishes heartbeats, reads them and sweeps until ctx ends.
+func (p *Peer) runMembership(ctx context.Context, sub *pubsub.Subscription) {
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		for {
+			msg, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if msg.ReceivedFrom == p.h.ID() && msg.GetFrom() == p.h.ID() {
+				continue
+			}
+			hb, ok := msg.ValidatorData.(*pb.Heartbeat)
+			if !ok {
+				continue
+			}
+			p.members.observe(msg.GetFrom(), hb, time.Now())
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		beat := time.NewTicker(p.cfg.HeartbeatInterval)
+		defer beat.Stop()
+		sweep := time.NewTicker(p.cfg.HeartbeatInterval / 4)
+		defer sweep.Stop()
+		var seq uint64
+		p.publishHeartbeat(ctx, &seq)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-beat.C:
+				p.publishHeartbeat(ctx, &seq)
+			case now := <-sweep.C:
+				p.members.sweep(now)
+			}
+		}
+	}()
+}
+
+func (p *Peer) publishHeartbeat(ctx context.Context, seq *uint64) {
+	*seq++
+	hb := &pb.Heartbeat{
+		Version:    wireVersion,
+		Seq:        *seq,
+		AtUnixNano: time.Now().UnixNano(),
+		IntervalMs: uint32(p.cfg.HeartbeatInterval / time.Millisecond),
+		Snapshot:   p.snap[:],
+		Capacity:   uint32(min(max(p.cfg.Capacity, 0), maxCapacity)),
+		Load:       p.members.load.Load(),
+		Subnets:    p.members.subnets.Load(),
+	}
+	if p.cfg.CrawlerAddr.IsValid() {
+		hb.CrawlerAddr = p.cfg.CrawlerAddr.AsSlice()
+	}
+	for i, a := range p.h.Addrs() {
+		if i == maxListenAddrs {
+			break
+		}
+		hb.ListenAddrs = append(hb.ListenAddrs, a.Bytes())
+	}
+	data, err := proto.Marshal(hb)
+	if err != nil {
+		return
+	}
+	if err := p.topicMem.Publish(ctx, data); err != nil && ctx.Err() == nil {
+		p.log.Debug("overlay: heartbeat publish failed", "err", err)
+	}
+}
+
+// validateHeartbeat is the micra/membership/1 topic validator.
+func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	hb, err := decodeHeartbeat(msg.Data)
+	if err != nil {
+		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
+		return pubsub.ValidationReject
+	}
+	if string(hb.Snapshot) != string(p.snap[:]) {
+		// A peer on another hierarchy snapshot is not a member of this
+		// delegation space; not malicious, so ignore rather than penalise.
+		return pubsub.ValidationIgnore
+	}
+	msg.ValidatorData = hb
+	return pubsub.ValidationAccept
+}

@@ -1,0 +1,32 @@
+package overlay
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	dhtGet, dhtPut                                      prometheus.Histogram
+	probesSent, probesServed, endorsements, delegations prometheus.Counter
+	pagesRecovered, calibrationEvents, deaths           prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	m := &metrics{
+		dhtGet: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "dht_get_seconds",
+			Help: "Latency of uncached DHT delegation lookups.", Buckets: buckets}),
+		dhtPut: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "dht_put_seconds",
+			Help: "Latency of DHT delegation puts.", Buckets: buckets}),
+		probesSent:        prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "probes_sent_total", Help: "Probe requests issued (one per crawler asked)."}),
+		probesServed:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "probes_served_total", Help: "Probe requests answered."}),
+		endorsements:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "endorsements_total", Help: "Owner countersignatures obtained."}),
+		delegations:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "delegations_total", Help: "Delegation decisions run by this peer."}),
+		pagesRecovered:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "pages_recovered_total", Help: "Page histories pulled from previous owners."}),
+		calibrationEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "calibration_events_total", Help: "Calibration events received."}),
+		deaths:            prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total", Help: "Peers declared dead by the failure detector."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths} {
+			_ = reg.Register(c)
+		}
+	}
+	return m
+}

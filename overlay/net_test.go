@@ -1,0 +1,170 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// testTree is a small hierarchy over loopback space: 127.0.0.0/8 split into
+// 8 /16s (4 organisations), each split into 4 /24s.
+func testTree(t testing.TB) *hierarchy.Tree {
+	t.Helper()
+	b := hierarchy.NewBuilder()
+	add := func(start, end, org string) {
+		if err := b.Add(hierarchy.Range{Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end), Org: org,
+			Registry: hierarchy.Registry(1), Country: "NL"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("127.0.0.0", "127.255.255.255", "LOOPBACK-NIC")
+	for i := range 8 {
+		org := fmt.Sprintf("ORG-%d", i/2)
+		add(fmt.Sprintf("127.%d.0.0", i), fmt.Sprintf("127.%d.255.255", i), org)
+		for j := range 4 {
+			add(fmt.Sprintf("127.%d.%d.0", i, j), fmt.Sprintf("127.%d.%d.255", i, j), org)
+		}
+	}
+	tr, _, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// modelMeasurer is a deterministic latency model: RTT from crawler index i
+// to a target depends on the distance between i and the target's /16 — a
+// stand-in for geography that makes owners predictable.
+type modelMeasurer struct{ i int }
+
+func (m modelMeasurer) Measure(_ context.Context, t ProbeTarget) (time.Duration, error) {
+	b := t.Addr.As4()
+	d := int(b[1])*3 - m.i
+	if d < 0 {
+		d = -d
+	}
+	h := fnv.New32a()
+	h.Write(b[:])
+	h.Write([]byte{byte(m.i)})
+	return time.Duration(d*7+1)*time.Millisecond + time.Duration(h.Sum32()%1000)*time.Microsecond, nil
+}
+
+type testNet struct {
+	tree  *hierarchy.Tree
+	peers []*Peer
+	sinks []*memSink
+}
+
+type memSink struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (s *memSink) Accept(_ context.Context, urls []string) error {
+	s.mu.Lock()
+	s.urls = append(s.urls, urls...)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *memSink) got() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.urls...)
+}
+
+// newTestNet starts n peers on 127.0.0.1 (real TCP), each bootstrapped to
+// the first three, with the IPMicra policy, and waits until every peer sees
+// every other as a member.
+func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *testNet {
+	t.Helper()
+	tn := &testNet{tree: testTree(t)}
+	ctx := context.Background()
+	var boot []string
+	for i := range n {
+		cfg := TestnetConfig()
+		cfg.CrawlerAddr = netip.AddrFrom4([4]byte{127, byte(i % 8), byte(i / 8 % 4), 1})
+		cfg.Bootstrap = boot
+		sink := &memSink{}
+		svc := Services{Sink: sink, Measurer: modelMeasurer{i: i}}
+		if tune != nil {
+			tune(i, &cfg, &svc)
+		}
+		p, err := Open(ctx, tn.tree, cfg, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		p.UsePolicy(delegation.NewIPMicra(p.Deps(), delegation.Config{Self: p.CrawlerID()}))
+		tn.peers = append(tn.peers, p)
+		tn.sinks = append(tn.sinks, sink)
+		if i < 3 {
+			for _, a := range p.h.Addrs() {
+				boot = append(boot, a.String()+"/p2p/"+p.ID().String())
+			}
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, p := range tn.peers {
+		p.DHT().RefreshRoutingTable()
+	}
+	for _, p := range tn.peers {
+		if err := p.WaitMembers(wctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tn
+}
+
+// disagreements counts subnets whose cached owner differs between peers
+// (a peer that has no record for a subnet others know counts too).
+func (tn *testNet) disagreements(alive []*Peer) (int, map[hierarchy.NodeID]delegation.CrawlerID) {
+	owners := map[hierarchy.NodeID]delegation.CrawlerID{}
+	for _, p := range alive {
+		for _, r := range p.Directory().Records() {
+			owners[r.Subnet] = ""
+		}
+	}
+	bad := 0
+	for s := range owners {
+		var first delegation.CrawlerID
+		for i, p := range alive {
+			r, ok := p.Directory().get(s)
+			o := delegation.CrawlerID("<none>")
+			if ok {
+				o = r.Owner
+			}
+			if i == 0 {
+				first = o
+			} else if o != first {
+				bad++
+				break
+			}
+		}
+		owners[s] = first
+	}
+	return bad, owners
+}
+
+func (tn *testNet) settle(t *testing.T, alive []*Peer, within time.Duration) map[hierarchy.NodeID]delegation.CrawlerID {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		bad, owners := tn.disagreements(alive)
+		if bad == 0 {
+			return owners
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subnets with disagreeing owners after %v", bad, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,507 @@
+package overlay
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Services are the parts of a crawler the overlay calls into. Any may be
+// nil: the matching protocol then answers UNAVAILABLE / NOT_FOUND.
+type Services struct {
+	Sink      HandoffSink   // /micra/handoff/1 deliveries
+	Pages     PageHistory   // /micra/recover/1 (serve and import)
+	Snapshots SnapshotStore // /micra/snapshot/1
+	Measurer  Measurer      // probe measurements; nil: NetMeasurer with cfg.ProbeGuard
+}
+
+// Peer is one overlay peer: host, DHT, gossip, protocols, and the
+// delegation engine wired to them.
+type Peer struct {
+	cfg       Config
+	log       *slog.Logger
+	h         host.Host
+	ownsHost  bool
+	dht       *dht.IpfsDHT
+	ps        *pubsub.PubSub
+	topicCal  *pubsub.Topic
+	topicMem  *pubsub.Topic
+	subCal    *pubsub.Subscription
+	subMem    *pubsub.Subscription
+	tree      delegation.Tree
+	snap      hierarchy.SnapshotID
+	sk        crypto.PrivKey
+	selfID    delegation.CrawlerID
+	validator RecordValidator
+	metrics   *metrics
+
+	dir       *Directory
+	members   *Members
+	prober    *Prober
+	handoff   *handoffQueue
+	probes    probeLog
+	sink      HandoffSink
+	pages     PageHistory
+	snapshots SnapshotStore
+	measurer  Measurer
+
+	polMu  sync.Mutex
+	policy delegation.Policy
+
+	hookMu   sync.RWMutex
+	calHooks []func(CalibrationNotice)
+
+	provideCh chan hierarchy.NodeID
+	psCancel  context.CancelFunc
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// CalibrationNotice is a received calibration event.
+type CalibrationNotice struct {
+	From     peer.ID
+	Event    *pb.CalibrationEvent
+	Record   *delegation.Record // DELEGATED only
+	Received time.Time
+}
+
+// Open builds a host from cfg and a peer on it; Close closes both.
+func Open(ctx context.Context, tree delegation.Tree, cfg Config, svc Services) (*Peer, error) {
+	h, err := NewHost(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := New(ctx, h, tree, cfg, svc)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	p.ownsHost = true
+	return p, nil
+}
+
+// New starts the overlay on an existing host (e.g. a mocknet host). The
+// caller keeps ownership of h.
+func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc Services) (*Peer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if tree == nil {
+		return nil, errors.New("overlay: a hierarchy tree is required")
+	}
+	sk := h.Peerstore().PrivKey(h.ID())
+	if sk == nil {
+		return nil, errors.New("overlay: host has no private key in its peerstore")
+	}
+	log := cfg.logger().With("peer", shortID(h.ID()))
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &Peer{
+		cfg: cfg, log: log, h: h, tree: tree, snap: tree.ID(), sk: sk,
+		selfID:  delegation.CrawlerID(h.ID().String()),
+		metrics: newMetrics(cfg.Registerer),
+		sink:    svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
+		provideCh: make(chan hierarchy.NodeID, 4096),
+		ctx:       pctx, cancel: cancel,
+	}
+	if p.measurer == nil {
+		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
+	}
+	p.validator = RecordValidator{Snapshot: p.snap, MaxAge: cfg.MaxRecordAge}
+	p.members = newMembers(h.ID(), delegation.Crawler{ID: p.selfID, Addr: cfg.CrawlerAddr, Capacity: cfg.Capacity}, cfg.FailureTimeout, log)
+	p.members.OnChange(func(ev MemberEvent) {
+		if ev.Dead {
+			p.metrics.deaths.Inc()
+			p.dir.invalidateProviders()
+		}
+	})
+	p.dir = newDirectory(p)
+	p.prober = &Prober{p: p}
+	p.handoff = newHandoffQueue(p)
+
+	boot, err := ParseBootstrap(cfg.Bootstrap)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	dopts := []dht.Option{
+		dht.ProtocolPrefix("/micra"),
+		dht.Mode(dht.ModeServer),
+		dht.Validator(record.NamespacedValidator{DelegNamespace: p.validator}),
+		dht.MaxRecordAge(cfg.MaxRecordAge),
+		dht.BootstrapPeers(boot...),
+	}
+	if cfg.PublicDHTFilters {
+		dopts = append(dopts, dht.QueryFilter(dht.PublicQueryFilter), dht.RoutingTableFilter(dht.PublicRoutingTableFilter))
+	}
+	if p.dht, err = dht.New(pctx, h, dopts...); err != nil {
+		cancel()
+		return nil, fmt.Errorf("overlay: dht: %w", err)
+	}
+	if err := p.startGossip(); err != nil {
+		if p.psCancel != nil {
+			p.psCancel()
+		}
+		p.dht.Close()
+		cancel()
+		return nil, err
+	}
+	h.SetStreamHandler(ProtoProbe, p.handleProbe)
+	h.SetStreamHandler(ProtoEndorse, p.handleEndorse)
+	h.SetStreamHandler(ProtoHandoff, p.handleHandoff)
+	h.SetStreamHandler(ProtoSnapshot, p.handleSnapshot)
+	h.SetStreamHandler(ProtoRecover, p.handleRecover)
+
+	p.runMembership(pctx, p.subMem)
+	p.wg.Add(3)
+	go func() { defer p.wg.Done(); p.runCalibration(pctx) }()
+	go func() { defer p.wg.Done(); p.handoff.run(pctx) }()
+	go func() { defer p.wg.Done(); p.runMaintenance(pctx) }()
+
+	for _, ai := range boot {
+		cctx, ccancel := context.WithTimeout(pctx, cfg.RequestTimeout)
+		if err := h.Connect(cctx, ai); err != nil {
+			log.Warn("overlay: bootstrap peer unreachable", "peer", ai.ID, "err", err)
+		}
+		ccancel()
+	}
+	return p, nil
+}
+
+func (p *Peer) startGossip() error {
+	// Gossipsub gets its own context, cancelled only after the topics are
+	// closed (closing a topic of a stopped pubsub fails).
+	psCtx, psCancel := context.WithCancel(context.Background())
+	p.psCancel = psCancel
+	ps, err := newPubSub(psCtx, p.h, p.cfg)
+	if err != nil {
+		return err
+	}
+	p.ps = ps
+	if err := ps.RegisterTopicValidator(TopicMembership, p.validateHeartbeat); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	if err := ps.RegisterTopicValidator(TopicCalibration, p.validateCalibration); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	if p.topicMem, err = ps.Join(TopicMembership); err != nil {
+		return fmt.Errorf("overlay: join %s: %w", TopicMembership, err)
+	}
+	if p.topicCal, err = ps.Join(TopicCalibration); err != nil {
+		return fmt.Errorf("overlay: join %s: %w", TopicCalibration, err)
+	}
+	if p.subMem, err = p.topicMem.Subscribe(); err != nil {
+		return fmt.Errorf("overlay: subscribe %s: %w", TopicMembership, err)
+	}
+	if p.subCal, err = p.topicCal.Subscribe(); err != nil {
+		return fmt.Errorf("overlay: subscribe %s: %w", TopicCalibration, err)
+	}
+	return nil
+}
+
+// Close stops the peer: loops, gossip, DHT, and the host if Open built it.
+func (p *Peer) Close() error {
+	p.cancel()
+	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover)} {
+		p.h.RemoveStreamHandler(protocolID(proto))
+	}
+	p.subMem.Cancel()
+	p.subCal.Cancel()
+	p.wg.Wait()
+	var errs []error
+	errs = append(errs, p.topicMem.Close(), p.topicCal.Close())
+	p.psCancel()
+	errs = append(errs, p.dht.Close())
+	if p.ownsHost {
+		errs = append(errs, p.h.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ID is this peer's libp2p id; CrawlerID the same as a delegation.CrawlerID.
+func (p *Peer) ID() peer.ID                     { return p.h.ID() }
+func (p *Peer) CrawlerID() delegation.CrawlerID { return p.selfID }
+func (p *Peer) Host() host.Host                 { return p.h }
+func (p *Peer) DHT() *dht.IpfsDHT               { return p.dht }
+func (p *Peer) Directory() *Directory           { return p.dir }
+func (p *Peer) Members() *Members               { return p.members }
+func (p *Peer) Prober() delegation.Prober       { return p.prober }
+func (p *Peer) Tree() delegation.Tree           { return p.tree }
+func (p *Peer) AddrInfo() peer.AddrInfo         { return peer.AddrInfo{ID: p.h.ID(), Addrs: p.h.Addrs()} }
+func (p *Peer) Snapshot() hierarchy.SnapshotID  { return p.snap }
+
+// Deps returns the delegation engine's dependencies backed by this peer.
+func (p *Peer) Deps() delegation.Deps {
+	seed := p.cfg.Seed
+	if seed == 0 {
+		id := []byte(p.h.ID())
+		seed = binary.LittleEndian.Uint64(id[len(id)-8:])
+	}
+	return delegation.Deps{
+		Tree: p.tree, Dir: p.dir, Prober: p.prober, Members: p.members, Clock: realClock{},
+		Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// UsePolicy installs the delegation policy (e.g. delegation.NewIPMicra(p.Deps(), cfg)).
+func (p *Peer) UsePolicy(pol delegation.Policy) {
+	p.polMu.Lock()
+	p.policy = pol
+	p.polMu.Unlock()
+}
+
+var errNoPolicy = errors.New("overlay: no delegation policy installed (UsePolicy)")
+
+// Delegate returns the owner of ip's subnet, delegating it first if nobody
+// alive owns it. Policy calls are serialised (the engine is a state machine).
+func (p *Peer) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error) {
+	p.polMu.Lock()
+	defer p.polMu.Unlock()
+	if p.policy == nil {
+		return delegation.Decision{}, errNoPolicy
+	}
+	d, err := p.policy.Delegate(ctx, ip)
+	if err == nil && !d.Cached {
+		p.metrics.delegations.Inc()
+	}
+	return d, err
+}
+
+// Join publishes this crawler's own subnet's delegation.
+func (p *Peer) Join(ctx context.Context) (delegation.Decision, error) {
+	p.polMu.Lock()
+	defer p.polMu.Unlock()
+	if p.policy == nil {
+		return delegation.Decision{}, errNoPolicy
+	}
+	return p.policy.Join(ctx, delegation.Crawler{ID: p.selfID, Addr: p.cfg.CrawlerAddr, Capacity: p.cfg.Capacity})
+}
+
+// ReportSlowPage is dynamic calibration: announce that url (on ip) was slow
+// on this crawler, and re-run delegation for its subnet.
+func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error) {
+	s := p.tree.SmallestNonUnary(ip)
+	p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: uint32(s), Url: url,
+		ObservedNs: int64(observed), ExpectedNs: int64(expected)})
+	p.polMu.Lock()
+	defer p.polMu.Unlock()
+	if p.policy == nil {
+		return delegation.Decision{}, errNoPolicy
+	}
+	return p.policy.Redelegate(ctx, ip)
+}
+
+// announce publishes a calibration event (filling version, snapshot, time).
+func (p *Peer) announce(ctx context.Context, ev *pb.CalibrationEvent) {
+	ev.Version, ev.Snapshot, ev.AtUnixNano = wireVersion, p.snap[:], time.Now().UnixNano()
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return
+	}
+	if err := p.topicCal.Publish(ctx, data); err != nil && ctx.Err() == nil {
+		p.log.Warn("overlay: calibration publish failed", "kind", ev.Kind, "subnet", ev.Subnet, "err", err)
+	}
+}
+
+// Announce publishes a raw calibration event (benchmarks, the crawler).
+func (p *Peer) Announce(ctx context.Context, ev *pb.CalibrationEvent) { p.announce(ctx, ev) }
+
+// OnCalibration registers fn for every calibration event received
+// (including this peer's own). fn must not block.
+func (p *Peer) OnCalibration(fn func(CalibrationNotice)) {
+	p.hookMu.Lock()
+	p.calHooks = append(p.calHooks, fn)
+	p.hookMu.Unlock()
+}
+
+type calData struct {
+	ev  *pb.CalibrationEvent
+	rec *delegation.Record
+}
+
+// validateCalibration is the micra/calibration/1 topic validator: schema,
+// size, plausible numbers, author a member, and for DELEGATED a record that
+// passes the DHT validator and was signed by the author (decider or owner).
+func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	author := msg.GetFrom()
+	ev, err := decodeCalibration(msg.Data)
+	if err != nil {
+		p.log.Debug("overlay: rejected calibration event", "author", author, "via", from, "err", err)
+		return pubsub.ValidationReject
+	}
+	if string(ev.Snapshot) != string(p.snap[:]) {
+		return pubsub.ValidationIgnore
+	}
+	if !p.members.IsPeerLive(author) {
+		return pubsub.ValidationIgnore // not (or no longer) a member
+	}
+	cd := &calData{ev: ev}
+	if ev.Kind == pb.CalibrationKind_DELEGATED {
+		rec, err := p.validator.check(DelegKey(hierarchy.NodeID(ev.Subnet)), ev.Value)
+		if err != nil {
+			p.log.Debug("overlay: rejected delegation announcement", "author", author, "err", err)
+			return pubsub.ValidationReject
+		}
+		if a := author.String(); string(rec.DecidedBy) != a && string(rec.Owner) != a {
+			return pubsub.ValidationReject
+		}
+		cd.rec = &rec
+	}
+	msg.ValidatorData = cd
+	return pubsub.ValidationAccept
+}
+
+func (p *Peer) runCalibration(ctx context.Context) {
+	for {
+		msg, err := p.subCal.Next(ctx)
+		if err != nil {
+			return
+		}
+		cd, ok := msg.ValidatorData.(*calData)
+		if !ok {
+			continue
+		}
+		now := time.Now()
+		p.metrics.calibrationEvents.Inc()
+		s := hierarchy.NodeID(cd.ev.Subnet)
+		switch cd.ev.Kind {
+		case pb.CalibrationKind_DELEGATED:
+			if _, changed := p.dir.merge(*cd.rec, cd.ev.Value); changed {
+				p.dir.invalidateProviders()
+			}
+		case pb.CalibrationKind_SLOW_PAGE, pb.CalibrationKind_RELEASED:
+			if msg.GetFrom() != p.h.ID() {
+				p.dir.Invalidate(s)
+			}
+		}
+		p.hookMu.RLock()
+		hooks := p.calHooks
+		p.hookMu.RUnlock()
+		for _, fn := range hooks {
+			fn(CalibrationNotice{From: msg.GetFrom(), Event: cd.ev, Record: cd.rec, Received: now})
+		}
+	}
+}
+
+// onGained runs when this peer becomes the owner of rec.Subnet: announce it
+// as a holder (provider records) and, if a live previous owner had it, pull
+// its page history.
+func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID) {
+	select {
+	case p.provideCh <- rec.Subnet:
+	default:
+		p.log.Warn("overlay: provide queue full; the reprovide loop will catch up", "subnet", rec.Subnet)
+	}
+	if prev == "" || prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
+		return
+	}
+	from, err := peer.Decode(string(prev))
+	if err != nil {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		n, err := p.RecoverPages(p.ctx, from, rec.Subnet)
+		if err != nil {
+			p.log.Warn("overlay: page recovery failed", "subnet", rec.Subnet, "from", prev, "err", err)
+			return
+		}
+		p.log.Debug("overlay: pages recovered", "subnet", rec.Subnet, "from", prev, "pages", n)
+	}()
+}
+
+// runMaintenance provides holder records for owned subnets, reprovides them
+// and republishes owned delegations well inside MaxRecordAge.
+func (p *Peer) runMaintenance(ctx context.Context) {
+	republish := time.NewTicker(p.cfg.RepublishInterval)
+	defer republish.Stop()
+	reprovide := time.NewTicker(p.cfg.ReprovideInterval)
+	defer reprovide.Stop()
+	provided := make(map[cid.Cid]time.Time)
+	provide := func(s hierarchy.NodeID, force bool) {
+		for _, c := range p.holderCIDs(s) {
+			if t, ok := provided[c]; ok && !force && time.Since(t) < p.cfg.ReprovideInterval/2 {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+			err := p.dht.Provide(pctx, c, true)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					p.log.Debug("overlay: provide failed", "subnet", s, "err", err)
+				}
+				continue
+			}
+			provided[c] = time.Now()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-p.provideCh:
+			provide(s, false)
+		case <-reprovide.C:
+			clear(provided)
+			for _, s := range p.dir.Owned() {
+				provide(s, true)
+			}
+		case <-republish.C:
+			for _, s := range p.dir.Owned() {
+				rec, ok := p.dir.get(s)
+				if !ok || rec.Owner != p.selfID {
+					continue
+				}
+				val, err := p.republishValue(rec)
+				if err == nil {
+					_, err = p.dir.put(ctx, s, val, false)
+				}
+				if err != nil && ctx.Err() == nil {
+					p.log.Warn("overlay: republish failed", "subnet", s, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// WaitMembers blocks until this peer sees at least n live members (itself
+// included) and its DHT routing table holds at least min(n-1, 20) peers.
+func (p *Peer) WaitMembers(ctx context.Context, n int) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p.members.Count() >= n && p.dht.RoutingTable().Size() >= min(n-1, 20) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("overlay: %d of %d members, routing table %d: %w", p.members.Count(), n, p.dht.RoutingTable().Size(), ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// ProbeTarget is one latency measurement to make.
+type ProbeTarget struct {
+	Addr   netip.Addr
+	Method pb.ProbeMethod
+	Port   uint16 // 0: 80 for TCP connect and HTTP HEAD
+	URL    string // HTTP HEAD: the URL (its host is dialled at Addr)
+}
+
+// Measurer measures this peer's RTT to a target. NetMeasurer is the real
+// one; simulations plug in a latency model.
+type Measurer interface {
+	Measure(ctx context.Context, t ProbeTarget) (time.Duration, error)
+}
+
+// NetMeasurer measures by TCP connect or HTTP HEAD. Guard is enforced again
+// at dial time (the dialer's Control hook), so no redirect or resolution can
+// make it touch a refused address. ICMP needs privileges and is refused.
+type NetMeasurer struct {
+	Guard Guard
+}
+
+// Measure implements Measurer.
+func (m NetMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration, error) {
+	if m.Guard == nil {
+		return 0, errors.New("probe: NetMeasurer without a guard")
+	}
+	if err := m.Guard(t.Addr); err != nil {
+		return 0, err
+	}
+	port := t.Port
+	if port == 0 {
+		port = 80
+	}
+	dialer := &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("probe: dial %s: %w", address, err)
+		}
+		return m.Guard(ap.Addr())
+	}}
+	addr := netip.AddrPortFrom(t.Addr, port).String()
+	switch t.Method {
+	case pb.ProbeMethod_TCP_CONNECT:
+		start := time.Now()
+		c, err := dialer.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return 0, fmt.Errorf("probe: tcp connect %s: %w", addr, err)
+		}
+		rtt := time.Since(start)
+		c.Close()
+		return rtt, nil
+	case pb.ProbeMethod_HTTP_HEAD:
+		u := t.URL
+		if u == "" {
+			u = "http://" + addr + "/"
+		}
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return dialer.DialContext(ctx, network, addr) // always the probed address
+			},
+			DisableKeepAlives: true,
+		}
+		defer tr.CloseIdleConnections()
+		cl := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		req, err := http.NewRequestWithContext(ctx, http.MethodHead, u, nil)
+		if err != nil {
+			return 0, fmt.Errorf("probe: HEAD %s: %w", u, err)
+		}
+		req.Header.Set("User-Agent", "micra-probe/1")
+		start := time.Now()
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, fmt.Errorf("probe: HEAD %s: %w", u, err)
+		}
+		rtt := time.Since(start)
+		resp.Body.Close()
+		return rtt, nil
+	case pb.ProbeMethod_ICMP:
+		return 0, errors.New("probe: ICMP is not permitted for this process")
+	}
+	return 0, fmt.Errorf("probe: unknown method %d", t.Method)
+}
+
+// probeLog remembers RTTs this peer reported, per requester, so that an
+// endorsement request can be checked against what was really measured.
+type probeLog struct {
+	mu sync.Mutex
+	by map[peer.ID][]probeEntry
+}
+
+type probeEntry struct {
+	target netip.Addr
+	rtt    time.Duration
+	at     time.Time
+}
+
+const (
+	probeLogPerPeer = 256
+	probeLogAge     = 10 * time.Minute
+)
+
+func (l *probeLog) add(p peer.ID, target netip.Addr, rtt time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = make(map[peer.ID][]probeEntry)
+	}
+	es := append(l.by[p], probeEntry{target, rtt, time.Now()})
+	if len(es) > probeLogPerPeer {
+		es = es[len(es)-probeLogPerPeer:]
+	}
+	l.by[p] = es
+}
+
+// consistent reports whether rtt agrees with what this peer reported to p
+// for targets matching in(): true when nothing was reported (the record may
+// come from an older measurement), else true only if one sample matches.
+func (l *probeLog) consistent(p peer.ID, in func(netip.Addr) bool, rtt time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	any := false
+	for _, e := range l.by[p] {
+		if time.Since(e.at) > probeLogAge || !in(e.target) {
+			continue
+		}
+		any = true
+		if e.rtt == rtt {
+			return true
+		}
+	}
+	return !any
+}
+
+// measureLocal runs one probe on this peer, honouring window and guard.
+func (p *Peer) measureLocal(ctx context.Context, t ProbeTarget, samples int) ([]time.Duration, pb.Status, error) {
+	if !p.cfg.ProbeWindow.Open(time.Now()) {
+		return nil, pb.Status_OUTSIDE_WINDOW, errors.New("outside this crawler's time window")
+	}
+	if err := p.cfg.ProbeGuard(t.Addr); err != nil {
+		return nil, pb.Status_REFUSED, err
+	}
+	var out []time.Duration
+	var last error
+	for range samples {
+		rtt, err := p.measurer.Measure(ctx, t)
+		if err != nil {
+			last = err
+			continue
+		}
+		out = append(out, rtt)
+	}
+	if len(out) == 0 {
+		return nil, pb.Status_UNAVAILABLE, last
+	}
+	return out, pb.Status_OK, nil
+}
+
+func (p *Peer) handleProbe(s network.Stream) {
+	defer s.Close()
+	st := newStream(s, maxProbeMsg, p.cfg.RequestTimeout)
+	var req pb.ProbeRequest
+	resp := &pb.ProbeResponse{Version: wireVersion}
+	if err := st.read(&req); err != nil {
+		s.Reset()
+		return
+	}
+	target, ok := netip.AddrFromSlice(req.Target)
+	switch {
+	case !ok:
+		resp.Status, resp.Error = pb.Status_BAD_REQUEST, fmt.Sprintf("target of %d bytes is not an IP address", len(req.Target))
+	case req.Samples > 5:
+		resp.Status, resp.Error = pb.Status_BAD_REQUEST, "at most 5 samples per probe"
+	case req.Port > 65535:
+		resp.Status, resp.Error = pb.Status_BAD_REQUEST, "port out of range"
+	case len(req.Url) > maxURLLen:
+		resp.Status, resp.Error = pb.Status_TOO_LARGE, "url too long"
+	default:
+		timeout := min(time.Duration(req.TimeoutMs)*time.Millisecond, p.cfg.RequestTimeout)
+		if timeout <= 0 {
+			timeout = p.cfg.RequestTimeout
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, timeout)
+		rtts, status, err := p.measureLocal(ctx, ProbeTarget{Addr: target.Unmap(), Method: req.Method, Port: uint16(req.Port), URL: req.Url}, max(int(req.Samples), 1))
+		cancel()
+		resp.Status = status
+		if err != nil {
+			resp.Error = err.Error()
+		}
+		for _, r := range rtts {
+			resp.RttNs = append(resp.RttNs, int64(r))
+		}
+		if len(rtts) > 0 {
+			p.probes.add(s.Conn().RemotePeer(), target.Unmap(), minDur(rtts))
+		}
+	}
+	p.metrics.probesServed.Inc()
+	if err := st.write(resp); err != nil {
+		s.Reset()
+	}
+}
+
+func minDur(ds []time.Duration) time.Duration {
+	m := ds[0]
+	for _, d := range ds[1:] {
+		m = min(m, d)
+	}
+	return m
+}
+
+// Prober is the probe-RPC delegation.Prober: it asks each crawler, in
+// parallel, for its RTT to the target over /micra/probe/1 (this peer
+// measures itself directly). Every crawler asked is one probe.
+type Prober struct{ p *Peer }
+
+// Probe implements delegation.Prober.
+func (pr *Prober) Probe(ctx context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
+	p := pr.p
+	out := make([]delegation.ProbeResult, len(crawlers))
+	t := ProbeTarget{Addr: target.Unmap(), Method: p.cfg.ProbeMethod, Port: p.cfg.ProbePort}
+	var wg sync.WaitGroup
+	for i, c := range crawlers {
+		out[i].Crawler = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rtt, err := p.ProbeOne(ctx, c, t)
+			if err != nil {
+				p.log.Debug("overlay: probe failed", "crawler", c, "target", target, "err", err)
+				return
+			}
+			out[i].RTT, out[i].OK = rtt, true
+		}()
+	}
+	wg.Wait()
+	p.metrics.probesSent.Add(float64(len(crawlers)))
+	return out
+}
+
+// ProbeOne asks one crawler for its RTT to t (the minimum of its samples).
+func (p *Peer) ProbeOne(ctx context.Context, c delegation.CrawlerID, t ProbeTarget) (time.Duration, error) {
+	if c == p.selfID {
+		rtts, _, err := p.measureLocal(ctx, t, 1)
+		if err != nil {
+			return 0, err
+		}
+		return rtts[0], nil
+	}
+	id, err := peer.Decode(string(c))
+	if err != nil {
+		return 0, fmt.Errorf("probe: crawler %q: %w", c, err)
+	}
+	req := &pb.ProbeRequest{Version: wireVersion, Target: t.Addr.AsSlice(), Method: t.Method, Port: uint32(t.Port), Url: t.URL,
+		Samples: 1, TimeoutMs: uint32(p.cfg.RequestTimeout / time.Millisecond)}
+	var resp pb.ProbeResponse
+	if err := roundTrip(ctx, p.h, id, ProtoProbe, maxProbeMsg, p.cfg.RequestTimeout, req, &resp); err != nil {
+		return 0, err
+	}
+	if err := remoteErr(id, ProtoProbe, resp.Status, resp.Error); err != nil {
+		return 0, err
+	}
+	if len(resp.RttNs) == 0 {
+		return 0, &RemoteError{Peer: id, Protocol: ProtoProbe, Status: pb.Status_BAD_REQUEST, Msg: "OK without samples"}
+	}
+	best := time.Duration(resp.RttNs[0])
+	for _, r := range resp.RttNs[1:] {
+		best = min(best, time.Duration(r))
+	}
+	if best < 0 || best > maxOwnerRTT {
+		return 0, fmt.Errorf("probe: %s answered implausible rtt %v", shortID(id), best)
+	}
+	return best, nil
+}
+
+var _ delegation.Prober = (*Prober)(nil)
+var _ = strconv.Itoa

@@ -1,0 +1,326 @@
+package overlay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/record"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// A delegation record in the DHT is two nested signed envelopes:
+//
+//	outer (signed by the deciding peer, domain micra-deleg-decision)
+//	  └ inner (signed by the owner, domain micra-deleg-owner)
+//	      └ DelegationRecord
+//
+// The owner's signature is obtained over /micra/endorse/1: the decider sends
+// the unsigned record, the owner checks it (its snapshot, an RTT it really
+// reported, a plausible epoch) and returns its sealed envelope. When the
+// decider is the owner (joining, republishing) it signs both layers itself.
+// Nobody can thus make a peer own a subnet against its will, and nobody can
+// claim to have decided a delegation they did not sign.
+
+const (
+	// DelegNamespace is the DHT validator namespace (the key's first segment).
+	DelegNamespace = "micra"
+	delegPrefix    = "/micra/deleg/"
+
+	maxRecordBytes = 8 << 10
+	maxProbes      = 64
+	maxOwnerRTT    = 5 * time.Minute
+	clockSkew      = 5 * time.Minute
+
+	ownerDomain    = "micra-deleg-owner"
+	decisionDomain = "micra-deleg-decision"
+)
+
+var (
+	ownerCodec    = []byte("/micra/deleg/owner/1")
+	decisionCodec = []byte("/micra/deleg/decision/1")
+)
+
+// DelegKey is the DHT key of subnet s's delegation.
+func DelegKey(s hierarchy.NodeID) string { return delegPrefix + strconv.FormatUint(uint64(s), 10) }
+
+// parseDelegKey returns the subnet named by a DHT key.
+func parseDelegKey(key string) (hierarchy.NodeID, error) {
+	rest, ok := strings.CutPrefix(key, delegPrefix)
+	if !ok {
+		return 0, fmt.Errorf("key %q: not under %s", key, delegPrefix)
+	}
+	n, err := strconv.ParseUint(rest, 10, 32)
+	if err != nil || hierarchy.NodeID(n) == hierarchy.None || strconv.FormatUint(n, 10) != rest {
+		return 0, fmt.Errorf("key %q: subnet is not a canonical node id", key)
+	}
+	return hierarchy.NodeID(n), nil
+}
+
+// ownerPayload is the inner envelope's payload type.
+type ownerPayload struct{ pb.DelegationRecord }
+
+func (*ownerPayload) Domain() string { return ownerDomain }
+func (*ownerPayload) Codec() []byte  { return ownerCodec }
+func (o *ownerPayload) MarshalRecord() ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&o.DelegationRecord)
+}
+func (o *ownerPayload) UnmarshalRecord(b []byte) error {
+	return proto.Unmarshal(b, &o.DelegationRecord)
+}
+
+// decisionPayload is the outer envelope's payload type.
+type decisionPayload struct{ pb.Decision }
+
+func (*decisionPayload) Domain() string { return decisionDomain }
+func (*decisionPayload) Codec() []byte  { return decisionCodec }
+func (d *decisionPayload) MarshalRecord() ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&d.Decision)
+}
+func (d *decisionPayload) UnmarshalRecord(b []byte) error { return proto.Unmarshal(b, &d.Decision) }
+
+// toPB converts an engine record to its wire form.
+func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
+	owner, err := peer.Decode(string(r.Owner))
+	if err != nil {
+		return nil, fmt.Errorf("record owner %q: %w", r.Owner, err)
+	}
+	dec, err := peer.Decode(string(r.DecidedBy))
+	if err != nil {
+		return nil, fmt.Errorf("record decided_by %q: %w", r.DecidedBy, err)
+	}
+	if len(r.Probes) > maxProbes {
+		r.Probes = r.Probes[:maxProbes]
+	}
+	m := &pb.DelegationRecord{
+		Version:    wireVersion,
+		Subnet:     uint32(r.Subnet),
+		Snapshot:   append([]byte(nil), r.Snapshot[:]...),
+		Owner:      []byte(owner),
+		OwnerRttNs: int64(r.OwnerRTT),
+		Epoch:      r.Epoch,
+		DecidedBy:  []byte(dec),
+		AtUnixNano: r.At.UnixNano(),
+	}
+	for _, p := range r.Probes {
+		id, err := peer.Decode(string(p.Crawler))
+		if err != nil {
+			return nil, fmt.Errorf("record probe crawler %q: %w", p.Crawler, err)
+		}
+		m.Probes = append(m.Probes, &pb.ProbeSample{Crawler: []byte(id), RttNs: int64(p.RTT), Ok: p.OK})
+	}
+	return m, nil
+}
+
+// fromPB converts and checks the wire form (without signatures).
+func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
+	var r delegation.Record
+	if len(m.Snapshot) != len(r.Snapshot) {
+		return r, fmt.Errorf("snapshot id has %d bytes, want %d", len(m.Snapshot), len(r.Snapshot))
+	}
+	owner, err := peer.IDFromBytes(m.Owner)
+	if err != nil {
+		return r, fmt.Errorf("owner: %w", err)
+	}
+	dec, err := peer.IDFromBytes(m.DecidedBy)
+	if err != nil {
+		return r, fmt.Errorf("decided_by: %w", err)
+	}
+	if m.OwnerRttNs < 0 || time.Duration(m.OwnerRttNs) > maxOwnerRTT {
+		return r, fmt.Errorf("owner rtt %v implausible", time.Duration(m.OwnerRttNs))
+	}
+	if len(m.Probes) > maxProbes {
+		return r, fmt.Errorf("%d probes, limit %d", len(m.Probes), maxProbes)
+	}
+	if hierarchy.NodeID(m.Subnet) == hierarchy.None {
+		return r, errors.New("subnet is None")
+	}
+	r.Subnet = hierarchy.NodeID(m.Subnet)
+	copy(r.Snapshot[:], m.Snapshot)
+	r.Owner = delegation.CrawlerID(owner.String())
+	r.OwnerRTT = time.Duration(m.OwnerRttNs)
+	r.Epoch = m.Epoch
+	r.DecidedBy = delegation.CrawlerID(dec.String())
+	r.At = time.Unix(0, m.AtUnixNano)
+	for i, p := range m.Probes {
+		id, err := peer.IDFromBytes(p.Crawler)
+		if err != nil {
+			return r, fmt.Errorf("probe %d crawler: %w", i, err)
+		}
+		if p.RttNs < 0 || time.Duration(p.RttNs) > maxOwnerRTT {
+			return r, fmt.Errorf("probe %d rtt implausible", i)
+		}
+		r.Probes = append(r.Probes, delegation.ProbeResult{Crawler: delegation.CrawlerID(id.String()), RTT: time.Duration(p.RttNs), OK: p.Ok})
+	}
+	return r, nil
+}
+
+// sealOwner signs rec as its owner (sk must be the owner's key).
+func sealOwner(m *pb.DelegationRecord, sk crypto.PrivKey) ([]byte, error) {
+	env, err := record.Seal(&ownerPayload{DelegationRecord: *proto.CloneOf(m)}, sk)
+	if err != nil {
+		return nil, err
+	}
+	return env.Marshal()
+}
+
+// sealDecision wraps the owner's envelope in the decider's signature.
+func sealDecision(ownerEnv []byte, sk crypto.PrivKey) ([]byte, error) {
+	env, err := record.Seal(&decisionPayload{Decision: pb.Decision{Version: wireVersion, OwnerEnvelope: ownerEnv}}, sk)
+	if err != nil {
+		return nil, err
+	}
+	b, err := env.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRecordBytes {
+		return nil, fmt.Errorf("delegation record of %d bytes exceeds %d", len(b), maxRecordBytes)
+	}
+	return b, nil
+}
+
+// openRecord verifies both signatures of a DHT value and returns the record.
+// It checks that the owner signed the inner and the decider the outer
+// envelope; snapshot and time checks are the validator's.
+func openRecord(value []byte) (delegation.Record, error) {
+	var zero delegation.Record
+	if len(value) > maxRecordBytes {
+		return zero, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
+	}
+	var dp decisionPayload
+	outer, err := record.ConsumeTypedEnvelope(value, &dp)
+	if err != nil {
+		return zero, fmt.Errorf("decision envelope: %w", err)
+	}
+	if !bytes.Equal(outer.PayloadType, decisionCodec) {
+		return zero, errors.New("decision envelope: wrong payload type")
+	}
+	var op ownerPayload
+	inner, err := record.ConsumeTypedEnvelope(dp.OwnerEnvelope, &op)
+	if err != nil {
+		return zero, fmt.Errorf("owner envelope: %w", err)
+	}
+	if !bytes.Equal(inner.PayloadType, ownerCodec) {
+		return zero, errors.New("owner envelope: wrong payload type")
+	}
+	rec, err := fromPB(&op.DelegationRecord)
+	if err != nil {
+		return zero, err
+	}
+	decider, err := peer.IDFromPublicKey(outer.PublicKey)
+	if err != nil {
+		return zero, err
+	}
+	owner, err := peer.IDFromPublicKey(inner.PublicKey)
+	if err != nil {
+		return zero, err
+	}
+	if string(rec.Owner) != owner.String() {
+		return zero, fmt.Errorf("owner envelope signed by %s, record names owner %s", owner, rec.Owner)
+	}
+	if string(rec.DecidedBy) != decider.String() {
+		return zero, fmt.Errorf("decision envelope signed by %s, record names decider %s", decider, rec.DecidedBy)
+	}
+	return rec, nil
+}
+
+// RecordValidator is the DHT validator for namespace "micra". Keys
+// /micra/deleg/<subnet> hold delegation records; other sub-namespaces are
+// rejected.
+type RecordValidator struct {
+	Snapshot hierarchy.SnapshotID
+	MaxAge   time.Duration
+	Now      func() time.Time
+}
+
+// Validate implements record.Validator.
+func (v RecordValidator) Validate(key string, value []byte) error {
+	if !strings.HasPrefix(key, delegPrefix) {
+		return fmt.Errorf("micra validator: unknown key %q (only %s<subnet> is stored)", key, delegPrefix)
+	}
+	_, err := v.check(key, value)
+	return err
+}
+
+func (v RecordValidator) check(key string, value []byte) (delegation.Record, error) {
+	s, err := parseDelegKey(key)
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("micra validator: %w", err)
+	}
+	rec, err := openRecord(value)
+	if err != nil {
+		return rec, fmt.Errorf("micra validator: %s: %w", key, err)
+	}
+	if rec.Subnet != s {
+		return rec, fmt.Errorf("micra validator: %s: record is for subnet %d", key, rec.Subnet)
+	}
+	if rec.Snapshot != v.Snapshot {
+		return rec, fmt.Errorf("micra validator: %s: snapshot %x, this peer runs %x", key, rec.Snapshot[:6], v.Snapshot[:6])
+	}
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	t := now()
+	if rec.At.After(t.Add(clockSkew)) {
+		return rec, fmt.Errorf("micra validator: %s: record time %v is in the future", key, rec.At)
+	}
+	if v.MaxAge > 0 && rec.At.Before(t.Add(-v.MaxAge-clockSkew)) {
+		return rec, fmt.Errorf("micra validator: %s: record from %v is older than %v", key, rec.At, v.MaxAge)
+	}
+	return rec, nil
+}
+
+// Select implements record.Validator: the best of vals, by Better. Invalid
+// values always lose. Ties (identical records) return the lowest index,
+// which the DHT needs to accept re-puts of identical bytes.
+func (v RecordValidator) Select(key string, vals [][]byte) (int, error) {
+	best := -1
+	var bestRec delegation.Record
+	for i, val := range vals {
+		rec, err := v.check(key, val)
+		if err != nil {
+			continue
+		}
+		if best < 0 || Better(rec, val, bestRec, vals[best]) {
+			best, bestRec = i, rec
+		}
+	}
+	if best < 0 {
+		return 0, errors.New("micra validator: no valid record to select")
+	}
+	return best, nil
+}
+
+// Better is the total order every peer applies to competing delegations of
+// one subnet: higher epoch; then lower owner RTT; then lower owner peer id;
+// then later time (an owner's refresh supersedes its older copy); then lower
+// decider id; then lower bytes. It reports whether a strictly beats b.
+func Better(a delegation.Record, aRaw []byte, b delegation.Record, bRaw []byte) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	if a.OwnerRTT != b.OwnerRTT {
+		return a.OwnerRTT < b.OwnerRTT
+	}
+	if a.Owner != b.Owner {
+		return a.Owner < b.Owner
+	}
+	if !a.At.Equal(b.At) {
+		return a.At.After(b.At)
+	}
+	if a.DecidedBy != b.DecidedBy {
+		return a.DecidedBy < b.DecidedBy
+	}
+	return bytes.Compare(aRaw, bRaw) < 0
+}

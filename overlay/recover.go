@@ -1,0 +1,157 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// PageState is what a crawler remembers about one page: enough for the next
+// owner to revisit it with a conditional GET and to judge its timings.
+type PageState struct {
+	URL          string
+	ETag         string
+	LastModified string
+	ContentHash  []byte
+	LastFetch    time.Time
+	FetchTimes   []time.Duration
+	HTTPStatus   int
+}
+
+// PageHistory is the crawler's per-page history (implemented by the crawl
+// package). The old owner serves History; the new owner Imports it.
+type PageHistory interface {
+	// History calls emit for every page of subnet s this crawler knows.
+	History(ctx context.Context, s hierarchy.NodeID, emit func(PageState) error) error
+	// Import merges pages of subnet s recovered from its previous owner.
+	Import(ctx context.Context, s hierarchy.NodeID, pages []PageState) error
+}
+
+func toPagePB(ps PageState) *pb.PageState {
+	m := &pb.PageState{Url: ps.URL, Etag: ps.ETag, LastModified: ps.LastModified, ContentHash: ps.ContentHash, HttpStatus: uint32(ps.HTTPStatus)}
+	if !ps.LastFetch.IsZero() {
+		m.LastFetchUnixNano = ps.LastFetch.UnixNano()
+	}
+	for _, d := range ps.FetchTimes {
+		m.FetchNs = append(m.FetchNs, int64(d))
+	}
+	return m
+}
+
+func fromPagePB(m *pb.PageState) (PageState, error) {
+	if len(m.Url) == 0 || len(m.Url) > maxURLLen || len(m.ContentHash) > 64 || len(m.FetchNs) > 64 || len(m.Etag) > 1024 || len(m.LastModified) > 128 {
+		return PageState{}, fmt.Errorf("page state for %.80q out of bounds", m.Url)
+	}
+	ps := PageState{URL: m.Url, ETag: m.Etag, LastModified: m.LastModified, ContentHash: m.ContentHash, HTTPStatus: int(m.HttpStatus)}
+	if m.LastFetchUnixNano != 0 {
+		ps.LastFetch = time.Unix(0, m.LastFetchUnixNano)
+	}
+	for _, d := range m.FetchNs {
+		ps.FetchTimes = append(ps.FetchTimes, time.Duration(d))
+	}
+	return ps, nil
+}
+
+func (p *Peer) handleRecover(s network.Stream) {
+	defer s.Close()
+	st := newStream(s, maxRecoverMsg, 6*p.cfg.RequestTimeout)
+	var req pb.RecoverRequest
+	if err := st.read(&req); err != nil {
+		s.Reset()
+		return
+	}
+	fail := func(code pb.Status, msg string) {
+		_ = st.write(&pb.RecoverFrame{Version: wireVersion, Status: code, Error: msg, Done: true})
+	}
+	sub := hierarchy.NodeID(req.Subnet)
+	switch {
+	case string(req.Snapshot) != string(p.snap[:]):
+		fail(pb.Status_WRONG_SNAPSHOT, "hierarchy snapshot differs")
+		return
+	case int(sub) >= p.tree.Len():
+		fail(pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d not in the hierarchy", sub))
+		return
+	case p.pages == nil:
+		fail(pb.Status_NOT_FOUND, "this peer keeps no page history")
+		return
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, 6*p.cfg.RequestTimeout)
+	defer cancel()
+	frame := &pb.RecoverFrame{Version: wireVersion}
+	err := p.pages.History(ctx, sub, func(ps PageState) error {
+		frame.Pages = append(frame.Pages, toPagePB(ps))
+		if len(frame.Pages) >= recoverBatch {
+			if err := st.write(frame); err != nil {
+				return err
+			}
+			frame = &pb.RecoverFrame{Version: wireVersion}
+		}
+		return nil
+	})
+	if err != nil {
+		fail(pb.Status_INTERNAL, "history: "+err.Error())
+		return
+	}
+	frame.Done = true
+	if err := st.write(frame); err != nil {
+		s.Reset()
+	}
+}
+
+// RecoverPages pulls subnet s's page history from its previous owner and
+// imports it (UbiCrawler's page recovery: nothing is fetched again for
+// nothing after an ownership change). It returns the pages imported.
+func (p *Peer) RecoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID) (int, error) {
+	if p.pages == nil {
+		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
+	}
+	timeout := 6 * p.cfg.RequestTimeout
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	str, err := p.h.NewStream(ctx, from, ProtoRecover)
+	if err != nil {
+		return 0, fmt.Errorf("%s: open stream to %s: %w", ProtoRecover, shortID(from), err)
+	}
+	defer str.Close()
+	stop := context.AfterFunc(ctx, func() { str.Reset() })
+	defer stop()
+	st := newStream(str, maxRecoverMsg, timeout)
+	if err := st.write(&pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:]}); err != nil {
+		return 0, fmt.Errorf("%s: %w", ProtoRecover, err)
+	}
+	_ = str.CloseWrite()
+	n := 0
+	for {
+		var f pb.RecoverFrame
+		if err := st.read(&f); err != nil {
+			return n, fmt.Errorf("%s: from %s after %d pages: %w", ProtoRecover, shortID(from), n, err)
+		}
+		if err := remoteErr(from, ProtoRecover, f.Status, f.Error); err != nil {
+			return n, err
+		}
+		pages := make([]PageState, 0, len(f.Pages))
+		for _, m := range f.Pages {
+			ps, err := fromPagePB(m)
+			if err != nil {
+				return n, fmt.Errorf("%s: from %s: %w", ProtoRecover, shortID(from), err)
+			}
+			pages = append(pages, ps)
+		}
+		if len(pages) > 0 {
+			if err := p.pages.Import(ctx, s, pages); err != nil {
+				return n, fmt.Errorf("%s: import: %w", ProtoRecover, err)
+			}
+			n += len(pages)
+		}
+		if f.Done {
+			p.metrics.pagesRecovered.Add(float64(n))
+			return n, nil
+		}
+	}
+}
