@@ -1,0 +1,198 @@
+package overlay
+
+import (
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+type keyed struct {
+	sk crypto.PrivKey
+	id delegation.CrawlerID
+}
+
+func newKeyed(t *testing.T) keyed {
+	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := peer.IDFromPrivateKey(sk)
+	return keyed{sk, delegation.CrawlerID(id.String())}
+}
+
+func seal(t *testing.T, r delegation.Record, owner, decider crypto.PrivKey) []byte {
+	t.Helper()
+	m, err := toPB(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := sealOwner(m, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val, err := sealDecision(env, decider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return val
+}
+
+func TestRecordValidator(t *testing.T) {
+	var snap hierarchy.SnapshotID
+	snap[0] = 7
+	v := RecordValidator{Snapshot: snap, MaxAge: 48 * time.Hour}
+	owner, decider, mallory := newKeyed(t), newKeyed(t), newKeyed(t)
+	now := time.Now()
+	rec := delegation.Record{Subnet: 42, Snapshot: snap, Owner: owner.id, OwnerRTT: 12 * time.Millisecond, Epoch: 3,
+		DecidedBy: decider.id, At: now, Probes: []delegation.ProbeResult{{Crawler: owner.id, RTT: 12 * time.Millisecond, OK: true}}}
+	good := seal(t, rec, owner.sk, decider.sk)
+	if err := v.Validate(DelegKey(42), good); err != nil {
+		t.Fatalf("good record rejected: %v", err)
+	}
+	got, err := openRecord(good)
+	if err != nil || got.Owner != owner.id || got.DecidedBy != decider.id || got.OwnerRTT != rec.OwnerRTT || len(got.Probes) != 1 || !got.At.Equal(now) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	cases := map[string]struct {
+		key string
+		val []byte
+	}{
+		"owner signature forged":   {DelegKey(42), seal(t, rec, mallory.sk, decider.sk)},
+		"decider signature forged": {DelegKey(42), seal(t, rec, owner.sk, mallory.sk)},
+		"wrong key":                {DelegKey(43), good},
+		"non-canonical key":        {"/micra/deleg/042", good},
+		"other namespace key":      {"/micra/other/42", good},
+		"garbage":                  {DelegKey(42), []byte("not an envelope")},
+		"too large":                {DelegKey(42), append(good, make([]byte, maxRecordBytes)...)},
+	}
+	other := rec
+	other.Snapshot[0] = 8
+	cases["other snapshot"] = struct {
+		key string
+		val []byte
+	}{DelegKey(42), seal(t, other, owner.sk, decider.sk)}
+	future := rec
+	future.At = now.Add(time.Hour)
+	cases["from the future"] = struct {
+		key string
+		val []byte
+	}{DelegKey(42), seal(t, future, owner.sk, decider.sk)}
+	old := rec
+	old.At = now.Add(-49*time.Hour - clockSkew)
+	cases["expired"] = struct {
+		key string
+		val []byte
+	}{DelegKey(42), seal(t, old, owner.sk, decider.sk)}
+	for name, c := range cases {
+		if err := v.Validate(c.key, c.val); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.Contains(err.Error(), "micra validator") {
+			t.Errorf("%s: error %q does not say who rejected it", name, err)
+		}
+	}
+	// The inner envelope must be the owner's payload type, not a decision.
+	m, _ := toPB(rec)
+	raw, _ := proto.Marshal(m)
+	bogus, _ := sealDecision(raw, decider.sk)
+	if v.Validate(DelegKey(42), bogus) == nil {
+		t.Error("decision without owner envelope accepted")
+	}
+}
+
+func TestSelectTotalOrder(t *testing.T) {
+	var snap hierarchy.SnapshotID
+	v := RecordValidator{Snapshot: snap, MaxAge: 48 * time.Hour}
+	a, b, c := newKeyed(t), newKeyed(t), newKeyed(t)
+	now := time.Now().Truncate(time.Millisecond)
+	base := delegation.Record{Subnet: 5, Snapshot: snap, Owner: a.id, OwnerRTT: 20 * time.Millisecond, Epoch: 2, DecidedBy: c.id, At: now}
+	mk := func(f func(*delegation.Record), owner, dec keyed) []byte {
+		r := base
+		f(&r)
+		r.Owner, r.DecidedBy = owner.id, dec.id
+		return seal(t, r, owner.sk, dec.sk)
+	}
+	lowOwner, highOwner := a, b
+	if b.id < a.id {
+		lowOwner, highOwner = b, a
+	}
+	higherEpoch := mk(func(r *delegation.Record) { r.Epoch = 3; r.OwnerRTT = time.Second }, highOwner, c)
+	lowerRTT := mk(func(r *delegation.Record) { r.OwnerRTT = 10 * time.Millisecond }, highOwner, c)
+	lowerOwner := mk(func(*delegation.Record) {}, lowOwner, c)
+	higherOwner := mk(func(*delegation.Record) {}, highOwner, c)
+	later := mk(func(r *delegation.Record) { r.At = now.Add(time.Second) }, highOwner, c)
+	pairs := []struct {
+		name          string
+		better, worse []byte
+	}{
+		{"epoch", higherEpoch, lowerRTT},
+		{"rtt", lowerRTT, lowerOwner},
+		{"owner id", lowerOwner, higherOwner},
+		{"refresh time", later, higherOwner},
+	}
+	for _, p := range pairs {
+		for _, order := range [][2][]byte{{p.better, p.worse}, {p.worse, p.better}} {
+			i, err := v.Select(DelegKey(5), [][]byte{order[0], order[1]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string([][]byte{order[0], order[1]}[i]) != string(p.better) {
+				t.Errorf("%s: Select picked the worse record", p.name)
+			}
+		}
+	}
+	// Identical bytes: index 0 (the DHT needs it to accept re-puts).
+	if i, _ := v.Select(DelegKey(5), [][]byte{lowerRTT, lowerRTT}); i != 0 {
+		t.Errorf("tie returned %d, want 0", i)
+	}
+	// Invalid values lose against any valid one.
+	if i, _ := v.Select(DelegKey(5), [][]byte{[]byte("junk"), lowerOwner}); i != 1 {
+		t.Errorf("invalid value selected")
+	}
+	// The best of many is independent of order.
+	all := [][]byte{higherOwner, lowerOwner, later, lowerRTT, higherEpoch}
+	for rot := range all {
+		vals := append(append([][]byte{}, all[rot:]...), all[:rot]...)
+		i, _ := v.Select(DelegKey(5), vals)
+		if string(vals[i]) != string(higherEpoch) {
+			t.Errorf("rotation %d: wrong winner", rot)
+		}
+	}
+}
+
+func TestDecodeGossipRejectsImplausible(t *testing.T) {
+	hb := &pb.Heartbeat{Version: 1, Seq: 1, AtUnixNano: time.Now().UnixNano(), IntervalMs: 1000, Snapshot: make([]byte, 32), Capacity: 10}
+	ok, _ := proto.Marshal(hb)
+	if _, err := decodeHeartbeat(ok); err != nil {
+		t.Fatalf("good heartbeat: %v", err)
+	}
+	bad := []func(*pb.Heartbeat){
+		func(h *pb.Heartbeat) { h.IntervalMs = 1 },
+		func(h *pb.Heartbeat) { h.Capacity = maxCapacity + 1 },
+		func(h *pb.Heartbeat) { h.Snapshot = nil },
+		func(h *pb.Heartbeat) { h.AtUnixNano = time.Now().Add(time.Hour).UnixNano() },
+		func(h *pb.Heartbeat) { h.CrawlerAddr = []byte{1, 2, 3} },
+	}
+	for i, f := range bad {
+		h := proto.CloneOf(hb)
+		f(h)
+		b, _ := proto.Marshal(h)
+		if _, err := decodeHeartbeat(b); err == nil {
+			t.Errorf("bad heartbeat %d accepted", i)
+		}
+	}
+	ev := &pb.CalibrationEvent{Version: 1, Kind: pb.CalibrationKind_SLOW_PAGE, Snapshot: make([]byte, 32), AtUnixNano: time.Now().UnixNano(),
+		Url: "http://x/", ObservedNs: 10, ExpectedNs: 20}
+	b, _ := proto.Marshal(ev)
+	if _, err := decodeCalibration(b); err == nil {
+		t.Error("slow page faster than expected accepted")
+	}
+}
