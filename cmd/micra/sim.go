@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/testnet/sim"
+	"github.com/micra-crawler/micra/testnet/world"
+	"github.com/spf13/cobra"
+)
+
+func init() { rootCmd.AddCommand(simCmd()) }
+
+// parseThresholds accepts "50", "50ms", "25,50,75" or "paper" (25…125 ms).
+func parseThresholds(s string) ([]time.Duration, error) {
+	if s == "paper" || s == "all" {
+		return sim.PaperThresholds, nil
+	}
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if ms, err := strconv.ParseFloat(f, 64); err == nil && ms > 0 {
+			out = append(out, time.Duration(ms*float64(time.Millisecond)))
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("bad threshold %q: want milliseconds (50), a duration (50ms) or a list (25,50,75)", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func simCmd() *cobra.Command {
+	var (
+		preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
+		crawlers, hosts, train                                              int
+		seed                                                                uint64
+		asJSON                                                              bool
+		capacityFactor                                                      float64
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "simulate delegation policies on the emulated Internet and print the paper's table",
+		Long: `sim places crawlers and web hosts at real addresses of the embedded IP hierarchy,
+gives them positions (DB-IP City Lite) and latencies (fibre × path stretch + access +
+jitter, or a measured matrix with --sites/--rtt), delegates every host with each policy
+and scores it against the optimal crawler (lowest modelled mean RTT).
+
+With no flags: the paper's preset — 12 crawlers, 1000 hosts, the first 650 delegations
+train and the last 350 evaluate, 50 ms threshold. Deterministic: the same flags and
+seed print the same report. See docs/simulator.md.`,
+		Example: `  micra sim
+  micra sim --threshold paper            # 25, 50, 75, 100, 125 ms
+  micra sim --preset paper4 --json
+  micra sim --crawlers 10000 --hosts 1000000 --policies ipmicra,micra,hash
+  micra sim --sites sites.csv --rtt rtt.csv --plot curve.svg`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := sim.Preset(preset)
+			if err != nil {
+				return err
+			}
+			f := cmd.Flags()
+			if f.Changed("seed") {
+				cfg.Seed = seed
+			}
+			if f.Changed("crawlers") {
+				cfg.Crawlers = crawlers
+			}
+			if f.Changed("hosts") {
+				cfg.Hosts = hosts
+				if !f.Changed("train") {
+					cfg.Train = hosts * 65 / 100
+				}
+			}
+			if f.Changed("train") {
+				cfg.Train = train
+			}
+			if cfg.Crawlers < 1 || cfg.Hosts < 1 {
+				return fmt.Errorf("need at least one crawler and one host")
+			}
+			if cfg.Train < 0 || cfg.Train >= cfg.Hosts {
+				return fmt.Errorf("--train %d must be in [0, hosts=%d)", cfg.Train, cfg.Hosts)
+			}
+			ths := []time.Duration{cfg.Threshold}
+			if f.Changed("threshold") {
+				if ths, err = parseThresholds(thresholds); err != nil {
+					return err
+				}
+			}
+			if policies != "" {
+				for _, p := range strings.Split(policies, ",") {
+					p = strings.TrimSpace(p)
+					if _, ok := sim.LookupPolicy(p); !ok {
+						var names []string
+						for _, s := range sim.Policies {
+							names = append(names, s.Name)
+						}
+						return fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(names, ", "))
+					}
+					cfg.Policies = append(cfg.Policies, p)
+				}
+			}
+			if cfg.Engine.Balance, err = delegation.ParseBalanceMode(balance); err != nil {
+				return err
+			}
+			if (sitesPath == "") != (rttPath == "") {
+				return fmt.Errorf("--sites and --rtt go together")
+			}
+			if sitesPath != "" {
+				if cfg.Matrix, err = world.LoadMatrixFiles(sitesPath, rttPath); err != nil {
+					return err
+				}
+			}
+			cfg.CapacityFactor = capacityFactor
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			var reps []*sim.Report
+			var w *sim.World
+			for i, th := range ths {
+				cfg.Threshold = th
+				rep, wld, err := sim.Run(cmd.Context(), cfg, w)
+				if err != nil {
+					return err
+				}
+				w = wld
+				reps = append(reps, rep)
+				if asJSON {
+					err = rep.WriteJSON(out)
+				} else {
+					if i > 0 {
+						fmt.Fprintln(out)
+					}
+					err = rep.WriteText(out)
+				}
+				if err != nil {
+					return err
+				}
+				out.Flush()
+			}
+			if plotPath != "" {
+				pf, err := os.Create(plotPath)
+				if err != nil {
+					return err
+				}
+				if err := sim.WriteSVG(pf, reps); err != nil {
+					pf.Close()
+					return err
+				}
+				if err := pf.Close(); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "\nplot written to %s\n", plotPath)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&preset, "preset", "paper", "paper (12 crawlers, 1000 hosts, 650 train, 50 ms), paper4 (4 crawlers) or scale (10,000 crawlers, 1,000,000 hosts)")
+	f.IntVar(&crawlers, "crawlers", 12, "number of crawlers (overrides the preset)")
+	f.IntVar(&hosts, "hosts", 1000, "number of web hosts, one URL each (overrides the preset)")
+	f.IntVar(&train, "train", 650, "delegations that train before evaluation starts (default 65% of hosts)")
+	f.StringVar(&thresholds, "threshold", "50", "probing threshold in ms, a list (25,50,75) or 'paper' for 25,50,75,100,125")
+	f.Uint64Var(&seed, "seed", 1, "seed of placement, latency model and policies")
+	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
+	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
+	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")
+	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")
+	f.StringVar(&rttPath, "rtt", "", "measured latency: RTT CSV (src,dst,rtt_ms), directed")
+	f.StringVar(&plotPath, "plot", "", "write the probes/URL curve as SVG to this file")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
+	return cmd
+}

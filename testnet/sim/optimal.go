@@ -1,0 +1,111 @@
+package sim
+
+import (
+	"math"
+	"sync"
+
+	"github.com/micra-crawler/micra/data/geo"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// computeOptimal finds every host's optimal crawler: the lowest modelled
+// mean RTT (no jitter; the mean is monotonic in the floor RTT, so the floor
+// ranks). It is exact without scanning every crawler per host:
+//
+//   - formula mode: the nearest crawler by distance gives an upper bound U;
+//     since stretch ≥ 1, a crawler d km away has RTT ≥ d/100 ms + both access
+//     delays, so only crawlers within (U − access) × 100 km can beat it —
+//     a radius query on a spherical k-d tree;
+//   - matrix mode: the RTT depends on the host only through its site and its
+//     own access delay, so the best crawler is computed once per site.
+func (w *World) computeOptimal(workers int) {
+	n := len(w.Hosts)
+	w.Optimal = make([]int32, n)
+	w.OptimalRTT = make([]float64, n)
+	m := w.Model
+	if m.Matrix() != nil {
+		perSite := map[int]int32{}
+		var sites []int
+		for i := range w.Hosts {
+			if _, ok := perSite[w.Hosts[i].Site]; !ok {
+				perSite[w.Hosts[i].Site] = -1
+				sites = append(sites, w.Hosts[i].Site)
+			}
+		}
+		best := make([]int32, len(sites))
+		parallel(workers, len(sites), func(k int) {
+			var rep *world.Endpoint
+			for i := range w.Hosts {
+				if w.Hosts[i].Site == sites[k] {
+					rep = &w.Hosts[i]
+					break
+				}
+			}
+			best[k] = w.scanAll(rep)
+		})
+		for k, s := range sites {
+			perSite[s] = best[k]
+		}
+		parallel(workers, n, func(i int) {
+			c := perSite[w.Hosts[i].Site]
+			w.Optimal[i] = c
+			w.OptimalRTT[i] = m.MeanRTT(&w.CrawlerE[c], &w.Hosts[i])
+		})
+		return
+	}
+	pts := make([]geo.Point, len(w.CrawlerE))
+	minAcc := math.Inf(1)
+	for i := range w.CrawlerE {
+		pts[i] = w.CrawlerE[i].Loc
+		minAcc = math.Min(minAcc, w.CrawlerE[i].AccessMs)
+	}
+	ix := world.NewIndex(pts)
+	fibre := m.Config().FibreKmPerMs
+	parallel(workers, n, func(i int) {
+		h := &w.Hosts[i]
+		c0, _ := ix.Nearest(h.Loc)
+		best, bestRTT := int32(c0), m.FloorRTT(&w.CrawlerE[c0], h)
+		radius := math.Max(0, (bestRTT-h.AccessMs-minAcc)*fibre/2)
+		ix.Within(h.Loc, radius*(1+1e-9)+1e-6, func(c int, dist float64) {
+			ce := &w.CrawlerE[c]
+			if m.LowerBoundMs(h, dist, ce.AccessMs) > bestRTT {
+				return
+			}
+			r := m.FloorRTT(ce, h)
+			if r < bestRTT || (r == bestRTT && int32(c) < best) {
+				best, bestRTT = int32(c), r
+			}
+		})
+		w.Optimal[i] = best
+		w.OptimalRTT[i] = m.MeanRTT(&w.CrawlerE[best], h)
+	})
+}
+
+// scanAll is the brute-force optimal for one host.
+func (w *World) scanAll(h *world.Endpoint) int32 {
+	best, bestRTT := int32(-1), math.Inf(1)
+	for c := range w.CrawlerE {
+		if r := w.Model.FloorRTT(&w.CrawlerE[c], h); r < bestRTT {
+			best, bestRTT = int32(c), r
+		}
+	}
+	return best
+}
+
+// parallel runs fn(0..n-1) on up to workers goroutines, in contiguous chunks.
+func parallel(workers, n int, fn func(i int)) {
+	workers = max(1, min(workers, n))
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,170 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// placer draws real addresses from the hierarchy: a leaf range uniformly
+// (registry allocations and announced prefixes, so dense regions of the
+// Internet get more hosts), then an address uniformly inside it, keeping only
+// public IPv4 addresses the geolocation table places on the map.
+type placer struct {
+	tree   *hierarchy.Tree
+	model  *world.Model
+	leaves []hierarchy.NodeID
+}
+
+func newPlacer(tree *hierarchy.Tree, model *world.Model) (*placer, error) {
+	p := &placer{tree: tree, model: model}
+	for id := 1; id < tree.Len(); id++ {
+		nid := hierarchy.NodeID(id)
+		n := tree.Node(nid)
+		if !n.Start.Is4() || n.Unary() || len(tree.Children(nid)) > 0 {
+			continue
+		}
+		p.leaves = append(p.leaves, nid)
+	}
+	if len(p.leaves) == 0 {
+		return nil, fmt.Errorf("sim: the hierarchy has no IPv4 leaf ranges to place hosts in")
+	}
+	return p, nil
+}
+
+func u32(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+func addr4(x uint32) netip.Addr {
+	return netip.AddrFrom4([4]byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)})
+}
+
+func publicV4(a netip.Addr) bool {
+	b := a.As4()
+	return a.IsGlobalUnicast() && !a.IsPrivate() && b[0] != 0 && b[0] < 224 && b[0] != 100 && b[0] != 127
+}
+
+// draw returns one located address and its subnet (smallest non-unary).
+func (p *placer) draw(rng *rand.Rand) (world.Endpoint, hierarchy.NodeID, error) {
+	for range 10000 {
+		leaf := p.leaves[rng.IntN(len(p.leaves))]
+		n := p.tree.Node(leaf)
+		lo, hi := u32(n.Start), u32(n.End)
+		a := addr4(lo + uint32(rng.Int64N(int64(hi)-int64(lo)+1)))
+		if !publicV4(a) {
+			continue
+		}
+		ep, ok := p.model.Endpoint(a, "")
+		if !ok {
+			continue
+		}
+		s := p.tree.SmallestNonUnary(a)
+		if s == hierarchy.None || s == hierarchy.Root {
+			continue
+		}
+		return ep, s, nil
+	}
+	return world.Endpoint{}, 0, fmt.Errorf("sim: could not place an address in 10000 draws (geolocation table and hierarchy disagree?)")
+}
+
+// placeHosts draws n distinct host addresses.
+func (p *placer) placeHosts(rng *rand.Rand, n int) ([]world.Endpoint, error) {
+	out := make([]world.Endpoint, 0, n)
+	seen := make(map[netip.Addr]struct{}, n)
+	for len(out) < n {
+		ep, _, err := p.draw(rng)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := seen[ep.Addr]; dup {
+			continue
+		}
+		seen[ep.Addr] = struct{}{}
+		out = append(out, ep)
+	}
+	return out, nil
+}
+
+// placeCrawlers spreads k crawlers world-wide: k-means++ seeding (D²
+// sampling) over a pool of candidate addresses drawn like hosts, so crawlers
+// land far from each other yet where the Internet is dense. Every crawler
+// gets its own subnet (it owns it on joining).
+func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) {
+	poolSize := max(4*k, 2000)
+	pool := make([]world.Endpoint, 0, poolSize)
+	subnets := make([]hierarchy.NodeID, 0, poolSize)
+	for len(pool) < poolSize {
+		ep, s, err := p.draw(rng)
+		if err != nil {
+			return nil, err
+		}
+		pool = append(pool, ep)
+		subnets = append(subnets, s)
+	}
+	vs := make([][3]float64, 0, len(pool))
+	d2 := make([]float64, 0, len(pool))
+	bySubnet := make(map[hierarchy.NodeID][]int, len(pool))
+	taken := make(map[hierarchy.NodeID]struct{}, k)
+	addCand := func(i int) {
+		x, y, z := pool[i].Loc.Unit()
+		vs = append(vs, [3]float64{x, y, z})
+		d2 = append(d2, math.Inf(1))
+		bySubnet[subnets[i]] = append(bySubnet[subnets[i]], i)
+		if _, t := taken[subnets[i]]; t {
+			d2[i] = 0
+		}
+	}
+	for i := range pool {
+		addCand(i)
+	}
+	out := make([]world.Endpoint, 0, k)
+	pick := rng.IntN(len(pool))
+	for len(out) < k {
+		if _, dup := taken[subnets[pick]]; !dup {
+			taken[subnets[pick]] = struct{}{}
+			out = append(out, pool[pick])
+			c := vs[pick]
+			for i, v := range vs {
+				dx, dy, dz := v[0]-c[0], v[1]-c[1], v[2]-c[2]
+				d2[i] = math.Min(d2[i], dx*dx+dy*dy+dz*dz)
+			}
+			for _, i := range bySubnet[subnets[pick]] {
+				d2[i] = 0
+			}
+			if len(out) == k {
+				break
+			}
+		}
+		var sum float64
+		for _, d := range d2 {
+			sum += d
+		}
+		if sum == 0 || math.IsInf(sum, 1) {
+			// every candidate sits in a taken subnet: draw another one
+			ep, sn, err := p.draw(rng)
+			if err != nil {
+				return nil, err
+			}
+			pool, subnets = append(pool, ep), append(subnets, sn)
+			addCand(len(pool) - 1)
+			pick = len(pool) - 1
+			continue
+		}
+		r := rng.Float64() * sum
+		pick = len(d2) - 1
+		for i, d := range d2 {
+			if r < d {
+				pick = i
+				break
+			}
+			r -= d
+		}
+	}
+	return out, nil
+}

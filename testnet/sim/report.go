@@ -1,0 +1,307 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Result is one policy's row of the paper's table.
+type Result struct {
+	Policy      string  `json:"policy"`
+	ThresholdMs float64 `json:"threshold_ms"`
+	// OptimalPct is the share of evaluation URLs (after the training ones)
+	// delegated to their optimal crawler.
+	OptimalPct float64 `json:"optimal_pct"`
+	// OptimalPctAll is the same over every URL.
+	OptimalPctAll float64 `json:"optimal_pct_all"`
+	// ProbesPerURL is over every URL; Last50 over the last 50; Eval over
+	// the evaluation URLs.
+	ProbesPerURL       float64 `json:"probes_per_url"`
+	ProbesPerURLLast50 float64 `json:"probes_per_url_last50"`
+	ProbesPerURLEval   float64 `json:"probes_per_url_eval"`
+	// Excess latency of the chosen crawler over the optimal one (mean RTT,
+	// ms) on the evaluation URLs.
+	ExcessMeanMs float64 `json:"excess_mean_ms"`
+	ExcessP95Ms  float64 `json:"excess_p95_ms"`
+	// CostVsRandom is Σ modelled download time over every URL relative to
+	// the random policy in the same run (1 = random; lower is better).
+	CostVsRandom float64 `json:"crawl_cost_vs_random"`
+	// CostVsOptimal is the same relative to every URL at its optimal crawler.
+	CostVsOptimal float64 `json:"crawl_cost_vs_optimal"`
+	// LoadImbalance is the most loaded crawler's URL count over the mean
+	// (1 = perfectly even); LoadCV is the coefficient of variation.
+	LoadImbalance float64 `json:"load_imbalance"`
+	LoadCV        float64 `json:"load_cv"`
+	URLs          int     `json:"urls"`
+	Probes        int64   `json:"probes"`
+	// Reasons counts decisions by why they stopped.
+	Reasons map[string]int `json:"reasons"`
+	// Curve is probes per URL in consecutive windows of CurveWindow URLs.
+	Curve []float64 `json:"probes_curve"`
+}
+
+// Report is the outcome of one simulation at one threshold.
+type Report struct {
+	Seed        uint64   `json:"seed"`
+	Crawlers    int      `json:"crawlers"`
+	Hosts       int      `json:"hosts"`
+	Train       int      `json:"train"`
+	ThresholdMs float64  `json:"threshold_ms"`
+	Latency     string   `json:"latency"`
+	CurveWindow int      `json:"curve_window"`
+	Results     []Result `json:"policies"`
+	// OptimalMeanMs is the mean RTT of hosts to their optimal crawler.
+	OptimalMeanMs float64 `json:"optimal_mean_rtt_ms"`
+}
+
+func (w *World) score(cfg Config, runs []*run) *Report {
+	n := len(w.Hosts)
+	win := max(1, n/cfg.CurvePoints)
+	rep := &Report{
+		Seed: cfg.Seed, Crawlers: len(w.Crawlers), Hosts: n, Train: cfg.Train,
+		ThresholdMs: float64(cfg.Threshold.Microseconds()) / 1000, CurveWindow: win,
+		Latency: "formula (DB-IP positions, fibre × stretch + access + jitter)",
+	}
+	if mx := w.Model.Matrix(); mx != nil {
+		rep.Latency = fmt.Sprintf("measured matrix (%d sites, %d directed pairs; formula for missing pairs)", len(mx.Sites), mx.Pairs())
+	}
+	var optCost float64
+	for i := range w.Hosts {
+		optCost += w.OptimalRTT[i]
+		rep.OptimalMeanMs += w.OptimalRTT[i]
+	}
+	rep.OptimalMeanMs /= float64(max(1, n))
+	cost := make([]float64, len(runs))
+	randomCost := 0.0
+	for k, r := range runs {
+		for i := range w.Hosts {
+			cost[k] += w.Model.MeanRTT(&w.CrawlerE[r.owner[i]], &w.Hosts[i])
+		}
+		if r.spec.Name == "random" {
+			randomCost = cost[k]
+		}
+	}
+	for k, r := range runs {
+		if !slices.Contains(cfg.Policies, r.spec.Name) {
+			continue // the random baseline run only for the cost column
+		}
+		res := Result{Policy: r.spec.Name, ThresholdMs: rep.ThresholdMs, URLs: n, Probes: r.total, Reasons: r.reasons}
+		var hitAll, hitEval int
+		var excess []float64
+		var probesEval, probesLast int64
+		for i := range w.Hosts {
+			hit := r.owner[i] == w.Optimal[i]
+			if hit {
+				hitAll++
+			}
+			if i >= cfg.Train {
+				if hit {
+					hitEval++
+				}
+				excess = append(excess, w.Model.MeanRTT(&w.CrawlerE[r.owner[i]], &w.Hosts[i])-w.OptimalRTT[i])
+				probesEval += int64(r.probes[i])
+			}
+			if i >= n-50 {
+				probesLast += int64(r.probes[i])
+			}
+		}
+		eval := n - cfg.Train
+		res.OptimalPct = pct(hitEval, eval)
+		res.OptimalPctAll = pct(hitAll, n)
+		res.ProbesPerURL = float64(r.total) / float64(max(1, n))
+		res.ProbesPerURLLast50 = float64(probesLast) / float64(min(50, max(1, n)))
+		res.ProbesPerURLEval = float64(probesEval) / float64(max(1, eval))
+		if len(excess) > 0 {
+			var s float64
+			for _, e := range excess {
+				s += e
+			}
+			res.ExcessMeanMs = s / float64(len(excess))
+			sort.Float64s(excess)
+			res.ExcessP95Ms = excess[int(math.Ceil(0.95*float64(len(excess))))-1]
+		}
+		if randomCost > 0 {
+			res.CostVsRandom = cost[k] / randomCost
+		}
+		if optCost > 0 {
+			res.CostVsOptimal = cost[k] / optCost
+		}
+		load := make([]float64, len(w.Crawlers))
+		for i := range w.Hosts {
+			load[r.owner[i]]++
+		}
+		mean := float64(n) / float64(len(load))
+		var sq float64
+		for _, l := range load {
+			sq += (l - mean) * (l - mean)
+		}
+		res.LoadImbalance = slices.Max(load) / mean
+		res.LoadCV = math.Sqrt(sq/float64(len(load))) / mean
+		for lo := 0; lo+win <= n; lo += win {
+			var s int64
+			for i := lo; i < lo+win; i++ {
+				s += int64(r.probes[i])
+			}
+			res.Curve = append(res.Curve, round3(float64(s)/float64(win)))
+		}
+		rep.Results = append(rep.Results, roundResult(res))
+	}
+	return rep
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// roundResult keeps JSON output stable and readable.
+func roundResult(r Result) Result {
+	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
+		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV} {
+		*p = round3(*p)
+	}
+	return r
+}
+
+// WriteText prints the paper's table and the probes/URL curve.
+func (r *Report) WriteText(out io.Writer) error {
+	fmt.Fprintf(out, "micra sim: %d crawlers, %d hosts (first %d train, last %d evaluate), threshold %g ms, seed %d\n",
+		r.Crawlers, r.Hosts, r.Train, r.Hosts-r.Train, r.ThresholdMs, r.Seed)
+	fmt.Fprintf(out, "latency: %s; mean RTT to the optimal crawler %.1f ms\n\n", r.Latency, r.OptimalMeanMs)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\toptimal %\tprobes/URL\tlast 50\texcess mean ms\texcess p95 ms\tcost vs random\tload max/mean\t")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.1f\t%.1f\t%.3f\t%.2f\t\n", x.Policy, x.OptimalPct, x.ProbesPerURL, x.ProbesPerURLLast50,
+			x.ExcessMeanMs, x.ExcessP95Ms, x.CostVsRandom, x.LoadImbalance)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nprobes/URL as the hierarchy trains (windows of %d URLs):\n", r.CurveWindow)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	var hdr strings.Builder
+	hdr.WriteString("URLs\t")
+	for _, x := range r.Results {
+		hdr.WriteString(x.Policy + "\t")
+	}
+	fmt.Fprintln(tw, hdr.String())
+	if len(r.Results) > 0 {
+		for j := range r.Results[0].Curve {
+			fmt.Fprintf(tw, "%d\t", (j+1)*r.CurveWindow)
+			for _, x := range r.Results {
+				fmt.Fprintf(tw, "%.2f\t", x.Curve[j])
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	return tw.Flush()
+}
+
+// WriteJSON prints one JSON object per policy and line.
+func (r *Report) WriteJSON(out io.Writer) error {
+	enc := json.NewEncoder(out)
+	for _, x := range r.Results {
+		obj := struct {
+			Result
+			Seed     uint64 `json:"seed"`
+			Crawlers int    `json:"crawlers"`
+			Hosts    int    `json:"hosts"`
+			Train    int    `json:"train"`
+		}{x, r.Seed, r.Crawlers, r.Hosts, r.Train}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteSVG plots probes/URL per window for every policy of every report
+// (one series per policy and threshold).
+func WriteSVG(out io.Writer, reps []*Report) error {
+	type series struct {
+		name string
+		pts  []float64
+	}
+	var ss []series
+	var win, maxY float64 = 1, 1
+	for _, r := range reps {
+		win = float64(r.CurveWindow)
+		for _, x := range r.Results {
+			name := x.Policy
+			if len(reps) > 1 {
+				name = fmt.Sprintf("%s @%gms", x.Policy, x.ThresholdMs)
+			}
+			if len(reps) > 1 && (x.Policy == "random" || x.Policy == "hash" || x.Policy == "optimal") && r != reps[0] {
+				continue // threshold-independent: plot once
+			}
+			ss = append(ss, series{name, x.Curve})
+			for _, y := range x.Curve {
+				maxY = math.Max(maxY, y)
+			}
+		}
+	}
+	const W, H, L, R, T, B = 760.0, 420.0, 60.0, 190.0, 30.0, 50.0
+	pw, ph := W-L-R, H-T-B
+	npts := 0
+	for _, s := range ss {
+		npts = max(npts, len(s.pts))
+	}
+	maxY = niceCeil(maxY)
+	x := func(i int) float64 { return L + pw*float64(i+1)/float64(max(1, npts)) }
+	y := func(v float64) float64 { return T + ph*(1-v/maxY) }
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%g" y="18" font-size="14">probes per URL as the hierarchy trains (window %g URLs)</text>`+"\n", L, win)
+	for k := 0; k <= 5; k++ {
+		v := maxY * float64(k) / 5
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%.3g</text>`+"\n", L, y(v), L+pw, y(v), L-6, y(v)+4, v)
+	}
+	for i := 0; i < npts; i += max(1, npts/10) {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%d</text>`+"\n", x(i), T+ph+16, int(float64(i+1)*win))
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">URLs delegated</text>`+"\n", L+pw/2, H-10)
+	fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#333"/>`+"\n", L, T, pw, ph)
+	for k, s := range ss {
+		c := colors[k%len(colors)]
+		var pts []string
+		for i, v := range s.pts {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(i), y(v)))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		ly := T + 10 + 18*float64(k)
+		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="2"/><text x="%g" y="%g">%s</text>`+"\n",
+			L+pw+10, ly, L+pw+30, ly, c, L+pw+36, ly+4, xmlEscape(s.name))
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func xmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}

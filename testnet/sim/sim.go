@@ -1,0 +1,398 @@
+// Package sim owns micra's delegation simulator: a deterministic, seeded run
+// (no sockets) that places crawlers and web hosts at real addresses of the
+// embedded IP hierarchy, gives them positions and latencies from the world
+// model (testnet/world), feeds every host to each delegation policy through
+// the engine's own interfaces (Prober, Membership, Clock, MemDirectory) and
+// scores the outcome against the optimal crawler (lowest modelled mean RTT):
+// the paper's table (% optimal, probes per URL, excess latency, crawl cost
+// relative to random, load imbalance) and the curve of probes per URL as the
+// hierarchy trains.
+//
+// The policies see only what a real deployment sees: probe answers (with
+// jitter) and the hierarchy; the world model stays on this side.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/micra-crawler/micra/data/geo"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// Constructor builds a policy.
+type Constructor func(delegation.Deps, delegation.Config) delegation.Policy
+
+// PolicySpec names a policy of the simulator and how to build it.
+type PolicySpec struct {
+	Name string
+	New  Constructor
+	// Tweak adjusts the engine configuration for this variant (may be nil).
+	Tweak func(*delegation.Config)
+	// Brute marks policies that probe every crawler (skipped by default when
+	// there are too many crawlers for that to finish).
+	Brute bool
+}
+
+// Policies lists every policy the simulator knows, in report order.
+var Policies = []PolicySpec{
+	{Name: "ipmicra", New: delegation.NewIPMicra},
+	{Name: "ipmicra-parallel", New: delegation.NewIPMicra, Tweak: func(c *delegation.Config) { c.ParallelLevels = true }},
+	{Name: "micra", New: delegation.NewMicra},
+	{Name: "optimal", New: delegation.NewOptimal, Brute: true},
+	{Name: "hash", New: delegation.NewConsistentHash},
+	{Name: "random", New: delegation.NewRandom},
+}
+
+// DefaultPolicies are run when Config.Policies is empty.
+var DefaultPolicies = []string{"ipmicra", "micra", "optimal", "hash", "random"}
+
+// BruteForceLimit: with more crawlers than this, brute-force policies are
+// left out of the defaults (one probe per crawler per host).
+const BruteForceLimit = 1000
+
+// LookupPolicy returns the spec named name.
+func LookupPolicy(name string) (PolicySpec, bool) {
+	for _, p := range Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return PolicySpec{}, false
+}
+
+// Config describes one simulation.
+type Config struct {
+	Seed      uint64
+	Crawlers  int
+	Hosts     int
+	Train     int           // the first Train delegations train; the rest evaluate
+	Threshold time.Duration // IPMicra's probing threshold
+	Policies  []string      // names from Policies; empty: DefaultPolicies
+	// Engine is the base delegation configuration (Threshold is set from
+	// the field above).
+	Engine delegation.Config
+	// World configures the latency model (its Seed defaults to Seed).
+	World world.Config
+	// Matrix, when set, replaces the formula between its sites.
+	Matrix *world.Matrix
+	// Tree is the hierarchy (nil: hierarchy.Default()).
+	Tree *hierarchy.Tree
+	// Geo is the geolocation table (nil: geo.Default()).
+	Geo *geo.Table
+	// PageRTTs is the number of round trips one page download costs
+	// (connection, request, slow-start rounds of a ~100 kB page). Default 5.
+	PageRTTs float64
+	// CapacityFactor sets every crawler's capacity (pages per day, used by
+	// load balancing and hash replicas) to this multiple of hosts/crawlers.
+	// Default 2.
+	CapacityFactor float64
+	// CurvePoints is the number of windows of the probes/URL curve.
+	// Default 20.
+	CurvePoints int
+	// Workers bounds how many policies run at once. Default GOMAXPROCS.
+	Workers int
+	// Logger receives progress (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Preset returns a named configuration: "paper" (12 crawlers, 1000 hosts,
+// 650 train, 50 ms), "paper4" (4 crawlers) and "scale" (10,000 crawlers,
+// 1,000,000 hosts).
+func Preset(name string) (Config, error) {
+	c := Config{Seed: 1, Crawlers: 12, Hosts: 1000, Train: 650, Threshold: 50 * time.Millisecond}
+	switch name {
+	case "paper", "":
+	case "paper4":
+		c.Crawlers = 4
+	case "scale":
+		c.Crawlers, c.Hosts, c.Train = 10000, 1000000, 650000
+	default:
+		return c, fmt.Errorf("sim: unknown preset %q (want paper, paper4 or scale)", name)
+	}
+	return c, nil
+}
+
+// PaperThresholds are the probing thresholds of the paper's experiments.
+var PaperThresholds = []time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond, 100 * time.Millisecond, 125 * time.Millisecond}
+
+func (c Config) withDefaults() Config {
+	if c.Crawlers <= 0 {
+		c.Crawlers = 12
+	}
+	if c.Hosts <= 0 {
+		c.Hosts = 1000
+	}
+	if c.Train < 0 || c.Train >= c.Hosts {
+		c.Train = c.Hosts * 65 / 100
+	}
+	if c.Threshold <= 0 {
+		c.Threshold = 50 * time.Millisecond
+	}
+	if c.World.Seed == 0 {
+		c.World.Seed = c.Seed
+	}
+	if c.PageRTTs <= 0 {
+		c.PageRTTs = 5
+	}
+	if c.CapacityFactor <= 0 {
+		c.CapacityFactor = 2
+	}
+	if c.CurvePoints <= 0 {
+		c.CurvePoints = 20
+	}
+	if c.Workers <= 0 {
+		c.Workers = runtime.GOMAXPROCS(0)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(c.Policies) == 0 {
+		for _, n := range DefaultPolicies {
+			if spec, _ := LookupPolicy(n); spec.Brute && c.Crawlers > BruteForceLimit {
+				continue
+			}
+			c.Policies = append(c.Policies, n)
+		}
+	}
+	return c
+}
+
+// World is the placed population of one simulation: crawlers and hosts at
+// real addresses, and each host's optimal crawler. It is built once and
+// shared (read-only) by every policy and threshold.
+type World struct {
+	Model    *world.Model
+	Tree     *hierarchy.Tree
+	Crawlers []delegation.Crawler
+	CrawlerE []world.Endpoint
+	Hosts    []world.Endpoint
+	// Optimal[i] is the index of host i's optimal crawler; OptimalRTT[i]
+	// its mean RTT in ms.
+	Optimal    []int32
+	OptimalRTT []float64
+
+	crawlerIdx map[delegation.CrawlerID]int32
+	hostIdx    map[netip.Addr]int32
+}
+
+// NewWorld places crawlers and hosts for cfg and computes the optimal
+// crawler of every host.
+func NewWorld(cfg Config) (*World, error) {
+	cfg = cfg.withDefaults()
+	tree := cfg.Tree
+	if tree == nil {
+		t, err := hierarchy.Default()
+		if err != nil {
+			return nil, err
+		}
+		tree = t
+	}
+	model, err := world.New(cfg.Geo, cfg.World)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Matrix != nil {
+		model = model.WithMatrix(cfg.Matrix)
+	}
+	pl, err := newPlacer(tree, model)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Model: model, Tree: tree}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6372617720))
+	if w.CrawlerE, err = pl.placeCrawlers(rng, cfg.Crawlers); err != nil {
+		return nil, err
+	}
+	rng = rand.New(rand.NewPCG(cfg.Seed, 0x686f737473))
+	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts); err != nil {
+		return nil, err
+	}
+	width := len(fmt.Sprint(cfg.Crawlers - 1))
+	w.crawlerIdx = make(map[delegation.CrawlerID]int32, cfg.Crawlers)
+	capacity := max(1, int(cfg.CapacityFactor*float64(cfg.Hosts)/float64(cfg.Crawlers)))
+	for i, e := range w.CrawlerE {
+		id := delegation.CrawlerID(fmt.Sprintf("c%0*d", width, i))
+		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity})
+		w.crawlerIdx[id] = int32(i)
+	}
+	w.hostIdx = make(map[netip.Addr]int32, len(w.Hosts))
+	for i, h := range w.Hosts {
+		w.hostIdx[h.Addr] = int32(i)
+	}
+	w.computeOptimal(cfg.Workers)
+	return w, nil
+}
+
+// endpoint returns the endpoint of a host address (resolving addresses the
+// simulator did not place, should a policy probe one).
+func (w *World) endpoint(a netip.Addr) (*world.Endpoint, bool) {
+	if i, ok := w.hostIdx[a]; ok {
+		return &w.Hosts[i], true
+	}
+	if i := slices.IndexFunc(w.CrawlerE, func(e world.Endpoint) bool { return e.Addr == a }); i >= 0 {
+		return &w.CrawlerE[i], true
+	}
+	e, ok := w.Model.Endpoint(a, "")
+	return &e, ok
+}
+
+// prober implements delegation.Prober from the world model: one jittered
+// RTT sample per crawler asked, counted.
+type prober struct {
+	w      *World
+	rng    *rand.Rand
+	probes int64
+}
+
+func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
+	out := make([]delegation.ProbeResult, len(crawlers))
+	h, ok := p.w.endpoint(target)
+	for i, c := range crawlers {
+		p.probes++
+		out[i].Crawler = c
+		ci, known := p.w.crawlerIdx[c]
+		if !ok || !known {
+			continue // no answer: the engine falls back
+		}
+		out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], h, p.rng))
+		out[i].OK = true
+	}
+	return out
+}
+
+// Clock is the simulated clock: it advances by one step per decision.
+type Clock struct{ t time.Time }
+
+// Now implements delegation.Clock.
+func (c *Clock) Now() time.Time { return c.t }
+
+// Advance moves the clock forward.
+func (c *Clock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// simEpoch is the simulated start time (fixed, so records are reproducible).
+var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// run is the raw outcome of one policy over the host stream.
+type run struct {
+	spec    PolicySpec
+	owner   []int32  // per host
+	probes  []uint32 // per host
+	reasons map[string]int
+	total   int64
+	elapsed time.Duration
+}
+
+func seedOf(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// runPolicy feeds every host, in order, to a fresh instance of spec.
+func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*run, error) {
+	members := delegation.NewMemMembership(w.Crawlers...)
+	dir := delegation.NewMemDirectory(w.Tree, members)
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name)))}
+	clock := &Clock{t: simEpoch}
+	ec := cfg.Engine
+	ec.Threshold = cfg.Threshold
+	if spec.Tweak != nil {
+		spec.Tweak(&ec)
+	}
+	pol := spec.New(delegation.Deps{
+		Tree: w.Tree, Dir: dir, Prober: pr, Members: members, Clock: clock,
+		Rand: rand.New(rand.NewPCG(cfg.Seed, seedOf("policy/"+spec.Name))),
+	}, ec)
+	for _, c := range w.Crawlers {
+		if _, err := pol.Join(ctx, c); err != nil {
+			return nil, fmt.Errorf("sim: %s: join %s: %w", spec.Name, c.ID, err)
+		}
+	}
+	r := &run{spec: spec, owner: make([]int32, len(w.Hosts)), probes: make([]uint32, len(w.Hosts)), reasons: map[string]int{}}
+	start := time.Now()
+	for i := range w.Hosts {
+		if i&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		clock.Advance(time.Second)
+		before := pr.probes
+		d, err := pol.Delegate(ctx, w.Hosts[i].Addr)
+		if err != nil {
+			return nil, fmt.Errorf("sim: %s: host %v: %w", spec.Name, w.Hosts[i].Addr, err)
+		}
+		ci, ok := w.crawlerIdx[d.Owner]
+		if !ok {
+			return nil, fmt.Errorf("sim: %s: host %v delegated to unknown crawler %q (%v)", spec.Name, w.Hosts[i].Addr, d.Owner, d)
+		}
+		r.owner[i] = ci
+		r.probes[i] = uint32(pr.probes - before)
+		r.reasons[d.Reason.String()]++
+	}
+	r.elapsed = time.Since(start)
+	r.total = pr.probes
+	return r, nil
+}
+
+// Run simulates cfg: it builds the world (or reuses w when not nil) and runs
+// every policy, in parallel up to cfg.Workers. The report is a pure function
+// of cfg (and w).
+func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
+	cfg = cfg.withDefaults()
+	var specs []PolicySpec
+	for _, n := range cfg.Policies {
+		spec, ok := LookupPolicy(n)
+		if !ok {
+			return nil, nil, fmt.Errorf("sim: unknown policy %q", n)
+		}
+		specs = append(specs, spec)
+	}
+	if !slices.Contains(cfg.Policies, "random") {
+		spec, _ := LookupPolicy("random") // the crawl-cost baseline
+		specs = append(specs, spec)
+	}
+	if w == nil {
+		t0 := time.Now()
+		var err error
+		if w, err = NewWorld(cfg); err != nil {
+			return nil, nil, err
+		}
+		cfg.Logger.Debug("world placed", "crawlers", len(w.Crawlers), "hosts", len(w.Hosts), "took", time.Since(t0))
+	}
+	runs := make([]*run, len(specs))
+	errs := make([]error, len(specs))
+	sem := make(chan struct{}, cfg.Workers)
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			runs[i], errs[i] = w.runPolicy(ctx, cfg, spec)
+			if errs[i] == nil {
+				cfg.Logger.Debug("policy done", "policy", spec.Name, "threshold", cfg.Threshold, "took", runs[i].elapsed,
+					"decisions_per_s", float64(len(w.Hosts))/runs[i].elapsed.Seconds())
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return w.score(cfg, runs), w, nil
+}
