@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
@@ -49,6 +50,10 @@ type MicraConfig struct {
 	// instead of "as good as the best known there". Off by default: on the
 	// synthetic world it made no difference with 12 to 10,000 crawlers.
 	ClassPrior bool
+	// MostSpecific predicts from the most specific context with data alone
+	// instead of combining all contexts by hierarchical shrinkage (the
+	// default; measured better: +1.5–2 points of optimal at equal probes).
+	MostSpecific bool
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -94,7 +99,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 //     ln RTT per (context, crawler), where the contexts of a subnet are, from
 //     specific to general: the subnet, its organisation, its ancestors below
 //     the registry blocks, its country (the registries' country code), the
-//     top-level registry block, everything;
+//     top-level registry block, its registry (RIR), everything;
 //   - crawlers also report where they sit (their address, hence their own
 //     subnet, organisation, ancestors and country in the hierarchy): a
 //     crawler with no history in a context it sits in is predicted as good
@@ -119,13 +124,14 @@ const (
 	ctxNode ctxKey = iota + 1
 	ctxOrg
 	ctxCountry
+	ctxRegistry
 	ctxGlobal
 )
 
 func mkCtx(kind ctxKey, id uint32) ctxKey { return kind<<32 | ctxKey(id) }
 
 // kinds of context for pooling spreads: node depths 0..15, then the others.
-const ctxKinds = 19
+const ctxKinds = 20
 
 func (m *micraChooser) kindOf(t Tree, k ctxKey) int {
 	switch k >> 32 {
@@ -135,8 +141,10 @@ func (m *micraChooser) kindOf(t Tree, k ctxKey) int {
 		return 16
 	case ctxCountry:
 		return 17
+	case ctxRegistry:
+		return 18
 	}
-	return 18
+	return 19
 }
 
 // sigma0 is the spread expected for one observation in a context of k's
@@ -206,6 +214,9 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey) []ctxKey {
 		buf = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1])))
 	}
 	buf = append(buf, top...)
+	if n.Registry != hierarchy.RegistryUnknown {
+		buf = append(buf, mkCtx(ctxRegistry, uint32(n.Registry)))
+	}
 	return append(buf, mkCtx(ctxGlobal, 0))
 }
 
@@ -280,10 +291,80 @@ type micraCand struct {
 	id     CrawlerID
 	mu, sd float64 // predicted ln RTT (ms) and its spread
 	n      float64 // observations behind the prediction
+	from   string  // which context the prediction comes from
 	probed bool
 }
 
+var kindNames = func() [ctxKinds]string {
+	var k [ctxKinds]string
+	for d := range 16 {
+		k[d] = "depth-" + strconv.Itoa(d)
+	}
+	k[16], k[17], k[18], k[19] = "org", "country", "registry", "all"
+	return k
+}()
+
+// predictShrink combines every context's data for c, general to specific
+// (hierarchical shrinkage): each level's mean is pulled towards the
+// estimate of the level above in proportion to how few observations it has
+// and how much contexts of its kind differ.
+func (m *micraChooser) predictShrink(t Tree, ks []ctxKey, c CrawlerID) micraCand {
+	cand := micraCand{id: c, from: "unknown"}
+	g := ks[len(ks)-1]
+	mu, vr := math.Log(100), 4.0 // nothing known: ~100 ms, very wide
+	if st, ok := m.stats[g][c]; ok && st.n >= 1 {
+		w := m.sigma0(ctxKinds - 1)
+		mu, vr = st.mean, w*w*(1+1/st.n)
+		cand.n, cand.from = st.n, "all"
+	} else {
+		var sum, n float64
+		for _, st := range m.stats[g] {
+			sum += st.mean
+			n++
+		}
+		if n > 0 {
+			mu = sum / n
+		}
+	}
+	for i := len(ks) - 2; i >= 0; i-- {
+		k := ks[i]
+		kind := m.kindOf(t, k)
+		w := m.sigma0(kind)
+		w2 := w * w
+		if st, ok := m.stats[k][c]; ok && st.n >= 1 {
+			tau2 := math.Max(vr-w2, 0.01) // spread of context means around mu
+			pv := 1 / (1/tau2 + st.n/w2)  // variance of this context's mean
+			mu = pv * (mu/tau2 + st.n*st.mean/w2)
+			vr = pv + w2
+			cand.n, cand.from = st.n, kindNames[kind]
+			if i == 0 {
+				cand.from = "subnet"
+			}
+			continue
+		}
+		if _, here := m.locSet[k][c]; here {
+			best, ok := math.Inf(1), false
+			for _, st := range m.stats[k] {
+				if st.mean < best {
+					best, ok = st.mean, true
+				}
+			}
+			if !ok {
+				best = math.Log(10)
+			}
+			if best < mu {
+				mu, vr, cand.from = best, math.Max(vr, 4*w2), "sits-in-"+kindNames[kind]
+			}
+		}
+	}
+	cand.mu, cand.sd = mu, math.Sqrt(vr)
+	return cand
+}
+
 func (m *micraChooser) predict(t Tree, ks []ctxKey, c CrawlerID) micraCand {
+	if !m.cfg.MostSpecific {
+		return m.predictShrink(t, ks, c)
+	}
 	s0 := m.cfg.PriorSigma
 	for _, k := range ks {
 		if st, ok := m.stats[k][c]; ok && st.n >= 1 {
@@ -291,13 +372,17 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, c CrawlerID) micraCand {
 			// shrink the sd towards the prior; widen for few samples
 			sd := math.Sqrt((st.m2 + 2*s0*s0) / (st.n - 1 + 2))
 			sd *= math.Sqrt(1 + 1/st.n)
-			return micraCand{id: c, mu: st.mean, sd: sd, n: st.n}
+			from := kindNames[m.kindOf(t, k)]
+			if k == ks[0] {
+				from = "subnet"
+			}
+			return micraCand{id: c, mu: st.mean, sd: sd, n: st.n, from: from}
 		}
 		if _, here := m.locSet[k][c]; here {
 			// sits here but never measured here: like crawlers sitting in
 			// this kind of context have been, once that is known
 			if cl := &m.class[m.kindOf(t, k)]; cl.n >= 3 && m.cfg.ClassPrior {
-				return micraCand{id: c, mu: cl.mean, sd: math.Sqrt(cl.m2 / (cl.n - 1))}
+				return micraCand{id: c, mu: cl.mean, sd: math.Sqrt(cl.m2 / (cl.n - 1)), from: "sits-in-" + kindNames[m.kindOf(t, k)]}
 			}
 			// else as good as the best known here
 			best, ok := math.Inf(1), false
@@ -309,12 +394,12 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, c CrawlerID) micraCand {
 			if !ok {
 				best = math.Log(10)
 			}
-			return micraCand{id: c, mu: best, sd: 2 * s0}
+			return micraCand{id: c, mu: best, sd: 2 * s0, from: "sits-in-" + kindNames[m.kindOf(t, k)]}
 		}
 	}
 	// nothing known: like crawlers sharing nothing with the target
 	if cl := &m.class[ctxKinds-1]; cl.n >= 3 && m.cfg.ClassPrior {
-		return micraCand{id: c, mu: cl.mean, sd: math.Sqrt(cl.m2 / (cl.n - 1))}
+		return micraCand{id: c, mu: cl.mean, sd: math.Sqrt(cl.m2 / (cl.n - 1)), from: "shares-nothing"}
 	}
 	var sum, n float64
 	for _, st := range m.stats[mkCtx(ctxGlobal, 0)] {
@@ -325,7 +410,7 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, c CrawlerID) micraCand {
 	if n > 0 {
 		mu = sum / n
 	}
-	return micraCand{id: c, mu: mu, sd: 3 * s0}
+	return micraCand{id: c, mu: mu, sd: 3 * s0, from: "unknown"}
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
@@ -461,7 +546,8 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		stop = fmt.Sprintf("probe cap %d reached", m.cfg.MaxProbes)
 		d.Reason = ReasonLowestProbe
 	}
-	step.Note = fmt.Sprintf("%d candidates; %s", len(cands), stop)
+	top := cands[0]
+	step.Note = fmt.Sprintf("%d candidates, first %s predicted from %s (n=%.0f); %s", len(cands), top.id, top.from, top.n, stop)
 	d.Steps = append(d.Steps, step)
 	if !best.OK {
 		return nil, nil
