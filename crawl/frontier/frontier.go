@@ -594,6 +594,17 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 	})
 }
 
+// Rewind makes the next Next of an acquired host start again at the head of
+// its queue, returning items that were handed out but not Done (a host that
+// was backed off resumes with the URL it was refused).
+func (f *Frontier) Rewind(host string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a := f.active[host]; a != nil {
+		a.buf, a.cursor = nil, nil
+	}
+}
+
 // Done records the fetch of an item and removes it from its queue in one
 // transaction. hist may be nil (the URL failed without a page history).
 func (f *Frontier) Done(it Item, hist *History) error {

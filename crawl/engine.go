@@ -1,0 +1,570 @@
+// Package crawl owns one crawler: the engine that ties the durable per-host
+// frontier (crawl/frontier), polite fetching (crawl/fetch) or file-system
+// reads (crawl/fsys), on-site processing (crawl/extract) and carriers in a
+// durable outbox (crawl/pack), plus change monitoring with conditional GETs,
+// time windows, the Router through which the overlay later claims URLs, and
+// the crawler's Prometheus metrics and slog progress.
+//
+// Run it in-process: New(Config) → Run(ctx) → Stats(). With StopWhenIdle it
+// returns after the first pass (every queued URL done and every carrier
+// acknowledged); otherwise it keeps monitoring until ctx ends.
+package crawl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-crawler/micra/crawl/extract"
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/fsys"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Monitor configures revisits after the first pass.
+type Monitor struct {
+	// Enabled schedules every fetched page for revisits.
+	Enabled bool
+	// Sleep is the first revisit interval (UCYMicra's "sleep time"). Default 24 h.
+	Sleep time.Duration
+	// MinInterval and MaxInterval bound the adaptive interval: a page found
+	// changed is revisited after half its interval, an unchanged one after
+	// twice it. Defaults Sleep/16 and Sleep×16.
+	MinInterval, MaxInterval time.Duration
+	// DuringFirstPass lets revisits start before the first pass is over
+	// (default: only once no discovered URL is waiting).
+	DuringFirstPass bool
+}
+
+// Config configures an Engine. Zero values take the defaults noted.
+type Config struct {
+	// CrawlerID names this crawler in records and carriers (default "micra").
+	CrawlerID string
+	// StateDir holds the Badger store (frontier, history, outbox). Required
+	// unless DB is set.
+	StateDir string
+	// DB, if set, is used instead of opening StateDir; the caller closes it.
+	DB *badger.DB
+	// SyncWrites fsyncs every commit (power-loss durability).
+	SyncWrites bool
+
+	// Seeds are queued at Run (already-seen seeds are ignored, so a restart
+	// with the same seeds resumes rather than restarts).
+	Seeds []string
+
+	Fetch fetch.Config
+	// Normalize sets the query-parameter rules (nil: urlnorm.DefaultOptions()).
+	Normalize *urlnorm.Options
+	Scope     urlnorm.Scope // zero value: urlnorm.DefaultScope()
+	// SameHostsAsSeeds restricts the crawl to the seeds' hosts.
+	SameHostsAsSeeds bool
+	Extract          extract.Options
+
+	// Concurrency is the number of hosts crawled in parallel (default 64).
+	Concurrency int
+	// Router decides ownership of discovered URLs (default LocalRouter).
+	Router Router
+
+	// Receiver takes sealed carriers (required).
+	Receiver pack.Receiver
+	// MaxCarrierBytes and MaxCarrierHold bound carriers (defaults 1 MiB, 30 s).
+	MaxCarrierBytes int
+	MaxCarrierHold  time.Duration
+
+	Monitor Monitor
+	Windows Windows
+
+	// FileRoots are document roots crawled from the file system.
+	FileRoots []fsys.Root
+	// FileOnly disables HTTP: only URLs under FileRoots are crawled.
+	FileOnly bool
+
+	// StopWhenIdle makes Run return once the first pass is complete and the
+	// outbox is drained (ignored when Monitor is enabled).
+	StopWhenIdle bool
+	// Progress is the interval of slog progress lines (default 10 s; negative: none).
+	Progress time.Duration
+
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Engine is one crawler. Create it with New, run it with Run.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *badger.DB
+	ownDB   bool
+	front   *frontier.Frontier
+	fetcher *fetch.Fetcher
+	outbox  *pack.Outbox
+	files   *fsys.Source
+	norm    *urlnorm.Normalizer
+	scope   urlnorm.Scope
+	router  Router
+	dns     *dnsCache
+
+	st      counters
+	started time.Time
+	m       *metrics
+
+	parkMu sync.Mutex
+	parked map[string]time.Time // hosts backed off (429/503), held until then
+
+	idleWorkers atomic.Int32
+}
+
+// New validates cfg, opens the state and builds the crawler.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Receiver == nil {
+		return nil, errors.New("crawl: Config.Receiver is required")
+	}
+	if cfg.DB == nil && cfg.StateDir == "" {
+		return nil, errors.New("crawl: Config.StateDir is required")
+	}
+	if cfg.CrawlerID == "" {
+		cfg.CrawlerID = "micra"
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 64
+	}
+	if cfg.Router == nil {
+		cfg.Router = LocalRouter{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Progress == 0 {
+		cfg.Progress = 10 * time.Second
+	}
+	if cfg.Monitor.Sleep <= 0 {
+		cfg.Monitor.Sleep = 24 * time.Hour
+	}
+	if cfg.Monitor.MinInterval <= 0 {
+		cfg.Monitor.MinInterval = cfg.Monitor.Sleep / 16
+	}
+	if cfg.Monitor.MaxInterval <= 0 {
+		cfg.Monitor.MaxInterval = cfg.Monitor.Sleep * 16
+	}
+	if sc := cfg.Scope; sc.MaxDepth == 0 && sc.MaxPagesPerHost == 0 && sc.MaxURLLength == 0 && sc.MaxPathRepeat == 0 &&
+		sc.MaxPathSegments == 0 && sc.MaxQueryParams == 0 && len(sc.Hosts) == 0 {
+		cfg.Scope = urlnorm.DefaultScope()
+	}
+	normOpts := urlnorm.DefaultOptions()
+	if cfg.Normalize != nil {
+		normOpts = *cfg.Normalize
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger.With("crawler", cfg.CrawlerID), router: cfg.Router,
+		norm: urlnorm.New(normOpts), scope: cfg.Scope, parked: map[string]time.Time{}}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Close()
+		}
+	}()
+	e.db = cfg.DB
+	if e.db == nil {
+		if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+			return nil, err
+		}
+		db, err := frontier.OpenDB(cfg.StateDir, frontier.DBOptions{SyncWrites: cfg.SyncWrites, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("crawl: open state %s: %w", cfg.StateDir, err)
+		}
+		e.db, e.ownDB = db, true
+	}
+	var err error
+	e.front, err = frontier.New(e.db, frontier.Options{MaxPagesPerHost: cfg.Scope.MaxPagesPerHost,
+		Logger: e.log, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	e.outbox, err = pack.NewOutbox(e.db, cfg.Receiver, pack.Options{CrawlerID: cfg.CrawlerID,
+		MaxBytes: cfg.MaxCarrierBytes, MaxHold: cfg.MaxCarrierHold, Logger: e.log, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.FileRoots) > 0 {
+		if e.files, err = fsys.Open(cfg.FileRoots); err != nil {
+			return nil, err
+		}
+	}
+	if !cfg.FileOnly {
+		fc := cfg.Fetch
+		if fc.Logger == nil {
+			fc.Logger = e.log
+		}
+		if fc.Registerer == nil {
+			fc.Registerer = cfg.Registerer
+		}
+		if fc.RobotsCache == nil {
+			size := fc.RobotsCacheSize
+			if size <= 0 {
+				size = 100_000
+			}
+			fc.RobotsCache = &durableRobots{mem: fetch.NewMemoryRobotsCache(size), f: e.front, log: e.log}
+		}
+		if e.fetcher, err = fetch.New(fc); err != nil {
+			return nil, err
+		}
+	}
+	if e.router.NeedsIP() {
+		var r fetch.Resolver = net.DefaultResolver
+		if cfg.Fetch.Resolver != nil {
+			r = cfg.Fetch.Resolver
+		}
+		e.dns = newDNSCache(r, 100_000)
+	}
+	e.m = newMetrics(cfg.Registerer, e)
+	ok = true
+	return e, nil
+}
+
+// Close releases the state. Run must have returned.
+func (e *Engine) Close() error {
+	var errs []error
+	if e.fetcher != nil {
+		e.fetcher.Close()
+	}
+	if e.files != nil {
+		e.files.Close()
+	}
+	if e.front != nil {
+		errs = append(errs, e.front.Close())
+	}
+	if e.ownDB && e.db != nil {
+		errs = append(errs, e.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// SeedError is one seed that could not be queued.
+type SeedError struct {
+	Seed string
+	Err  error
+}
+
+func (s SeedError) Error() string { return fmt.Sprintf("seed %q: %v", s.Seed, s.Err) }
+
+// AddSeeds normalises and queues URLs at depth 0; it returns how many were
+// new and one error per rejected seed (the others are queued regardless).
+func (e *Engine) AddSeeds(ctx context.Context, seeds []string) (int, []SeedError) {
+	var items []frontier.Item
+	var bad []SeedError
+	for _, s := range seeds {
+		u, err := e.norm.Parse(s)
+		if err != nil {
+			bad = append(bad, SeedError{s, err})
+			continue
+		}
+		if err := e.scope.CheckURL(u, 0); err != nil {
+			bad = append(bad, SeedError{s, err})
+			continue
+		}
+		if e.cfg.FileOnly {
+			if _, _, ok := e.files.Match(u); !ok {
+				bad = append(bad, SeedError{s, errors.New("not under a file root and HTTP is off")})
+				continue
+			}
+		}
+		items = append(items, frontier.Item{URL: u.String(), Host: urlnorm.HostKey(u)})
+	}
+	n, err := e.front.Add(items)
+	if err != nil {
+		bad = append(bad, SeedError{"(all)", err})
+	}
+	return n, bad
+}
+
+// Run crawls until ctx ends or, with StopWhenIdle, until the first pass is
+// done and every carrier acknowledged. State is durable throughout: a Run
+// interrupted at any point (even by SIGKILL) resumes on the next Run.
+func (e *Engine) Run(ctx context.Context) error {
+	e.started = time.Now()
+	if e.cfg.SameHostsAsSeeds {
+		e.scope.Hosts = map[string]bool{}
+		for _, s := range e.cfg.Seeds {
+			if u, err := e.norm.Parse(s); err == nil {
+				e.scope.Hosts[urlnorm.HostKey(u)] = true
+			}
+		}
+		for _, r := range e.cfg.FileRoots {
+			if u, err := e.norm.Parse(r.Prefix); err == nil {
+				e.scope.Hosts[urlnorm.HostKey(u)] = true
+			}
+		}
+	}
+	if _, bad := e.AddSeeds(ctx, e.cfg.Seeds); len(bad) > 0 {
+		for _, b := range bad {
+			e.log.Warn("seed rejected", "seed", b.Seed, "err", b.Err)
+		}
+	}
+	if e.files != nil {
+		if err := e.seedFiles(ctx); err != nil {
+			return err
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	outboxDone := make(chan struct{})
+	outboxCtx, stopOutbox := context.WithCancel(context.Background())
+	defer stopOutbox()
+	go func() { defer close(outboxDone); e.outbox.Run(outboxCtx) }()
+
+	for range e.cfg.Concurrency {
+		wg.Go(func() { e.worker(runCtx) })
+	}
+	wg.Go(func() { e.monitorLoop(runCtx) })
+	if e.cfg.Progress > 0 {
+		wg.Go(func() { e.progressLoop(runCtx) })
+	}
+
+	stopWhenIdle := e.cfg.StopWhenIdle && !e.cfg.Monitor.Enabled
+	var runErr error
+	if stopWhenIdle {
+		tick := time.NewTicker(20 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-tick.C:
+				if e.idle() {
+					break wait
+				}
+			}
+		}
+		tick.Stop()
+	} else {
+		<-ctx.Done()
+	}
+	cancel()
+	wg.Wait()
+	// Seal what is pending and give the receiver a bounded chance to take it;
+	// anything unacknowledged stays in the outbox for the next Run.
+	if err := e.outbox.Flush(); err != nil {
+		runErr = err
+	}
+	if stopWhenIdle && ctx.Err() == nil {
+		if err := e.outbox.Drain(ctx); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+	} else {
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = e.outbox.Drain(dctx)
+		dcancel()
+	}
+	stopOutbox()
+	<-outboxDone
+	e.logSummary()
+	return runErr
+}
+
+// idle reports whether the first pass is complete: nothing queued, no host
+// held by a worker, nothing parked.
+func (e *Engine) idle() bool {
+	fs := e.front.Stats()
+	e.parkMu.Lock()
+	parked := len(e.parked)
+	e.parkMu.Unlock()
+	return fs.Queued == 0 && fs.ActiveHosts == 0 && parked == 0 && int(e.idleWorkers.Load()) == e.cfg.Concurrency
+}
+
+func (e *Engine) seedFiles(ctx context.Context) error {
+	var batch []frontier.Item
+	flush := func() error {
+		_, err := e.front.Add(batch)
+		batch = batch[:0]
+		return err
+	}
+	err := e.files.Walk(ctx, func(raw string, _ time.Time) error {
+		u, err := e.norm.Parse(raw)
+		if err != nil {
+			e.log.Warn("file URL rejected", "url", raw, "err", err)
+			return nil
+		}
+		batch = append(batch, frontier.Item{URL: u.String(), Host: urlnorm.HostKey(u)})
+		if len(batch) >= 1000 {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// worker takes one host at a time and crawls it breadth-first until its
+// queue is empty (UbiCrawler), then takes the next.
+func (e *Engine) worker(ctx context.Context) {
+	for ctx.Err() == nil {
+		host, ok := e.takeParked()
+		if ok {
+			// Read the queue from its head again: the item that was refused is still there.
+			e.front.Rewind(host)
+		} else {
+			var err error
+			host, ok, err = e.front.AcquireHost()
+			if err != nil {
+				e.log.Error("frontier: acquire host", "err", err)
+				sleepCtx(ctx, time.Second)
+				continue
+			}
+		}
+		if !ok {
+			e.idleWorkers.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-e.front.Ready():
+			case <-time.After(50 * time.Millisecond):
+			}
+			e.idleWorkers.Add(-1)
+			continue
+		}
+		if parkUntil := e.crawlHost(ctx, host); !parkUntil.IsZero() {
+			e.park(host, parkUntil)
+			continue
+		}
+		if err := e.front.ReleaseHost(host); err != nil {
+			e.log.Error("frontier: release host", "host", host, "err", err)
+		}
+	}
+}
+
+// crawlHost visits the queued URLs of host in order. It returns a non-zero
+// time when the host must rest (429/503 back-off) before the rest of its queue.
+func (e *Engine) crawlHost(ctx context.Context, host string) time.Time {
+	for ctx.Err() == nil {
+		if !e.waitWindow(ctx) {
+			return time.Time{}
+		}
+		it, ok, err := e.front.Next(host)
+		if err != nil {
+			e.log.Error("frontier: next", "host", host, "err", err)
+			return time.Time{}
+		}
+		if !ok {
+			return time.Time{}
+		}
+		if retry := e.visit(ctx, it); !retry.IsZero() {
+			return retry
+		}
+	}
+	return time.Time{}
+}
+
+func (e *Engine) park(host string, until time.Time) {
+	e.parkMu.Lock()
+	e.parked[host] = until
+	e.parkMu.Unlock()
+	e.log.Info("host backed off", "host", host, "until", until.Format(time.RFC3339))
+}
+
+// takeParked returns a parked host whose rest is over. Parked hosts stay
+// acquired in the frontier, so no other worker takes them meanwhile.
+func (e *Engine) takeParked() (string, bool) {
+	e.parkMu.Lock()
+	defer e.parkMu.Unlock()
+	now := time.Now()
+	for h, until := range e.parked {
+		if !now.Before(until) {
+			delete(e.parked, h)
+			return h, true
+		}
+	}
+	return "", false
+}
+
+// waitWindow blocks while the crawler is outside its time windows; it
+// reports false when ctx ended.
+func (e *Engine) waitWindow(ctx context.Context) bool {
+	for {
+		now := time.Now()
+		next := e.cfg.Windows.NextOpen(now)
+		if !next.After(now) {
+			return true
+		}
+		e.st.windowWaits.Add(1)
+		if !sleepCtx(ctx, min(next.Sub(now), time.Minute)) {
+			return false
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// monitorLoop moves due revisits into the frontier once the first pass is
+// over (or at once with DuringFirstPass).
+func (e *Engine) monitorLoop(ctx context.Context) {
+	if !e.cfg.Monitor.Enabled {
+		return
+	}
+	tick := time.NewTicker(max(min(e.cfg.Monitor.MinInterval/4, time.Second), 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !e.cfg.Monitor.DuringFirstPass && e.front.Stats().Queued > 0 {
+			continue
+		}
+		if !e.cfg.Windows.Open(time.Now()) {
+			continue
+		}
+		for {
+			n, err := e.front.DueRevisits(time.Now(), 1000)
+			if err != nil {
+				e.log.Error("frontier: due revisits", "err", err)
+				break
+			}
+			e.st.revisitsQueued.Add(int64(n))
+			if n < 1000 {
+				break
+			}
+		}
+	}
+}
+
+// resolveForRouter resolves u's host when the router needs the address.
+func (e *Engine) owns(ctx context.Context, u *url.URL) (bool, error) {
+	var ip netip.Addr
+	if e.dns != nil {
+		a, err := e.dns.lookup(ctx, u.Hostname())
+		if err != nil {
+			return false, err
+		}
+		ip = a
+	}
+	return e.router.Owns(ctx, u, ip)
+}
+
+func isHTML(ct string) bool {
+	return ct == "text/html" || ct == "application/xhtml+xml" || strings.HasSuffix(ct, "+html")
+}

@@ -1,0 +1,341 @@
+package crawl
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/fsys"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/testnet/synthweb"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.Default()
+	}
+	return quiet
+}
+
+func synthFetchConfig(res fetch.Resolver) fetch.Config {
+	return fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: res, Logger: quiet}
+}
+
+func startWeb(t *testing.T, cfg synthweb.Config) *synthweb.Web {
+	t.Helper()
+	web, err := synthweb.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { web.Close() })
+	return web
+}
+
+func readCarriers(t *testing.T, dir string) []pack.Record {
+	t.Helper()
+	var recs []pack.Record
+	if err := pack.ReadDir(dir, func(_ pack.Header, r *pack.Record) error { recs = append(recs, *r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// The first pass over a synthetic web fetches every page exactly once,
+// respects robots.txt, and ships records far smaller than the HTML.
+func TestFirstPassSynthweb(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 24, HostsPerIP: 4, PagesPerHost: 25})
+	out := t.TempDir()
+	eng, err := New(Config{
+		CrawlerID: "t1", StateDir: t.TempDir(), Seeds: web.Seeds(), Fetch: synthFetchConfig(web),
+		Concurrency: 16, Receiver: pack.FileSink{Dir: out},
+		StopWhenIdle: true, Progress: -1, Logger: testLogger(t), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, ws := eng.Stats(), web.Stats()
+	t.Logf("fetched %d pages in %v (%.0f pages/s), server %+v, carrier ratio %.4f", st.Fetched, st.Elapsed, st.PagesPerSec, ws, st.CarrierRatio())
+	if ws.UniquePages != int64(web.TotalPages()) {
+		t.Errorf("server served %d distinct pages, web has %d", ws.UniquePages, web.TotalPages())
+	}
+	if ws.DuplicateFetches != 0 || st.Duplicates != 0 {
+		t.Errorf("duplicate fetches: server %d, crawler %d", ws.DuplicateFetches, st.Duplicates)
+	}
+	if ws.RobotsViolations != 0 {
+		t.Errorf("%d robots violations", ws.RobotsViolations)
+	}
+	recs := readCarriers(t, out)
+	if int64(len(recs)) != st.Fetched || st.Records != st.Fetched {
+		t.Errorf("%d records in carriers, %d records, %d fetched", len(recs), st.Records, st.Fetched)
+	}
+	urls := map[string]bool{}
+	for _, r := range recs {
+		if urls[r.URL] {
+			t.Errorf("record for %s twice", r.URL)
+		}
+		urls[r.URL] = true
+		if r.Change != pack.ChangeNew || r.Status != 200 || len(r.Keywords) == 0 || r.Title == "" || r.CrawlerID != "t1" {
+			t.Fatalf("bad record %+v", r)
+		}
+	}
+	if ratio := st.CarrierRatio(); ratio <= 0 || ratio > 1.0/20 {
+		t.Errorf("carrier bytes / HTML bytes = %.4f, want ≤ 1/20", ratio)
+	}
+}
+
+// After the first pass every page is revisited with a conditional GET; only
+// the pages the web changed produce records.
+func TestMonitoringConditionalRevisits(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 8, HostsPerIP: 4, PagesPerHost: 20})
+	out := t.TempDir()
+	eng, err := New(Config{
+		CrawlerID: "mon", StateDir: t.TempDir(), Seeds: web.Seeds(), Fetch: synthFetchConfig(web),
+		Concurrency: 8, Receiver: pack.FileSink{Dir: out}, MaxCarrierHold: 50 * time.Millisecond,
+		// Sleep outlasts the first pass, so no page is revisited before the web changes.
+		Monitor:  Monitor{Enabled: true, Sleep: 1500 * time.Millisecond, MinInterval: 100 * time.Millisecond, MaxInterval: time.Hour},
+		Progress: -1, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = eng.Run(ctx) })
+	waitFor(t, 30*time.Second, "first pass", func() bool {
+		s := eng.Stats()
+		return s.Fetched >= int64(web.TotalPages()) && s.Queued == 0
+	})
+	t0 := time.Now()
+	changed := web.Change(0.25, 1)
+	// One full revisit round: every page is due 1.5 s after its first fetch.
+	waitFor(t, 30*time.Second, "revisit round", func() bool {
+		s := eng.Stats()
+		return s.NotModified+s.Changed >= int64(web.TotalPages())
+	})
+	t.Logf("revisit round done %v after the change", time.Since(t0))
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	st := eng.Stats()
+	t.Logf("changed by web %d; crawler: changed %d, not modified %d, unchanged %d, records %d", changed, st.Changed, st.NotModified, st.Unchanged, st.Records)
+	if st.Changed != int64(changed) {
+		t.Errorf("crawler saw %d changed pages, web changed %d", st.Changed, changed)
+	}
+	if st.NotModified != int64(web.TotalPages()-changed) {
+		t.Errorf("%d not-modified answers, want %d", st.NotModified, web.TotalPages()-changed)
+	}
+	var changedRecs int
+	for _, r := range readCarriers(t, out) {
+		if r.Change == pack.ChangeChanged {
+			changedRecs++
+		}
+	}
+	if changedRecs != changed {
+		t.Errorf("%d changed records shipped, want %d", changedRecs, changed)
+	}
+	// Adaptive: a changed page is due sooner than an unchanged one.
+	var sooner, later time.Duration
+	eng.front.EachHistory(func(h *frontier.History) error {
+		if h.Changes > 1 {
+			sooner = h.Interval
+		} else if h.Fetches > 1 {
+			later = h.Interval
+		}
+		return nil
+	})
+	if sooner == 0 || later == 0 || sooner >= later {
+		t.Errorf("adaptive intervals: changed %v, unchanged %v", sooner, later)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// splitRouter owns the hosts whose name is in own and hands off the rest.
+type splitRouter struct {
+	own    map[string]bool
+	mu     sync.Mutex
+	handed []string
+}
+
+func (r *splitRouter) Owns(_ context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() {
+		return false, os.ErrInvalid
+	}
+	return r.own[u.Hostname()], nil
+}
+func (r *splitRouter) Handoff(_ context.Context, urls []string) error {
+	r.mu.Lock()
+	r.handed = append(r.handed, urls...)
+	r.mu.Unlock()
+	return nil
+}
+func (r *splitRouter) NeedsIP() bool { return true }
+
+func TestRouterHandsOffForeignURLs(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 6, HostsPerIP: 2, PagesPerHost: 10})
+	hosts := web.Hosts()
+	r := &splitRouter{own: map[string]bool{hosts[0]: true, hosts[1]: true, hosts[2]: true}}
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: web.Seeds()[:3], Fetch: synthFetchConfig(web), Router: r,
+		Concurrency: 4, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.handed) == 0 {
+		t.Fatal("nothing handed off")
+	}
+	for _, u := range r.handed {
+		pu, _ := url.Parse(u)
+		if r.own[pu.Hostname()] {
+			t.Fatalf("owned URL handed off: %s", u)
+		}
+	}
+	if got := eng.Stats().Fetched; got != 30 {
+		t.Errorf("fetched %d pages, want the 30 of the 3 owned hosts", got)
+	}
+}
+
+func TestFileSystemCrawl(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, body string, mod time.Time) {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(p, mod, mod)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	write("index.html", `<title>Home of the archive</title><a href="docs/a.html">a</a> archive pages`, t0)
+	write("docs/a.html", `<title>Alpha document</title><p>alpha alpha text</p><a href="../orphan-link.html">gone</a>`, t0)
+	write("docs/b.html", `<title>Beta document</title><p>not linked from anywhere, found by walking</p>`, t0)
+	write("docs/.hidden.html", `<title>hidden</title>`, t0)
+	write("notes.txt", `plain text is not crawled`, t0)
+	out := t.TempDir()
+	state := t.TempDir()
+	cfg := Config{
+		CrawlerID: "fs", StateDir: state, FileRoots: []fsys.Root{{Dir: root, Prefix: "http://www.example.test/site/"}},
+		FileOnly: true, Receiver: pack.FileSink{Dir: out}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
+		Monitor:        Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond},
+		MaxCarrierHold: 20 * time.Millisecond,
+	}
+	eng, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { eng.Run(ctx) })
+	waitFor(t, 10*time.Second, "file crawl", func() bool { return eng.Stats().Records >= 3 })
+	// Change one file: new content and modification time.
+	write("docs/a.html", `<title>Alpha document, revised</title><p>omega</p>`, t0.Add(time.Minute))
+	waitFor(t, 10*time.Second, "file change", func() bool { return eng.Stats().Changed >= 1 })
+	waitFor(t, 10*time.Second, "unchanged files", func() bool { return eng.Stats().NotModified >= 2 })
+	cancel()
+	wg.Wait()
+	eng.Close()
+	recs := readCarriers(t, out)
+	byURL := map[string][]pack.Record{}
+	for _, r := range recs {
+		if r.Source != pack.SourceFile {
+			t.Errorf("record %s source %v", r.URL, r.Source)
+		}
+		byURL[r.URL] = append(byURL[r.URL], r)
+	}
+	if len(byURL["http://www.example.test/site/"]) != 1 || len(byURL["http://www.example.test/site/docs/b.html"]) != 1 {
+		t.Errorf("records by URL: %v", keys(byURL))
+	}
+	a := byURL["http://www.example.test/site/docs/a.html"]
+	if len(a) != 2 || a[1].Change != pack.ChangeChanged || a[1].Title != "Alpha document, revised" {
+		t.Errorf("changed file records: %+v", a)
+	}
+	for u := range byURL {
+		if strings.Contains(u, "hidden") || strings.Contains(u, "notes") {
+			t.Errorf("unexpected record %s", u)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestWindows(t *testing.T) {
+	w, err := ParseWindow("Mon-Fri 22:00-06:00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := Windows{Spans: []Window{w}}
+	at := func(s string) time.Time { tt, _ := time.Parse("2006-01-02 15:04", s); return tt }
+	// 2026-11-23 is a Monday.
+	cases := map[string]bool{
+		"2026-11-23 23:00": true,  // Monday night
+		"2026-11-24 05:59": true,  // Tuesday morning (Monday's window)
+		"2026-11-24 12:00": false, // midday
+		"2026-11-23 03:00": false, // Monday morning belongs to Sunday's window: closed
+		"2026-11-28 23:00": false, // Saturday
+		"2026-11-29 02:00": false, // Sunday morning (Saturday's window)
+	}
+	for s, want := range cases {
+		if got := ws.Open(at(s)); got != want {
+			t.Errorf("%s: open=%v, want %v", s, got, want)
+		}
+	}
+	if next := ws.NextOpen(at("2026-11-24 12:00")); !next.Equal(at("2026-11-24 22:00")) {
+		t.Errorf("next open %v", next)
+	}
+	for _, bad := range []string{"", "25:00-01:00", "Funday 01:00-02:00", "10:00-10:00", "10-11"} {
+		if _, err := ParseWindow(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

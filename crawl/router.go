@@ -1,0 +1,30 @@
+package crawl
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+)
+
+// Router is how the overlay tells a crawler which URLs are its own (the host's
+// subnet is delegated to it) and takes the others (a durable hand-off to the
+// owner). The engine asks it for every in-scope discovered URL that is not
+// already known.
+type Router interface {
+	// Owns reports whether this crawler crawls u, whose host resolved to ip
+	// (the zero Addr when the engine does not resolve, see NeedsIP).
+	Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error)
+	// Handoff takes URLs owned by other crawlers. It returns nil only once
+	// they are durably accepted (they are not retried by the engine).
+	Handoff(ctx context.Context, urls []string) error
+	// NeedsIP reports whether Owns wants the resolved address; the engine
+	// resolves only then (delegation is by subnet, local crawls need none).
+	NeedsIP() bool
+}
+
+// LocalRouter owns every URL in scope: a single crawler on its own.
+type LocalRouter struct{}
+
+func (LocalRouter) Owns(context.Context, *url.URL, netip.Addr) (bool, error) { return true, nil }
+func (LocalRouter) Handoff(context.Context, []string) error                  { return nil }
+func (LocalRouter) NeedsIP() bool                                            { return false }

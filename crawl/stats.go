@@ -1,0 +1,235 @@
+package crawl
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type counters struct {
+	requests, fetched, filesRead              atomic.Int64
+	newPages, changed, unchanged, notModified atomic.Int64
+	gone, records, duplicates                 atomic.Int64
+	wireBytes, bodyBytes, htmlBytes           atomic.Int64
+	links, badLinks, outOfScope, handedOff    atomic.Int64
+	revisitsQueued, windowWaits               atomic.Int64
+	errMu                                     sync.Mutex
+	errors                                    map[string]int64
+	errTotal                                  atomic.Int64
+}
+
+// Stats is a snapshot of a crawler's progress.
+type Stats struct {
+	Elapsed  time.Duration
+	Requests int64 // HTTP fetch attempts
+	Fetched  int64 // pages with a body (HTTP 2xx or file read)
+	// Outcomes of pages with a body or a validator answer.
+	New, Changed, Unchanged, NotModified, Gone int64
+	Records                                    int64 // records handed to the outbox
+	// Duplicates counts discovery fetches of URLs fetched before (the
+	// frontier makes this zero; a restart may add the URLs in flight).
+	Duplicates int64
+	Errors     int64
+	ByReason   map[string]int64
+
+	Queued      int64
+	ReadyHosts  int64
+	ActiveHosts int
+	Seen        int64
+	Scheduled   int64 // revisits waiting
+
+	WireBytes, BodyBytes, HTMLBytes int64
+	Links, BadLinks, OutOfScope     int64
+	HandedOff, RevisitsQueued       int64
+
+	CarriersSealed, CarriersDelivered int64
+	PendingCarriers                   int
+	CarrierBytes, CarrierRawBytes     int64 // sealed: compressed with header, and raw payload
+
+	PagesPerSec float64
+}
+
+// CarrierRatio is carrier bytes shipped per HTML byte fetched (UCYMicra: ≤ 1/20).
+func (s Stats) CarrierRatio() float64 {
+	if s.HTMLBytes == 0 {
+		return 0
+	}
+	return float64(s.CarrierBytes) / float64(s.HTMLBytes)
+}
+
+// Stats returns a snapshot of the crawler's counters; safe at any time.
+func (e *Engine) Stats() Stats {
+	c := &e.st
+	s := Stats{
+		Requests: c.requests.Load(), Fetched: c.fetched.Load(),
+		New: c.newPages.Load(), Changed: c.changed.Load(), Unchanged: c.unchanged.Load(),
+		NotModified: c.notModified.Load(), Gone: c.gone.Load(), Records: c.records.Load(),
+		Duplicates: c.duplicates.Load(), Errors: c.errTotal.Load(),
+		WireBytes: c.wireBytes.Load(), BodyBytes: c.bodyBytes.Load(), HTMLBytes: c.htmlBytes.Load(),
+		Links: c.links.Load(), BadLinks: c.badLinks.Load(), OutOfScope: c.outOfScope.Load(),
+		HandedOff: c.handedOff.Load(), RevisitsQueued: c.revisitsQueued.Load(),
+	}
+	c.errMu.Lock()
+	s.ByReason = maps.Clone(c.errors)
+	c.errMu.Unlock()
+	fs := e.front.Stats()
+	s.Queued, s.ReadyHosts, s.ActiveHosts, s.Seen, s.Scheduled = fs.Queued, fs.ReadyHosts, fs.ActiveHosts, fs.Seen, fs.Scheduled
+	os := e.outbox.Stats()
+	s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers = os.CarriersSealed, os.CarriersDelivered, os.PendingCarriers
+	s.CarrierBytes, s.CarrierRawBytes = os.BytesSealed, os.RawBytesSealed
+	if !e.started.IsZero() {
+		s.Elapsed = time.Since(e.started)
+		if sec := s.Elapsed.Seconds(); sec > 0 {
+			s.PagesPerSec = float64(s.Fetched+s.NotModified) / sec
+		}
+	}
+	return s
+}
+
+func (e *Engine) countError(reason string) {
+	e.st.errTotal.Add(1)
+	e.st.errMu.Lock()
+	if e.st.errors == nil {
+		e.st.errors = map[string]int64{}
+	}
+	e.st.errors[reason]++
+	e.st.errMu.Unlock()
+	e.m.errors.WithLabelValues(reason).Inc()
+}
+
+type metrics struct {
+	errors *prometheus.CounterVec
+	scope  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
+	m := &metrics{
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "errors_total",
+			Help: "Failed visits by reason (fetch reasons, status_NNN, file_read, outbox, handoff)."}, []string{"reason"}),
+		scope: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "out_of_scope_total",
+			Help: "Discovered links refused by a scope rule."}, []string{"rule"}),
+	}
+	if reg == nil {
+		return m
+	}
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: name, Help: help},
+			func() float64 { return float64(f()) })
+	}
+	c := &e.st
+	for _, col := range []prometheus.Collector{
+		m.errors, m.scope,
+		counter("pages_fetched_total", "Pages with a body (HTTP 2xx or file read).", c.fetched.Load),
+		counter("pages_new_total", "First fetches that produced a record.", c.newPages.Load),
+		counter("pages_changed_total", "Revisits that found new content.", c.changed.Load),
+		counter("pages_unchanged_total", "Revisits with equal content hash.", c.unchanged.Load),
+		counter("pages_not_modified_total", "304 answers and unchanged file modification times.", c.notModified.Load),
+		counter("records_total", "Records handed to the outbox.", c.records.Load),
+		counter("duplicate_fetches_total", "Discovery fetches of already fetched URLs.", c.duplicates.Load),
+		counter("html_bytes_total", "Decoded HTML bytes processed.", c.htmlBytes.Load),
+		counter("wire_bytes_total", "Body bytes received on the wire.", c.wireBytes.Load),
+		counter("handed_off_total", "URLs handed to other crawlers.", c.handedOff.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "micra", Subsystem: "crawl", Name: "active_hosts",
+			Help: "Hosts being crawled."}, func() float64 { return float64(e.front.Stats().ActiveHosts) }),
+	} {
+		if err := reg.Register(col); err != nil {
+			e.log.Warn("metric not registered", "err", err)
+		}
+	}
+	return m
+}
+
+func (e *Engine) progressLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.Progress)
+	defer t.Stop()
+	var last Stats
+	lastAt := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s := e.Stats()
+			rate := float64(s.Fetched+s.NotModified-last.Fetched-last.NotModified) / now.Sub(lastAt).Seconds()
+			e.log.Info("crawl progress", "pages_per_s", round1(rate), "fetched", s.Fetched, "not_modified", s.NotModified,
+				"queued", s.Queued, "active_hosts", s.ActiveHosts, "errors", s.Errors, "records", s.Records,
+				"carriers", s.CarriersSealed, "carrier_bytes", s.CarrierBytes, "pending_carriers", s.PendingCarriers)
+			last, lastAt = s, now
+		}
+	}
+}
+
+func (e *Engine) logSummary() {
+	s := e.Stats()
+	reasons := make([]string, 0, len(s.ByReason))
+	for r := range s.ByReason {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	args := []any{"elapsed", s.Elapsed.Round(time.Millisecond), "fetched", s.Fetched, "pages_per_s", round1(s.PagesPerSec),
+		"new", s.New, "changed", s.Changed, "unchanged", s.Unchanged, "not_modified", s.NotModified, "gone", s.Gone,
+		"records", s.Records, "errors", s.Errors, "duplicates", s.Duplicates, "queued", s.Queued,
+		"html_bytes", s.HTMLBytes, "carrier_bytes", s.CarrierBytes, "carrier_ratio", round4(s.CarrierRatio())}
+	for _, r := range reasons {
+		args = append(args, "err_"+r, s.ByReason[r])
+	}
+	e.log.Info("crawl finished", args...)
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+func round4(f float64) float64 { return float64(int64(f*10000+0.5)) / 10000 }
+
+// dnsCache resolves host names for the Router, bounded and with a TTL.
+type dnsCache struct {
+	r   fetch.Resolver
+	max int
+	mu  sync.Mutex
+	m   map[string]dnsEntry
+}
+
+type dnsEntry struct {
+	addr netip.Addr
+	exp  time.Time
+}
+
+func newDNSCache(r fetch.Resolver, max int) *dnsCache {
+	return &dnsCache{r: r, max: max, m: map[string]dnsEntry{}}
+}
+
+func (d *dnsCache) lookup(ctx context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, nil
+	}
+	now := time.Now()
+	d.mu.Lock()
+	if e, ok := d.m[host]; ok && now.Before(e.exp) {
+		d.mu.Unlock()
+		return e.addr, nil
+	}
+	d.mu.Unlock()
+	addrs, err := d.r.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		if err == nil {
+			err = &netipError{host}
+		}
+		return netip.Addr{}, err
+	}
+	d.mu.Lock()
+	if len(d.m) >= d.max {
+		clear(d.m) // bounded: start over rather than grow
+	}
+	d.m[host] = dnsEntry{addrs[0].Unmap(), now.Add(5 * time.Minute)}
+	d.mu.Unlock()
+	return addrs[0].Unmap(), nil
+}
+
+type netipError struct{ host string }
+
+func (e *netipError) Error() string { return "no address for " + e.host }

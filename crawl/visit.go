@@ -1,0 +1,369 @@
+package crawl
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/extract"
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/fsys"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+)
+
+// fetched is one page as obtained over HTTP or from the file system.
+type fetched struct {
+	finalURL     string
+	status       int
+	body         []byte
+	wire         int64
+	contentType  string
+	etag, lm     string
+	modTime      time.Time
+	timing       pack.Timing
+	source       pack.Source
+	truncated    bool
+	fetchedAt    time.Time
+	notModified  bool // 304, or an unchanged modification time for files
+	gone         bool // 404/410 or file removed
+	otherFailure string
+}
+
+// visit fetches (or reads) one queued URL, processes it and marks it Done.
+// It returns a non-zero time when the host must rest first (the URL stays
+// queued).
+func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
+	u, err := url.Parse(it.URL)
+	if err != nil { // cannot happen for URLs the frontier admitted; drop it loudly
+		e.log.Error("queued URL unparsable, dropped", "url", it.URL, "err", err)
+		e.done(it, nil)
+		return time.Time{}
+	}
+	hist, known, err := e.front.History(it.URL)
+	if err != nil {
+		e.log.Error("frontier: history", "url", it.URL, "err", err)
+		known = false
+	}
+	if known && !it.Revisit && hist.Fetches > 0 {
+		// A discovered URL with a history was fetched before: count it, the
+		// figure that shows the frontier never refetches.
+		e.st.duplicates.Add(1)
+	}
+	var f fetched
+	if _, _, ok := e.files.Match(u); ok {
+		f = e.readFile(u, hist, known)
+	} else if e.fetcher == nil {
+		e.done(it, nil)
+		return time.Time{}
+	} else {
+		var retry time.Time
+		f, retry = e.fetchHTTP(ctx, it, hist, known)
+		if !retry.IsZero() || ctx.Err() != nil {
+			return retry
+		}
+	}
+	now := f.fetchedAt
+	switch {
+	case f.otherFailure != "":
+		e.countError(f.otherFailure)
+		if known { // keep monitoring a page that failed once
+			e.schedule(&hist, false, now)
+			e.done(it, &hist)
+		} else {
+			e.done(it, nil)
+		}
+	case f.gone:
+		e.st.gone.Add(1)
+		if known {
+			rec := e.baseRecord(it, f)
+			rec.Change = pack.ChangeGone
+			rec.Error = "gone"
+			e.emit(ctx, &rec)
+			hist.Status, hist.LastFetch, hist.NextVisit, hist.Interval = f.status, now, time.Time{}, 0
+			e.done(it, &hist)
+		} else {
+			e.done(it, nil)
+		}
+	case f.notModified:
+		e.st.notModified.Add(1)
+		e.touch(&hist, f)
+		e.schedule(&hist, false, now)
+		e.done(it, &hist)
+	default:
+		e.process(ctx, it, u, hist, known, f)
+	}
+	return time.Time{}
+}
+
+func (e *Engine) done(it frontier.Item, h *frontier.History) {
+	if err := e.front.Done(it, h); err != nil {
+		e.log.Error("frontier: done", "url", it.URL, "err", err)
+	}
+}
+
+func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.History, known bool) (fetched, time.Time) {
+	req := fetch.Request{URL: it.URL}
+	if known {
+		req.ETag, req.LastModified = hist.ETag, hist.LastModified
+	}
+	e.st.requests.Add(1)
+	resp, err := e.fetcher.Fetch(ctx, req)
+	now := time.Now()
+	if err != nil {
+		var fe *fetch.Error
+		errors.As(err, &fe)
+		switch {
+		case ctx.Err() != nil || fetch.ReasonOf(err) == fetch.ReasonCanceled:
+			return fetched{}, time.Time{}
+		case fetch.ReasonOf(err) == fetch.ReasonRetryLater:
+			e.countError(string(fetch.ReasonRetryLater))
+			until := e.fetcher.HostReadyAt(it.URL)
+			if fe != nil {
+				until = maxTime(until, now.Add(fe.RetryAfter))
+			}
+			return fetched{}, maxTime(until, now.Add(10*time.Millisecond))
+		}
+		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err))}, time.Time{}
+	}
+	f := fetched{
+		finalURL: resp.FinalURL, status: resp.Status, body: resp.Body, wire: resp.WireBytes,
+		contentType: resp.ContentType, etag: resp.ETag, lm: resp.LastModified, fetchedAt: now,
+		source: pack.SourceHTTP, notModified: resp.NotModified,
+		timing: pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Elapsed},
+	}
+	e.st.wireBytes.Add(resp.WireBytes)
+	switch {
+	case resp.NotModified:
+	case resp.Status == 404 || resp.Status == 410:
+		f.gone = true
+	case resp.Status < 200 || resp.Status > 299:
+		f.otherFailure = "status_" + strconv.Itoa(resp.Status)
+	}
+	return f, time.Time{}
+}
+
+func (e *Engine) readFile(u *url.URL, hist frontier.History, known bool) fetched {
+	now := time.Now()
+	f := fetched{finalURL: u.String(), status: 200, source: pack.SourceFile, fetchedAt: now}
+	start := time.Now()
+	if known && !hist.ModTime.IsZero() {
+		// Change detection by modification time: an unchanged file is not read.
+		mod, err := e.files.Stat(u)
+		if err == nil && mod.Equal(hist.ModTime) {
+			f.notModified, f.modTime = true, mod
+			return f
+		}
+	}
+	max := int64(4 << 20)
+	if e.cfg.Fetch.MaxBodyBytes > 0 {
+		max = e.cfg.Fetch.MaxBodyBytes
+	}
+	d, err := e.files.Read(u, max)
+	switch {
+	case errors.Is(err, fsys.ErrNotFound):
+		f.gone, f.status = true, 404
+		return f
+	case err != nil:
+		e.log.Warn("file read failed", "url", u.String(), "err", err)
+		f.otherFailure = "file_read"
+		return f
+	}
+	f.body, f.wire, f.modTime, f.contentType, f.truncated = d.Body, int64(len(d.Body)), d.ModTime, d.ContentType, d.Truncated
+	f.lm = d.ModTime.UTC().Format(time.RFC1123)
+	f.timing.Total = time.Since(start)
+	e.st.filesRead.Add(1)
+	return f
+}
+
+// process handles a page with a body: change detection, extraction, record,
+// links, history.
+func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist frontier.History, known bool, f fetched) {
+	e.st.fetched.Add(1)
+	e.st.bodyBytes.Add(int64(len(f.body)))
+	now := f.fetchedAt
+	hash := extract.ContentHash(f.body)
+	if known && hist.Fetches > 0 && hash == hist.ContentHash {
+		// Same content (a server without validators, or a touched file): no record.
+		e.st.unchanged.Add(1)
+		e.touch(&hist, f)
+		e.schedule(&hist, false, now)
+		e.done(it, &hist)
+		return
+	}
+	rec := e.baseRecord(it, f)
+	rec.ContentHash = hash
+	if known && hist.Fetches > 0 {
+		rec.Change = pack.ChangeChanged
+		e.st.changed.Add(1)
+	} else {
+		rec.Change = pack.ChangeNew
+		e.st.newPages.Add(1)
+	}
+	var page *extract.Page
+	if isHTML(f.contentType) {
+		e.st.htmlBytes.Add(int64(len(f.body)))
+		base := u
+		if f.finalURL != "" && f.finalURL != it.URL {
+			if fu, err := url.Parse(f.finalURL); err == nil {
+				base = fu
+			}
+		}
+		page = extract.Extract(f.body, base, e.cfg.Extract)
+		rec.Title, rec.Lang, rec.Keywords, rec.SimHash = page.Title, page.Lang, page.Keywords, page.SimHash
+		rec.TextBytes, rec.OutLinks = int64(page.TextBytes), page.LinkCount
+		if page.NoIndex {
+			rec.Flags |= pack.FlagNoIndex
+		}
+		if page.NoFollow {
+			rec.Flags |= pack.FlagNoFollow
+		}
+	}
+	if f.truncated {
+		rec.Flags |= pack.FlagTruncated
+	}
+	e.emit(ctx, &rec)
+	if page != nil && !page.NoFollow {
+		e.enqueueLinks(ctx, it, page.Links)
+	}
+	e.touch(&hist, f)
+	if hist.FirstFetch.IsZero() {
+		hist.FirstFetch = now
+	}
+	hist.Changes++
+	hist.LastChange = now
+	hist.ContentHash, hist.SimHash = hash, rec.SimHash
+	e.schedule(&hist, known, now)
+	e.done(it, &hist)
+}
+
+// touch records a fetch in the page history.
+func (e *Engine) touch(h *frontier.History, f fetched) {
+	h.Fetches++
+	h.LastFetch = f.fetchedAt
+	if f.status != 0 {
+		h.Status = f.status
+	}
+	if !f.notModified {
+		h.ETag, h.LastModified, h.ModTime = f.etag, f.lm, f.modTime
+	}
+	h.DNS, h.Connect, h.FirstByte, h.Total = f.timing.DNS, f.timing.Connect, f.timing.FirstByte, f.timing.Total
+	if h.MeanTotal == 0 {
+		h.MeanTotal = f.timing.Total
+	} else {
+		h.MeanTotal = (h.MeanTotal*7 + f.timing.Total) / 8 // EWMA, α = 1/8
+	}
+}
+
+// schedule sets the next revisit: adaptive, sooner after a change.
+func (e *Engine) schedule(h *frontier.History, changed bool, now time.Time) {
+	m := e.cfg.Monitor
+	if !m.Enabled {
+		h.NextVisit, h.Interval = time.Time{}, 0
+		return
+	}
+	switch {
+	case h.Interval == 0:
+		h.Interval = m.Sleep
+	case changed:
+		h.Interval = max(m.MinInterval, h.Interval/2)
+	default:
+		h.Interval = min(m.MaxInterval, h.Interval*2)
+	}
+	h.NextVisit = now.Add(h.Interval)
+}
+
+func (e *Engine) baseRecord(it frontier.Item, f fetched) pack.Record {
+	r := pack.Record{
+		URL: it.URL, Status: f.status, Source: f.source, FetchedAt: f.fetchedAt, Timing: f.timing,
+		WireBytes: f.wire, BodyBytes: int64(len(f.body)), ContentType: f.contentType,
+		ETag: f.etag, LastModified: f.lm, CrawlerID: e.cfg.CrawlerID,
+	}
+	if f.finalURL != it.URL {
+		r.FinalURL = f.finalURL
+	}
+	return r
+}
+
+func (e *Engine) emit(ctx context.Context, r *pack.Record) {
+	if err := e.outbox.Add(ctx, r); err != nil {
+		if ctx.Err() == nil {
+			e.log.Error("outbox: add record", "url", r.URL, "err", err)
+			e.countError("outbox")
+		}
+		return
+	}
+	e.st.records.Add(1)
+}
+
+// enqueueLinks normalises, scopes and routes the links of a page: owned ones
+// go into the frontier, the others to the router's hand-off.
+func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []extract.Link) {
+	items := make([]frontier.Item, 0, len(links))
+	var handoff []string
+	_, local := e.router.(LocalRouter)
+	for _, l := range links {
+		if l.NoFollow {
+			continue
+		}
+		e.st.links.Add(1)
+		u, err := e.norm.Parse(l.URL)
+		if err != nil {
+			e.st.badLinks.Add(1)
+			continue
+		}
+		if err := e.scope.CheckURL(u, from.Depth+1); err != nil {
+			var se *urlnorm.ScopeError
+			if errors.As(err, &se) {
+				e.m.scope.WithLabelValues(string(se.Reason)).Inc()
+			}
+			e.st.outOfScope.Add(1)
+			continue
+		}
+		if e.cfg.FileOnly {
+			if _, _, ok := e.files.Match(u); !ok {
+				e.st.outOfScope.Add(1)
+				continue
+			}
+		}
+		s := u.String()
+		if !local {
+			if seen, _ := e.front.Seen(s); seen {
+				continue
+			}
+			owned, err := e.owns(ctx, u)
+			if err != nil {
+				e.st.badLinks.Add(1)
+				continue
+			}
+			if !owned {
+				handoff = append(handoff, s)
+				continue
+			}
+		}
+		items = append(items, frontier.Item{URL: s, Host: urlnorm.HostKey(u), Depth: from.Depth + 1})
+	}
+	if len(items) > 0 {
+		if _, err := e.front.Add(items); err != nil {
+			e.log.Error("frontier: add links", "from", from.URL, "err", err)
+		}
+	}
+	if len(handoff) > 0 {
+		if err := e.router.Handoff(ctx, handoff); err != nil {
+			e.log.Warn("hand-off failed", "urls", len(handoff), "err", err)
+			e.countError("handoff")
+		} else {
+			e.st.handedOff.Add(int64(len(handoff)))
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
