@@ -1,0 +1,209 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/testnet/world"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func small(seed uint64) Config {
+	return Config{Seed: seed, Crawlers: 8, Hosts: 300, Train: 200, Threshold: 50 * time.Millisecond, Logger: quiet()}
+}
+
+func TestDeterministic(t *testing.T) {
+	ctx := context.Background()
+	a, _, err := Run(ctx, small(42), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := Run(ctx, small(42), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		t.Fatalf("same seed, different reports:\n%s\n%s", ja, jb)
+	}
+	var ta, tb bytes.Buffer
+	if err := a.WriteText(&ta); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteText(&tb); err != nil {
+		t.Fatal(err)
+	}
+	if ta.String() != tb.String() {
+		t.Fatal("same seed, different text")
+	}
+	c, _, err := Run(ctx, small(43), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(a.Results, c.Results) {
+		t.Fatal("different seeds, identical results")
+	}
+}
+
+// TestPaperPresetSane runs the paper's preset and checks what must hold of
+// any sane outcome, not the figures themselves: IPMicra probes far less than
+// brute force and lands far more URLs at the optimal crawler than random;
+// brute force is optimal but for probe jitter; location-aware crawling is
+// much cheaper than random.
+func TestPaperPresetSane(t *testing.T) {
+	cfg, err := Preset("paper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = quiet()
+	rep, w, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Crawlers) != 12 || len(w.Hosts) != 1000 || rep.Train != 650 {
+		t.Fatalf("preset: %d crawlers, %d hosts, train %d", len(w.Crawlers), len(w.Hosts), rep.Train)
+	}
+	got := map[string]Result{}
+	for _, r := range rep.Results {
+		got[r.Policy] = r
+	}
+	ip, opt, rnd, hash := got["ipmicra"], got["optimal"], got["random"], got["hash"]
+	t.Logf("ipmicra %.1f%% at %.2f probes/URL; optimal %.1f%%; random %.1f%%", ip.OptimalPct, ip.ProbesPerURL, opt.OptimalPct, rnd.OptimalPct)
+	if ip.ProbesPerURL <= 0 || ip.ProbesPerURL > 0.6*12 {
+		t.Errorf("ipmicra probes/URL %.2f: want well below brute force (12)", ip.ProbesPerURL)
+	}
+	if opt.ProbesPerURL < 11 || opt.ProbesPerURL > 12 {
+		t.Errorf("brute force probes/URL %.2f, want ≈ 12", opt.ProbesPerURL)
+	}
+	if opt.OptimalPct < 90 {
+		t.Errorf("brute force reaches only %.1f%% optimal", opt.OptimalPct)
+	}
+	if ip.OptimalPct < 50 || ip.OptimalPct < 3*rnd.OptimalPct {
+		t.Errorf("ipmicra %.1f%% optimal vs random %.1f%%", ip.OptimalPct, rnd.OptimalPct)
+	}
+	if ip.CostVsRandom > 0.5 || rnd.CostVsRandom != 1 {
+		t.Errorf("crawl cost vs random: ipmicra %.3f, random %.3f", ip.CostVsRandom, rnd.CostVsRandom)
+	}
+	if hash.ProbesPerURL != 0 || hash.LoadImbalance > 1.6 {
+		t.Errorf("hash: %.2f probes/URL, load imbalance %.2f", hash.ProbesPerURL, hash.LoadImbalance)
+	}
+	if ip.ExcessMeanMs < 0 || ip.ExcessP95Ms < ip.ExcessMeanMs || opt.ExcessMeanMs > ip.ExcessMeanMs {
+		t.Errorf("excess latency: ipmicra mean %.1f p95 %.1f, optimal mean %.1f", ip.ExcessMeanMs, ip.ExcessP95Ms, opt.ExcessMeanMs)
+	}
+	if len(ip.Curve) != 20 {
+		t.Errorf("curve has %d points", len(ip.Curve))
+	}
+	// the JSON carries the fields the issue names
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(rep.Results) {
+		t.Fatalf("%d JSON lines for %d policies", len(lines), len(rep.Results))
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &obj); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"policy", "optimal_pct", "probes_per_url", "probes_per_url_last50"} {
+		if _, ok := obj[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, lines[0])
+		}
+	}
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, []*Report{rep}); err != nil || !strings.Contains(svg.String(), "<polyline") {
+		t.Errorf("SVG: %v", err)
+	}
+}
+
+// TestOptimalIsExact compares the pruned optimal search with a scan of
+// every crawler.
+func TestOptimalIsExact(t *testing.T) {
+	cfg := Config{Seed: 5, Crawlers: 300, Hosts: 3000, Logger: quiet()}
+	w, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.Hosts {
+		if want := w.scanAll(&w.Hosts[i]); want != w.Optimal[i] {
+			t.Fatalf("host %v: optimal %d, brute force %d", w.Hosts[i].Addr, w.Optimal[i], want)
+		}
+	}
+}
+
+func TestMatrixWorld(t *testing.T) {
+	sites, err := world.LoadSites(strings.NewReader(`id,lat,lon,name
+ams,52.37,4.90,Amsterdam
+iad,38.95,-77.45,Ashburn
+sin,1.35,103.82,Singapore
+gru,-23.55,-46.63,São Paulo
+syd,-33.87,151.21,Sydney
+`), "sites.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rtt strings.Builder
+	rtt.WriteString("src,dst,rtt_ms\n")
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, a := range sites {
+		for _, b := range sites {
+			if a.ID != b.ID && rng.IntN(4) > 0 { // some pairs missing: formula fallback
+				rtt.WriteString(a.ID + "," + b.ID + "," + []string{"40", "90", "150", "250"}[rng.IntN(4)] + "\n")
+			}
+		}
+	}
+	mx, err := world.LoadRTT(strings.NewReader(rtt.String()), "rtt.csv", sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Seed: 3, Crawlers: 10, Hosts: 400, Matrix: mx, Logger: quiet(), Policies: []string{"ipmicra", "optimal"}}
+	rep, w, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.Hosts {
+		if w.Hosts[i].Site < 0 {
+			t.Fatal("host not attached to a site")
+		}
+		if want := w.scanAll(&w.Hosts[i]); want != w.Optimal[i] {
+			t.Fatalf("host %d: optimal %d, brute force %d", i, w.Optimal[i], want)
+		}
+	}
+	if !strings.Contains(rep.Latency, "measured matrix (5 sites") {
+		t.Errorf("latency description %q", rep.Latency)
+	}
+}
+
+func TestPresetsAndPolicies(t *testing.T) {
+	for _, p := range []string{"paper", "paper4", "scale"} {
+		if _, err := Preset(p); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := Preset("nope"); err == nil {
+		t.Error("unknown preset accepted")
+	}
+	c := Config{Crawlers: 5000}.withDefaults()
+	for _, p := range c.Policies {
+		if p == "optimal" {
+			t.Error("brute force among the defaults with 5000 crawlers")
+		}
+	}
+	if _, _, err := Run(context.Background(), Config{Policies: []string{"bogus"}, Logger: quiet()}, nil); err == nil {
+		t.Error("unknown policy accepted")
+	}
+}
