@@ -449,3 +449,9 @@ func (p *Peer) republishValue(rec delegation.Record) ([]byte, error) {
 
 var _ delegation.Directory = (*Directory)(nil)
 var _ = proto.Equal
+
+// LookupDHT reads s's record from the DHT, bypassing the cache (which it
+// then updates). found is false when the DHT holds no record.
+func (d *Directory) LookupDHT(ctx context.Context, s hierarchy.NodeID) (rec delegation.Record, found bool, err error) {
+	return d.fetch(ctx, s)
+}
