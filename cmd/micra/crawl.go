@@ -1,0 +1,341 @@
+package main
+
+// `micra crawl`: one crawler on its own, from a seed file to carrier files.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/fsys"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+)
+
+type crawlOptions struct {
+	seeds, out, state, id, userAgent, metrics string
+	concurrency, perIP, maxDepth, maxPages    int
+	minDelay, carrierHold, progress           time.Duration
+	carrierBytes                              int
+	maxBody                                   int64
+	sameHosts, allowPrivate, fileOnly, sync   bool
+	monitor                                   bool
+	sleep                                     time.Duration
+	windows, fileRoots                        []string
+	timeZone                                  string
+	benchFrontier                             int
+	benchHosts                                int
+}
+
+func init() {
+	o := &crawlOptions{}
+	cmd := &cobra.Command{
+		Use:   "crawl --seeds FILE --out DIR",
+		Short: "run one crawler: seeds → polite per-host BFS crawl → keyword records in zstd carrier files",
+		Long: `Runs a single micra crawler on its own. URLs from --seeds (one per line, # comments)
+are crawled host by host, breadth-first, politely (robots.txt, one request per host,
+per-IP limits, back-off), each HTML page is reduced on the spot to title, ranked
+stemmed keywords and fingerprints, and the records leave in zstd carriers written
+to --out (one file per carrier). State (frontier, seen-set, page history, outbox)
+lives in Badger under --state: interrupt it (Ctrl-C, or even kill -9) and run the
+same command again to resume without refetching.
+
+Without --monitor the command returns when the first pass is complete; with
+--monitor it keeps revisiting pages with conditional GETs (adaptive intervals
+around --sleep) until interrupted, shipping records only for changed pages.
+
+--bench-frontier N instead measures the frontier: it queues N synthetic URLs and
+prints the process RSS at 1 M and 10 M (and at N).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.benchFrontier > 0 {
+				return runFrontierBench(cmd.Context(), o)
+			}
+			return runCrawl(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.seeds, "seeds", "", "file of seed URLs, one per line ('-' for stdin)")
+	f.StringVar(&o.out, "out", "", "directory for carrier files (.mcar)")
+	f.StringVar(&o.state, "state", "", "state directory (default OUT/.state)")
+	f.StringVar(&o.id, "id", "", "crawler id in records and carrier names (default: host name)")
+	f.StringVar(&o.userAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent with a contact URL")
+	f.IntVar(&o.concurrency, "concurrency", 64, "hosts crawled in parallel")
+	f.IntVar(&o.perIP, "per-ip", 2, "requests in flight per IP address")
+	f.DurationVar(&o.minDelay, "min-delay", time.Second, "floor of the pause between two requests to one host")
+	f.IntVar(&o.maxDepth, "max-depth", 16, "largest link distance from a seed")
+	f.IntVar(&o.maxPages, "max-pages-per-host", 100_000, "pages crawled per host at most")
+	f.BoolVar(&o.sameHosts, "same-hosts", false, "stay on the seeds' hosts")
+	f.Int64Var(&o.maxBody, "max-body", 4<<20, "decoded body cap in bytes")
+	f.IntVar(&o.carrierBytes, "carrier-bytes", 1<<20, "max uncompressed records per carrier")
+	f.DurationVar(&o.carrierHold, "carrier-hold", 30*time.Second, "max time a record waits for its carrier")
+	f.BoolVar(&o.monitor, "monitor", false, "after the first pass, keep revisiting pages (conditional GET)")
+	f.DurationVar(&o.sleep, "sleep", 24*time.Hour, "first revisit interval (adaptive afterwards)")
+	f.StringArrayVar(&o.windows, "window", nil, "time span when the crawler may work, e.g. 'Mon-Fri 22:00-06:00' (repeatable)")
+	f.StringVar(&o.timeZone, "tz", "UTC", "time zone of --window")
+	f.StringArrayVar(&o.fileRoots, "file-root", nil, "crawl DIR from the file system as URL-PREFIX: DIR=URL-PREFIX (repeatable)")
+	f.BoolVar(&o.fileOnly, "file-only", false, "no HTTP: crawl only the --file-root documents")
+	f.BoolVar(&o.allowPrivate, "allow-private", false, "allow private and loopback destinations (testnets only)")
+	f.BoolVar(&o.sync, "sync", false, "fsync every state commit (survive power loss, slower)")
+	f.DurationVar(&o.progress, "progress", 5*time.Second, "interval of progress lines")
+	f.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
+	f.IntVar(&o.benchFrontier, "bench-frontier", 0, "measure frontier memory with N queued URLs instead of crawling")
+	f.IntVar(&o.benchHosts, "bench-hosts", 100_000, "hosts the --bench-frontier URLs are spread over")
+	rootCmd.AddCommand(cmd)
+}
+
+// readSeeds reads one URL per line; blank lines and # comments are skipped.
+// Bad lines are reported as file:line: reason and do not stop the others.
+func readSeeds(path string, norm *urlnorm.Normalizer) ([]string, []string, error) {
+	var r *os.File
+	if path == "-" {
+		r, path = os.Stdin, "stdin"
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	var seeds, bad []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		if _, err := norm.Parse(s); err != nil {
+			bad = append(bad, fmt.Sprintf("%s:%d: %v", path, line, err))
+			continue
+		}
+		seeds = append(seeds, s)
+	}
+	if err := sc.Err(); err != nil {
+		return seeds, bad, fmt.Errorf("%s: %w", path, err)
+	}
+	return seeds, bad, nil
+}
+
+func runCrawl(ctx context.Context, o *crawlOptions) error {
+	if o.out == "" || (o.seeds == "" && len(o.fileRoots) == 0) {
+		return errors.New("crawl: --out and --seeds (or --file-root) are required")
+	}
+	if o.state == "" {
+		o.state = filepath.Join(o.out, ".state")
+	}
+	if o.id == "" {
+		o.id, _ = os.Hostname()
+		if o.id == "" {
+			o.id = "micra"
+		}
+	}
+	var seeds []string
+	if o.seeds != "" {
+		var bad []string
+		var err error
+		seeds, bad, err = readSeeds(o.seeds, urlnorm.New(urlnorm.DefaultOptions()))
+		for _, b := range bad {
+			fmt.Fprintln(os.Stderr, b)
+		}
+		if err != nil {
+			return err
+		}
+		if len(bad) > 0 {
+			slog.Warn("bad seed lines skipped", "count", len(bad))
+		}
+		if len(seeds) == 0 && len(o.fileRoots) == 0 {
+			return fmt.Errorf("crawl: no usable seed in %s", o.seeds)
+		}
+	}
+	var roots []fsys.Root
+	for _, s := range o.fileRoots {
+		r, err := fsys.ParseRoot(s)
+		if err != nil {
+			return err
+		}
+		roots = append(roots, r)
+	}
+	var windows crawl.Windows
+	for _, s := range o.windows {
+		w, err := crawl.ParseWindow(s)
+		if err != nil {
+			return err
+		}
+		windows.Spans = append(windows.Spans, w)
+	}
+	if len(windows.Spans) > 0 {
+		loc, err := time.LoadLocation(o.timeZone)
+		if err != nil {
+			return fmt.Errorf("crawl: --tz: %w", err)
+		}
+		windows.Loc = loc
+	}
+	scope := urlnorm.DefaultScope()
+	scope.MaxDepth, scope.MaxPagesPerHost = o.maxDepth, o.maxPages
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	cfg := crawl.Config{
+		CrawlerID: o.id, StateDir: o.state, SyncWrites: o.sync, Seeds: seeds,
+		Fetch: fetch.Config{UserAgent: o.userAgent, PerIPLimit: o.perIP, MinDelay: o.minDelay, NoDelay: o.minDelay == 0,
+			MaxBodyBytes: o.maxBody, AllowPrivate: o.allowPrivate},
+		Scope: scope, SameHostsAsSeeds: o.sameHosts, Concurrency: o.concurrency,
+		Receiver: pack.FileSink{Dir: o.out}, MaxCarrierBytes: o.carrierBytes, MaxCarrierHold: o.carrierHold,
+		Monitor: crawl.Monitor{Enabled: o.monitor, Sleep: o.sleep}, Windows: windows,
+		FileRoots: roots, FileOnly: o.fileOnly, StopWhenIdle: !o.monitor, Progress: o.progress,
+		Logger: slog.Default(), Registerer: reg,
+	}
+	eng, err := crawl.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if o.metrics != "" {
+		srv := &http.Server{Addr: o.metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				slog.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	slog.Info("crawl starting", "id", o.id, "seeds", len(seeds), "file_roots", len(roots), "out", o.out, "state", o.state, "monitor", o.monitor)
+	runErr := eng.Run(ctx)
+	printCrawlSummary(eng.Stats())
+	if runErr != nil && ctx.Err() == nil {
+		return runErr
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "interrupted: state kept in", o.state, "— run the same command to resume")
+	}
+	return nil
+}
+
+func printCrawlSummary(s crawl.Stats) {
+	w := os.Stdout
+	fmt.Fprintf(w, "crawl summary\n")
+	fmt.Fprintf(w, "  elapsed            %v\n", s.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "  pages fetched      %d  (%.1f pages/s)\n", s.Fetched, s.PagesPerSec)
+	fmt.Fprintf(w, "  new / changed      %d / %d\n", s.New, s.Changed)
+	fmt.Fprintf(w, "  unchanged / 304    %d / %d\n", s.Unchanged, s.NotModified)
+	fmt.Fprintf(w, "  gone               %d\n", s.Gone)
+	fmt.Fprintf(w, "  records            %d\n", s.Records)
+	fmt.Fprintf(w, "  queued (left)      %d\n", s.Queued)
+	fmt.Fprintf(w, "  duplicate fetches  %d\n", s.Duplicates)
+	fmt.Fprintf(w, "  HTML bytes         %d\n", s.HTMLBytes)
+	fmt.Fprintf(w, "  carrier bytes      %d in %d carriers (%d delivered, %d pending)\n", s.CarrierBytes, s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers)
+	if s.HTMLBytes > 0 && s.CarrierBytes > 0 {
+		fmt.Fprintf(w, "  carrier / HTML     %.4f (1/%.0f; UCYMicra: 1/20)\n", s.CarrierRatio(), 1/s.CarrierRatio())
+	}
+	fmt.Fprintf(w, "  errors             %d\n", s.Errors)
+	reasons := make([]string, 0, len(s.ByReason))
+	for r := range s.ByReason {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		fmt.Fprintf(w, "    %-18s %d\n", r, s.ByReason[r])
+	}
+}
+
+// runFrontierBench queues N synthetic URLs spread over many hosts and prints the
+// resident set size when 1 M and 10 M (and N) URLs are queued: the frontier's
+// memory must stay bounded while its disk use grows.
+func runFrontierBench(ctx context.Context, o *crawlOptions) error {
+	dir := o.state
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "micra-bench-frontier-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	db, err := frontier.OpenDB(dir, frontier.DBOptions{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	fr, err := frontier.New(db, frontier.Options{})
+	if err != nil {
+		return err
+	}
+	defer fr.Close()
+	n, hosts := o.benchFrontier, max(o.benchHosts, 1)
+	marks := map[int]bool{1_000_000: true, 10_000_000: true, n: true}
+	fmt.Printf("frontier memory: %d URLs over %d hosts (GOMAXPROCS %d)\n", n, hosts, runtime.GOMAXPROCS(0))
+	fmt.Printf("%12s %10s %10s %10s %10s\n", "queued", "rss_MiB", "heap_MiB", "disk_MiB", "urls/s")
+	start := time.Now()
+	const batch = 1000
+	items := make([]frontier.Item, 0, batch)
+	for i := 0; i < n; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		items = items[:0]
+		for j := 0; j < batch && i < n; j, i = j+1, i+1 {
+			h := i % hosts
+			host := "h" + strconv.Itoa(h) + ".bench.test"
+			items = append(items, frontier.Item{URL: "http://" + host + "/p/" + strconv.Itoa(i/hosts) + ".html", Host: host, Depth: 1})
+		}
+		if _, err := fr.Add(items); err != nil {
+			return err
+		}
+		if marks[i] {
+			runtime.GC()
+			debug.FreeOSMemory()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Printf("%12d %10.1f %10.1f %10.1f %10.0f\n", fr.Stats().Queued, float64(rssBytes())/(1<<20),
+				float64(ms.HeapInuse)/(1<<20), float64(dirBytes(dir))/(1<<20), float64(i)/time.Since(start).Seconds())
+		}
+	}
+	return nil
+}
+
+// rssBytes reads the resident set size from /proc (Linux).
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
