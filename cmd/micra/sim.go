@@ -39,11 +39,11 @@ func parseThresholds(s string) ([]time.Duration, error) {
 
 func simCmd() *cobra.Command {
 	var (
-		preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
-		crawlers, hosts, train                                              int
-		seed                                                                uint64
-		asJSON                                                              bool
-		capacityFactor                                                      float64
+		hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
+		crawlers, hosts, train                                                        int
+		seed                                                                          uint64
+		asJSON                                                                        bool
+		capacityFactor                                                                float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -120,6 +120,7 @@ seed print the same report. See docs/simulator.md.`,
 				}
 			}
 			cfg.CapacityFactor = capacityFactor
+			cfg.HostDist = hostDist
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
 			var reps []*sim.Report
@@ -172,6 +173,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&thresholds, "threshold", "50", "probing threshold in ms, a list (25,50,75) or 'paper' for 25,50,75,100,125")
 	f.Uint64Var(&seed, "seed", 1, "seed of placement, latency model and policies")
 	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
+	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
 	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
 	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")

@@ -50,12 +50,27 @@ func publicV4(a netip.Addr) bool {
 	return a.IsGlobalUnicast() && !a.IsPrivate() && b[0] != 0 && b[0] < 224 && b[0] != 100 && b[0] != 127
 }
 
-// draw returns one located address and its subnet (smallest non-unary).
-func (p *placer) draw(rng *rand.Rand) (world.Endpoint, hierarchy.NodeID, error) {
+// draw returns one located address and its subnet (smallest non-unary),
+// in a leaf drawn uniformly, or by pick when it is not nil. With within set,
+// the address falls in the /24 of the leaf that within chooses (ranked
+// popularity: hosting sits in a few data-centre blocks of a provider's
+// range), else anywhere in the leaf.
+func (p *placer) draw(rng *rand.Rand, pick func() int, within func(leaf hierarchy.NodeID, blocks uint32) uint32) (world.Endpoint, hierarchy.NodeID, error) {
 	for range 10000 {
-		leaf := p.leaves[rng.IntN(len(p.leaves))]
+		var leaf hierarchy.NodeID
+		if pick != nil {
+			leaf = p.leaves[pick()]
+		} else {
+			leaf = p.leaves[rng.IntN(len(p.leaves))]
+		}
 		n := p.tree.Node(leaf)
 		lo, hi := u32(n.Start), u32(n.End)
+		if within != nil && hi-lo >= 256 {
+			blocks := (hi-lo)/256 + 1
+			b := within(leaf, blocks)
+			lo = lo + 256*b
+			hi = min(hi, lo+255)
+		}
 		a := addr4(lo + uint32(rng.Int64N(int64(hi)-int64(lo)+1)))
 		if !publicV4(a) {
 			continue
@@ -73,12 +88,41 @@ func (p *placer) draw(rng *rand.Rand) (world.Endpoint, hierarchy.NodeID, error) 
 	return world.Endpoint{}, 0, fmt.Errorf("sim: could not place an address in 10000 draws (geolocation table and hierarchy disagree?)")
 }
 
+// Host distributions (Config.HostDist).
+const (
+	// HostsUniform draws every host's leaf range uniformly: hosts spread
+	// like registry allocations, nearly every host in its own subnet.
+	HostsUniform = "uniform"
+	// HostsZipf draws leaf ranges by Zipf popularity (s = 1.1 over a seeded
+	// ranking) and, inside a leaf, /24 blocks by Zipf popularity too, as web
+	// hosting is concentrated in a few providers' data-centre blocks: many
+	// hosts share subnets.
+	HostsZipf = "zipf"
+)
+
 // placeHosts draws n distinct host addresses.
-func (p *placer) placeHosts(rng *rand.Rand, n int) ([]world.Endpoint, error) {
+func (p *placer) placeHosts(rng *rand.Rand, n int, dist string) ([]world.Endpoint, error) {
+	var pick func() int
+	var within func(hierarchy.NodeID, uint32) uint32
+	switch dist {
+	case HostsUniform, "":
+	case HostsZipf:
+		perm := rng.Perm(len(p.leaves))
+		z := rand.NewZipf(rng, 1.1, 1, uint64(len(p.leaves)-1))
+		pick = func() int { return perm[z.Uint64()] }
+		salt := rng.Uint64()
+		within = func(leaf hierarchy.NodeID, blocks uint32) uint32 {
+			// the k-th most popular /24 of this leaf, k Zipf-distributed
+			k := rand.NewZipf(rng, 1.1, 1, uint64(blocks-1)).Uint64()
+			return uint32(mix64(salt^uint64(leaf)<<20^k) % uint64(blocks))
+		}
+	default:
+		return nil, fmt.Errorf("sim: unknown host distribution %q (want %s or %s)", dist, HostsUniform, HostsZipf)
+	}
 	out := make([]world.Endpoint, 0, n)
 	seen := make(map[netip.Addr]struct{}, n)
 	for len(out) < n {
-		ep, _, err := p.draw(rng)
+		ep, _, err := p.draw(rng, pick, within)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +144,7 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 	pool := make([]world.Endpoint, 0, poolSize)
 	subnets := make([]hierarchy.NodeID, 0, poolSize)
 	for len(pool) < poolSize {
-		ep, s, err := p.draw(rng)
+		ep, s, err := p.draw(rng, nil, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +191,7 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 		}
 		if sum == 0 || math.IsInf(sum, 1) {
 			// every candidate sits in a taken subnet: draw another one
-			ep, sn, err := p.draw(rng)
+			ep, sn, err := p.draw(rng, nil, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -167,4 +211,12 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 		}
 	}
 	return out, nil
+}
+
+// mix64 is SplitMix64's finaliser.
+func mix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }

@@ -93,6 +93,9 @@ type Config struct {
 	// PageRTTs is the number of round trips one page download costs
 	// (connection, request, slow-start rounds of a ~100 kB page). Default 5.
 	PageRTTs float64
+	// HostDist is how hosts are spread over the hierarchy's leaf ranges:
+	// HostsUniform (default) or HostsZipf.
+	HostDist string
 	// CapacityFactor sets every crawler's capacity (pages per day, used by
 	// load balancing and hash replicas) to this multiple of hosts/crawlers.
 	// Default 2.
@@ -215,7 +218,7 @@ func NewWorld(cfg Config) (*World, error) {
 		return nil, err
 	}
 	rng = rand.New(rand.NewPCG(cfg.Seed, 0x686f737473))
-	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts); err != nil {
+	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts, cfg.HostDist); err != nil {
 		return nil, err
 	}
 	width := len(fmt.Sprint(cfg.Crawlers - 1))
