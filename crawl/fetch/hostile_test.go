@@ -87,6 +87,70 @@ func TestHostileCompressionBombs(t *testing.T) {
 	}
 }
 
+func TestHostileDoubleEncodedBomb(t *testing.T) {
+	inner := bomb(t, "gzip", 16<<20)
+	var outer bytes.Buffer
+	bw := brotli.NewWriterLevel(&outer, 5)
+	bw.Write(inner)
+	bw.Close()
+	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Content-Encoding", "gzip, br")
+		w.Write(outer.Bytes())
+	}))
+	f := testFetcher(t, func(c *Config) { c.MaxBodyBytes = 1 << 20 })
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/"})
+	wantReason(t, err, ReasonBodyTooLarge)
+}
+
+// TestHostileHeaderDrip: a raw server that trickles header lines forever.
+func TestHostileHeaderDrip(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer l.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func(c net.Conn) {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 4096)
+				c.Read(buf) // the request
+				if bytes.Contains(buf, []byte("GET /robots.txt")) {
+					io.WriteString(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+				for i := 0; i < 2000; i++ {
+					if _, err := fmt.Fprintf(c, "X-Drip-%d: %s\r\n", i, strings.Repeat("d", 50)); err != nil {
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}(c)
+		}
+	}()
+	base := "http://" + l.Addr().String()
+	// Small header cap: the cap fires first.
+	f := testFetcher(t, func(c *Config) { c.MaxHeaderBytes = 2 << 10; c.Timeout = 5 * time.Second })
+	_, err = f.Fetch(context.Background(), Request{URL: base + "/a"})
+	wantReason(t, err, ReasonHeaderTooLarge)
+	// Large cap: the total time per request fires.
+	f2 := testFetcher(t, func(c *Config) { c.MaxHeaderBytes = 1 << 20; c.Timeout = 300 * time.Millisecond })
+	_, err = f2.Fetch(context.Background(), Request{URL: base + "/b"})
+	wantReason(t, err, ReasonTimeout)
+}
+
 func TestHostileEndlessBody(t *testing.T) {
 	var sent atomic.Int64
 	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {

@@ -159,6 +159,10 @@ func (w *robotsWorld) handler(rw http.ResponseWriter, r *http.Request) {
 		io.WriteString(rw, "User-agent: micra\nDisallow: /private\n")
 		return
 	}
+	if r.URL.Path == "/go-private" {
+		http.Redirect(rw, r, "/private/secret", http.StatusFound)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/hop/") {
 		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/hop/"))
 		http.Redirect(rw, r, "/hop/"+strconv.Itoa(n+1), http.StatusFound)
@@ -207,6 +211,9 @@ func TestRobotsVariants(t *testing.T) {
 	// 2xx rules.
 	fetchOK(u("plain.test", "/public"))
 	_, err := f.Fetch(ctx, Request{URL: u("plain.test", "/private/x")})
+	wantReason(t, err, ReasonRobots)
+	// A redirect into a disallowed path is refused at the hop.
+	_, err = f.Fetch(ctx, Request{URL: u("plain.test", "/go-private")})
 	wantReason(t, err, ReasonRobots)
 	// 5xx → disallow all, page never requested.
 	_, err = f.Fetch(ctx, Request{URL: u("r500.test", "/public")})
