@@ -15,7 +15,8 @@ import (
 //   - formula mode: the nearest crawler by distance gives an upper bound U;
 //     since stretch ≥ 1, a crawler d km away has RTT ≥ d/100 ms + both access
 //     delays, so only crawlers within (U − access) × 100 km can beat it —
-//     a radius query on a spherical k-d tree;
+//     a near-first search on a spherical k-d tree whose radius shrinks as
+//     better crawlers turn up;
 //   - matrix mode: the RTT depends on the host only through its site and its
 //     own access delay, so the best crawler is computed once per site.
 func (w *World) computeOptimal(workers int) {
@@ -65,16 +66,17 @@ func (w *World) computeOptimal(workers int) {
 		h := &w.Hosts[i]
 		c0, _ := ix.Nearest(h.Loc)
 		best, bestRTT := int32(c0), m.FloorRTT(&w.CrawlerE[c0], h)
-		radius := math.Max(0, (bestRTT-h.AccessMs-minAcc)*fibre/2)
-		ix.Within(h.Loc, radius*(1+1e-9)+1e-6, func(c int, dist float64) {
+		// only crawlers with d/100 + access + host access < best can win
+		radiusFor := func(best float64) float64 { return math.Max(0, (best-h.AccessMs-minAcc)*fibre/2)*(1+1e-9) + 1e-6 }
+		ix.Search(h.Loc, radiusFor(bestRTT), func(c int, dist float64) float64 {
 			ce := &w.CrawlerE[c]
-			if m.LowerBoundMs(h, dist, ce.AccessMs) > bestRTT {
-				return
+			if m.LowerBoundMs(h, dist, ce.AccessMs) <= bestRTT {
+				r := m.FloorRTT(ce, h)
+				if r < bestRTT || (r == bestRTT && int32(c) < best) {
+					best, bestRTT = int32(c), r
+				}
 			}
-			r := m.FloorRTT(ce, h)
-			if r < bestRTT || (r == bestRTT && int32(c) < best) {
-				best, bestRTT = int32(c), r
-			}
+			return radiusFor(bestRTT)
 		})
 		w.Optimal[i] = best
 		w.OptimalRTT[i] = m.MeanRTT(&w.CrawlerE[best], h)

@@ -169,3 +169,32 @@ func (ix *Index) Within(p geo.Point, km float64, fn func(i int, distKm float64))
 	}
 	rec(0, len(ix.pts))
 }
+
+// Search visits points within km of p, nearer subtrees first, calling fn
+// with each point's distance; fn returns the radius to keep searching
+// (return km to keep it, less to shrink it as better answers are found).
+func (ix *Index) Search(p geo.Point, km float64, fn func(i int, distKm float64) float64) {
+	q := toVec(p)
+	r2 := chord2FromKm(km)
+	var rec func(lo, hi int)
+	rec = func(lo, hi int) {
+		if lo >= hi {
+			return
+		}
+		mid := (lo + hi) / 2
+		if d := q.chord2(ix.pts[mid]); d <= r2 {
+			r2 = math.Min(r2, chord2FromKm(fn(int(ix.ids[mid]), kmFromChord2(d))))
+		}
+		ax := ix.axis[mid]
+		diff := q[ax] - ix.pts[mid][ax]
+		near, far := [2]int{lo, mid}, [2]int{mid + 1, hi}
+		if diff > 0 {
+			near, far = far, near
+		}
+		rec(near[0], near[1])
+		if diff*diff <= r2 {
+			rec(far[0], far[1])
+		}
+	}
+	rec(0, len(ix.pts))
+}

@@ -189,7 +189,13 @@ func TestIndexMatchesBruteForce(t *testing.T) {
 			}
 		}
 		ix.Within(q, r, func(i int, _ float64) { have = append(have, i) })
+		var searched []int
+		ix.Search(q, r, func(i int, _ float64) float64 { searched = append(searched, i); return r })
 		slices.Sort(have)
+		slices.Sort(searched)
+		if !slices.Equal(have, searched) {
+			t.Fatalf("Search and Within disagree at %v, %.0f km", q, r)
+		}
 		for _, w := range want {
 			if _, ok := slices.BinarySearch(have, w); !ok {
 				t.Fatalf("Within(%v, %.0f) misses %d", q, r, w)
