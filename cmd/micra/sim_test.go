@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func runSim(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := simCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestParseThresholds(t *testing.T) {
+	got, err := parseThresholds("25, 50ms,0.5s")
+	if err != nil || len(got) != 3 || got[0] != 25*time.Millisecond || got[1] != 50*time.Millisecond || got[2] != 500*time.Millisecond {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if got, _ := parseThresholds("paper"); len(got) != 5 {
+		t.Fatalf("paper thresholds: %v", got)
+	}
+	for _, bad := range []string{"", "x", "-5", "0"} {
+		if _, err := parseThresholds(bad); err == nil {
+			t.Errorf("threshold %q accepted", bad)
+		}
+	}
+}
+
+func TestSimCLI(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "curve.svg")
+	out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--threshold", "25,50", "--json", "--plot", plot,
+		"--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2*5 { // 5 default policies × 2 thresholds
+		t.Fatalf("%d JSON lines:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		var o struct {
+			Policy      string   `json:"policy"`
+			OptimalPct  *float64 `json:"optimal_pct"`
+			Probes      *float64 `json:"probes_per_url"`
+			Last50      *float64 `json:"probes_per_url_last50"`
+			ThresholdMs float64  `json:"threshold_ms"`
+		}
+		if err := json.Unmarshal([]byte(l), &o); err != nil || o.Policy == "" || o.OptimalPct == nil || o.Probes == nil || o.Last50 == nil {
+			t.Fatalf("bad line %q: %v", l, err)
+		}
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Fatalf("plot: %v", err)
+	}
+
+	text, err := runSim(t, "--crawlers", "4", "--hosts", "100")
+	if err != nil || !strings.Contains(text, "optimal %") || !strings.Contains(text, "ipmicra") {
+		t.Fatalf("text: %v\n%s", err, text)
+	}
+
+	bad := filepath.Join(t.TempDir(), "rtt.csv")
+	os.WriteFile(bad, []byte("src,dst,rtt_ms\nams,xxx,5\n"), 0o644)
+	if _, err := runSim(t, "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", bad); err == nil || !strings.Contains(err.Error(), bad+":2: unknown site \"xxx\"") {
+		t.Fatalf("bad rtt file: %v", err)
+	}
+	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"}} {
+		if _, err := runSim(t, args...); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
