@@ -256,15 +256,42 @@ type prober struct {
 	w      *World
 	rng    *rand.Rand
 	probes int64
+	// the engine probes one target several times per decision
+	lastAddr netip.Addr
+	lastHost *world.Endpoint
+	lastOK   bool
+}
+
+// crawler resolves an ID without hashing it: IDs are "c" + index.
+func (w *World) crawler(id delegation.CrawlerID) (int32, bool) {
+	if len(id) > 1 && id[0] == 'c' {
+		n := 0
+		for _, ch := range []byte(id[1:]) {
+			if ch < '0' || ch > '9' {
+				n = -1
+				break
+			}
+			n = n*10 + int(ch-'0')
+		}
+		if n >= 0 && n < len(w.Crawlers) && w.Crawlers[n].ID == id {
+			return int32(n), true
+		}
+	}
+	i, ok := w.crawlerIdx[id]
+	return i, ok
 }
 
 func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
 	out := make([]delegation.ProbeResult, len(crawlers))
-	h, ok := p.w.endpoint(target)
+	if target != p.lastAddr || p.lastHost == nil {
+		p.lastAddr = target
+		p.lastHost, p.lastOK = p.w.endpoint(target)
+	}
+	h, ok := p.lastHost, p.lastOK
 	for i, c := range crawlers {
 		p.probes++
 		out[i].Crawler = c
-		ci, known := p.w.crawlerIdx[c]
+		ci, known := p.w.crawler(c)
 		if !ok || !known {
 			continue // no answer: the engine falls back
 		}
@@ -336,7 +363,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 		if err != nil {
 			return nil, fmt.Errorf("sim: %s: host %v: %w", spec.Name, w.Hosts[i].Addr, err)
 		}
-		ci, ok := w.crawlerIdx[d.Owner]
+		ci, ok := w.crawler(d.Owner)
 		if !ok {
 			return nil, fmt.Errorf("sim: %s: host %v delegated to unknown crawler %q (%v)", spec.Name, w.Hosts[i].Addr, d.Owner, d)
 		}
