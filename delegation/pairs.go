@@ -1,0 +1,116 @@
+package delegation
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// pairModel learns, from probe answers alone, how one crawler's RTT to a
+// host predicts another's: for every ordered pair (a, b) probed on the same
+// host it keeps samples of x = ln RTT(a) and y = ln RTT(b) − ln RTT(a). Given
+// a new answer from a, the share of past hosts with a similar x where b came
+// in under a threshold estimates the chance that b beats it. This is what
+// geography would tell (a host 4 ms from a is far from everybody a is far
+// from), learned without knowing where anything is.
+type pairModel struct {
+	crawler *crawlerIndex
+	pairs   map[uint64]*pairSamples
+	cap     int
+	bw      float64 // kernel bandwidth on x (ln ms)
+}
+
+// crawlerIndex gives crawlers small dense numbers for compact keys.
+type crawlerIndex struct {
+	idx map[CrawlerID]uint32
+	ids []CrawlerID
+}
+
+func newCrawlerIndex() *crawlerIndex { return &crawlerIndex{idx: make(map[CrawlerID]uint32)} }
+
+func (x *crawlerIndex) id(c CrawlerID) uint32 {
+	i, ok := x.idx[c]
+	if !ok {
+		i = uint32(len(x.ids))
+		x.idx[c] = i
+		x.ids = append(x.ids, c)
+	}
+	return i
+}
+
+// pairSamples are kept sorted by x, so a query reads only its window. When
+// full, every other sample is dropped: the distribution stays, the count
+// halves.
+type pairSamples struct {
+	x, y []float32
+}
+
+func (s *pairSamples) add(x, y float32, capacity int) {
+	if len(s.x) >= capacity {
+		j := 0
+		for i := 0; i < len(s.x); i += 2 {
+			s.x[j], s.y[j] = s.x[i], s.y[i]
+			j++
+		}
+		s.x, s.y = s.x[:j], s.y[:j]
+	}
+	i, _ := slices.BinarySearch(s.x, x)
+	s.x, s.y = slices.Insert(s.x, i, x), slices.Insert(s.y, i, y)
+}
+
+func newPairModel(ci *crawlerIndex, capacity int, bandwidth float64) *pairModel {
+	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth}
+}
+
+// learn adds every ordered pair of the answers of one host.
+func (p *pairModel) learn(ps []ProbeResult) {
+	for i, a := range ps {
+		if !a.OK || a.RTT <= 0 {
+			continue
+		}
+		xa := lnMs(a.RTT)
+		ia := p.crawler.id(a.Crawler)
+		for j, b := range ps {
+			if i == j || !b.OK || b.RTT <= 0 || a.Crawler == b.Crawler {
+				continue
+			}
+			k := uint64(ia)<<32 | uint64(p.crawler.id(b.Crawler))
+			s, ok := p.pairs[k]
+			if !ok {
+				s = &pairSamples{}
+				p.pairs[k] = s
+			}
+			s.add(float32(xa), float32(lnMs(b.RTT)-xa), p.cap)
+		}
+	}
+}
+
+// beat estimates P(ln RTT(b) < lnT) given that a answered ln RTT = xa,
+// shrunk towards prior with the weight of one observation, and returns the
+// effective number of samples behind it.
+func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
+	s, ok := p.pairs[uint64(a)<<32|uint64(b)]
+	if !ok {
+		return prior, 0
+	}
+	t := float32(lnT - xa)
+	// Epanechnikov kernel of half-width 2·bw around xa
+	hw := 2 * p.bw
+	lo, _ := slices.BinarySearch(s.x, float32(xa-hw))
+	var hit float64
+	for i := lo; i < len(s.x) && float64(s.x[i]) <= xa+hw; i++ {
+		d := (float64(s.x[i]) - xa) / hw
+		kw := 1 - d*d
+		if kw <= 0 {
+			continue
+		}
+		w += kw
+		if s.y[i] < t {
+			hit += kw
+		}
+	}
+	const alpha = 1
+	return (hit + alpha*prior) / (w + alpha), w
+}
+
+func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }
