@@ -37,6 +37,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/net/html"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/extract"
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
@@ -56,6 +57,7 @@ type benchCrawlOptions struct {
 	rounds       int
 	canonical    bool
 	cpuProfile   string
+	micraMode    string
 	timeout      time.Duration
 }
 
@@ -123,6 +125,7 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.skipColly, "skip-colly", false, "run micra only")
 	f.IntVar(&o.rounds, "rounds", 2, "crawls of each crawler, alternating the order; figures are totals over all rounds")
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
+	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl) or pipeline (same parts, in-memory frontier)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the micra crawl to this file")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	benchParentCmd().AddCommand(cmd)
@@ -312,12 +315,96 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	return r, nil
 }
 
-// benchMicra crawls with micra's parts: the fetcher (politeness, robots,
+// benchMicra crawls with micra's crawl engine (package crawl): durable
+// per-host breadth-first frontier in Badger, the fetcher, on-site processing
+// and records packed into zstd carriers in the durable outbox, delivered to a
+// file sink. With --micra=pipeline it runs the same parts over an in-memory
+// frontier instead (benchMicraPipeline), to show what durability costs.
+func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
+	if o.micraMode == "pipeline" {
+		return benchMicraPipeline(ctx, web, o)
+	}
+	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sink := &countingReceiver{next: pack.FileSink{Dir: filepath.Join(tmp, "carriers")}}
+	eng, err := crawl.New(crawl.Config{
+		CrawlerID: "bench",
+		StateDir:  filepath.Join(tmp, "state"),
+		Seeds:     web.Seeds(),
+		Fetch: fetch.Config{
+			AllowPrivate: true, // the synthetic web lives on loopback
+			NoDelay:      true,
+			DelayFactor:  -1,
+			PerIPLimit:   o.perIP,
+			Resolver:     web,
+		},
+		Concurrency:  o.workers,
+		Receiver:     sink,
+		StopWhenIdle: true,
+		Progress:     -1,
+		Logger:       quiet,
+		Registerer:   prometheus.NewRegistry(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	start := time.Now()
+	if err := eng.Run(ctx); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	st := eng.Stats()
+	var errs int64
+	for reason, n := range st.ByReason {
+		if reason != string(fetch.ReasonRobots) {
+			errs += n
+		}
+	}
+	r := &benchCrawlResult{
+		Crawler: "micra",
+		Mode: "engine: package crawl (durable Badger per-host BFS frontier, fetcher, crawl/extract, " +
+			"records in zstd carriers via the durable outbox to a file sink)",
+		Errors:       errs,
+		CarrierBytes: sink.bytes.Load(),
+		Records:      st.Records,
+	}
+	finishResult(r, web, elapsed)
+	if st.Duplicates != 0 {
+		r.Note = fmt.Sprintf("engine counted %d refetches", st.Duplicates)
+	}
+	return r, nil
+}
+
+// countingReceiver counts the carrier bytes acknowledged by the next receiver.
+type countingReceiver struct {
+	next     pack.Receiver
+	bytes    atomic.Int64
+	carriers atomic.Int64
+}
+
+func (c *countingReceiver) Deliver(ctx context.Context, car pack.Carrier) error {
+	if err := c.next.Deliver(ctx, car); err != nil {
+		return err
+	}
+	c.bytes.Add(int64(len(car.Data)))
+	c.carriers.Add(1)
+	return nil
+}
+
+// benchMicraPipeline crawls with micra's parts but an in-memory frontier: the fetcher (politeness, robots,
 // limits), urlnorm, per-host breadth-first queues with hosts in parallel up
 // to --workers, on-site processing (crawl/extract: text, links, keywords,
 // hashes) and records packed into zstd carriers in a durable Badger outbox
 // delivered to a file sink — the full pipeline of a crawler.
-func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
+func benchMicraPipeline(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
 	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
 	if err != nil {
 		return nil, err
@@ -413,7 +500,7 @@ func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	st := outbox.Stats()
 	r := &benchCrawlResult{
 		Crawler: "micra",
-		Mode: "micra fetcher + urlnorm, per-host BFS, crawl/extract (text, links, stemmed keywords, SimHash), " +
+		Mode: "pipeline: micra fetcher + urlnorm, in-memory per-host BFS, crawl/extract, " +
 			"crawl/pack zstd carriers via Badger outbox to a file sink",
 		Errors:       errs.Load(),
 		CarrierBytes: st.BytesDelivered,
