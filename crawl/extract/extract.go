@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -88,9 +89,12 @@ func ContentHash(body []byte) [16]byte {
 func Extract(body []byte, pageURL *url.URL, opt Options) *Page {
 	opt.defaults()
 	p := &Page{ContentHash: ContentHash(body), Base: pageURL}
-	x := extractor{page: p, opt: opt, terms: make(map[string]uint32, 256)}
+	x := extractorPool.Get().(*extractor)
+	x.reset(p, opt)
 	x.run(body)
 	x.finish(pageURL)
+	x.page = nil
+	extractorPool.Put(x)
 	return p
 }
 
@@ -104,17 +108,37 @@ type extractor struct {
 	headingDepth int
 	seenTitle    bool
 
-	title    []byte
-	text     bytes.Buffer
-	lastWS   bool
-	word     []byte
-	terms    map[string]uint32
-	stops    [len(languages)]int
-	hrefs    []rawLink
-	baseHref string
-	bodyWord int
+	title  []byte
+	text   bytes.Buffer
+	lastWS bool
+	word   []byte
+	// Distinct lower-cased words of the page: one map lookup per word, the
+	// weights and occurrence counts in parallel slices.
+	termIdx   map[string]int32
+	termList  []string
+	termW     []uint32
+	termCount []uint32
+	wordAlpha bool // the word being assembled has a letter
+	wordRunes int
+	hrefs     []rawLink
+	baseHref  string
+	bodyWord  int
 
 	pendingWeight int // weight of the word being assembled in word
+}
+
+var extractorPool = sync.Pool{New: func() any {
+	return &extractor{termIdx: make(map[string]int32, 512)}
+}}
+
+// reset prepares a pooled extractor for a new page, keeping its buffers.
+func (x *extractor) reset(p *Page, opt Options) {
+	idx, list, w, c, word := x.termIdx, x.termList[:0], x.termW[:0], x.termCount[:0], x.word[:0]
+	clear(idx)
+	if len(list) > 4096 { // a huge page left huge buffers: let them go
+		idx, list, w, c = make(map[string]int32, 512), nil, nil, nil
+	}
+	*x = extractor{page: p, opt: opt, termIdx: idx, termList: list, termW: w, termCount: c, word: word}
 }
 
 type rawLink struct {
@@ -348,10 +372,17 @@ func (x *extractor) words(t []byte, w int) {
 		if c < utf8.RuneSelf {
 			i++
 			switch {
-			case 'a' <= c && c <= 'z' || '0' <= c && c <= '9':
+			case 'a' <= c && c <= 'z':
 				x.word = append(x.word, c)
+				x.wordAlpha = true
+				x.wordRunes++
+			case '0' <= c && c <= '9':
+				x.word = append(x.word, c)
+				x.wordRunes++
 			case 'A' <= c && c <= 'Z':
 				x.word = append(x.word, c+'a'-'A')
+				x.wordAlpha = true
+				x.wordRunes++
 			case c == '\'' && len(x.word) > 0:
 				// keep apostrophes inside words ("don't"); trailing ones are trimmed in addWord
 				x.word = append(x.word, c)
@@ -364,6 +395,8 @@ func (x *extractor) words(t []byte, w int) {
 		i += n
 		if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
 			x.word = utf8.AppendRune(x.word, unicode.ToLower(r))
+			x.wordAlpha = x.wordAlpha || !unicode.IsDigit(r)
+			x.wordRunes++
 		} else if r == '’' && len(x.word) > 0 {
 			x.word = append(x.word, '\'')
 		} else {
@@ -377,12 +410,9 @@ func (x *extractor) breakWord() { x.addWord(x.pendingWeight) }
 
 func (x *extractor) addWord(w int) {
 	word := bytes.TrimRight(x.word, "'")
-	x.word = x.word[:0]
-	if len(word) < 2 {
-		return
-	}
-	n := utf8.RuneCount(word)
-	if n > maxWordRunes || !hasLetter(word) {
+	alpha, runes := x.wordAlpha, x.wordRunes
+	x.word, x.wordAlpha, x.wordRunes = x.word[:0], false, 0
+	if len(word) < 2 || runes > maxWordRunes || !alpha {
 		return
 	}
 	if w == weightBody {
@@ -392,28 +422,19 @@ func (x *extractor) addWord(w int) {
 		}
 	}
 	x.page.Words++
-	if v, ok := x.terms[string(word)]; ok { // no allocation on a hit
-		x.terms[string(word)] = v + uint32(w)
-		if x.page.Words <= langSampleWords {
-			x.voteLanguage(string(word))
-		}
+	if i, ok := x.termIdx[string(word)]; ok { // no allocation on a hit
+		x.termW[i] += uint32(w)
+		x.termCount[i]++
+		return
+	}
+	if len(x.termList) >= maxTermsPerDoc {
 		return
 	}
 	ws := string(word)
-	if x.page.Words <= langSampleWords {
-		x.voteLanguage(ws)
-	}
-	if len(x.terms) < maxTermsPerDoc {
-		x.terms[ws] = uint32(w)
-	}
-}
-
-func (x *extractor) voteLanguage(w string) {
-	for i := range languages {
-		if languages[i].isStop(w) {
-			x.stops[i]++
-		}
-	}
+	x.termIdx[ws] = int32(len(x.termList))
+	x.termList = append(x.termList, ws)
+	x.termW = append(x.termW, uint32(w))
+	x.termCount = append(x.termCount, 1)
 }
 
 func hasLetter(b []byte) bool {
@@ -443,8 +464,9 @@ func (x *extractor) finish(pageURL *url.URL) {
 	if lang != nil {
 		p.Lang = lang.code
 	}
-	stemmed := make(map[string]uint32, len(x.terms))
-	for w, weight := range x.terms {
+	stemmed := make(map[string]uint32, len(x.termList))
+	for i, w := range x.termList {
+		weight := x.termW[i]
 		t := w
 		if lang != nil {
 			if lang.isStop(w) {

@@ -22,9 +22,6 @@ type language struct {
 	cache  *stemCache
 }
 
-// langSampleWords is how many leading words vote on the language.
-const langSampleWords = 400
-
 var languages = [...]language{
 	{"en", english.IsStopWord, func(w string) string { return english.Stem(w, false) }, new(stemCache)},
 	{"fr", french.IsStopWord, func(w string) string { return french.Stem(w, false) }, new(stemCache)},
@@ -37,17 +34,33 @@ var languages = [...]language{
 
 var englishLang = &languages[0]
 
-// guessLanguage picks the language with the most stop-word hits, if the
-// evidence is enough: at least 3 hits and 1 in 20 sampled words.
+// guessLanguage picks the language whose stop-words occur most often. Only
+// repeated words vote on longer pages: function words are the most frequent
+// words of any text, and the vote then costs a few hundred lookups per page.
 func (x *extractor) guessLanguage() *language {
-	best, hits := -1, 0
-	for i, n := range x.stops {
+	var stops [len(languages)]uint32
+	minCount := uint32(1)
+	if x.page.Words >= 200 {
+		minCount = 2
+	}
+	for i, w := range x.termList {
+		c := x.termCount[i]
+		if c < minCount || len(w) > 24 {
+			continue
+		}
+		for l := range languages {
+			if languages[l].isStop(w) {
+				stops[l] += c
+			}
+		}
+	}
+	best, hits := -1, uint32(0)
+	for i, n := range stops {
 		if n > hits {
 			best, hits = i, n
 		}
 	}
-	sample := min(x.page.Words, langSampleWords)
-	if best < 0 || hits < 3 || hits*20 < sample {
+	if best < 0 || hits < 3 || int(hits)*20 < x.page.Words {
 		return nil
 	}
 	return &languages[best]
@@ -59,7 +72,7 @@ const stemCacheShards, stemCacheShardCap = 16, 8192
 
 type stemCache struct {
 	shards [stemCacheShards]struct {
-		sync.Mutex
+		sync.RWMutex
 		m map[string]string
 	}
 }
@@ -70,12 +83,12 @@ func (l *language) cachedStem(w string) string {
 		h = (h ^ uint32(w[i])) * 16777619
 	}
 	s := &l.cache.shards[h%stemCacheShards]
-	s.Lock()
+	s.RLock()
 	if st, ok := s.m[w]; ok {
-		s.Unlock()
+		s.RUnlock()
 		return st
 	}
-	s.Unlock()
+	s.RUnlock()
 	st := l.stem(w)
 	s.Lock()
 	if s.m == nil || len(s.m) >= stemCacheShardCap {

@@ -13,15 +13,23 @@ func simHash(terms map[string]uint32) uint64 {
 	if len(terms) == 0 {
 		return 0
 	}
+	// v[i] = Σ w·(+1 if bit i set, else −1) = 2·Σ_{bit set} w − Σ w,
+	// so only the set bits of each hash need visiting.
 	var v [64]int64
+	var total int64
 	for t, w := range terms {
 		h := xxhash.Sum64String(t)
 		// Log-damped weights keep a few very frequent terms (navigation,
 		// boilerplate) from deciding every bit.
 		lw := int64(bits.Len32(w))
-		for i := range 64 {
-			v[i] += lw * (int64(h>>i&1)*2 - 1)
+		total += lw
+		for h != 0 {
+			v[bits.TrailingZeros64(h)] += 2 * lw
+			h &= h - 1
 		}
+	}
+	for i := range v {
+		v[i] -= total
 	}
 	var out uint64
 	for i := range 64 {

@@ -28,7 +28,8 @@ func OpenDB(dir string, o DBOptions) (*badger.DB, error) {
 	opts := badger.DefaultOptions(dir).
 		WithSyncWrites(o.SyncWrites).
 		WithMemTableSize(16 << 20).
-		WithNumMemtables(3).
+		WithNumMemtables(2).
+		WithValueLogFileSize(128 << 20).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithValueThreshold(1 << 10).
