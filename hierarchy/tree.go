@@ -47,10 +47,16 @@ type Tree struct {
 	seg4Node  []NodeID
 	seg4SNU   []NodeID
 	idx4      []uint32
-	seg6Start []u128
+	seg6Hi    []uint64 // interval starts, high and low halves (separate arrays keep the search cache-friendly)
+	seg6Lo    []uint64
 	seg6Node  []NodeID
 	seg6SNU   []NodeID
 	idx6      []uint32
+	// Dense IPv6 buckets (2001::/16, 2a00::/16, …) get a second level on
+	// the next 12 bits: sub6[sub6Off[p]-1+k] is the interval holding the
+	// first address of sub-bucket k of bucket p (sub6Off[p] = 0: none).
+	sub6Off []uint32
+	sub6    []uint32
 
 	idOnce sync.Once
 	id     SnapshotID
@@ -65,6 +71,13 @@ func (t *Tree) finish() {
 			t.height = int(t.nodes[i].depth)
 		}
 	}
+	// The lookup index and the CSR lists touch disjoint fields: build them
+	// on two cores.
+	t.subEnd = make([]uint32, n)
+	t.subEnd[0] = uint32(n)
+	var wg sync.WaitGroup
+	wg.Go(t.buildIndex)
+	defer wg.Wait()
 	// Children in CSR form; filling in ID order yields address order.
 	t.childOff = make([]uint32, n+1)
 	for i := 1; i < n; i++ {
@@ -96,9 +109,6 @@ func (t *Tree) finish() {
 		t.orgList[ofill[o]] = NodeID(i)
 		ofill[o]++
 	}
-	t.subEnd = make([]uint32, n)
-	t.subEnd[0] = uint32(n)
-	t.buildIndex()
 }
 
 // buildIndex cuts each family into elementary intervals by a preorder sweep.
@@ -176,7 +186,12 @@ func (t *Tree) buildIndex() {
 		return out
 	}
 	t.seg4Start, t.seg4Node, t.seg4SNU = starts4, owners4, snu(owners4)
-	t.seg6Start, t.seg6Node, t.seg6SNU = starts6, owners6, snu(owners6)
+	t.seg6Node, t.seg6SNU = owners6, snu(owners6)
+	t.seg6Hi = make([]uint64, len(starts6))
+	t.seg6Lo = make([]uint64, len(starts6))
+	for i, st := range starts6 {
+		t.seg6Hi[i], t.seg6Lo[i] = st.hi, st.lo
+	}
 
 	t.idx4 = make([]uint32, 65537)
 	j := 0
@@ -198,6 +213,25 @@ func (t *Tree) buildIndex() {
 		t.idx6[p] = uint32(j)
 	}
 	t.idx6[65536] = uint32(len(starts6) - 1)
+	const dense = 64
+	t.sub6Off = make([]uint32, 65536)
+	t.sub6 = t.sub6[:0]
+	for p := 0; p < 65536; p++ {
+		lo, hi := int(t.idx6[p]), int(t.idx6[p+1])
+		if hi-lo <= dense {
+			continue
+		}
+		t.sub6Off[p] = uint32(len(t.sub6)) + 1
+		j := lo
+		for k := 0; k < 4096; k++ {
+			a := u128{uint64(p)<<48 | uint64(k)<<36, 0}
+			for j+1 <= hi && !a.less(starts6[j+1]) {
+				j++
+			}
+			t.sub6 = append(t.sub6, uint32(j))
+		}
+		t.sub6 = append(t.sub6, uint32(hi))
+	}
 }
 
 // seg4 returns the elementary interval holding x.
@@ -219,10 +253,13 @@ func (t *Tree) seg4(x uint32) int {
 func (t *Tree) seg6(x u128) int {
 	p := x.hi >> 48
 	lo, hi := int(t.idx6[p]), int(t.idx6[p+1])
+	if o := t.sub6Off[p]; o != 0 {
+		k := int(o-1) + int(x.hi>>36&0xfff)
+		lo, hi = int(t.sub6[k]), int(t.sub6[k+1])
+	}
 	for lo < hi {
 		m := int(uint(lo+hi+1) >> 1)
-		s := t.seg6Start[m]
-		if s.hi < x.hi || (s.hi == x.hi && s.lo <= x.lo) {
+		if sh := t.seg6Hi[m]; sh < x.hi || (sh == x.hi && t.seg6Lo[m] <= x.lo) {
 			lo = m
 		} else {
 			hi = m - 1
@@ -374,7 +411,7 @@ func (t *Tree) PerLevel() []int {
 
 // Segments returns the number of elementary intervals of the lookup index
 // (IPv4, IPv6).
-func (t *Tree) Segments() (v4, v6 int) { return len(t.seg4Start), len(t.seg6Start) }
+func (t *Tree) Segments() (v4, v6 int) { return len(t.seg4Start), len(t.seg6Hi) }
 
 // Ranges returns every node but Root as a Range, in ID order. Building a
 // tree from them reproduces t exactly (same snapshot id).
