@@ -176,7 +176,9 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 			c := vs[pick]
 			for i, v := range vs {
 				dx, dy, dz := v[0]-c[0], v[1]-c[1], v[2]-c[2]
-				d2[i] = math.Min(d2[i], dx*dx+dy*dy+dz*dz)
+				if d := dx*dx + dy*dy + dz*dz; d < d2[i] {
+					d2[i] = d
+				}
 			}
 			for _, i := range bySubnet[subnets[pick]] {
 				d2[i] = 0

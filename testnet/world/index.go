@@ -176,6 +176,7 @@ func (ix *Index) Within(p geo.Point, km float64, fn func(i int, distKm float64))
 func (ix *Index) Search(p geo.Point, km float64, fn func(i int, distKm float64) float64) {
 	q := toVec(p)
 	r2 := chord2FromKm(km)
+	lastKm := km
 	var rec func(lo, hi int)
 	rec = func(lo, hi int) {
 		if lo >= hi {
@@ -183,7 +184,12 @@ func (ix *Index) Search(p geo.Point, km float64, fn func(i int, distKm float64) 
 		}
 		mid := (lo + hi) / 2
 		if d := q.chord2(ix.pts[mid]); d <= r2 {
-			r2 = math.Min(r2, chord2FromKm(fn(int(ix.ids[mid]), kmFromChord2(d))))
+			if k := fn(int(ix.ids[mid]), kmFromChord2(d)); k != lastKm {
+				lastKm = k
+				if c := chord2FromKm(k); c < r2 {
+					r2 = c
+				}
+			}
 		}
 		ax := ix.axis[mid]
 		diff := q[ax] - ix.pts[mid][ax]
