@@ -43,7 +43,7 @@ func simCmd() *cobra.Command {
 		crawlers, hosts, train                                                        int
 		seed                                                                          uint64
 		asJSON                                                                        bool
-		capacityFactor                                                                float64
+		capacityFactor, ipv6Share                                                     float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -121,6 +121,10 @@ seed print the same report. See docs/simulator.md.`,
 			}
 			cfg.CapacityFactor = capacityFactor
 			cfg.HostDist = hostDist
+			if ipv6Share < 0 || ipv6Share > 1 {
+				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
+			}
+			cfg.IPv6Share = ipv6Share
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
 			var reps []*sim.Report
@@ -174,6 +178,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.Uint64Var(&seed, "seed", 1, "seed of placement, latency model and policies")
 	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
+	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")
 	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
 	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")

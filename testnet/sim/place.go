@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,9 +16,10 @@ import (
 // Internet get more hosts), then an address uniformly inside it, keeping only
 // public IPv4 addresses the geolocation table places on the map.
 type placer struct {
-	tree   *hierarchy.Tree
-	model  *world.Model
-	leaves []hierarchy.NodeID
+	tree    *hierarchy.Tree
+	model   *world.Model
+	leaves  []hierarchy.NodeID // IPv4
+	leaves6 []hierarchy.NodeID
 }
 
 func newPlacer(tree *hierarchy.Tree, model *world.Model) (*placer, error) {
@@ -25,10 +27,14 @@ func newPlacer(tree *hierarchy.Tree, model *world.Model) (*placer, error) {
 	for id := 1; id < tree.Len(); id++ {
 		nid := hierarchy.NodeID(id)
 		n := tree.Node(nid)
-		if !n.Start.Is4() || n.Unary() || len(tree.Children(nid)) > 0 {
+		if n.Unary() || len(tree.Children(nid)) > 0 {
 			continue
 		}
-		p.leaves = append(p.leaves, nid)
+		if n.Start.Is4() {
+			p.leaves = append(p.leaves, nid)
+		} else {
+			p.leaves6 = append(p.leaves6, nid)
+		}
 	}
 	if len(p.leaves) == 0 {
 		return nil, fmt.Errorf("sim: the hierarchy has no IPv4 leaf ranges to place hosts in")
@@ -88,6 +94,48 @@ func (p *placer) draw(rng *rand.Rand, pick func() int, within func(leaf hierarch
 	return world.Endpoint{}, 0, fmt.Errorf("sim: could not place an address in 10000 draws (geolocation table and hierarchy disagree?)")
 }
 
+// draw6 returns one located global-unicast IPv6 address in a leaf range
+// drawn uniformly, and its subnet.
+func (p *placer) draw6(rng *rand.Rand) (world.Endpoint, hierarchy.NodeID, error) {
+	if len(p.leaves6) == 0 {
+		return world.Endpoint{}, 0, fmt.Errorf("sim: the hierarchy has no IPv6 leaf ranges")
+	}
+	for range 10000 {
+		n := p.tree.Node(p.leaves6[rng.IntN(len(p.leaves6))])
+		s, e := n.Start.As16(), n.End.As16()
+		sHi, sLo := binary.BigEndian.Uint64(s[:8]), binary.BigEndian.Uint64(s[8:])
+		eHi, eLo := binary.BigEndian.Uint64(e[:8]), binary.BigEndian.Uint64(e[8:])
+		hi := sHi
+		if eHi > sHi {
+			hi = sHi + rng.Uint64N(eHi-sHi+1)
+		}
+		lo := rng.Uint64()
+		if hi == sHi && lo < sLo {
+			lo = sLo
+		}
+		if hi == eHi && lo > eLo {
+			lo = eLo
+		}
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], hi)
+		binary.BigEndian.PutUint64(b[8:], lo)
+		a := netip.AddrFrom16(b)
+		if b[0]&0xe0 != 0x20 { // global unicast 2000::/3 only
+			continue
+		}
+		ep, ok := p.model.Endpoint(a, n.Country)
+		if !ok {
+			continue
+		}
+		sn := p.tree.SmallestNonUnary(a)
+		if sn == hierarchy.None || sn == hierarchy.Root {
+			continue
+		}
+		return ep, sn, nil
+	}
+	return world.Endpoint{}, 0, fmt.Errorf("sim: could not place an IPv6 address in 10000 draws")
+}
+
 // Host distributions (Config.HostDist).
 const (
 	// HostsUniform draws every host's leaf range uniformly: hosts spread
@@ -100,8 +148,9 @@ const (
 	HostsZipf = "zipf"
 )
 
-// placeHosts draws n distinct host addresses.
-func (p *placer) placeHosts(rng *rand.Rand, n int, dist string) ([]world.Endpoint, error) {
+// placeHosts draws n distinct host addresses, a share v6 of them IPv6
+// (uniform over the IPv6 leaf ranges whatever dist says).
+func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]world.Endpoint, error) {
 	var pick func() int
 	var within func(hierarchy.NodeID, uint32) uint32
 	switch dist {
@@ -122,7 +171,13 @@ func (p *placer) placeHosts(rng *rand.Rand, n int, dist string) ([]world.Endpoin
 	out := make([]world.Endpoint, 0, n)
 	seen := make(map[netip.Addr]struct{}, n)
 	for len(out) < n {
-		ep, _, err := p.draw(rng, pick, within)
+		var ep world.Endpoint
+		var err error
+		if v6 > 0 && rng.Float64() < v6 {
+			ep, _, err = p.draw6(rng)
+		} else {
+			ep, _, err = p.draw(rng, pick, within)
+		}
 		if err != nil {
 			return nil, err
 		}

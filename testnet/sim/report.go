@@ -56,6 +56,7 @@ type Report struct {
 	ThresholdMs float64  `json:"threshold_ms"`
 	Latency     string   `json:"latency"`
 	HostDist    string   `json:"host_dist"`
+	IPv6Share   float64  `json:"ipv6_share"`
 	CurveWindow int      `json:"curve_window"`
 	Results     []Result `json:"policies"`
 	// OptimalMeanMs is the mean RTT of hosts to their optimal crawler.
@@ -69,7 +70,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		Seed: cfg.Seed, Crawlers: len(w.Crawlers), Hosts: n, Train: cfg.Train,
 		ThresholdMs: float64(cfg.Threshold.Microseconds()) / 1000, CurveWindow: win,
 		Latency:  "formula (DB-IP positions, fibre × stretch + access + jitter)",
-		HostDist: cmp.Or(cfg.HostDist, HostsUniform),
+		HostDist: cmp.Or(cfg.HostDist, HostsUniform), IPv6Share: cfg.IPv6Share,
 	}
 	if mx := w.Model.Matrix(); mx != nil {
 		rep.Latency = fmt.Sprintf("measured matrix (%d sites, %d directed pairs; formula for missing pairs)", len(mx.Sites), mx.Pairs())
@@ -180,6 +181,9 @@ func roundResult(r Result) Result {
 func (r *Report) WriteText(out io.Writer) error {
 	fmt.Fprintf(out, "micra sim: %d crawlers, %d hosts (%s over the hierarchy; first %d train, last %d evaluate), threshold %g ms, seed %d\n",
 		r.Crawlers, r.Hosts, r.HostDist, r.Train, r.Hosts-r.Train, r.ThresholdMs, r.Seed)
+	if r.IPv6Share > 0 {
+		fmt.Fprintf(out, "hosts at IPv6 addresses: %.0f %%\n", 100*r.IPv6Share)
+	}
 	fmt.Fprintf(out, "latency: %s; mean RTT to the optimal crawler %.1f ms\n\n", r.Latency, r.OptimalMeanMs)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\toptimal %\tprobes/URL\tlast 50\texcess mean ms\texcess p95 ms\tcost vs random\tload max/mean\t")

@@ -96,6 +96,8 @@ type Config struct {
 	// HostDist is how hosts are spread over the hierarchy's leaf ranges:
 	// HostsUniform (default) or HostsZipf.
 	HostDist string
+	// IPv6Share is the fraction of hosts placed at IPv6 addresses (0..1).
+	IPv6Share float64
 	// CapacityFactor sets every crawler's capacity (pages per day, used by
 	// load balancing and hash replicas) to this multiple of hosts/crawlers.
 	// Default 2.
@@ -218,7 +220,7 @@ func NewWorld(cfg Config) (*World, error) {
 		return nil, err
 	}
 	rng = rand.New(rand.NewPCG(cfg.Seed, 0x686f737473))
-	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts, cfg.HostDist); err != nil {
+	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts, cfg.HostDist, cfg.IPv6Share); err != nil {
 		return nil, err
 	}
 	width := len(fmt.Sprint(cfg.Crawlers - 1))

@@ -207,3 +207,28 @@ func TestPresetsAndPolicies(t *testing.T) {
 		t.Error("unknown policy accepted")
 	}
 }
+
+func TestIPv6Hosts(t *testing.T) {
+	cfg := small(9)
+	cfg.IPv6Share = 0.5
+	cfg.Policies = []string{"ipmicra"}
+	rep, w, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6 := 0
+	for _, h := range w.Hosts {
+		if h.Addr.Is6() {
+			v6++
+			if s := w.Tree.SmallestNonUnary(h.Addr); s == 0 || int(s) >= w.Tree.Len() || !w.Tree.Node(s).Start.Is6() {
+				t.Fatalf("IPv6 host %v outside the IPv6 hierarchy", h.Addr)
+			}
+		}
+	}
+	if v6 < 100 || v6 > 200 {
+		t.Errorf("%d of %d hosts IPv6, want about half", v6, len(w.Hosts))
+	}
+	if r := rep.Results[0]; r.OptimalPct < 30 || r.ProbesPerURL > 7 {
+		t.Errorf("ipmicra with IPv6 hosts: %.1f%% optimal, %.2f probes/URL", r.OptimalPct, r.ProbesPerURL)
+	}
+}
