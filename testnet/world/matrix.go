@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,23 +94,45 @@ func (c *csvReader) next() ([]string, int, error) {
 	return rec, line, nil
 }
 
-func (c *csvReader) header(want []string, optional int) error {
+// header reads the header line and returns the column of each wanted name
+// (-1 for a missing optional one). Columns may come in any order; extra
+// columns are ignored, so richer exports load as they are.
+func (c *csvReader) header(required, optional []string) (map[string]int, error) {
 	rec, line, err := c.next()
+	want := strings.Join(append(slices.Clone(required), optional...), ",")
 	if err == io.EOF {
-		return &LineError{c.name, 1, fmt.Sprintf("empty file: want header %q", strings.Join(want, ","))}
+		return nil, &LineError{c.name, 1, fmt.Sprintf("empty file: want header %q", want)}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(rec) < len(want)-optional || len(rec) > len(want) {
-		return &LineError{c.name, line, fmt.Sprintf("header %q: want %q", strings.Join(rec, ","), strings.Join(want, ","))}
+	cols := map[string]int{}
+	for _, n := range append(slices.Clone(required), optional...) {
+		cols[n] = -1
 	}
 	for i, f := range rec {
-		if !strings.EqualFold(strings.TrimPrefix(f, "\ufeff"), want[i]) {
-			return &LineError{c.name, line, fmt.Sprintf("header column %d is %q, want %q", i+1, f, want[i])}
+		f = strings.ToLower(strings.TrimPrefix(f, "\ufeff"))
+		if j, ok := cols[f]; ok {
+			if j >= 0 {
+				return nil, &LineError{c.name, line, fmt.Sprintf("header names column %q twice", f)}
+			}
+			cols[f] = i
 		}
 	}
-	return nil
+	for _, n := range required {
+		if cols[n] < 0 {
+			return nil, &LineError{c.name, line, fmt.Sprintf("header %q lacks column %q (want %q)", strings.Join(rec, ","), n, want)}
+		}
+	}
+	return cols, nil
+}
+
+// field returns column col of rec, or "" when the record is too short.
+func field(rec []string, col int) string {
+	if col < 0 || col >= len(rec) {
+		return ""
+	}
+	return rec[col]
 }
 
 func parseFloat(s string) (float64, bool) {
@@ -120,9 +143,11 @@ func parseFloat(s string) (float64, bool) {
 // LoadSites reads a sites CSV (header id,lat,lon[,name]). name labels errors.
 func LoadSites(r io.Reader, name string) ([]Site, error) {
 	c := newCSV(r, name)
-	if err := c.header([]string{"id", "lat", "lon", "name"}, 1); err != nil {
+	cols, err := c.header([]string{"id", "lat", "lon"}, []string{"name"})
+	if err != nil {
 		return nil, err
 	}
+	need := max(cols["id"], cols["lat"], cols["lon"]) + 1
 	var sites []Site
 	seen := map[string]int{}
 	for {
@@ -133,27 +158,25 @@ func LoadSites(r io.Reader, name string) ([]Site, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(rec) < 3 || len(rec) > 4 {
-			return nil, &LineError{name, line, fmt.Sprintf("want 3 or 4 fields (id,lat,lon[,name]), got %d", len(rec))}
+		if len(rec) < need {
+			return nil, &LineError{name, line, fmt.Sprintf("want at least %d fields (id,lat,lon[,name]), got %d", need, len(rec))}
 		}
-		if rec[0] == "" {
+		id, latS, lonS := field(rec, cols["id"]), field(rec, cols["lat"]), field(rec, cols["lon"])
+		if id == "" {
 			return nil, &LineError{name, line, "empty site id"}
 		}
-		if prev, dup := seen[rec[0]]; dup {
-			return nil, &LineError{name, line, fmt.Sprintf("duplicate site id %q (first on line %d)", rec[0], prev)}
+		if prev, dup := seen[id]; dup {
+			return nil, &LineError{name, line, fmt.Sprintf("duplicate site id %q (first on line %d)", id, prev)}
 		}
-		lat, ok := parseFloat(rec[1])
+		lat, ok := parseFloat(latS)
 		if !ok || lat < -90 || lat > 90 {
-			return nil, &LineError{name, line, fmt.Sprintf("latitude %q is not a number in [-90, 90]", rec[1])}
+			return nil, &LineError{name, line, fmt.Sprintf("latitude %q is not a number in [-90, 90]", latS)}
 		}
-		lon, ok := parseFloat(rec[2])
+		lon, ok := parseFloat(lonS)
 		if !ok || lon < -180 || lon > 180 {
-			return nil, &LineError{name, line, fmt.Sprintf("longitude %q is not a number in [-180, 180]", rec[2])}
+			return nil, &LineError{name, line, fmt.Sprintf("longitude %q is not a number in [-180, 180]", lonS)}
 		}
-		s := Site{ID: rec[0], Loc: geo.Point{Lat: lat, Lon: lon}}
-		if len(rec) == 4 {
-			s.Name = rec[3]
-		}
+		s := Site{ID: id, Loc: geo.Point{Lat: lat, Lon: lon}, Name: field(rec, cols["name"])}
 		s.v = toVec(s.Loc)
 		seen[s.ID] = line
 		sites = append(sites, s)
@@ -173,9 +196,11 @@ func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
 		mx.Sites[i].v = toVec(s.Loc)
 	}
 	c := newCSV(r, name)
-	if err := c.header([]string{"src", "dst", "rtt_ms"}, 0); err != nil {
+	cols, err := c.header([]string{"src", "dst", "rtt_ms"}, nil)
+	if err != nil {
 		return nil, err
 	}
+	need := max(cols["src"], cols["dst"], cols["rtt_ms"]) + 1
 	seen := map[uint64]int{}
 	for {
 		rec, line, err := c.next()
@@ -185,24 +210,25 @@ func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(rec) != 3 {
-			return nil, &LineError{name, line, fmt.Sprintf("want 3 fields (src,dst,rtt_ms), got %d", len(rec))}
+		if len(rec) < need {
+			return nil, &LineError{name, line, fmt.Sprintf("want at least %d fields (src,dst,rtt_ms), got %d", need, len(rec))}
 		}
-		src, ok := mx.byID[rec[0]]
+		srcS, dstS, msS := field(rec, cols["src"]), field(rec, cols["dst"]), field(rec, cols["rtt_ms"])
+		src, ok := mx.byID[srcS]
 		if !ok {
-			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", rec[0])}
+			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", srcS)}
 		}
-		dst, ok := mx.byID[rec[1]]
+		dst, ok := mx.byID[dstS]
 		if !ok {
-			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", rec[1])}
+			return nil, &LineError{name, line, fmt.Sprintf("unknown site %q (not in the sites file)", dstS)}
 		}
-		ms, ok := parseFloat(rec[2])
+		ms, ok := parseFloat(msS)
 		if !ok || ms < 0 {
-			return nil, &LineError{name, line, fmt.Sprintf("rtt_ms %q is not a non-negative number", rec[2])}
+			return nil, &LineError{name, line, fmt.Sprintf("rtt_ms %q is not a non-negative number", msS)}
 		}
 		k := uint64(src)<<32 | uint64(dst)
 		if prev, dup := seen[k]; dup {
-			return nil, &LineError{name, line, fmt.Sprintf("duplicate measurement %s→%s (first on line %d)", rec[0], rec[1], prev)}
+			return nil, &LineError{name, line, fmt.Sprintf("duplicate measurement %s→%s (first on line %d)", srcS, dstS, prev)}
 		}
 		seen[k] = line
 		mx.rtt[k] = ms

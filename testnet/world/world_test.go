@@ -247,18 +247,36 @@ func TestMatrix(t *testing.T) {
 	}
 }
 
+// TestCSVColumnsAnyOrder: columns are found by name; extra ones are ignored.
+func TestCSVColumnsAnyOrder(t *testing.T) {
+	sites, err := LoadSites(strings.NewReader("name,lon,country,id,lat\nParis,2.35,FR,par,48.85\nOslo,10.75,NO,osl,59.91\n"), "s.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sites[0].ID != "par" || sites[0].Name != "Paris" || sites[1].Loc != (geo.Point{Lat: 59.91, Lon: 10.75}) {
+		t.Fatalf("sites %+v", sites)
+	}
+	mx, err := LoadRTT(strings.NewReader("rtt_ms,src,dst,probes\n25.5,par,osl,10\n"), "r.csv", sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := mx.RTT(1, 0); !ok || v != 25.5 {
+		t.Fatalf("osl→par = %v, %v", v, ok)
+	}
+}
+
 func TestCSVErrors(t *testing.T) {
 	for _, c := range []struct{ sites, rtt, want string }{
 		{"", "", "sites.csv:1: empty file"},
-		{"id,lat\n", "", `sites.csv:1: header "id,lat": want "id,lat,lon,name"`},
-		{"id,lon,lat\n", "", `sites.csv:1: header column 2 is "lon", want "lat"`},
+		{"id,lat\n", "", `sites.csv:1: header "id,lat" lacks column "lon" (want "id,lat,lon,name")`},
+		{"id,lat,lat,lon\n", "", `sites.csv:1: header names column "lat" twice`},
 		{"id,lat,lon\na,1,2\nb,95,2\n", "", `sites.csv:3: latitude "95" is not a number in [-90, 90]`},
 		{"id,lat,lon\na,1,x\n", "", `sites.csv:2: longitude "x" is not a number in [-180, 180]`},
 		{"id,lat,lon\na,1,2\n\na,3,4\n", "", `sites.csv:4: duplicate site id "a" (first on line 2)`},
-		{"id,lat,lon\na,1,2,n,extra\n", "", "sites.csv:2: want 3 or 4 fields"},
+		{"id,lat,lon\na,1\n", "", "sites.csv:2: want at least 3 fields"},
 		{"id,lat,lon\n,1,2\n", "", "sites.csv:2: empty site id"},
 		{"id,lat,lon\n", "", "sites.csv:2: no sites"},
-		{"id,lat,lon\na,1,2\nb,3,4\n", "src,dst\n", `rtt.csv:1: header "src,dst": want "src,dst,rtt_ms"`},
+		{"id,lat,lon\na,1,2\nb,3,4\n", "src,dst\n", `rtt.csv:1: header "src,dst" lacks column "rtt_ms" (want "src,dst,rtt_ms")`},
 		{"id,lat,lon\na,1,2\nb,3,4\n", "src,dst,rtt_ms\na,c,5\n", `rtt.csv:2: unknown site "c"`},
 		{"id,lat,lon\na,1,2\nb,3,4\n", "src,dst,rtt_ms\na,b,-5\n", `rtt.csv:2: rtt_ms "-5" is not a non-negative number`},
 		{"id,lat,lon\na,1,2\nb,3,4\n", "src,dst,rtt_ms\na,b,NaN\n", `rtt.csv:2: rtt_ms "NaN"`},
