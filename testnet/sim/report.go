@@ -280,6 +280,11 @@ func WriteSVG(out io.Writer, reps []*Report) error {
 	}
 	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">URLs delegated</text>`+"\n", L+pw/2, H-10)
 	fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#333"/>`+"\n", L, T, pw, ph)
+	if len(reps) > 0 && npts > 0 {
+		// the end of training: evaluation starts here
+		tx := L + pw*float64(reps[0].Train)/win/float64(npts)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#888" stroke-dasharray="4 3"/><text x="%.1f" y="%g" fill="#555">evaluation →</text>`+"\n", tx, T, tx, T+ph, tx+4, T+14)
+	}
 	for k, s := range ss {
 		c := colors[k%len(colors)]
 		var pts []string
