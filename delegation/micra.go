@@ -127,7 +127,7 @@ func NewMicra(d Deps, c Config) Policy {
 		cfg:      c.Micra.withDefaults(),
 		crawler:  newCrawlerIndex(),
 		stats:    make(map[statKey]*lnStat),
-		members:  make(map[ctxKey][]uint32),
+		top:      make(map[ctxKey][]uint32),
 		wins:     make(map[statKey]float64),
 		winTotal: make(map[ctxKey]float64),
 	}
@@ -210,7 +210,13 @@ type micraChooser struct {
 	cfg     MicraConfig
 	crawler *crawlerIndex
 	stats   map[statKey]*lnStat
-	members map[ctxKey][]uint32 // crawlers with statistics in a context
+	// top lists, per context, the topK crawlers with the lowest mean there:
+	// candidates come from these, so a decision's cost does not grow with
+	// the number of crawlers
+	top map[ctxKey][]uint32
+	// running sum of every crawler's global mean (prediction for unknowns)
+	globalSum float64
+	globalN   int
 	// pooled within-(context, crawler) spread per kind of context
 	pooled [ctxKinds]struct{ m2, dof float64 }
 	pairs  *pairModel
@@ -333,10 +339,16 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			if !ok {
 				st = &lnStat{}
 				m.stats[sk] = st
-				m.members[k] = append(m.members[k], ci)
+				if k == ks[len(ks)-1] {
+					m.globalN++
+				}
 			}
-			before := st.m2
+			before, beforeMean := st.m2, st.mean
 			st.add(x)
+			if k == ks[len(ks)-1] {
+				m.globalSum += st.mean - beforeMean
+			}
+			m.rankTop(k, ci)
 			if st.n > 1 {
 				kp := &m.pooled[m.kindOf(e.d.Tree, k)]
 				kp.m2 += st.m2 - before
@@ -344,6 +356,28 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			}
 		}
 	}
+}
+
+const topK = 16
+
+// rankTop re-ranks crawler ci in context k's top list after its mean there
+// changed.
+func (m *micraChooser) rankTop(k ctxKey, ci uint32) {
+	t := m.top[k]
+	if i := slices.Index(t, ci); i >= 0 {
+		t = slices.Delete(t, i, i+1)
+	}
+	mean := m.stats[skey(k, ci)].mean
+	i, _ := slices.BinarySearchFunc(t, mean, func(cj uint32, v float64) int {
+		return cmp.Compare(m.stats[skey(k, cj)].mean, v)
+	})
+	if i < topK {
+		t = slices.Insert(t, i, ci)
+		if len(t) > topK {
+			t = t[:topK]
+		}
+	}
+	m.top[k] = t
 }
 
 type micraCand struct {
@@ -413,10 +447,8 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, kinds []int, c CrawlerID, ci
 			// sits here but never measured here: as good as the best
 			// known here, so newcomers get tried
 			best := math.Log(10)
-			for j, cj := range m.members[k] {
-				if st := m.stats[skey(k, cj)]; j == 0 || st.mean < best {
-					best = st.mean
-				}
+			if t := m.top[k]; len(t) > 0 {
+				best = m.stats[skey(k, t[0])].mean
 			}
 			if best < mu {
 				mu, vr, cand.from = best, math.Max(vr, 4*w2), "sits-in-"+kindNames[kind]
@@ -452,32 +484,33 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		if len(ids) >= m.cfg.MinCandidates {
 			break
 		}
-		for _, ci := range m.located[k] {
+		// crawlers sitting here: at most topK, from an offset that depends
+		// on the subnet, so that many co-located crawlers share the work
+		if loc := m.located[k]; len(loc) > 0 {
+			off := int(mix64(uint64(s)) % uint64(len(loc)))
+			for j := range min(len(loc), topK) {
+				add(loc[(off+j)%len(loc)])
+			}
+		}
+		for _, ci := range m.top[k] {
 			add(ci)
 		}
-		if k == global {
-			// the whole world: every live crawler (small deployments, cold
-			// start); large ones never get here once contexts fill up
+		if k == global && len(ids) < m.cfg.MinCandidates {
+			// cold start: any live crawler, up to topK
 			for _, c := range e.liveIDs() {
+				if len(ids) >= topK {
+					break
+				}
 				add(m.crawler.id(c))
 			}
-			continue
-		}
-		for _, ci := range m.members[k] {
-			add(ci)
 		}
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	globalMean, nm := math.Log(100), 0.0
-	if ms := m.members[global]; len(ms) > 0 {
-		sum := 0.0
-		for _, ci := range ms {
-			sum += m.stats[skey(global, ci)].mean
-		}
-		nm = float64(len(ms))
-		globalMean = sum / nm
+	globalMean := math.Log(100)
+	if m.globalN > 0 {
+		globalMean = m.globalSum / float64(m.globalN)
 	}
 	cands := make([]micraCand, len(ids))
 	for i, ci := range ids {
