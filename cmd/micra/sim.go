@@ -40,7 +40,7 @@ func parseThresholds(s string) ([]time.Duration, error) {
 func simCmd() *cobra.Command {
 	var (
 		hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
-		crawlers, hosts, train                                                        int
+		crawlers, hosts, train, seeds                                                 int
 		seed                                                                          uint64
 		asJSON                                                                        bool
 		capacityFactor, ipv6Share                                                     float64
@@ -127,15 +127,30 @@ seed print the same report. See docs/simulator.md.`,
 			cfg.IPv6Share = ipv6Share
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
+			if seeds < 1 {
+				return fmt.Errorf("--seeds %d: want at least 1", seeds)
+			}
 			var reps []*sim.Report
-			var w *sim.World
+			worlds := make([]*sim.World, seeds) // placed once per seed, reused across thresholds
+			base := cfg.Seed
 			for i, th := range ths {
 				cfg.Threshold = th
-				rep, wld, err := sim.Run(cmd.Context(), cfg, w)
-				if err != nil {
-					return err
+				var runs []*sim.Report
+				for k := range seeds {
+					cfg.Seed = base + uint64(k)
+					r, wld, err := sim.Run(cmd.Context(), cfg, worlds[k])
+					if err != nil {
+						return err
+					}
+					worlds[k] = wld
+					runs = append(runs, r)
 				}
-				w = wld
+				rep := runs[0]
+				if seeds > 1 {
+					if rep, err = sim.Average(runs); err != nil {
+						return err
+					}
+				}
 				reps = append(reps, rep)
 				if asJSON {
 					err = rep.WriteJSON(out)
@@ -176,6 +191,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&train, "train", 650, "delegations that train before evaluation starts (default 65% of hosts)")
 	f.StringVar(&thresholds, "threshold", "50", "probing threshold in ms, a list (25,50,75) or 'paper' for 25,50,75,100,125")
 	f.Uint64Var(&seed, "seed", 1, "seed of placement, latency model and policies")
+	f.IntVar(&seeds, "seeds", 1, "average over this many seeds (seed, seed+1, …): placements vary a lot between seeds")
 	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")

@@ -64,8 +64,8 @@ func TestSimCLI(t *testing.T) {
 		t.Fatalf("plot: %v", err)
 	}
 
-	text, err := runSim(t, "--crawlers", "4", "--hosts", "100")
-	if err != nil || !strings.Contains(text, "optimal %") || !strings.Contains(text, "ipmicra") {
+	text, err := runSim(t, "--crawlers", "4", "--hosts", "100", "--seeds", "2")
+	if err != nil || !strings.Contains(text, "optimal %") || !strings.Contains(text, "ipmicra") || !strings.Contains(text, "mean over 2 seeds") {
 		t.Fatalf("text: %v\n%s", err, text)
 	}
 

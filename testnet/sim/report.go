@@ -50,6 +50,7 @@ type Result struct {
 // Report is the outcome of one simulation at one threshold.
 type Report struct {
 	Seed        uint64   `json:"seed"`
+	Seeds       int      `json:"seeds"` // runs averaged (seed, seed+1, …)
 	Crawlers    int      `json:"crawlers"`
 	Hosts       int      `json:"hosts"`
 	Train       int      `json:"train"`
@@ -67,7 +68,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 	n := len(w.Hosts)
 	win := max(1, n/cfg.CurvePoints)
 	rep := &Report{
-		Seed: cfg.Seed, Crawlers: len(w.Crawlers), Hosts: n, Train: cfg.Train,
+		Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: n, Train: cfg.Train,
 		ThresholdMs: float64(cfg.Threshold.Microseconds()) / 1000, CurveWindow: win,
 		Latency:  "formula (DB-IP positions, fibre × stretch + access + jitter)",
 		HostDist: cmp.Or(cfg.HostDist, HostsUniform), IPv6Share: cfg.IPv6Share,
@@ -181,6 +182,9 @@ func roundResult(r Result) Result {
 func (r *Report) WriteText(out io.Writer) error {
 	fmt.Fprintf(out, "micra sim: %d crawlers, %d hosts (%s over the hierarchy; first %d train, last %d evaluate), threshold %g ms, seed %d\n",
 		r.Crawlers, r.Hosts, r.HostDist, r.Train, r.Hosts-r.Train, r.ThresholdMs, r.Seed)
+	if r.Seeds > 1 {
+		fmt.Fprintf(out, "mean over %d seeds (%d … %d)\n", r.Seeds, r.Seed, r.Seed+uint64(r.Seeds)-1)
+	}
 	if r.IPv6Share > 0 {
 		fmt.Fprintf(out, "hosts at IPv6 addresses: %.0f %%\n", 100*r.IPv6Share)
 	}
@@ -221,10 +225,11 @@ func (r *Report) WriteJSON(out io.Writer) error {
 		obj := struct {
 			Result
 			Seed     uint64 `json:"seed"`
+			Seeds    int    `json:"seeds"`
 			Crawlers int    `json:"crawlers"`
 			Hosts    int    `json:"hosts"`
 			Train    int    `json:"train"`
-		}{x, r.Seed, r.Crawlers, r.Hosts, r.Train}
+		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}
@@ -316,4 +321,58 @@ func niceCeil(v float64) float64 {
 
 func xmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// Average combines reports of the same configuration under different seeds
+// (same policies, same host count): every figure is the mean over seeds,
+// stop reasons are summed, and Seeds says how many runs were averaged.
+func Average(reps []*Report) (*Report, error) {
+	if len(reps) == 0 {
+		return nil, fmt.Errorf("sim: no reports to average")
+	}
+	out := *reps[0]
+	out.Results = nil
+	out.Seeds = len(reps)
+	n := float64(len(reps))
+	out.OptimalMeanMs = 0
+	for _, r := range reps {
+		if len(r.Results) != len(reps[0].Results) || r.Hosts != reps[0].Hosts {
+			return nil, fmt.Errorf("sim: reports to average differ in policies or hosts")
+		}
+		out.OptimalMeanMs += r.OptimalMeanMs / n
+	}
+	for i, first := range reps[0].Results {
+		acc := Result{Policy: first.Policy, ThresholdMs: first.ThresholdMs, URLs: first.URLs, Reasons: map[string]int{}, Curve: make([]float64, len(first.Curve))}
+		for _, r := range reps {
+			x := r.Results[i]
+			if x.Policy != first.Policy {
+				return nil, fmt.Errorf("sim: reports to average differ in policy order")
+			}
+			acc.OptimalPct += x.OptimalPct / n
+			acc.OptimalPctAll += x.OptimalPctAll / n
+			acc.ProbesPerURL += x.ProbesPerURL / n
+			acc.ProbesPerURLLast50 += x.ProbesPerURLLast50 / n
+			acc.ProbesPerURLEval += x.ProbesPerURLEval / n
+			acc.ExcessMeanMs += x.ExcessMeanMs / n
+			acc.ExcessP95Ms += x.ExcessP95Ms / n
+			acc.CostVsRandom += x.CostVsRandom / n
+			acc.CostVsOptimal += x.CostVsOptimal / n
+			acc.LoadImbalance += x.LoadImbalance / n
+			acc.LoadCV += x.LoadCV / n
+			acc.Probes += x.Probes
+			for k, v := range x.Reasons {
+				acc.Reasons[k] += v
+			}
+			for j := range acc.Curve {
+				if j < len(x.Curve) {
+					acc.Curve[j] += x.Curve[j] / n
+				}
+			}
+		}
+		for j := range acc.Curve {
+			acc.Curve[j] = round3(acc.Curve[j])
+		}
+		out.Results = append(out.Results, roundResult(acc))
+	}
+	return &out, nil
 }

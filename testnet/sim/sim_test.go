@@ -232,3 +232,33 @@ func TestIPv6Hosts(t *testing.T) {
 		t.Errorf("ipmicra with IPv6 hosts: %.1f%% optimal, %.2f probes/URL", r.OptimalPct, r.ProbesPerURL)
 	}
 }
+
+func TestAverage(t *testing.T) {
+	ctx := context.Background()
+	a, _, err := Run(ctx, small(1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := Run(ctx, small(2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := Average([]*Report{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Seeds != 2 || same.Results[0].OptimalPct != a.Results[0].OptimalPct || same.Results[0].Probes != 2*a.Results[0].Probes {
+		t.Fatalf("average of a report with itself: %+v", same.Results[0])
+	}
+	avg, err := Average([]*Report{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := round3((a.Results[0].ProbesPerURL + b.Results[0].ProbesPerURL) / 2)
+	if got := avg.Results[0].ProbesPerURL; got-want > 0.002 || want-got > 0.002 {
+		t.Fatalf("mean probes/URL %v, want %v", got, want)
+	}
+	if _, err := Average(nil); err == nil {
+		t.Fatal("empty average accepted")
+	}
+}
