@@ -62,6 +62,14 @@ type Tree struct {
 	id     SnapshotID
 }
 
+// directIndexMin is the number of elementary intervals from which a family
+// gets its direct top-bits index (a variable so tests can force either path).
+var directIndexMin = 256
+
+// dense6 is the number of intervals from which an IPv6 /16 bucket gets its
+// second index level.
+var dense6 = 64
+
 // finish derives the secondary structures from nodes, orgs and countries.
 func (t *Tree) finish() {
 	n := len(t.nodes)
@@ -193,6 +201,18 @@ func (t *Tree) buildIndex() {
 		t.seg6Hi[i], t.seg6Lo[i] = st.hi, st.lo
 	}
 
+	// Small trees (tests, simulations) skip the direct indexes: a binary
+	// search over a few intervals is as fast and costs no 512 KiB of tables.
+	t.idx4, t.idx6, t.sub6Off, t.sub6 = nil, nil, nil, nil
+	if len(starts4) > directIndexMin {
+		t.buildIdx4(starts4)
+	}
+	if len(starts6) > directIndexMin {
+		t.buildIdx6(starts6)
+	}
+}
+
+func (t *Tree) buildIdx4(starts4 []uint32) {
 	t.idx4 = make([]uint32, 65537)
 	j := 0
 	for p := 0; p < 65536; p++ {
@@ -203,8 +223,11 @@ func (t *Tree) buildIndex() {
 		t.idx4[p] = uint32(j)
 	}
 	t.idx4[65536] = uint32(len(starts4) - 1)
+}
+
+func (t *Tree) buildIdx6(starts6 []u128) {
 	t.idx6 = make([]uint32, 65537)
-	j = 0
+	j := 0
 	for p := 0; p < 65536; p++ {
 		a := u128{uint64(p) << 48, 0}
 		for j+1 < len(starts6) && !a.less(starts6[j+1]) {
@@ -213,12 +236,11 @@ func (t *Tree) buildIndex() {
 		t.idx6[p] = uint32(j)
 	}
 	t.idx6[65536] = uint32(len(starts6) - 1)
-	const dense = 64
 	t.sub6Off = make([]uint32, 65536)
 	t.sub6 = t.sub6[:0]
 	for p := 0; p < 65536; p++ {
 		lo, hi := int(t.idx6[p]), int(t.idx6[p+1])
-		if hi-lo <= dense {
+		if hi-lo <= dense6 {
 			continue
 		}
 		t.sub6Off[p] = uint32(len(t.sub6)) + 1
@@ -236,8 +258,11 @@ func (t *Tree) buildIndex() {
 
 // seg4 returns the elementary interval holding x.
 func (t *Tree) seg4(x uint32) int {
-	p := x >> 16
-	lo, hi := int(t.idx4[p]), int(t.idx4[p+1])
+	lo, hi := 0, len(t.seg4Start)-1
+	if t.idx4 != nil {
+		p := x >> 16
+		lo, hi = int(t.idx4[p]), int(t.idx4[p+1])
+	}
 	// invariant: starts[lo] <= x; answer in [lo, hi]
 	for lo < hi {
 		m := int(uint(lo+hi+1) >> 1)
@@ -251,11 +276,14 @@ func (t *Tree) seg4(x uint32) int {
 }
 
 func (t *Tree) seg6(x u128) int {
-	p := x.hi >> 48
-	lo, hi := int(t.idx6[p]), int(t.idx6[p+1])
-	if o := t.sub6Off[p]; o != 0 {
-		k := int(o-1) + int(x.hi>>36&0xfff)
-		lo, hi = int(t.sub6[k]), int(t.sub6[k+1])
+	lo, hi := 0, len(t.seg6Hi)-1
+	if t.idx6 != nil {
+		p := x.hi >> 48
+		lo, hi = int(t.idx6[p]), int(t.idx6[p+1])
+		if o := t.sub6Off[p]; o != 0 {
+			k := int(o-1) + int(x.hi>>36&0xfff)
+			lo, hi = int(t.sub6[k]), int(t.sub6[k+1])
+		}
 	}
 	for lo < hi {
 		m := int(uint(lo+hi+1) >> 1)
