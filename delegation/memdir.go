@@ -115,8 +115,7 @@ func (m *MemDirectory) index(r Record, d int) {
 	if m.tree == nil || r.Subnet == hierarchy.None || int(r.Subnet) >= m.tree.Len() {
 		return
 	}
-	m.set(m.under, r.Subnet).add(r.Owner, d)
-	for _, a := range m.tree.Ancestors(r.Subnet) {
+	for a := r.Subnet; a != hierarchy.None; a = m.tree.Parent(a) {
 		m.set(m.under, a).add(r.Owner, d)
 	}
 	if o := m.tree.Node(r.Subnet).Org; o != 0 {
