@@ -318,7 +318,7 @@ var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // run is the raw outcome of one policy over the host stream.
 type run struct {
 	spec    PolicySpec
-	owner   []int32  // per host
+	owner   []int32  // per host: who crawls it at the end of the run
 	probes  []uint32 // per host
 	reasons map[string]int
 	total   int64
@@ -352,6 +352,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 		}
 	}
 	r := &run{spec: spec, owner: make([]int32, len(w.Hosts)), probes: make([]uint32, len(w.Hosts)), reasons: map[string]int{}}
+	subnets := make([]hierarchy.NodeID, len(w.Hosts))
 	start := time.Now()
 	for i := range w.Hosts {
 		if i&1023 == 0 {
@@ -370,11 +371,21 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 			return nil, fmt.Errorf("sim: %s: host %v delegated to unknown crawler %q (%v)", spec.Name, w.Hosts[i].Addr, d.Owner, d)
 		}
 		r.owner[i] = ci
+		subnets[i] = d.Subnet
 		r.probes[i] = uint32(pr.probes - before)
 		r.reasons[d.Reason.String()]++
 	}
 	r.elapsed = time.Since(start)
 	r.total = pr.probes
+	// Load balancing may move subnets after their hosts were delegated:
+	// score who crawls each host in the end.
+	for i, sn := range subnets {
+		if rec, ok := dir.Get(sn); ok && sn != hierarchy.None {
+			if ci, ok := w.crawler(rec.Owner); ok {
+				r.owner[i] = ci
+			}
+		}
+	}
 	return r, nil
 }
 
