@@ -1,0 +1,53 @@
+package delegation
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestMicraExplains: a micra decision says what it probed and why it stopped.
+func TestMicraExplains(t *testing.T) {
+	w := newSmallWorld(t)
+	p := NewMicra(w.deps(1), Config{})
+	w.join(t, p, smallCrawlers...)
+	d, err := p.Delegate(context.Background(), ip("20.2.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pred *Step
+	for i := range d.Steps {
+		if d.Steps[i].Kind == StepPredict {
+			pred = &d.Steps[i]
+		}
+	}
+	if pred == nil || len(pred.Probes) != d.Probes || d.Probes == 0 {
+		t.Fatalf("want a predict step holding every probe: %v", d)
+	}
+	if d.Owner != "c3" || (d.Reason != ReasonConfident && d.Reason != ReasonAllProbed) {
+		t.Fatalf("c3 (70 ms) is the nearest of three: %v", d)
+	}
+	if !strings.Contains(pred.Note, "candidates") || !strings.Contains(pred.Note, "predicted from") {
+		t.Fatalf("note should explain the prediction: %q", pred.Note)
+	}
+}
+
+// TestMicraLearns: on the synthetic world micra stays close to brute force
+// in accuracy with a fraction of its probes, and probes less once trained.
+func TestMicraLearns(t *testing.T) {
+	w := newSynthWorld(t, 2, 12, 1000)
+	brute := runSynth(t, w, 2, Config{}, NewOptimal)
+	ours := runSynth(t, w, 2, Config{}, NewMicra)
+	ipm := runSynth(t, w, 2, Config{}, NewIPMicra)
+	t.Logf("brute %.1f%% %.2f probes; ipmicra %.1f%% %.2f; micra %.1f%% %.2f (all URLs %.2f)",
+		brute.optPct, brute.probes, ipm.optPct, ipm.probes, ours.optPct, ours.probes, ours.probesAll)
+	if ours.optPct < brute.optPct-6 {
+		t.Errorf("micra %.1f%% optimal, more than 6 points below brute force %.1f%%", ours.optPct, brute.optPct)
+	}
+	if ours.probes > 0.35*brute.probes || ours.probes > ipm.probes {
+		t.Errorf("micra uses %.2f probes/URL (brute force %.2f, IPMicra %.2f)", ours.probes, brute.probes, ipm.probes)
+	}
+	if ours.probes >= ours.probesAll {
+		t.Errorf("training should pay: %.2f probes/URL evaluated vs %.2f overall", ours.probes, ours.probesAll)
+	}
+}
