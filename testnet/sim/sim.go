@@ -187,8 +187,9 @@ type World struct {
 	Optimal    []int32
 	OptimalRTT []float64
 
-	crawlerIdx map[delegation.CrawlerID]int32
-	hostIdx    map[netip.Addr]int32
+	crawlerIdx  map[delegation.CrawlerID]int32
+	crawlerAddr map[netip.Addr]int32
+	hostIdx     map[netip.Addr]int32
 }
 
 // NewWorld places crawlers and hosts for cfg and computes the optimal
@@ -225,11 +226,13 @@ func NewWorld(cfg Config) (*World, error) {
 	}
 	width := len(fmt.Sprint(cfg.Crawlers - 1))
 	w.crawlerIdx = make(map[delegation.CrawlerID]int32, cfg.Crawlers)
+	w.crawlerAddr = make(map[netip.Addr]int32, cfg.Crawlers)
 	capacity := max(1, int(cfg.CapacityFactor*float64(cfg.Hosts)/float64(cfg.Crawlers)))
 	for i, e := range w.CrawlerE {
 		id := delegation.CrawlerID(fmt.Sprintf("c%0*d", width, i))
 		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity})
 		w.crawlerIdx[id] = int32(i)
+		w.crawlerAddr[e.Addr] = int32(i)
 	}
 	w.hostIdx = make(map[netip.Addr]int32, len(w.Hosts))
 	for i, h := range w.Hosts {
@@ -245,7 +248,7 @@ func (w *World) endpoint(a netip.Addr) (*world.Endpoint, bool) {
 	if i, ok := w.hostIdx[a]; ok {
 		return &w.Hosts[i], true
 	}
-	if i := slices.IndexFunc(w.CrawlerE, func(e world.Endpoint) bool { return e.Addr == a }); i >= 0 {
+	if i, ok := w.crawlerAddr[a]; ok {
 		return &w.CrawlerE[i], true
 	}
 	e, ok := w.Model.Endpoint(a, "")
