@@ -51,6 +51,9 @@ type MicraConfig struct {
 	// PairBandwidth is the kernel width of the pairwise model on ln RTT.
 	// Default 0.3.
 	PairBandwidth float64
+	// PairPrior is the weight, in samples, of the marginal prediction in
+	// the pairwise estimate. Default 0.3.
+	PairPrior float64
 	// PairSamples caps the samples kept per ordered pair. Default 128.
 	PairSamples int
 	// FirstByWins probes first the likeliest winner by the learned win
@@ -90,6 +93,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.PairBandwidth <= 0 {
 		m.PairBandwidth = 0.3
+	}
+	if m.PairPrior <= 0 {
+		m.PairPrior = 0.3
 	}
 	if m.PairSamples <= 0 {
 		m.PairSamples = 128
@@ -131,7 +137,7 @@ func NewMicra(d Deps, c Config) Policy {
 		wins:     make(map[statKey]float64),
 		winTotal: make(map[ctxKey]float64),
 	}
-	m.pairs = newPairModel(m.crawler, m.cfg.PairSamples, m.cfg.PairBandwidth)
+	m.pairs = newPairModel(m.crawler, m.cfg.PairSamples, m.cfg.PairBandwidth, m.cfg.PairPrior)
 	return newEngine("micra", d, c, m)
 }
 

@@ -18,6 +18,7 @@ type pairModel struct {
 	pairs   map[uint64]*pairSamples
 	cap     int
 	bw      float64 // kernel bandwidth on x (ln ms)
+	alpha   float64 // weight of the prior, in samples
 }
 
 // crawlerIndex gives crawlers small dense numbers for compact keys.
@@ -58,8 +59,8 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 	s.x, s.y = slices.Insert(s.x, i, x), slices.Insert(s.y, i, y)
 }
 
-func newPairModel(ci *crawlerIndex, capacity int, bandwidth float64) *pairModel {
-	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth}
+func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pairModel {
+	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth, alpha: alpha}
 }
 
 // learn adds every ordered pair of the answers of one host.
@@ -109,8 +110,7 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 			hit += kw
 		}
 	}
-	const alpha = 1
-	return (hit + alpha*prior) / (w + alpha), w
+	return (hit + p.alpha*prior) / (w + p.alpha), w
 }
 
 func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }
