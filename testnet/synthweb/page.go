@@ -227,6 +227,11 @@ func (w *Web) serve(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "unknown synthetic host", http.StatusMisdirectedRequest)
 		return
 	}
+	if w.cfg.HostLatency != nil {
+		if d := w.cfg.HostLatency(h); d > 0 {
+			time.Sleep(d)
+		}
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
 		return

@@ -63,6 +63,9 @@ type Config struct {
 	CrawlDelay time.Duration
 	// Latency is added before every response (0: none).
 	Latency time.Duration
+	// HostLatency, if set, adds a per-host delay before every response (the
+	// testnet emulates a host's network distance with it).
+	HostLatency func(host int) time.Duration
 	// Domain is the suffix of host names. Default "synth.test".
 	Domain string
 	// Listen prefix: addresses are 127.77.x.y. Default 127.77.
@@ -253,6 +256,17 @@ func (w *Web) HomeURL(i int) string {
 // PageURL returns the canonical URL of page p of host i.
 func (w *Web) PageURL(i, p int) string {
 	return "http://" + w.names[i] + ":" + strconv.Itoa(w.port) + pagePath(p)
+}
+
+// HostIP returns the loopback address host i is served on.
+func (w *Web) HostIP(i int) netip.Addr { return w.ipOf[i] }
+
+// HostIndex returns the index of a host name, or -1.
+func (w *Web) HostIndex(name string) int {
+	if i, ok := w.byName[strings.ToLower(strings.TrimSuffix(name, "."))]; ok {
+		return i
+	}
+	return -1
 }
 
 // Seeds returns the home pages of every host.

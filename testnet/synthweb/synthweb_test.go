@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
@@ -217,9 +218,19 @@ func TestCrawlClosure(t *testing.T) {
 }
 
 func TestUnknownHostAndPaths(t *testing.T) {
-	w := start(t, Config{Hosts: 2, PagesPerHost: 3})
+	w := start(t, Config{Hosts: 2, PagesPerHost: 3, HostLatency: func(h int) time.Duration { return time.Duration(h) * 20 * time.Millisecond }})
 	c := &http.Client{Transport: &http.Transport{DialContext: w.DialContext}}
 	defer c.CloseIdleConnections()
+	start := time.Now()
+	resp, err := c.Get("http://" + w.Hosts()[1] + ":" + itoa(w.Port()) + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Fatalf("host 1 answered in %v despite 20 ms HostLatency", d)
+	}
 	for path, want := range map[string]int{"/p/2.html": 200, "/p/3.html": 404, "/p/0.html": 404, "/x": 404, "/robots.txt": 200} {
 		resp, err := c.Get("http://" + w.Hosts()[1] + ":" + itoa(w.Port()) + path)
 		if err != nil {
@@ -230,6 +241,9 @@ func TestUnknownHostAndPaths(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
 		}
+	}
+	if w.HostIndex(w.Hosts()[1]) != 1 || w.HostIndex("nowhere.test") != -1 || !w.HostIP(1).IsLoopback() {
+		t.Fatal("HostIndex/HostIP")
 	}
 	if _, err := w.LookupNetIP(context.Background(), "ip", "nowhere.test"); err == nil {
 		t.Fatal("unknown host resolved")
