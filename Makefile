@@ -32,6 +32,10 @@ snapshot:
 geo:
 	GO=$(GO) sh data/geo/build.sh
 
+# micra against Colly v2.3.0 on the loopback synthetic web, same run (docs/fetching.md).
+bench-crawl: build
+	./$(BIN) bench crawl
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
