@@ -1,6 +1,7 @@
 package hierarchy
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -84,7 +85,7 @@ func BenchmarkBuildFromSources(b *testing.B) {
 	want := defaultTree(b).ID()
 	c0 := cpuTime()
 	for b.Loop() {
-		t, _, err := BuildSources(src)
+		t, _, err := BuildSources(context.Background(), src)
 		if err != nil {
 			b.Fatal(err)
 		}

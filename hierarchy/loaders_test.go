@@ -1,6 +1,7 @@
 package hierarchy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/netip"
@@ -356,7 +357,7 @@ func TestDeriveAggregates(t *testing.T) {
 }
 
 func TestBuildSourcesSmall(t *testing.T) {
-	tr, rep, err := BuildSources(Sources{
+	tr, rep, err := BuildSources(context.Background(), Sources{
 		IANA:   []string{dataDir + "iana-ipv4-address-space.csv", dataDir + "iana-ipv6-unicast-address-assignments.csv"},
 		RIR:    []string{dataDir + "delegated-afrinic-extended-20230323.gz"},
 		RPSL:   []string{"testdata/afrinic.db.sample"},
@@ -375,7 +376,7 @@ func TestBuildSourcesSmall(t *testing.T) {
 	if len(path) < 3 {
 		t.Errorf("196.216.2.1 path %v", path)
 	}
-	if _, _, err := BuildSources(Sources{IANA: []string{"testdata/nope.csv"}}); !errors.Is(err, os.ErrNotExist) {
+	if _, _, err := BuildSources(context.Background(), Sources{IANA: []string{"testdata/nope.csv"}}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 }

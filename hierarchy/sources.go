@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,8 +34,8 @@ type SourceReport struct {
 
 // BuildSources loads every source, adds them coarse to fine (IANA, RIR
 // statistics, RPSL, range CSVs with their derived aggregates) and builds the
-// tree.
-func BuildSources(src Sources) (*Tree, SourceReport, error) {
+// tree. ctx is checked between files.
+func BuildSources(ctx context.Context, src Sources) (*Tree, SourceReport, error) {
 	log := src.Logger
 	if log == nil {
 		log = slog.Default()
@@ -57,6 +58,9 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 	var coarse [][]Range
 	for _, k := range kinds {
 		for _, f := range k.files {
+			if err := ctx.Err(); err != nil {
+				return nil, rep, err
+			}
 			rs, lr, err := LoadFile(f, k.load, src.Lenient)
 			if err != nil {
 				return nil, rep, err
@@ -68,6 +72,9 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 	}
 	var flat []Range
 	for _, f := range src.Ranges {
+		if err := ctx.Err(); err != nil {
+			return nil, rep, err
+		}
 		rs, lr, err := LoadFile(f, LoadRangeCSV, src.Lenient)
 		if err != nil {
 			return nil, rep, err
@@ -102,6 +109,9 @@ func BuildSources(src Sources) (*Tree, SourceReport, error) {
 		return nil, rep, err
 	}
 	rep.LoadTime = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, rep, err
+	}
 	t, st, err := b.Build()
 	rep.Stats = st
 	return t, rep, err

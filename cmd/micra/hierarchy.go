@@ -42,7 +42,7 @@ func hierarchyBuildCmd() *cobra.Command {
 				return fmt.Errorf("-o is required")
 			}
 			t0 := time.Now()
-			t, rep, err := hierarchy.BuildSources(src)
+			t, rep, err := hierarchy.BuildSources(cmd.Context(), src)
 			if err != nil {
 				return err
 			}
