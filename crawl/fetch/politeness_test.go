@@ -162,3 +162,59 @@ func TestHTTP2TimingAndHead(t *testing.T) {
 		t.Fatalf("conditional GET: %+v %v", resp, err)
 	}
 }
+
+// slowResolver answers after a delay, to make DNS time visible.
+type slowResolver struct {
+	mapResolver
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (s *slowResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	s.calls.Add(1)
+	time.Sleep(s.delay)
+	return s.mapResolver.LookupNetIP(ctx, network, host)
+}
+
+func TestTimingDNSAndCache(t *testing.T) {
+	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "ok")
+	}))
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	res := &slowResolver{mapResolver: mapResolver{"slow.test": netip.MustParseAddr("127.0.0.1")}, delay: 30 * time.Millisecond}
+	f := testFetcher(t, func(c *Config) { c.Resolver = res })
+	f.Close()
+	u := "http://slow.test:" + strconv.Itoa(port)
+	// robots.txt pays the lookup; drop its connection so the page dials again.
+	if _, err := f.Robots(context.Background(), mustParse(t, u)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.Fetch(context.Background(), Request{URL: u + "/a", Method: "HEAD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Timing.Reused || resp.Timing.DNS != 0 {
+		t.Fatalf("kept-alive HEAD: %+v", resp.Timing)
+	}
+	if res.calls.Load() != 1 {
+		t.Fatalf("resolver called %d times, want 1 (cache)", res.calls.Load())
+	}
+	// A fresh fetcher pays DNS on its first request.
+	f2 := testFetcher(t, func(c *Config) { c.Resolver = res })
+	e, err := f2.Robots(context.Background(), mustParse(t, u))
+	if err != nil || e.Status != RobotsAllowAll {
+		t.Fatalf("robots: %+v %v", e, err)
+	}
+	f2.Close()
+	f2.dns.mu.Lock()
+	f2.dns.entries = map[string]dnsEntry{}
+	f2.dns.mu.Unlock()
+	resp, err = f2.Fetch(context.Background(), Request{URL: u + "/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Timing.Reused || resp.Timing.DNS < 25*time.Millisecond || resp.Timing.Connect <= 0 || resp.Timing.Total < resp.Timing.DNS {
+		t.Fatalf("fresh GET timing %+v", resp.Timing)
+	}
+}
