@@ -51,6 +51,10 @@ type MicraConfig struct {
 	// PairBandwidth is the kernel width of the pairwise model on ln RTT.
 	// Default 0.3.
 	PairBandwidth float64
+	// Walk is the probe budget of the fallback walk used when there are far
+	// more crawlers than one decision considers (> 4·MaxProbes) and the
+	// best answer is still above Config.Threshold. Default 8; negative: off.
+	Walk int
 	// PairPrior is the weight, in samples, of the marginal prediction in
 	// the pairwise estimate. Default 0.3.
 	PairPrior float64
@@ -93,6 +97,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.PairBandwidth <= 0 {
 		m.PairBandwidth = 0.3
+	}
+	if m.Walk == 0 {
+		m.Walk = 8
 	}
 	if m.PairPrior <= 0 {
 		m.PairPrior = 0.3
@@ -637,6 +644,57 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	top := cands[0]
 	step.Note = fmt.Sprintf("%d candidates, first %s predicted from %s (n=%.0f); %s", len(cands), top.id, top.from, top.n, stop)
 	d.Steps = append(d.Steps, step)
+
+	// Many more crawlers than one decision can consider, and the best
+	// answer is still poor: the learned candidates missed the host's
+	// region. Fall back to IPMicra's walk (crawlers holding subnets under
+	// each ancestor, in random order) until one answers under the
+	// threshold or the walk budget is spent.
+	if m.cfg.Walk > 0 && (!best.OK || best.RTT > e.c.Threshold) && len(e.liveIDs()) > 4*m.cfg.MaxProbes {
+		asked := make(map[CrawlerID]struct{}, len(all))
+		for _, a := range all {
+			asked[a.Crawler] = struct{}{}
+		}
+		budget := m.cfg.Walk
+	walk:
+		for _, a := range e.d.Tree.Ancestors(s) {
+			holders, err := e.d.Dir.HoldersUnder(ctx, a)
+			if err != nil {
+				return nil, fmt.Errorf("delegation: holders under %d: %w", a, err)
+			}
+			var fresh []CrawlerID
+			for _, c := range holders {
+				if _, done := asked[c]; !done && e.live(c) {
+					fresh = append(fresh, c)
+				}
+			}
+			if len(fresh) == 0 {
+				continue
+			}
+			e.d.Rand.Shuffle(len(fresh), func(i, j int) { fresh[i], fresh[j] = fresh[j], fresh[i] })
+			ws := Step{Kind: StepLevel, Node: a, Note: "walk: learned candidates all far"}
+			for _, c := range fresh {
+				if budget == 0 {
+					d.Steps = append(d.Steps, ws)
+					break walk
+				}
+				budget--
+				asked[c] = struct{}{}
+				r := e.probe(ctx, ip, []CrawlerID{c}, &ws, d)
+				all = append(all, r...)
+				if len(r) == 1 && r[0].OK && (!best.OK || r[0].RTT < best.RTT) {
+					best = r[0]
+				}
+				if best.OK && best.RTT <= e.c.Threshold {
+					ws.Note = fmt.Sprintf("walk: %s under %v", best.Crawler, e.c.Threshold)
+					d.Reason = ReasonUnderThreshold
+					d.Steps = append(d.Steps, ws)
+					break walk
+				}
+			}
+			d.Steps = append(d.Steps, ws)
+		}
+	}
 	if !best.OK {
 		return nil, nil
 	}
