@@ -342,7 +342,7 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 
 	ht := &hopTiming{}
 	addrs, took, err := f.resolveAllowed(ctx, u.Hostname())
-	ht.dns = took
+	ht.preDNS = took
 	if err != nil {
 		var ge *guardError
 		switch {

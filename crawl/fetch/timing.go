@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// Timing is the anatomy of one request hop, measured with httptrace. On a
-// kept-alive connection DNS, Connect and TLS are zero and Reused is true.
+// Timing is the anatomy of one request hop, measured with httptrace. Total
+// runs from the host-name resolution to the end of the body, without
+// politeness waits. On a kept-alive connection Connect and TLS are zero, DNS
+// is the (normally cached, near-zero) resolution, and Reused is true.
 type Timing struct {
 	DNS       time.Duration `json:"dns"`
 	Connect   time.Duration `json:"connect"`
@@ -27,7 +29,8 @@ type hopTimingKey struct{}
 type hopTiming struct {
 	mu                  sync.Mutex
 	start               time.Time
-	dns                 time.Duration
+	preDNS              time.Duration // resolution before the request started (guard, per-IP key)
+	dns                 time.Duration // resolution inside the dialer
 	connStart, connDone time.Time
 	tlsStart, tlsDone   time.Time
 	firstByte           time.Time
@@ -91,7 +94,7 @@ func (h *hopTiming) trace() *httptrace.ClientTrace {
 func (h *hopTiming) result(end time.Time) Timing {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := Timing{DNS: h.dns, Total: end.Sub(h.start), Reused: h.reused}
+	t := Timing{DNS: h.preDNS + h.dns, Total: h.preDNS + end.Sub(h.start), Reused: h.reused}
 	if !h.connStart.IsZero() && !h.connDone.IsZero() {
 		t.Connect = h.connDone.Sub(h.connStart)
 	}
@@ -102,7 +105,7 @@ func (h *hopTiming) result(end time.Time) Timing {
 		t.FirstByte = h.firstByte.Sub(h.start)
 	}
 	if t.Reused {
-		t.DNS, t.Connect, t.TLS = 0, 0, 0
+		t.Connect, t.TLS = 0, 0
 	}
 	return t
 }
