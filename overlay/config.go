@@ -43,7 +43,13 @@ type Config struct {
 	PublicDHTFilters bool
 	// MaxRecordAge bounds delegation records in the DHT; RepublishInterval is
 	// how often an owner re-puts its delegations (must be well inside MaxRecordAge).
-	MaxRecordAge      time.Duration
+	MaxRecordAge time.Duration
+	// LookupQuorum is how many DHT peers must answer an uncached lookup
+	// before the best of their values is taken (0: every closest peer).
+	// Gossip keeps caches converging, so a small quorum trades nothing for
+	// latency; Publish reads back with PublishQuorum to see what prevails.
+	LookupQuorum      int
+	PublishQuorum     int
 	RepublishInterval time.Duration
 	ReprovideInterval time.Duration
 
@@ -71,7 +77,8 @@ type Config struct {
 	// Request deadlines.
 	RequestTimeout time.Duration
 
-	// Handoff batching.
+	// Handoff batching: URLs queued for one subnet that trigger an early
+	// flush, and the flush period (one message per owner per flush).
 	HandoffBatch    int
 	HandoffInterval time.Duration
 
@@ -90,6 +97,8 @@ func DefaultConfig() Config {
 		ConnHighWater:     192,
 		ConnGrace:         30 * time.Second,
 		MaxRecordAge:      48 * time.Hour,
+		LookupQuorum:      4,
+		PublishQuorum:     8,
 		RepublishInterval: 12 * time.Hour,
 		ReprovideInterval: 12 * time.Hour,
 		HeartbeatInterval: time.Second,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/routing"
 	mh "github.com/multiformats/go-multihash"
@@ -105,10 +106,14 @@ func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.
 
 // fetch reads the subnet's record from the DHT and merges it into the cache.
 func (d *Directory) fetch(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
+	return d.fetchQuorum(ctx, s, d.p.cfg.LookupQuorum)
+}
+
+func (d *Directory) fetchQuorum(ctx context.Context, s hierarchy.NodeID, quorum int) (delegation.Record, bool, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, d.p.cfg.RequestTimeout)
 	defer cancel()
-	val, err := d.p.dht.GetValue(ctx, DelegKey(s))
+	val, err := d.p.dht.GetValue(ctx, DelegKey(s), dht.Quorum(quorum))
 	d.p.metrics.dhtGet.Observe(time.Since(start).Seconds())
 	if errors.Is(err, routing.ErrNotFound) {
 		return delegation.Record{}, false, nil
@@ -284,7 +289,7 @@ func (d *Directory) put(ctx context.Context, s hierarchy.NodeID, val []byte, ann
 	p.metrics.dhtPut.Observe(time.Since(start).Seconds())
 	// Read back what prevails among the closest peers: a concurrent writer
 	// may have won the Select.
-	if got, found, err := d.fetch(ctx, s); err == nil && found {
+	if got, found, err := d.fetchQuorum(ctx, s, p.cfg.PublishQuorum); err == nil && found {
 		best = got
 	} else if e, ok := d.get(s); ok {
 		best = e

@@ -105,92 +105,167 @@ func (q *handoffQueue) run(ctx context.Context) {
 	}
 }
 
-// flush sends one batch per subnet that is due.
+// flush resolves the owner of every subnet that is due and sends each
+// owner one message carrying all its subnets' URLs (split at the message
+// limit).
 func (q *handoffQueue) flush(ctx context.Context) {
 	now := time.Now()
-	type job struct {
+	type item struct {
 		s     hierarchy.NodeID
 		ip    netip.Addr
 		urls  []string
 		retry bool
 	}
-	var jobs []job
+	var due []item
 	q.mu.Lock()
 	for s, e := range q.pend {
 		if len(e.urls) == 0 || now.Before(e.retryAt) {
 			continue
 		}
-		n := min(len(e.urls), q.p.cfg.HandoffBatch)
-		jobs = append(jobs, job{s, e.ip, e.urls[:n:n], e.backoff > 0})
+		n := min(len(e.urls), maxHandoffURLs)
+		due = append(due, item{s, e.ip, e.urls[:n:n], e.backoff > 0})
 	}
 	q.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	byOwner := map[delegation.CrawlerID][]item{}
+	var failed []item
+	for _, it := range due {
+		owner, err := q.p.ownerFor(ctx, it.s, it.ip)
+		if err != nil {
+			q.p.log.Debug("overlay: hand-off owner unknown; will retry", "subnet", it.s, "err", err)
+			failed = append(failed, it)
+			continue
+		}
+		byOwner[owner] = append(byOwner[owner], it)
+	}
+	results := make(chan map[hierarchy.NodeID]bool, len(byOwner)) // subnet → acknowledged
 	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if j.retry {
-				q.resent.Add(1)
+	for owner, items := range byOwner {
+		// Split into messages of at most maxHandoffURLs URLs.
+		var msgs [][]item
+		var cur []item
+		size := 0
+		for _, it := range items {
+			if size+len(it.urls) > maxHandoffURLs && len(cur) > 0 {
+				msgs, cur, size = append(msgs, cur), nil, 0
 			}
-			err := q.deliver(ctx, j.s, j.ip, j.urls)
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			e := q.pend[j.s]
-			if err != nil {
-				q.failures.Add(1)
-				e.backoff = min(max(2*e.backoff, q.p.cfg.HandoffInterval), 30*time.Second)
-				e.retryAt = time.Now().Add(e.backoff)
-				if ctx.Err() == nil {
-					q.p.log.Debug("overlay: hand-off failed; will resend", "subnet", j.s, "urls", len(j.urls), "err", err)
+			cur, size = append(cur, it), size+len(it.urls)
+		}
+		msgs = append(msgs, cur)
+		for _, m := range msgs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := map[hierarchy.NodeID]bool{}
+				batches := make([]*pb.HandoffBatch, len(m))
+				for i, it := range m {
+					batches[i] = &pb.HandoffBatch{Subnet: uint32(it.s), Urls: it.urls}
+					res[it.s] = false
+					if it.retry {
+						q.resent.Add(1)
+					}
 				}
-				return
-			}
-			// Acknowledged: drop exactly the URLs sent (more may have been appended).
-			e.urls = e.urls[len(j.urls):]
-			e.backoff, e.retryAt = 0, time.Time{}
-			if len(e.urls) == 0 {
-				delete(q.pend, j.s)
-			}
-		}()
+				acked, err := q.deliver(ctx, owner, batches)
+				if err != nil && ctx.Err() == nil {
+					q.p.log.Debug("overlay: hand-off failed; will resend", "owner", owner, "subnets", len(m), "err", err)
+				}
+				for s := range acked {
+					res[s] = true
+				}
+				results <- res
+			}()
+		}
 	}
 	wg.Wait()
+	close(results)
+	acked := map[hierarchy.NodeID]bool{}
+	for res := range results {
+		for s, ok := range res {
+			acked[s] = ok
+		}
+	}
+	for _, it := range failed {
+		acked[it.s] = false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, it := range due {
+		e := q.pend[it.s]
+		if !acked[it.s] {
+			q.failures.Add(1)
+			e.backoff = min(max(2*e.backoff, q.p.cfg.HandoffInterval), 30*time.Second)
+			e.retryAt = time.Now().Add(e.backoff)
+			continue
+		}
+		// Acknowledged: drop exactly the URLs sent (more may have been appended).
+		e.urls = e.urls[len(it.urls):]
+		e.backoff, e.retryAt = 0, time.Time{}
+		if len(e.urls) == 0 {
+			delete(q.pend, it.s)
+		}
+	}
 }
 
-// deliver resolves the subnet's current owner and hands the batch to it.
-func (q *handoffQueue) deliver(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls []string) error {
+// deliver hands batches to owner and returns the subnets it acknowledged.
+func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, batches []*pb.HandoffBatch) (map[hierarchy.NodeID]bool, error) {
 	p := q.p
-	owner, err := p.ownerFor(ctx, s, ip)
-	if err != nil {
-		return err
+	acked := map[hierarchy.NodeID]bool{}
+	n := 0
+	for _, b := range batches {
+		n += len(b.Urls)
 	}
 	if owner == p.selfID {
 		if p.sink == nil {
-			return errors.New("handoff: this peer owns the subnet but has no sink")
+			return nil, errors.New("handoff: this peer owns the subnets but has no sink")
 		}
-		return p.sink.Accept(ctx, urls)
+		var urls []string
+		for _, b := range batches {
+			urls = append(urls, b.Urls...)
+		}
+		if err := p.sink.Accept(ctx, urls); err != nil {
+			return nil, err
+		}
+		for _, b := range batches {
+			acked[hierarchy.NodeID(b.Subnet)] = true
+		}
+		return acked, nil
 	}
 	id, err := peer.Decode(string(owner))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req := &pb.HandoffRequest{Version: wireVersion, BatchId: q.batchSeq.Add(1), Subnet: uint32(s), Snapshot: p.snap[:], Urls: urls}
+	req := &pb.HandoffRequest{Version: wireVersion, BatchId: q.batchSeq.Add(1), Snapshot: p.snap[:], Batches: batches}
 	var resp pb.HandoffResponse
 	if err := roundTrip(ctx, p.h, id, ProtoHandoff, maxHandoffMsg, p.cfg.RequestTimeout, req, &resp); err != nil {
-		return err
-	}
-	if resp.Status == pb.Status_NOT_OWNER {
-		// Our view is stale: re-read the DHT before the resend.
-		p.dir.Invalidate(s)
+		return nil, err
 	}
 	if err := remoteErr(id, ProtoHandoff, resp.Status, resp.Error); err != nil {
-		return err
+		return nil, err
 	}
-	if resp.BatchId != req.BatchId || int(resp.Accepted) != len(urls) {
-		return fmt.Errorf("handoff: %s acknowledged batch %d/%d urls, sent %d/%d", shortID(id), resp.BatchId, resp.Accepted, req.BatchId, len(urls))
+	refused := map[hierarchy.NodeID]bool{}
+	for _, s := range resp.NotOwner {
+		refused[hierarchy.NodeID(s)] = true
+		p.dir.Invalidate(hierarchy.NodeID(s)) // our view is stale: re-read the DHT before the resend
+	}
+	want := 0
+	for _, b := range batches {
+		if !refused[hierarchy.NodeID(b.Subnet)] {
+			want += len(b.Urls)
+		}
+	}
+	if resp.BatchId != req.BatchId || int(resp.Accepted) != want {
+		return nil, fmt.Errorf("handoff: %s acknowledged batch %d with %d urls, sent batch %d with %d", shortID(id), resp.BatchId, resp.Accepted, req.BatchId, want)
+	}
+	for _, b := range batches {
+		if !refused[hierarchy.NodeID(b.Subnet)] {
+			acked[hierarchy.NodeID(b.Subnet)] = true
+		}
 	}
 	q.messages.Add(1)
-	q.urls.Add(uint64(len(urls)))
-	return nil
+	q.urls.Add(uint64(want))
+	return acked, nil
 }
 
 // ownerFor returns the live owner of s, re-delegating (through the policy)
@@ -225,42 +300,57 @@ func (p *Peer) handleHandoff(s network.Stream) {
 		return
 	}
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
-	resp.Status, resp.Error = p.acceptHandoff(&req)
-	if resp.Status == pb.Status_OK {
-		resp.Accepted = uint32(len(req.Urls))
-	}
+	resp.Status, resp.Error, resp.Accepted, resp.NotOwner = p.acceptHandoff(&req)
 	if err := st.write(resp); err != nil {
 		s.Reset()
 	}
 }
 
-func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string) {
-	s := hierarchy.NodeID(req.Subnet)
-	switch {
-	case string(req.Snapshot) != string(p.snap[:]):
-		return pb.Status_WRONG_SNAPSHOT, "hierarchy snapshot differs"
-	case len(req.Urls) == 0 || len(req.Urls) > maxHandoffURLs:
-		return pb.Status_BAD_REQUEST, fmt.Sprintf("%d urls (1..%d allowed)", len(req.Urls), maxHandoffURLs)
-	case int(s) >= p.tree.Len():
-		return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d not in the hierarchy", s)
-	case p.sink == nil:
-		return pb.Status_UNAVAILABLE, "this peer does not crawl (no hand-off sink)"
+// acceptHandoff checks a hand-off and passes the URLs of the subnets this
+// peer may own to the sink; it acknowledges only after the sink has them
+// durably.
+func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32, []uint32) {
+	if string(req.Snapshot) != string(p.snap[:]) {
+		return pb.Status_WRONG_SNAPSHOT, "hierarchy snapshot differs", 0, nil
 	}
-	for i, u := range req.Urls {
-		if len(u) == 0 || len(u) > maxURLLen {
-			return pb.Status_BAD_REQUEST, fmt.Sprintf("url %d has %d bytes", i, len(u))
+	if p.sink == nil {
+		return pb.Status_UNAVAILABLE, "this peer does not crawl (no hand-off sink)", 0, nil
+	}
+	if len(req.Batches) == 0 {
+		return pb.Status_BAD_REQUEST, "no batches", 0, nil
+	}
+	total := 0
+	for _, b := range req.Batches {
+		total += len(b.Urls)
+		if int(b.Subnet) >= p.tree.Len() {
+			return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d not in the hierarchy", b.Subnet), 0, nil
+		}
+		for i, u := range b.Urls {
+			if len(u) == 0 || len(u) > maxURLLen {
+				return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d url %d has %d bytes", b.Subnet, i, len(u)), 0, nil
+			}
 		}
 	}
-	// Refuse only when we know a live peer holds a record that beats any
-	// claim of ours; a lazily delegated subnet we have not heard of yet is
-	// accepted.
-	if rec, ok := p.dir.get(s); ok && rec.Owner != p.selfID && p.members.IsLive(rec.Owner) {
-		return pb.Status_NOT_OWNER, fmt.Sprintf("subnet %d is owned by %s", s, rec.Owner)
+	if total == 0 || total > maxHandoffURLs {
+		return pb.Status_BAD_REQUEST, fmt.Sprintf("%d urls (1..%d allowed)", total, maxHandoffURLs), 0, nil
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	if err := p.sink.Accept(ctx, req.Urls); err != nil {
-		return pb.Status_UNAVAILABLE, "sink: " + err.Error()
+	var urls []string
+	var notOwner []uint32
+	for _, b := range req.Batches {
+		// Refuse only when a live peer holds the subnet by our cache; a
+		// lazily delegated subnet we have not heard of yet is accepted.
+		if rec, ok := p.dir.get(hierarchy.NodeID(b.Subnet)); ok && rec.Owner != p.selfID && p.members.IsLive(rec.Owner) {
+			notOwner = append(notOwner, b.Subnet)
+			continue
+		}
+		urls = append(urls, b.Urls...)
 	}
-	return pb.Status_OK, ""
+	if len(urls) > 0 {
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout)
+		defer cancel()
+		if err := p.sink.Accept(ctx, urls); err != nil {
+			return pb.Status_UNAVAILABLE, "sink: " + err.Error(), 0, nil
+		}
+	}
+	return pb.Status_OK, "", uint32(len(urls)), notOwner
 }

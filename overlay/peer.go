@@ -127,7 +127,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
-	p.validator = RecordValidator{Snapshot: p.snap, MaxAge: cfg.MaxRecordAge}
+	p.validator = RecordValidator{Snapshot: p.snap, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
 	p.members = newMembers(h.ID(), delegation.Crawler{ID: p.selfID, Addr: cfg.CrawlerAddr, Capacity: cfg.Capacity}, cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {

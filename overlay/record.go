@@ -2,10 +2,13 @@ package overlay
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -241,6 +244,51 @@ type RecordValidator struct {
 	Snapshot hierarchy.SnapshotID
 	MaxAge   time.Duration
 	Now      func() time.Time
+	// Verified, if set, remembers values whose signatures were checked, so
+	// the DHT's repeated Validate/Select calls on the same bytes cost a
+	// hash instead of two Ed25519 verifications.
+	Verified *VerifiedCache
+}
+
+// VerifiedCache maps SHA-256(value) to its verified record. Bounded: it is
+// cleared when full (entries are cheap to recompute).
+type VerifiedCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[[32]byte]delegation.Record
+}
+
+// NewVerifiedCache returns a cache of at most max entries.
+func NewVerifiedCache(max int) *VerifiedCache {
+	return &VerifiedCache{max: max, m: make(map[[32]byte]delegation.Record)}
+}
+
+func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
+	if c == nil {
+		return openRecord(value)
+	}
+	if len(value) > maxRecordBytes {
+		return delegation.Record{}, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
+	}
+	h := sha256.Sum256(value)
+	c.mu.Lock()
+	rec, ok := c.m[h]
+	c.mu.Unlock()
+	if ok {
+		rec.Probes = slices.Clone(rec.Probes) // callers own what they get
+		return rec, nil
+	}
+	rec, err := openRecord(value)
+	if err != nil {
+		return rec, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[h] = rec
+	c.mu.Unlock()
+	return rec, nil
 }
 
 // Validate implements record.Validator.
@@ -257,7 +305,7 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, err
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("micra validator: %w", err)
 	}
-	rec, err := openRecord(value)
+	rec, err := v.Verified.open(value)
 	if err != nil {
 		return rec, fmt.Errorf("micra validator: %s: %w", key, err)
 	}

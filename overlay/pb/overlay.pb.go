@@ -702,13 +702,15 @@ func (x *EndorseResponse) GetEnvelope() []byte {
 	return nil
 }
 
+// HandoffRequest carries URLs for several subnets owned by the receiver:
+// one message per owner per flush, which keeps hand-off traffic below one
+// message per crawled page.
 type HandoffRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	BatchId       uint64                 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	Subnet        uint32                 `protobuf:"varint,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
-	Snapshot      []byte                 `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Urls          []string               `protobuf:"bytes,5,rep,name=urls,proto3" json:"urls,omitempty"`
+	Snapshot      []byte                 `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Batches       []*HandoffBatch        `protobuf:"bytes,4,rep,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -757,13 +759,6 @@ func (x *HandoffRequest) GetBatchId() uint64 {
 	return 0
 }
 
-func (x *HandoffRequest) GetSubnet() uint32 {
-	if x != nil {
-		return x.Subnet
-	}
-	return 0
-}
-
 func (x *HandoffRequest) GetSnapshot() []byte {
 	if x != nil {
 		return x.Snapshot
@@ -771,27 +766,82 @@ func (x *HandoffRequest) GetSnapshot() []byte {
 	return nil
 }
 
-func (x *HandoffRequest) GetUrls() []string {
+func (x *HandoffRequest) GetBatches() []*HandoffBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type HandoffBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subnet        uint32                 `protobuf:"varint,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Urls          []string               `protobuf:"bytes,2,rep,name=urls,proto3" json:"urls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoffBatch) Reset() {
+	*x = HandoffBatch{}
+	mi := &file_overlay_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoffBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoffBatch) ProtoMessage() {}
+
+func (x *HandoffBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoffBatch.ProtoReflect.Descriptor instead.
+func (*HandoffBatch) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HandoffBatch) GetSubnet() uint32 {
+	if x != nil {
+		return x.Subnet
+	}
+	return 0
+}
+
+func (x *HandoffBatch) GetUrls() []string {
 	if x != nil {
 		return x.Urls
 	}
 	return nil
 }
 
+// HandoffResponse acknowledges every batch except those listed in
+// not_owner (the receiver knows a better owner; the sender re-resolves).
 type HandoffResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	BatchId       uint64                 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	Status        Status                 `protobuf:"varint,3,opt,name=status,proto3,enum=micra.overlay.Status" json:"status,omitempty"`
 	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Accepted      uint32                 `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Accepted      uint32                 `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`                        // URLs durably queued
+	NotOwner      []uint32               `protobuf:"varint,6,rep,packed,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"` // subnets refused
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_overlay_proto_msgTypes[8]
+	mi := &file_overlay_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +853,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[8]
+	mi := &file_overlay_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +866,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{8}
+	return file_overlay_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HandoffResponse) GetVersion() uint32 {
@@ -854,6 +904,13 @@ func (x *HandoffResponse) GetAccepted() uint32 {
 	return 0
 }
 
+func (x *HandoffResponse) GetNotOwner() []uint32 {
+	if x != nil {
+		return x.NotOwner
+	}
+	return nil
+}
+
 type SnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -864,7 +921,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +933,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +946,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{9}
+	return file_overlay_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotRequest) GetVersion() uint32 {
@@ -920,7 +977,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +989,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1002,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{10}
+	return file_overlay_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -985,7 +1042,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1054,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1067,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{11}
+	return file_overlay_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1031,7 +1088,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1100,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1113,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{12}
+	return file_overlay_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RecoverRequest) GetVersion() uint32 {
@@ -1095,7 +1152,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1164,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1177,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{13}
+	return file_overlay_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PageState) GetUrl() string {
@@ -1186,7 +1243,7 @@ type RecoverFrame struct {
 
 func (x *RecoverFrame) Reset() {
 	*x = RecoverFrame{}
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1255,7 @@ func (x *RecoverFrame) String() string {
 func (*RecoverFrame) ProtoMessage() {}
 
 func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1268,7 @@ func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverFrame.ProtoReflect.Descriptor instead.
 func (*RecoverFrame) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{14}
+	return file_overlay_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecoverFrame) GetVersion() uint32 {
@@ -1267,7 +1324,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1336,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1349,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{15}
+	return file_overlay_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Heartbeat) GetVersion() uint32 {
@@ -1382,7 +1439,7 @@ type CalibrationEvent struct {
 
 func (x *CalibrationEvent) Reset() {
 	*x = CalibrationEvent{}
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1451,7 @@ func (x *CalibrationEvent) String() string {
 func (*CalibrationEvent) ProtoMessage() {}
 
 func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1464,7 @@ func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalibrationEvent.ProtoReflect.Descriptor instead.
 func (*CalibrationEvent) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{16}
+	return file_overlay_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CalibrationEvent) GetVersion() uint32 {
@@ -1519,19 +1576,22 @@ const file_overlay_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
-	"\benvelope\x18\x04 \x01(\fR\benvelope\"\x8d\x01\n" +
+	"\benvelope\x18\x04 \x01(\fR\benvelope\"\x98\x01\n" +
 	"\x0eHandoffRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
-	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x16\n" +
-	"\x06subnet\x18\x03 \x01(\rR\x06subnet\x12\x1a\n" +
-	"\bsnapshot\x18\x04 \x01(\fR\bsnapshot\x12\x12\n" +
-	"\x04urls\x18\x05 \x03(\tR\x04urls\"\xa7\x01\n" +
+	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\x125\n" +
+	"\abatches\x18\x04 \x03(\v2\x1b.micra.overlay.HandoffBatchR\abatches\":\n" +
+	"\fHandoffBatch\x12\x16\n" +
+	"\x06subnet\x18\x01 \x01(\rR\x06subnet\x12\x12\n" +
+	"\x04urls\x18\x02 \x03(\tR\x04urls\"\xc4\x01\n" +
 	"\x0fHandoffResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12-\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1a\n" +
-	"\baccepted\x18\x05 \x01(\rR\baccepted\";\n" +
+	"\baccepted\x18\x05 \x01(\rR\baccepted\x12\x1b\n" +
+	"\tnot_owner\x18\x06 \x03(\rR\bnotOwner\";\n" +
 	"\x0fSnapshotRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\"\x83\x01\n" +
@@ -1621,7 +1681,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_overlay_proto_goTypes = []any{
 	(Status)(0),              // 0: micra.overlay.Status
 	(ProbeMethod)(0),         // 1: micra.overlay.ProbeMethod
@@ -1634,31 +1694,33 @@ var file_overlay_proto_goTypes = []any{
 	(*EndorseRequest)(nil),   // 8: micra.overlay.EndorseRequest
 	(*EndorseResponse)(nil),  // 9: micra.overlay.EndorseResponse
 	(*HandoffRequest)(nil),   // 10: micra.overlay.HandoffRequest
-	(*HandoffResponse)(nil),  // 11: micra.overlay.HandoffResponse
-	(*SnapshotRequest)(nil),  // 12: micra.overlay.SnapshotRequest
-	(*SnapshotHeader)(nil),   // 13: micra.overlay.SnapshotHeader
-	(*SnapshotChunk)(nil),    // 14: micra.overlay.SnapshotChunk
-	(*RecoverRequest)(nil),   // 15: micra.overlay.RecoverRequest
-	(*PageState)(nil),        // 16: micra.overlay.PageState
-	(*RecoverFrame)(nil),     // 17: micra.overlay.RecoverFrame
-	(*Heartbeat)(nil),        // 18: micra.overlay.Heartbeat
-	(*CalibrationEvent)(nil), // 19: micra.overlay.CalibrationEvent
+	(*HandoffBatch)(nil),     // 11: micra.overlay.HandoffBatch
+	(*HandoffResponse)(nil),  // 12: micra.overlay.HandoffResponse
+	(*SnapshotRequest)(nil),  // 13: micra.overlay.SnapshotRequest
+	(*SnapshotHeader)(nil),   // 14: micra.overlay.SnapshotHeader
+	(*SnapshotChunk)(nil),    // 15: micra.overlay.SnapshotChunk
+	(*RecoverRequest)(nil),   // 16: micra.overlay.RecoverRequest
+	(*PageState)(nil),        // 17: micra.overlay.PageState
+	(*RecoverFrame)(nil),     // 18: micra.overlay.RecoverFrame
+	(*Heartbeat)(nil),        // 19: micra.overlay.Heartbeat
+	(*CalibrationEvent)(nil), // 20: micra.overlay.CalibrationEvent
 }
 var file_overlay_proto_depIdxs = []int32{
 	3,  // 0: micra.overlay.DelegationRecord.probes:type_name -> micra.overlay.ProbeSample
 	1,  // 1: micra.overlay.ProbeRequest.method:type_name -> micra.overlay.ProbeMethod
 	0,  // 2: micra.overlay.ProbeResponse.status:type_name -> micra.overlay.Status
 	0,  // 3: micra.overlay.EndorseResponse.status:type_name -> micra.overlay.Status
-	0,  // 4: micra.overlay.HandoffResponse.status:type_name -> micra.overlay.Status
-	0,  // 5: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
-	0,  // 6: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
-	16, // 7: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
-	2,  // 8: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 4: micra.overlay.HandoffRequest.batches:type_name -> micra.overlay.HandoffBatch
+	0,  // 5: micra.overlay.HandoffResponse.status:type_name -> micra.overlay.Status
+	0,  // 6: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
+	0,  // 7: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
+	17, // 8: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
+	2,  // 9: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -1672,7 +1734,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
