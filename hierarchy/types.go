@@ -1,5 +1,7 @@
 package hierarchy
 
+import "encoding/hex"
+
 // NodeID identifies a node within one snapshot. IDs are stable for a given
 // snapshot (the same bytes always give the same IDs) and are assigned in
 // address order, so iterating IDs visits ranges in address order. Root is the
@@ -18,3 +20,6 @@ type OrgID uint32
 
 // SnapshotID is the SHA-256 of a snapshot's canonical encoding.
 type SnapshotID [32]byte
+
+// String returns the id in hex.
+func (s SnapshotID) String() string { return hex.EncodeToString(s[:]) }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,6 +116,8 @@ type StatsReport struct {
 	BytesZstd    int     `json:"bytes_zstd,omitempty"`
 	LoadMillis   float64 `json:"load_ms"`
 	RebuildMilli float64 `json:"rebuild_ms"`
+	HeapMB       float64 `json:"heap_mb"` // live heap with the tree loaded (after GC)
+	RSSMB        float64 `json:"rss_mb"`  // process resident set after loading (before the rebuild)
 }
 
 func hierarchyStatsCmd() *cobra.Command {
@@ -132,6 +136,11 @@ func hierarchyStatsCmd() *cobra.Command {
 			rep := StatsReport{Snapshot: name, ID: hex.EncodeToString(idBytes(t)), Nodes: t.Len(), Height: t.Height(),
 				PerLevel: t.PerLevel(), Orgs: t.NumOrgs() - 1, Bytes: len(enc), LoadMillis: ms(loadTime)}
 			rep.Segments4, rep.Segments6 = t.Segments()
+			runtime.GC()
+			var mem runtime.MemStats
+			runtime.ReadMemStats(&mem)
+			rep.HeapMB = float64(mem.HeapAlloc) / (1 << 20)
+			rep.RSSMB = processRSSMB()
 			for id := 1; id < t.Len(); id++ {
 				n := t.Node(hierarchy.NodeID(id))
 				if n.Start.Is4() {
@@ -184,6 +193,7 @@ func hierarchyStatsCmd() *cobra.Command {
 				fmt.Fprintf(w, ", %d zstd", rep.BytesZstd)
 			}
 			fmt.Fprintf(w, "\nload       %.1f ms\nrebuild    %.1f ms (tree from its %d ranges)\n", rep.LoadMillis, rep.RebuildMilli, rep.Nodes-1)
+			fmt.Fprintf(w, "memory     %.0f MB live heap, %.0f MB RSS after loading\n", rep.HeapMB, rep.RSSMB)
 			return nil
 		},
 	}
@@ -371,6 +381,21 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// processRSSMB reads the resident set size from /proc (0 where unavailable).
+func processRSSMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
