@@ -120,8 +120,8 @@ func TestnetConfig() Config {
 	c.NullResourceManager = true
 	c.LoopbackTestnet = true
 	c.ProbeGuard = LoopbackOnly
-	c.HeartbeatInterval = 500 * time.Millisecond
-	c.FailureTimeout = 3 * time.Second
+	c.HeartbeatInterval = time.Second
+	c.FailureTimeout = 4 * time.Second
 	c.RequestTimeout = 10 * time.Second
 	c.HandoffInterval = 50 * time.Millisecond
 	return c

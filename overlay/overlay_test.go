@@ -40,11 +40,17 @@ func TestConcurrentDiscoverersAgree(t *testing.T) {
 	tn := newTestNet(t, 20, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	var jwg sync.WaitGroup
 	for _, p := range tn.peers {
-		if _, err := p.Join(ctx); err != nil {
-			t.Fatal(err)
-		}
+		jwg.Add(1)
+		go func() {
+			defer jwg.Done()
+			if _, err := p.Join(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
 	}
+	jwg.Wait()
 	// 8 fresh subnets, discovered by all 20 peers at the same time.
 	var targets []netip.Addr
 	for i := range 8 {
