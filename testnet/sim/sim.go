@@ -416,6 +416,11 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 			return nil, nil, err
 		}
 		cfg.Logger.Debug("world placed", "crawlers", len(w.Crawlers), "hosts", len(w.Hosts), "took", time.Since(t0))
+		if len(w.Crawlers) <= 50 {
+			for i, c := range w.Crawlers {
+				cfg.Logger.Debug("crawler", "id", c.ID, "addr", c.Addr, "lat", w.CrawlerE[i].Loc.Lat, "lon", w.CrawlerE[i].Loc.Lon, "access_ms", w.CrawlerE[i].AccessMs)
+			}
+		}
 	}
 	runs := make([]*run, len(specs))
 	errs := make([]error, len(specs))
