@@ -36,6 +36,14 @@ geo:
 bench-crawl: build
 	./$(BIN) bench crawl
 
+# The libp2p overlay on 127.0.0.1 beside its targets and the simulator (docs/overlay.md).
+bench-overlay: build
+	./$(BIN) bench overlay --peers 20
+
+# Regenerate overlay/pb/overlay.pb.go (needs protoc and protoc-gen-go v1.36.12; the output is committed).
+overlay-proto:
+	cd overlay/pb && protoc --go_out=. --go_opt=paths=source_relative overlay.proto
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
