@@ -47,6 +47,7 @@ type member struct {
 	crawler  delegation.Crawler
 	lastSeen time.Time
 	seq      uint64
+	at       int64 // sender's clock of the last heartbeat accepted
 	load     uint32
 	addrs    []ma.Multiaddr
 	dead     bool
@@ -182,14 +183,16 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 		m.byID[id] = st
 		m.byCID[c.ID] = st
 		ev = &MemberEvent{Peer: id}
-	case hb.Seq <= st.seq && !st.dead:
+	case hb.AtUnixNano <= st.at || (hb.Seq <= st.seq && hb.AtUnixNano-st.at < int64(m.timeout)):
+		// A replay or reorder. (A restarted peer counts from seq 1 again;
+		// it is recognised by a heartbeat time past the failure timeout.)
 		m.mu.Unlock()
-		return // replay or reorder
+		return
 	case st.dead:
 		ev = &MemberEvent{Peer: id}
 	}
 	changed := !ok || st.dead || st.crawler != c
-	st.crawler, st.lastSeen, st.seq, st.load, st.addrs, st.dead = c, now, hb.Seq, hb.Load, addrs, false
+	st.crawler, st.lastSeen, st.seq, st.at, st.load, st.addrs, st.dead = c, now, hb.Seq, hb.AtUnixNano, hb.Load, addrs, false
 	if changed {
 		m.rebuild()
 	}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"crypto/rand"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +195,32 @@ func TestDecodeGossipRejectsImplausible(t *testing.T) {
 	b, _ := proto.Marshal(ev)
 	if _, err := decodeCalibration(b); err == nil {
 		t.Error("slow page faster than expected accepted")
+	}
+}
+
+func TestMembersIgnoreReplaysAcceptRestarts(t *testing.T) {
+	self, other := newKeyed(t), newKeyed(t)
+	sid, _ := peer.Decode(string(self.id))
+	oid, _ := peer.Decode(string(other.id))
+	m := newMembers(sid, delegation.Crawler{ID: self.id}, 2*time.Second, slog.Default())
+	now := time.Now()
+	hb := func(seq uint64, at time.Time) *pb.Heartbeat {
+		return &pb.Heartbeat{Version: 1, Seq: seq, AtUnixNano: at.UnixNano(), IntervalMs: 500, Snapshot: make([]byte, 32)}
+	}
+	m.observe(oid, hb(5, now), now)
+	if !m.IsLive(other.id) || m.Count() != 2 {
+		t.Fatal("first heartbeat not accepted")
+	}
+	m.sweep(now.Add(3 * time.Second))
+	if m.IsLive(other.id) {
+		t.Fatal("silent peer not declared dead")
+	}
+	m.observe(oid, hb(4, now.Add(-time.Second)), now.Add(3*time.Second)) // replay
+	if m.IsLive(other.id) {
+		t.Fatal("replayed heartbeat revived a dead peer")
+	}
+	m.observe(oid, hb(1, now.Add(4*time.Second)), now.Add(4*time.Second)) // restarted process
+	if !m.IsLive(other.id) {
+		t.Fatal("restarted peer (seq 1, later time) not accepted")
 	}
 }
