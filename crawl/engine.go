@@ -92,8 +92,9 @@ type Config struct {
 	// FileOnly disables HTTP: only URLs under FileRoots are crawled.
 	FileOnly bool
 
-	// StopWhenIdle makes Run return once the first pass is complete and the
-	// outbox is drained (ignored when Monitor is enabled).
+	// StopWhenIdle makes Run return once nothing is queued and the outbox is
+	// drained: one pass. With Monitor enabled the pages are still scheduled,
+	// and a later Run without StopWhenIdle revisits them.
 	StopWhenIdle bool
 	// Progress is the interval of slog progress lines (default 10 s; negative: none).
 	Progress time.Duration
@@ -118,7 +119,7 @@ type Engine struct {
 	dns     *dnsCache
 
 	st      counters
-	started time.Time
+	started atomic.Int64 // unix nanos of Run's start
 	m       *metrics
 
 	parkMu sync.Mutex
@@ -293,7 +294,7 @@ func (e *Engine) AddSeeds(ctx context.Context, seeds []string) (int, []SeedError
 // done and every carrier acknowledged. State is durable throughout: a Run
 // interrupted at any point (even by SIGKILL) resumes on the next Run.
 func (e *Engine) Run(ctx context.Context) error {
-	e.started = time.Now()
+	e.started.Store(time.Now().UnixNano())
 	if e.cfg.SameHostsAsSeeds {
 		e.scope.Hosts = map[string]bool{}
 		for _, s := range e.cfg.Seeds {
@@ -329,12 +330,14 @@ func (e *Engine) Run(ctx context.Context) error {
 	for range e.cfg.Concurrency {
 		wg.Go(func() { e.worker(runCtx) })
 	}
-	wg.Go(func() { e.monitorLoop(runCtx) })
+	if !e.cfg.StopWhenIdle {
+		wg.Go(func() { e.monitorLoop(runCtx) })
+	}
 	if e.cfg.Progress > 0 {
 		wg.Go(func() { e.progressLoop(runCtx) })
 	}
 
-	stopWhenIdle := e.cfg.StopWhenIdle && !e.cfg.Monitor.Enabled
+	stopWhenIdle := e.cfg.StopWhenIdle
 	var runErr error
 	if stopWhenIdle {
 		tick := time.NewTicker(20 * time.Millisecond)

@@ -84,8 +84,8 @@ func (e *Engine) Stats() Stats {
 	os := e.outbox.Stats()
 	s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers = os.CarriersSealed, os.CarriersDelivered, os.PendingCarriers
 	s.CarrierBytes, s.CarrierRawBytes = os.BytesSealed, os.RawBytesSealed
-	if !e.started.IsZero() {
-		s.Elapsed = time.Since(e.started)
+	if st := e.started.Load(); st != 0 {
+		s.Elapsed = time.Since(time.Unix(0, st))
 		if sec := s.Elapsed.Seconds(); sec > 0 {
 			s.PagesPerSec = float64(s.Fetched+s.NotModified) / sec
 		}

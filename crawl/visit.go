@@ -82,7 +82,9 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 			rec := e.baseRecord(it, f)
 			rec.Change = pack.ChangeGone
 			rec.Error = "gone"
-			e.emit(ctx, &rec)
+			if e.emit(ctx, &rec) != nil {
+				return time.Time{}
+			}
 			hist.Status, hist.LastFetch, hist.NextVisit, hist.Interval = f.status, now, time.Time{}, 0
 			e.done(it, &hist)
 		} else {
@@ -225,9 +227,15 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	if f.truncated {
 		rec.Flags |= pack.FlagTruncated
 	}
-	e.emit(ctx, &rec)
+	if e.emit(ctx, &rec) != nil {
+		return
+	}
 	if page != nil && !page.NoFollow {
-		e.enqueueLinks(ctx, it, page.Links)
+		if err := e.enqueueLinks(ctx, it, page.Links); err != nil {
+			// Links lost now would be lost for good: leave the URL queued, it is
+			// visited again (its record repeats: at-least-once).
+			return
+		}
 	}
 	e.touch(&hist, f)
 	if hist.FirstFetch.IsZero() {
@@ -288,20 +296,23 @@ func (e *Engine) baseRecord(it frontier.Item, f fetched) pack.Record {
 	return r
 }
 
-func (e *Engine) emit(ctx context.Context, r *pack.Record) {
-	if err := e.outbox.Add(ctx, r); err != nil {
-		if ctx.Err() == nil {
-			e.log.Error("outbox: add record", "url", r.URL, "err", err)
-			e.countError("outbox")
-		}
-		return
+// emit stores a record in the outbox. It ignores cancellation: the page is
+// fetched, and its record must be kept before the URL is marked done. On
+// failure the caller leaves the URL queued.
+func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
+	if err := e.outbox.Add(context.WithoutCancel(ctx), r); err != nil {
+		e.log.Error("outbox: add record, URL stays queued", "url", r.URL, "err", err)
+		e.countError("outbox")
+		return err
 	}
 	e.st.records.Add(1)
+	return nil
 }
 
 // enqueueLinks normalises, scopes and routes the links of a page: owned ones
-// go into the frontier, the others to the router's hand-off.
-func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []extract.Link) {
+// go into the frontier, the others to the router's hand-off. An error means
+// some links were not stored.
+func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []extract.Link) error {
 	items := make([]frontier.Item, 0, len(links))
 	var handoff []string
 	_, local := e.router.(LocalRouter)
@@ -349,16 +360,23 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 	if len(items) > 0 {
 		if _, err := e.front.Add(items); err != nil {
 			e.log.Error("frontier: add links", "from", from.URL, "err", err)
+			return err
 		}
 	}
 	if len(handoff) > 0 {
-		if err := e.router.Handoff(ctx, handoff); err != nil {
-			e.log.Warn("hand-off failed", "urls", len(handoff), "err", err)
+		// The page is already fetched: finish the hand-off even if the crawl
+		// is being stopped, within a bound.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err := e.router.Handoff(hctx, handoff)
+		cancel()
+		if err != nil {
+			e.log.Warn("hand-off failed, page stays queued", "from", from.URL, "urls", len(handoff), "err", err)
 			e.countError("handoff")
-		} else {
-			e.st.handedOff.Add(int64(len(handoff)))
+			return err
 		}
+		e.st.handedOff.Add(int64(len(handoff)))
 	}
+	return nil
 }
 
 func maxTime(a, b time.Time) time.Time {
