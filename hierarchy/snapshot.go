@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -116,6 +117,15 @@ func (r *snapReader) byte() (byte, error) {
 
 // uv reads a minimal unsigned varint of at most 64 bits.
 func (r *snapReader) uv() (uint64, error) {
+	if r.off < len(r.b) && r.b[r.off] < 0x80 { // one byte: the common case
+		c := r.b[r.off]
+		r.off++
+		return uint64(c), nil
+	}
+	return r.uvSlow()
+}
+
+func (r *snapReader) uvSlow() (uint64, error) {
 	var x uint64
 	for i := 0; ; i++ {
 		if r.off >= len(r.b) {
@@ -137,6 +147,21 @@ func (r *snapReader) uv() (uint64, error) {
 }
 
 func (r *snapReader) u128(maxBits uint) (u128, error) {
+	if r.off+1 < len(r.b) { // fast path: value fits one varint byte
+		tz, c := uint(r.b[r.off]), r.b[r.off+1]
+		if tz == 128 {
+			r.off++
+			return u128{}, nil
+		}
+		if tz < maxBits && c < 0x80 && c&1 == 1 && uint(bits.Len8(c))+tz <= maxBits {
+			r.off += 2
+			return u128{0, uint64(c)}.shl(tz), nil
+		}
+	}
+	return r.u128Slow(maxBits)
+}
+
+func (r *snapReader) u128Slow(maxBits uint) (u128, error) {
 	tz, err := r.byte()
 	if err != nil {
 		return u128{}, err
