@@ -20,20 +20,12 @@ import (
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
+// TestMain checks that closing peers leaves no goroutine behind. No
+// library goroutine needs ignoring: Close stops the DHT, gossipsub (its own
+// context, cancelled after the topics close) and, for Open-built peers, the
+// host with its connection and resource managers.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakOptions()...)
-}
-
-// leakOptions ignores library background goroutines that outlive Close by
-// design (package-level workers started once per process).
-func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		// go-log/zap's stderr sync loop and opencensus' default worker are
-		// package-level singletons started at import.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		// quic-go's shared packet-buffer pool / reuse GC run per process.
-		goleak.IgnoreTopFunction("github.com/libp2p/go-libp2p/p2p/transport/quicreuse.(*reuse).gc"),
-	}
+	goleak.VerifyTestMain(m)
 }
 
 func TestConcurrentDiscoverersAgree(t *testing.T) {
