@@ -56,6 +56,7 @@ type benchCrawlOptions struct {
 	skipColly    bool
 	rounds       int
 	canonical    bool
+	gzip         bool
 	cpuProfile   string
 	micraMode    string
 	timeout      time.Duration
@@ -73,7 +74,8 @@ type benchCrawlResult struct {
 	DuplicateFetches int64     `json:"duplicate_fetches"` // server side
 	DuplicatePercent float64   `json:"duplicate_percent"`
 	RobotsViolations int64     `json:"robots_violations"`
-	BytesFetched     int64     `json:"bytes_fetched"`     // HTML body bytes served to this crawler
+	BytesFetched     int64     `json:"bytes_fetched"`     // HTML bytes of the pages served to this crawler (decoded)
+	WireBytes        int64     `json:"wire_bytes"`        // body bytes on the wire (robots.txt included; compressed with --gzip)
 	CarrierBytes     int64     `json:"carrier_bytes"`     // compressed carrier bytes shipped (0: none)
 	CarrierRatio     float64   `json:"carrier_ratio"`     // BytesFetched / CarrierBytes
 	Records          int64     `json:"records,omitempty"` // records packed into carriers
@@ -92,6 +94,7 @@ type benchCrawlReport struct {
 		Pages          int  `json:"pages"`
 		AvgPageBytes   int  `json:"avg_page_bytes"`
 		LinksPerPage   int  `json:"links_per_page"`
+		Gzip           bool `json:"gzip"`
 		CanonicalLinks bool `json:"canonical_links"`
 	} `json:"web"`
 	Rounds       int               `json:"rounds"`
@@ -125,6 +128,7 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.skipColly, "skip-colly", false, "run micra only")
 	f.IntVar(&o.rounds, "rounds", 2, "crawls of each crawler, alternating the order; figures are totals over all rounds")
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
+	f.BoolVar(&o.gzip, "gzip", false, "serve pages gzip-encoded to crawlers that accept it")
 	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl) or pipeline (same parts, in-memory frontier)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the micra crawl to this file")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -150,7 +154,7 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	web, err := synthweb.Start(synthweb.Config{Seed: o.seed, Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, CanonicalLinks: o.canonical})
+	web, err := synthweb.Start(synthweb.Config{Seed: o.seed, Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, CanonicalLinks: o.canonical, Gzip: o.gzip})
 	if err != nil {
 		return err
 	}
@@ -158,7 +162,7 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	rep := &benchCrawlReport{Rounds: max(o.rounds, 1), Workers: o.workers, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	cfg := web.Config()
 	rep.Web.Hosts, rep.Web.Addresses, rep.Web.PagesPerHost, rep.Web.Pages = cfg.Hosts, web.NumIPs(), cfg.PagesPerHost, web.TotalPages()
-	rep.Web.LinksPerPage, rep.Web.CanonicalLinks = cfg.LinksPerPage, cfg.CanonicalLinks
+	rep.Web.LinksPerPage, rep.Web.CanonicalLinks, rep.Web.Gzip = cfg.LinksPerPage, cfg.CanonicalLinks, cfg.Gzip
 
 	if o.cpuProfile != "" {
 		pf, err := os.Create(o.cpuProfile)
@@ -241,7 +245,8 @@ func finishResult(r *benchCrawlResult, web *synthweb.Web, elapsed time.Duration)
 		r.DuplicatePercent = 100 * float64(st.DuplicateFetches) / float64(st.PageFetches)
 	}
 	r.RobotsViolations = st.RobotsViolations
-	r.BytesFetched = st.BytesServed
+	r.BytesFetched = st.HTMLBytes
+	r.WireBytes = st.BytesServed
 	if r.CarrierBytes > 0 {
 		r.CarrierRatio = float64(r.BytesFetched) / float64(r.CarrierBytes)
 	}
@@ -261,6 +266,7 @@ func mergeResults(acc, r *benchCrawlResult) *benchCrawlResult {
 	acc.DuplicateFetches += r.DuplicateFetches
 	acc.RobotsViolations += r.RobotsViolations
 	acc.BytesFetched += r.BytesFetched
+	acc.WireBytes += r.WireBytes
 	acc.CarrierBytes += r.CarrierBytes
 	acc.Records += r.Records
 	acc.Errors += r.Errors
@@ -665,21 +671,24 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 	if rep.Web.CanonicalLinks {
 		spelling = "canonically spelled links"
 	}
+	if rep.Web.Gzip {
+		spelling += ", gzip-encoded"
+	}
 	fmt.Fprintf(out, "synthetic web: %d hosts on %d loopback addresses, %d pages (%d per host), ~%d B/page, %d links/page, %s\n",
 		rep.Web.Hosts, rep.Web.Addresses, rep.Web.Pages, rep.Web.PagesPerHost, rep.Web.AvgPageBytes, rep.Web.LinksPerPage, spelling)
 	fmt.Fprintf(out, "limits: %d workers (Colly: global parallelism; micra: host workers, 1 request per host, %d per address); GOMAXPROCS=%d\n",
 		rep.Workers, rep.PerIP, rep.GOMAXPROCS)
 	fmt.Fprintf(out, "%d round(s) per crawler, order alternating; figures are totals over all rounds\n\n", rep.Rounds)
-	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %10s %9s %6s\n",
-		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "bytes", "carrier B", "fetch/car", "errors")
+	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %11s %10s %9s %6s\n",
+		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "HTML B", "wire B", "carrier B", "HTML/car", "errors")
 	row := func(r *benchCrawlResult) {
 		carrier, ratio := "-", "-"
 		if r.CarrierBytes > 0 {
 			carrier, ratio = fmt.Sprint(r.CarrierBytes), fmt.Sprintf("%.1f×", r.CarrierRatio)
 		}
-		fmt.Fprintf(out, "%-7s %8d %8.2f %9.0f %9.0f %6d %4.1f%% %8d %11d %10s %9s %6d\n",
+		fmt.Fprintf(out, "%-7s %8d %8.2f %9.0f %9.0f %6d %4.1f%% %8d %11d %11d %10s %9s %6d\n",
 			r.Crawler, r.Pages, r.Seconds, r.PagesPerSec, r.FetchesPerSec, r.DuplicateFetches, r.DuplicatePercent, r.RobotsViolations,
-			r.BytesFetched, carrier, ratio, r.Errors)
+			r.BytesFetched, r.WireBytes, carrier, ratio, r.Errors)
 	}
 	if rep.Colly != nil {
 		row(rep.Colly)

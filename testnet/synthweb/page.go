@@ -2,13 +2,17 @@ package synthweb
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // textGen holds the sentence pool pages are composed from.
@@ -281,7 +285,13 @@ func (w *Web) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := w.page(h, p, v)
+	html := len(body)
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.Header().Set("Vary", "Accept-Encoding")
+	if w.cfg.Gzip && acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		body = gzipBytes(body)
+		rw.Header().Set("Content-Encoding", "gzip")
+	}
 	rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodHead {
 		return
@@ -294,6 +304,32 @@ func (w *Web) serve(rw http.ResponseWriter, r *http.Request) {
 	}
 	n, _ := rw.Write(body)
 	w.stats.bytes.Add(int64(n))
+	w.stats.html.Add(int64(html))
+}
+
+var gzipPool = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
+func gzipBytes(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzipPool.Get().(*gzip.Writer)
+	zw.Reset(&buf)
+	zw.Write(b)
+	zw.Close()
+	gzipPool.Put(zw)
+	return buf.Bytes()
+}
+
+func acceptsGzip(ae string) bool {
+	for _, part := range strings.Split(ae, ",") {
+		name, q, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.TrimSpace(strings.ReplaceAll(q, " ", "")) != "q=0" {
+			return true
+		}
+	}
+	return false
 }
 
 // notModified applies RFC 9110 §13.2.2: If-None-Match wins over

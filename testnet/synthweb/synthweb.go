@@ -59,6 +59,8 @@ type Config struct {
 	// PrivateLinkRate is the fraction of pages linking to a robots-excluded
 	// /private/ page. Default 0.1; negative for none.
 	PrivateLinkRate float64
+	// Gzip serves pages gzip-encoded to clients that accept it.
+	Gzip bool
 	// CrawlDelay, if set, is announced in every robots.txt.
 	CrawlDelay time.Duration
 	// Latency is added before every response (0: none).
@@ -119,7 +121,8 @@ type Stats struct {
 	RobotsFetches    int64
 	RobotsViolations int64 // requests for /private/ pages
 	NotFound         int64
-	BytesServed      int64 // body bytes written
+	BytesServed      int64 // body bytes written (compressed when Gzip)
+	HTMLBytes        int64 // page HTML bytes served with 200, before any compression
 }
 
 // Web is a running synthetic web.
@@ -139,7 +142,7 @@ type Web struct {
 	versions map[uint64]uint32 // page id → version (absent: 0)
 
 	served  []atomic.Uint32 // per page id: 200 answers for the current version in this epoch
-	stats   struct{ requests, pages, unique, dups, notModified, robots, violations, notFound, bytes atomic.Int64 }
+	stats   struct{ requests, pages, unique, dups, notModified, robots, violations, notFound, bytes, html atomic.Int64 }
 	started atomic.Bool
 }
 
@@ -322,6 +325,7 @@ func (w *Web) Stats() Stats {
 		RobotsViolations: w.stats.violations.Load(),
 		NotFound:         w.stats.notFound.Load(),
 		BytesServed:      w.stats.bytes.Load(),
+		HTMLBytes:        w.stats.html.Load(),
 	}
 }
 
@@ -340,6 +344,7 @@ func (w *Web) ResetStats() {
 	w.stats.violations.Store(0)
 	w.stats.notFound.Store(0)
 	w.stats.bytes.Store(0)
+	w.stats.html.Store(0)
 }
 
 // Change bumps the version of about fraction of all pages, chosen

@@ -251,3 +251,19 @@ func TestUnknownHostAndPaths(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestGzip(t *testing.T) {
+	w := start(t, Config{Hosts: 2, PagesPerHost: 3, Gzip: true})
+	f := fetcher(t, w)
+	resp, err := f.Fetch(context.Background(), fetch.Request{URL: w.PageURL(0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := w.Stats()
+	if resp.WireBytes >= int64(len(resp.Body))/2 || st.HTMLBytes != int64(len(resp.Body)) || st.BytesServed < resp.WireBytes || st.BytesServed > resp.WireBytes+512 {
+		t.Fatalf("wire %d body %d stats %+v", resp.WireBytes, len(resp.Body), st)
+	}
+	if !acceptsGzip("br;q=1, gzip;q=0.5") || acceptsGzip("gzip;q=0") || acceptsGzip("br") {
+		t.Fatal("acceptsGzip")
+	}
+}
