@@ -140,7 +140,7 @@ func NewMicra(d Deps, c Config) Policy {
 		cfg:      c.Micra.withDefaults(),
 		crawler:  newCrawlerIndex(),
 		stats:    make(map[statKey]*lnStat),
-		top:      make(map[ctxKey][]uint32),
+		top:      make(map[ctxKey][]topEntry),
 		wins:     make(map[statKey]float64),
 		winTotal: make(map[ctxKey]float64),
 	}
@@ -226,7 +226,7 @@ type micraChooser struct {
 	// top lists, per context, the topK crawlers with the lowest mean there:
 	// candidates come from these, so a decision's cost does not grow with
 	// the number of crawlers
-	top map[ctxKey][]uint32
+	top map[ctxKey][]topEntry
 	// running sum of every crawler's global mean (prediction for unknowns)
 	globalSum float64
 	globalN   int
@@ -361,7 +361,7 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			if k == ks[len(ks)-1] {
 				m.globalSum += st.mean - beforeMean
 			}
-			m.rankTop(k, ci)
+			m.rankTop(k, ci, st.mean)
 			if st.n > 1 {
 				kp := &m.pooled[m.kindOf(e.d.Tree, k)]
 				kp.m2 += st.m2 - before
@@ -375,17 +375,20 @@ const topK = 16
 
 // rankTop re-ranks crawler ci in context k's top list after its mean there
 // changed.
-func (m *micraChooser) rankTop(k ctxKey, ci uint32) {
+// topEntry is one crawler of a context's top list, with its mean there.
+type topEntry struct {
+	ci   uint32
+	mean float64
+}
+
+func (m *micraChooser) rankTop(k ctxKey, ci uint32, mean float64) {
 	t := m.top[k]
-	if i := slices.Index(t, ci); i >= 0 {
+	if i := slices.IndexFunc(t, func(e topEntry) bool { return e.ci == ci }); i >= 0 {
 		t = slices.Delete(t, i, i+1)
 	}
-	mean := m.stats[skey(k, ci)].mean
-	i, _ := slices.BinarySearchFunc(t, mean, func(cj uint32, v float64) int {
-		return cmp.Compare(m.stats[skey(k, cj)].mean, v)
-	})
+	i, _ := slices.BinarySearchFunc(t, mean, func(e topEntry, v float64) int { return cmp.Compare(e.mean, v) })
 	if i < topK {
-		t = slices.Insert(t, i, ci)
+		t = slices.Insert(t, i, topEntry{ci, mean})
 		if len(t) > topK {
 			t = t[:topK]
 		}
@@ -461,7 +464,7 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, kinds []int, c CrawlerID, ci
 			// known here, so newcomers get tried
 			best := math.Log(10)
 			if t := m.top[k]; len(t) > 0 {
-				best = m.stats[skey(k, t[0])].mean
+				best = t[0].mean
 			}
 			if best < mu {
 				mu, vr, cand.from = best, math.Max(vr, 4*w2), "sits-in-"+kindNames[kind]
@@ -505,8 +508,8 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				add(loc[(off+j)%len(loc)])
 			}
 		}
-		for _, ci := range m.top[k] {
-			add(ci)
+		for _, te := range m.top[k] {
+			add(te.ci)
 		}
 		if k == global && len(ids) < m.cfg.MinCandidates {
 			// cold start: any live crawler, up to topK
