@@ -215,6 +215,14 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
+	if pub.Owner != rec.Owner && !e.live(pub.Owner) {
+		// a directory that hides dead owners' records may not have told
+		// us their epoch: outbid the dead record
+		rec.Epoch = pub.Epoch + 1
+		if pub, err = e.d.Dir.Publish(ctx, rec); err != nil {
+			return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
+		}
+	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
 	e.loads.AddPages(s, pub.Owner, 1)
 	if l, ok := e.ch.(learner); ok {

@@ -181,3 +181,31 @@ func TestDecisionLogs(t *testing.T) {
 		}
 	}
 }
+
+// forgetfulDir hides a dead owner's record entirely (epoch included), as a
+// DHT directory that drops such records might.
+type forgetfulDir struct{ *MemDirectory }
+
+func (f forgetfulDir) Lookup(ctx context.Context, s hierarchy.NodeID) (Record, bool, error) {
+	r, ok, err := f.MemDirectory.Lookup(ctx, s)
+	if !ok {
+		return Record{}, false, err
+	}
+	return r, ok, err
+}
+
+func TestDeadOwnerOutbidWhenEpochUnknown(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	deps := w.deps(1)
+	deps.Dir = forgetfulDir{w.dir}
+	p := NewIPMicra(deps, Config{})
+	w.join(t, p, smallCrawlers...)
+	s := w.tree.SmallestNonUnary(ip("10.1.2.7"))
+	w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: 7})
+	w.members.Remove("c1")
+	d, err := p.Delegate(ctx, ip("10.1.2.7"))
+	if err != nil || !w.members.IsLive(d.Owner) || d.Record.Epoch != 8 {
+		t.Fatalf("must outbid the dead owner's epoch 7: %v (epoch %d) %v", d, d.Record.Epoch, err)
+	}
+}
