@@ -113,27 +113,32 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	return m
 }
 
-// NewMicra returns our policy. It keeps IPMicra's structure (lazy delegation
-// of the smallest non-unary subnet, placement, records, hash fallback) but
-// replaces the threshold walk by learned prediction:
+// NewMicra returns our policy. It keeps IPMicra's frame (lazy delegation of
+// the smallest non-unary subnet, placement, records, Select rule, hash
+// fallback) and replaces the threshold walk by learned prediction:
 //
 //   - every published record's probe answers are folded into statistics of
-//     ln RTT per (context, crawler), where the contexts of a subnet are, from
-//     specific to general: the subnet, its organisation, its ancestors below
-//     the registry blocks, its country (the registries' country code), the
-//     top-level registry block, its registry (RIR), everything;
-//   - crawlers also report where they sit (their address, hence their own
-//     subnet, organisation, ancestors and country in the hierarchy): a
-//     crawler with no history in a context it sits in is predicted as good
-//     as the best known there, so newcomers get tried;
-//   - for a new subnet, each candidate gets a predicted ln RTT (mean) and
-//     spread from its most specific context with data; the predicted nearest
-//     is probed first; then the policy stops as soon as the summed
-//     probability that any unprobed candidate beats the best answer is below
-//     MicraConfig.Miss, else it probes the candidate most likely to.
+//     ln RTT per (context, crawler); the contexts of a subnet are, specific
+//     to general: the subnet, its organisation, its ancestors below the
+//     registry blocks, its /16 neighbourhood, its country, its /12
+//     neighbourhood, its IANA /8 block, its registry, everything;
+//   - a pairwise model learns how one crawler's answer predicts another's
+//     (pairModel), from hosts probed by both;
+//   - crawlers say where they sit (their address, hence their contexts): a
+//     crawler never measured in a context it sits in is predicted as good as
+//     the best known there, so newcomers get tried;
+//   - each candidate's ln RTT is predicted by hierarchical shrinkage over
+//     its contexts; the predicted nearest is probed first (or nobody, when
+//     the statistics leave no doubt: MicraConfig.Blind); then the policy
+//     probes the candidate most likely to beat the best answer until the
+//     summed probability that any unprobed one does is below
+//     MicraConfig.Miss;
+//   - with far more crawlers than it considers and no answer under
+//     Config.Threshold, it finishes with IPMicra's walk (MicraConfig.Walk).
 //
 // It uses nothing a real deployment lacks: the hierarchy, probe answers and
-// what crawlers say about themselves.
+// what crawlers say about themselves. docs/delegation.md has the measurements
+// behind each choice.
 func NewMicra(d Deps, c Config) Policy {
 	c = c.withDefaults()
 	m := &micraChooser{
