@@ -18,9 +18,10 @@ type DBOptions struct {
 }
 
 // OpenDB opens (creating if needed) a Badger store in dir, sized so that its
-// memory stays bounded however many URLs it holds: small memtables, bounded
-// block and index caches (bloom filters and table indexes live in the
-// bounded index cache, not on the heap for every table).
+// memory stays bounded however many URLs it holds: two small memtables,
+// bounded block and index caches (bloom filters and table indexes live in
+// the bounded index cache, not on the heap for every table) and tables of
+// one size at every level.
 func OpenDB(dir string, o DBOptions) (*badger.DB, error) {
 	if o.CacheMB <= 0 {
 		o.CacheMB = 64
@@ -30,6 +31,10 @@ func OpenDB(dir string, o DBOptions) (*badger.DB, error) {
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
 		WithValueLogFileSize(128 << 20).
+		// Tables of one size at every level: compaction builds a bounded
+		// number of them at once, so its buffers do not grow with the depth
+		// of the tree (the default doubles the table size per level).
+		WithBaseTableSize(2 << 20).
 		WithNumLevelZeroTables(4).
 		WithNumLevelZeroTablesStall(12).
 		WithValueThreshold(1 << 10).
@@ -37,6 +42,7 @@ func OpenDB(dir string, o DBOptions) (*badger.DB, error) {
 		WithIndexCacheSize(int64(o.CacheMB) << 20 / 4).
 		WithNumCompactors(2).
 		WithLogger(badgerLogger{o.Logger})
+	opts.TableSizeMultiplier = 1
 	return badger.Open(opts)
 }
 
