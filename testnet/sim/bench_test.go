@@ -3,8 +3,11 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/micra-crawler/micra/delegation"
 )
 
 // BenchmarkDecisions measures delegation decisions per second of every
@@ -40,4 +43,23 @@ func BenchmarkDecisions(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkProber measures the simulator's own share of a decision: one
+// Probe call asking 5 crawlers (IPMicra's average at 12 crawlers), so it can
+// be set beside BenchmarkDecisions.
+func BenchmarkProber(b *testing.B) {
+	cfg := Config{Seed: 1, Crawlers: 12, Hosts: 10000, Logger: quiet()}.withDefaults()
+	w, err := NewWorld(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(1, 1))}
+	ids := []delegation.CrawlerID{w.Crawlers[0].ID, w.Crawlers[3].ID, w.Crawlers[5].ID, w.Crawlers[7].ID, w.Crawlers[11].ID}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		pr.Probe(ctx, w.Hosts[i%len(w.Hosts)].Addr, ids)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
