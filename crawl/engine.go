@@ -11,6 +11,7 @@
 package crawl
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -123,7 +124,7 @@ type Engine struct {
 	m       *metrics
 
 	parkMu sync.Mutex
-	parked map[string]time.Time // hosts backed off (429/503), held until then
+	parked parkHeap // hosts resting (delay, 429/503 back-off), held until then
 
 	idleWorkers atomic.Int32
 }
@@ -169,7 +170,7 @@ func New(cfg Config) (*Engine, error) {
 		normOpts = *cfg.Normalize
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger.With("crawler", cfg.CrawlerID), router: cfg.Router,
-		norm: urlnorm.New(normOpts), scope: cfg.Scope, parked: map[string]time.Time{}}
+		norm: urlnorm.New(normOpts), scope: cfg.Scope}
 	ok := false
 	defer func() {
 		if !ok {
@@ -440,8 +441,8 @@ func (e *Engine) worker(ctx context.Context) {
 			e.idleWorkers.Add(-1)
 			continue
 		}
-		if parkUntil := e.crawlHost(ctx, host); !parkUntil.IsZero() {
-			e.park(host, parkUntil)
+		if parkUntil, backoff := e.crawlHost(ctx, host); !parkUntil.IsZero() {
+			e.park(host, parkUntil, backoff)
 			continue
 		}
 		if err := e.front.ReleaseHost(host); err != nil {
@@ -450,48 +451,87 @@ func (e *Engine) worker(ctx context.Context) {
 	}
 }
 
+// restParkThreshold: a host that must rest longer than this before its next
+// request is parked and the worker takes another host, instead of sleeping
+// in Fetch (with a 1 s politeness delay, sleeping workers would bound the
+// crawl to Concurrency pages per second).
+const restParkThreshold = 20 * time.Millisecond
+
 // crawlHost visits the queued URLs of host in order. It returns a non-zero
-// time when the host must rest (429/503 back-off) before the rest of its queue.
-func (e *Engine) crawlHost(ctx context.Context, host string) time.Time {
+// time when the host must rest before the rest of its queue, and whether
+// the rest is a back-off the server asked for (429/503).
+func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 	for ctx.Err() == nil {
 		if !e.waitWindow(ctx) {
-			return time.Time{}
+			return time.Time{}, false
 		}
 		it, ok, err := e.front.Next(host)
 		if err != nil {
 			e.log.Error("frontier: next", "host", host, "err", err)
-			return time.Time{}
+			return time.Time{}, false
 		}
 		if !ok {
-			return time.Time{}
+			return time.Time{}, false
+		}
+		if e.fetcher != nil {
+			if ready := e.fetcher.HostReadyAt(it.URL); time.Until(ready) > restParkThreshold {
+				if _, _, file := e.files.Match(mustParse(it.URL)); !file {
+					return ready, false
+				}
+			}
 		}
 		if retry := e.visit(ctx, it); !retry.IsZero() {
-			return retry
+			return retry, true
 		}
 	}
-	return time.Time{}
+	return time.Time{}, false
 }
 
-func (e *Engine) park(host string, until time.Time) {
+func mustParse(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		return &url.URL{}
+	}
+	return u
+}
+
+// park holds an acquired host until it may be asked again; the frontier
+// keeps it acquired, so no other worker takes it meanwhile.
+func (e *Engine) park(host string, until time.Time, backoff bool) {
 	e.parkMu.Lock()
-	e.parked[host] = until
+	heap.Push(&e.parked, parkEntry{host, until})
 	e.parkMu.Unlock()
-	e.log.Info("host backed off", "host", host, "until", until.Format(time.RFC3339))
+	if backoff {
+		e.log.Info("host backed off", "host", host, "until", until.Format(time.RFC3339))
+	}
 }
 
-// takeParked returns a parked host whose rest is over. Parked hosts stay
-// acquired in the frontier, so no other worker takes them meanwhile.
+// takeParked returns the parked host whose rest ended first, if any has.
 func (e *Engine) takeParked() (string, bool) {
 	e.parkMu.Lock()
 	defer e.parkMu.Unlock()
-	now := time.Now()
-	for h, until := range e.parked {
-		if !now.Before(until) {
-			delete(e.parked, h)
-			return h, true
-		}
+	if len(e.parked) == 0 || time.Now().Before(e.parked[0].until) {
+		return "", false
 	}
-	return "", false
+	return heap.Pop(&e.parked).(parkEntry).host, true
+}
+
+type parkEntry struct {
+	host  string
+	until time.Time
+}
+
+type parkHeap []parkEntry
+
+func (h parkHeap) Len() int           { return len(h) }
+func (h parkHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h parkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *parkHeap) Push(x any)        { *h = append(*h, x.(parkEntry)) }
+func (h *parkHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // waitWindow blocks while the crawler is outside its time windows; it

@@ -2,8 +2,11 @@ package crawl
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -354,5 +357,81 @@ func TestWindows(t *testing.T) {
 		if _, err := ParseWindow(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// With a politeness delay, a resting host is parked and its worker crawls
+// other hosts meanwhile: 16 hosts of 5 pages with 2 workers take about as
+// long as one host's 5 rests, not 8 rounds of them (≥ 4 s).
+func TestRestingHostsAreParked(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 16, HostsPerIP: 1, PagesPerHost: 5, PrivateLinkRate: -1})
+	fc := synthFetchConfig(web)
+	fc.NoDelay, fc.MinDelay = false, 100*time.Millisecond
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: web.Seeds(), Fetch: fc, Concurrency: 2,
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	st := eng.Stats()
+	if st.Fetched != 80 {
+		t.Fatalf("fetched %d of 80", st.Fetched)
+	}
+	// Per host: robots.txt + 5 pages = 5 rests of 100 ms at least.
+	if took < 400*time.Millisecond || took > 3*time.Second {
+		t.Errorf("crawl took %v; want ≥ 0.4 s (politeness) and well under 8 × 0.5 s (parking)", took)
+	}
+}
+
+// A 429 with Retry-After parks the host; the refused URL is fetched after the
+// back-off, nothing is lost or fetched twice.
+func TestTooManyRequestsParksHost(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		n := hits[r.URL.Path]
+		mu.Unlock()
+		switch {
+		case r.URL.Path == "/robots.txt":
+			http.NotFound(w, r)
+		case r.URL.Path == "/b" && n == 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<title>page %s</title><a href="/a">a</a> <a href="/b">b</a> <a href="/c">c</a>`, r.URL.Path)
+		}
+	}))
+	defer srv.Close()
+	fc := fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet}
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := eng.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if st.Fetched != 4 || hits["/b"] != 2 || hits["/a"] != 1 || hits["/c"] != 1 {
+		t.Fatalf("fetched %d, server hits %v", st.Fetched, hits)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("Retry-After: 1 not honoured, crawl took %v", took)
 	}
 }
