@@ -39,11 +39,11 @@ func parseThresholds(s string) ([]time.Duration, error) {
 
 func simCmd() *cobra.Command {
 	var (
-		hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
-		crawlers, hosts, train, seeds                                                 int
-		seed                                                                          uint64
-		asJSON                                                                        bool
-		capacityFactor, ipv6Share                                                     float64
+		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
+		crawlers, hosts, train, seeds, traceN                                                      int
+		seed                                                                                       uint64
+		asJSON                                                                                     bool
+		capacityFactor, ipv6Share                                                                  float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -120,6 +120,12 @@ seed print the same report. See docs/simulator.md.`,
 				}
 			}
 			cfg.CapacityFactor = capacityFactor
+			if traceN > 0 {
+				if _, ok := sim.LookupPolicy(tracePolicy); !ok {
+					return fmt.Errorf("--trace-policy %q: unknown policy", tracePolicy)
+				}
+				cfg.Trace, cfg.TracePolicy, cfg.TraceN = cmd.ErrOrStderr(), tracePolicy, traceN
+			}
 			cfg.HostDist = hostDist
 			if ipv6Share < 0 || ipv6Share > 1 {
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
@@ -200,6 +206,8 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")
 	f.StringVar(&rttPath, "rtt", "", "measured latency: RTT CSV (src,dst,rtt_ms), directed")
 	f.StringVar(&plotPath, "plot", "", "write the probes/URL curve as SVG to this file")
+	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
+	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -105,6 +106,12 @@ type Config struct {
 	// CurvePoints is the number of windows of the probes/URL curve.
 	// Default 20.
 	CurvePoints int
+	// Trace, when set, receives the explanation of the first TraceN
+	// decisions of policy TracePolicy, each beside the host's optimal
+	// crawler (debugging and tuning a policy).
+	Trace       io.Writer
+	TracePolicy string
+	TraceN      int
 	// Workers bounds how many policies run at once. Default GOMAXPROCS.
 	Workers int
 	// Logger receives progress (nil: slog.Default()).
@@ -375,6 +382,15 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 		}
 		r.owner[i] = ci
 		subnets[i] = d.Subnet
+		if cfg.Trace != nil && spec.Name == cfg.TracePolicy && i < cfg.TraceN {
+			opt := w.Optimal[i]
+			mark := "≠"
+			if opt == ci {
+				mark = "="
+			}
+			fmt.Fprintf(cfg.Trace, "%s #%d %s | chosen %s %.1f ms %s optimal %s %.1f ms\n", spec.Name, i, d,
+				d.Owner, w.Model.MeanRTT(&w.CrawlerE[ci], &w.Hosts[i]), mark, w.Crawlers[opt].ID, w.OptimalRTT[i])
+		}
 		r.probes[i] = uint32(pr.probes - before)
 		r.reasons[d.Reason.String()]++
 	}

@@ -262,3 +262,22 @@ func TestAverage(t *testing.T) {
 		t.Fatal("empty average accepted")
 	}
 }
+
+func TestTrace(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := small(4)
+	cfg.Policies = []string{"ipmicra", "hash"}
+	cfg.Trace, cfg.TracePolicy, cfg.TraceN = &buf, "ipmicra", 7
+	if _, _, err := Run(context.Background(), cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 7 {
+		t.Fatalf("%d trace lines:\n%s", len(lines), buf.String())
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "ipmicra #") || !strings.Contains(l, "reason=") || !strings.Contains(l, "optimal c") {
+			t.Fatalf("trace line %q", l)
+		}
+	}
+}
