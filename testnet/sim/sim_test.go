@@ -281,3 +281,21 @@ func TestTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestProbesDoNotScaleWithCrawlers: with 30× the crawlers IPMicra's probes
+// per URL stay of the same order (brute force would grow 30×).
+func TestProbesDoNotScaleWithCrawlers(t *testing.T) {
+	per := map[int]float64{}
+	for _, n := range []int{12, 360} {
+		cfg := Config{Seed: 2, Crawlers: n, Hosts: 3000, Logger: quiet(), Policies: []string{"ipmicra"}}
+		rep, _, err := Run(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[n] = rep.Results[0].ProbesPerURL
+	}
+	t.Logf("ipmicra probes/URL: %v", per)
+	if per[360] > 3*per[12] || per[360] > 36 {
+		t.Fatalf("probes/URL grew with the crawlers: %v", per)
+	}
+}
