@@ -130,8 +130,8 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
 	f.BoolVar(&o.gzip, "gzip", false, "serve pages gzip-encoded to crawlers that accept it")
 	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl) or pipeline (same parts, in-memory frontier)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the micra crawl to this file")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
 	benchParentCmd().AddCommand(cmd)
 }
 
@@ -151,6 +151,9 @@ func benchParentCmd() *cobra.Command {
 func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if o.micraMode != "" && o.micraMode != "engine" && o.micraMode != "pipeline" {
+		return fmt.Errorf("--micra %q: want engine or pipeline", o.micraMode)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
