@@ -124,7 +124,8 @@ type extractor struct {
 	baseHref  string
 	bodyWord  int
 
-	pendingWeight int // weight of the word being assembled in word
+	pendingWeight int    // weight of the word being assembled in word
+	nameBuf       []byte // current tag name, lower-cased
 }
 
 var extractorPool = sync.Pool{New: func() any {
@@ -138,7 +139,7 @@ func (x *extractor) reset(p *Page, opt Options) {
 	if len(list) > 4096 { // a huge page left huge buffers: let them go
 		idx, list, w, c = make(map[string]int32, 512), nil, nil, nil
 	}
-	*x = extractor{page: p, opt: opt, termIdx: idx, termList: list, termW: w, termCount: c, word: word}
+	*x = extractor{page: p, opt: opt, termIdx: idx, termList: list, termW: w, termCount: c, word: word, nameBuf: x.nameBuf[:0]}
 }
 
 type rawLink struct {
@@ -157,13 +158,36 @@ func (x *extractor) run(body []byte) {
 		case html.TextToken:
 			x.textToken(z.Text())
 		case html.StartTagToken, html.SelfClosingTagToken:
-			name, hasAttr := z.TagName()
-			x.startTag(z, name, hasAttr, tt == html.SelfClosingTagToken)
+			name := x.tagName(z.Raw(), 1)
+			x.startTag(z, name, true, tt == html.SelfClosingTagToken)
 		case html.EndTagToken:
-			name, _ := z.TagName()
-			x.endTag(name)
+			x.endTag(x.tagName(z.Raw(), 2))
 		}
 	}
+}
+
+// tagName reads the lower-cased tag name from the raw tag text after skip
+// bytes ("<" or "</"). Tokenizer.TagName would copy it for every tag.
+func (x *extractor) tagName(raw []byte, skip int) []byte {
+	if len(raw) <= skip {
+		return nil
+	}
+	raw = raw[skip:]
+	n := 0
+	for n < len(raw) {
+		c := raw[n]
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '/' || c == '>' {
+			break
+		}
+		n++
+	}
+	x.nameBuf = append(x.nameBuf[:0], raw[:n]...)
+	for i, c := range x.nameBuf {
+		if 'A' <= c && c <= 'Z' {
+			x.nameBuf[i] = c + 'a' - 'A'
+		}
+	}
+	return x.nameBuf
 }
 
 func isSkipTag(name []byte) bool {
@@ -369,42 +393,86 @@ func (x *extractor) space() {
 func (x *extractor) words(t []byte, w int) {
 	for i := 0; i < len(t); {
 		c := t[i]
-		if c < utf8.RuneSelf {
+		switch asciiClass[c] {
+		case clsLower, clsDigit:
+			// Take the whole run of lower-case letters and digits at once.
+			j := i + 1
+			for j < len(t) && (asciiClass[t[j]] == clsLower || asciiClass[t[j]] == clsDigit) {
+				j++
+			}
+			run := t[i:j]
+			x.word = append(x.word, run...)
+			x.wordRunes += len(run)
+			if !x.wordAlpha {
+				for _, c := range run {
+					if asciiClass[c] == clsLower {
+						x.wordAlpha = true
+						break
+					}
+				}
+			}
+			i = j
+		case clsUpper:
+			x.word = append(x.word, c+'a'-'A')
+			x.wordAlpha = true
+			x.wordRunes++
 			i++
-			switch {
-			case 'a' <= c && c <= 'z':
-				x.word = append(x.word, c)
-				x.wordAlpha = true
-				x.wordRunes++
-			case '0' <= c && c <= '9':
-				x.word = append(x.word, c)
-				x.wordRunes++
-			case 'A' <= c && c <= 'Z':
-				x.word = append(x.word, c+'a'-'A')
-				x.wordAlpha = true
-				x.wordRunes++
-			case c == '\'' && len(x.word) > 0:
+		case clsApos:
+			if len(x.word) > 0 {
 				// keep apostrophes inside words ("don't"); trailing ones are trimmed in addWord
 				x.word = append(x.word, c)
-			default:
+			} else {
 				x.addWord(w)
 			}
-			continue
-		}
-		r, n := utf8.DecodeRune(t[i:])
-		i += n
-		if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
-			x.word = utf8.AppendRune(x.word, unicode.ToLower(r))
-			x.wordAlpha = x.wordAlpha || !unicode.IsDigit(r)
-			x.wordRunes++
-		} else if r == '’' && len(x.word) > 0 {
-			x.word = append(x.word, '\'')
-		} else {
-			x.addWord(w)
+			i++
+		case clsSep:
+			if len(x.word) > 0 {
+				x.addWord(w)
+			}
+			i++
+		default: // non-ASCII
+			r, n := utf8.DecodeRune(t[i:])
+			i += n
+			if unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r) {
+				x.word = utf8.AppendRune(x.word, unicode.ToLower(r))
+				x.wordAlpha = x.wordAlpha || !unicode.IsDigit(r)
+				x.wordRunes++
+			} else if r == '’' && len(x.word) > 0 {
+				x.word = append(x.word, '\'')
+			} else {
+				x.addWord(w)
+			}
 		}
 	}
 	x.pendingWeight = w
 }
+
+const (
+	clsSep = iota
+	clsLower
+	clsDigit
+	clsUpper
+	clsApos
+	clsNonASCII
+)
+
+var asciiClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		switch {
+		case c >= utf8.RuneSelf:
+			t[c] = clsNonASCII
+		case 'a' <= c && c <= 'z':
+			t[c] = clsLower
+		case '0' <= c && c <= '9':
+			t[c] = clsDigit
+		case 'A' <= c && c <= 'Z':
+			t[c] = clsUpper
+		case c == '\'':
+			t[c] = clsApos
+		}
+	}
+	return t
+}()
 
 func (x *extractor) breakWord() { x.addWord(x.pendingWeight) }
 

@@ -1,6 +1,7 @@
 package extract
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 )
 
 func mustURL(s string) *url.URL {
@@ -191,11 +194,10 @@ func TestHostileInputDoesNotPanic(t *testing.T) {
 	}
 }
 
-// BenchmarkExtract reports MB/s of HTML processed: tokenizing, text, links,
-// keywords with stemming, SimHash and content hash, on ~10 KB pages.
-func BenchmarkExtract(b *testing.B) {
-	// English-like pages: Zipf-distributed words, function words at the top
-	// ranks, inflected forms so the stemmer and stop-word lists do real work.
+// benchPages are English-like pages: Zipf-distributed words, function words
+// at the top ranks, inflected forms so the stemmer and stop-word lists do
+// real work.
+func benchPages() [][]byte {
 	stops := strings.Fields("the of and to a in is that it for on was with as be by at this are from or an have not but")
 	suffixes := []string{"", "s", "ing", "ed", "ation", "ly", "er"}
 	vocab := append([]string(nil), stops...)
@@ -212,14 +214,42 @@ func BenchmarkExtract(b *testing.B) {
 		}
 		pages[i] = []byte(randomPage(r, words, 1300))
 	}
+	return pages
+}
+
+// BenchmarkExtract reports MB/s of HTML processed: tokenizing, text, links,
+// keywords with stemming, SimHash and content hash, on ~10 KB pages. Its peer
+// in the same run is BenchmarkPeerGoqueryDOM (what Colly's OnHTML does).
+func BenchmarkExtract(b *testing.B) {
+	pages := benchPages()
 	u := mustURL("http://bench.test/dir/page.html")
+	runThroughput(b, pages, func(p []byte) { Extract(p, u, Options{}) })
+}
+
+// BenchmarkPeerGoqueryDOM is the peer: building a goquery DOM and taking the
+// title, the visible text and the links, without keywords, stemming or hashes.
+func BenchmarkPeerGoqueryDOM(b *testing.B) {
+	pages := benchPages()
+	runThroughput(b, pages, func(p []byte) {
+		doc, err := goquery.NewDocumentFromReader(bytes.NewReader(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = doc.Find("title").Text()
+		doc.Find("script,style").Remove()
+		_ = doc.Find("body").Text()
+		doc.Find("a[href]").Each(func(_ int, s *goquery.Selection) { s.Attr("href") })
+	})
+}
+
+func runThroughput(b *testing.B, pages [][]byte, fn func([]byte)) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	var n int64
 	for i := 0; i < b.N; i++ {
 		p := pages[i%len(pages)]
-		Extract(p, u, Options{})
+		fn(p)
 		n += int64(len(p))
 	}
 	b.SetBytes(n / int64(b.N))
