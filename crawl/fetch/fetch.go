@@ -175,6 +175,7 @@ func parseTarget(raw string) (*url.URL, error) {
 		return nil, newError(ReasonBadURL, raw, errors.New("no host"))
 	}
 	u.Fragment, u.RawFragment = "", ""
+	u.User = nil // a crawler never sends credentials found in a link
 	return u, nil
 }
 
@@ -274,6 +275,7 @@ func (f *Fetcher) do(ctx context.Context, req Request, opts doOptions) (*Respons
 				return nil, f.fail(&Error{Reason: ReasonBadRedirect, URL: u.String(), Status: h.status, Err: err})
 			}
 			next.Fragment, next.RawFragment = "", ""
+			next.User = nil
 			if hop >= maxRedirects {
 				return nil, f.fail(&Error{Reason: ReasonRedirectLimit, URL: req.URL, Status: h.status,
 					Err: errors.New("more than " + strconv.Itoa(maxRedirects) + " redirects, last to " + next.String())})

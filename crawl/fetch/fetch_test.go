@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,9 @@ func TestFetchBasic(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
+		if _, _, ok := r.BasicAuth(); ok {
+			t.Error("credentials from the URL were sent")
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("ETag", `"v1"`)
 		if r.Header.Get("If-None-Match") == `"v1"` {
@@ -69,9 +73,12 @@ func TestFetchBasic(t *testing.T) {
 	defer srv.Close()
 	f := testFetcher(t, nil)
 	ctx := context.Background()
-	resp, err := f.Fetch(ctx, Request{URL: srv.URL + "/page"})
+	resp, err := f.Fetch(ctx, Request{URL: strings.Replace(srv.URL, "http://", "http://user:secret@", 1) + "/page#frag"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if resp.FinalURL != srv.URL+"/page" {
+		t.Fatalf("final URL %s", resp.FinalURL)
 	}
 	if resp.Status != 200 || string(resp.Body) != "<html><title>hi</title></html>" || resp.ContentType != "text/html" || resp.Charset != "utf-8" {
 		t.Fatalf("bad response %+v body %q", resp, resp.Body)
