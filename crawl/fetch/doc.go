@@ -38,7 +38,8 @@
 //   - Guard: destinations in private, loopback, link-local, multicast,
 //     unspecified and reserved ranges are refused (ReasonGuard) unless
 //     Config.AllowPrivate — checked after DNS resolution, again in the dialer's
-//     Control hook on the address actually dialled, and on every redirect hop.
+//     Control hook on the address actually dialled, and on every redirect hop;
+//     ports on the WHATWG bad-port list (SMTP, IRC …) are refused too.
 //
 // Errors: every failure is an *Error carrying a Reason (stable strings used
 // as metric labels). errors.Is(err, fetch.ErrRobots) and the other sentinel

@@ -342,6 +342,11 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 	rest := f.cfg.MinDelay
 	defer func() { f.pol.releaseHost(key, hs, rest) }()
 
+	if !f.cfg.AllowPrivate && u.Port() != "" {
+		if p, err := strconv.Atoi(u.Port()); err == nil && BadPort(p) {
+			return res, newError(ReasonGuard, target, errors.New("port "+u.Port()+" is on the bad-port list (protocol smuggling)"))
+		}
+	}
 	ht := &hopTiming{}
 	addrs, took, err := f.resolveAllowed(ctx, u.Hostname())
 	ht.preDNS = took

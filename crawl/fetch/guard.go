@@ -38,6 +38,24 @@ var reservedPrefixes = func() []netip.Prefix {
 	return ps
 }()
 
+// badPorts is the WHATWG Fetch "bad port" list: ports of protocols that an
+// HTTP request could be smuggled into (SMTP, IRC, …). A crawler never
+// connects to them on the open web.
+var badPorts = func() map[int]bool {
+	m := map[int]bool{}
+	for _, p := range []int{1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95,
+		101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
+		512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995,
+		1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679,
+		6697, 10080} {
+		m[p] = true
+	}
+	return m
+}()
+
+// BadPort reports whether port is on the WHATWG Fetch bad-port list.
+func BadPort(port int) bool { return badPorts[port] }
+
 // ForbiddenAddr reports whether a is a destination the guard refuses by
 // default, and names its range.
 func ForbiddenAddr(a netip.Addr) (bool, string) {

@@ -531,6 +531,12 @@ func TestGuard(t *testing.T) {
 	if n := targetHits.Load(); n != 0 {
 		t.Fatalf("guarded server received %d requests", n)
 	}
+	// Bad ports are refused even on an allowed address, before any dial.
+	_, err = f.Fetch(ctx, Request{URL: "http://127.0.0.2:25/"})
+	wantReason(t, err, ReasonGuard)
+	if !strings.Contains(err.Error(), "bad-port") {
+		t.Fatalf("bad port error: %v", err)
+	}
 	// The dialer's Control hook refuses on its own (defence in depth).
 	if err := f.dialControl("tcp4", "127.0.0.1:80", nil); err == nil {
 		t.Fatal("dialControl accepted loopback")
