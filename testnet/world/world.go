@@ -91,6 +91,9 @@ type Model struct {
 	logStretch float64 // log(median stretch)
 	matrix     *Matrix
 	siteIndex  *Index
+	// stretchQ is the stretch's quantile function on the cells of
+	// normalTable, so a pair's stretch is a table interpolation.
+	stretchQ []float64
 }
 
 // New returns a model over table (geo.Default() when nil) with cfg.
@@ -107,6 +110,10 @@ func New(table *geo.Table, cfg Config) (*Model, error) {
 	m.logStretch = math.Log(cfg.StretchMedian)
 	m.sigmaLo = math.Max(0, (m.logStretch-math.Log(cfg.StretchP10))/z10)
 	m.sigmaHi = math.Max(0, (math.Log(cfg.StretchP90)-m.logStretch)/z10)
+	m.stretchQ = make([]float64, len(normalTable))
+	for i, z := range normalTable {
+		m.stretchQ[i] = m.stretchFromNormal(z)
+	}
 	return m, nil
 }
 
@@ -208,7 +215,15 @@ func (m *Model) stretchKeys(ka, kb uint64) float64 {
 	if ka > kb {
 		ka, kb = kb, ka
 	}
-	z := normal(mix(mix(ka^0x5851f42d4c957f2d) ^ kb))
+	h := mix(mix(ka^0x5851f42d4c957f2d) ^ kb)
+	i := h >> 48
+	f := float64((h>>16)&0xffffffff) / (1 << 32)
+	return m.stretchQ[i] + f*(m.stretchQ[i+1]-m.stretchQ[i])
+}
+
+// stretchFromNormal maps a standard normal deviate to a stretch: lognormal
+// with different spreads below and above the median, never below 1.
+func (m *Model) stretchFromNormal(z float64) float64 {
 	s := m.logStretch
 	if z < 0 {
 		s += m.sigmaLo * z
