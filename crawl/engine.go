@@ -99,6 +99,10 @@ type Config struct {
 	StopWhenIdle bool
 	// Progress is the interval of slog progress lines (default 10 s; negative: none).
 	Progress time.Duration
+	// ShutdownDrain bounds how long Run, when stopped, waits for the receiver
+	// to acknowledge the last carriers (default 5 s); the rest stay in the
+	// outbox for the next Run.
+	ShutdownDrain time.Duration
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -151,6 +155,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Progress == 0 {
 		cfg.Progress = 10 * time.Second
+	}
+	if cfg.ShutdownDrain <= 0 {
+		cfg.ShutdownDrain = 5 * time.Second
 	}
 	if cfg.Monitor.Sleep <= 0 {
 		cfg.Monitor.Sleep = 24 * time.Hour
@@ -369,8 +376,10 @@ func (e *Engine) Run(ctx context.Context) error {
 			runErr = errors.Join(runErr, err)
 		}
 	} else {
-		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = e.outbox.Drain(dctx)
+		dctx, dcancel := context.WithTimeout(context.Background(), e.cfg.ShutdownDrain)
+		if err := e.outbox.Drain(dctx); err != nil {
+			e.log.Warn("carriers left in the outbox for the next run", "err", err)
+		}
 		dcancel()
 	}
 	stopOutbox()

@@ -124,7 +124,7 @@ func TestMonitoringConditionalRevisits(t *testing.T) {
 		CrawlerID: "mon", StateDir: state, Seeds: web.Seeds(), Fetch: synthFetchConfig(web),
 		Concurrency: 8, Receiver: pack.FileSink{Dir: out}, MaxCarrierHold: 50 * time.Millisecond,
 		Monitor:  Monitor{Enabled: true, Sleep: 300 * time.Millisecond, MinInterval: 50 * time.Millisecond, MaxInterval: time.Hour},
-		Progress: -1, Logger: testLogger(t), StopWhenIdle: true,
+		Progress: -1, Logger: testLogger(t), StopWhenIdle: true, ShutdownDrain: 30 * time.Second,
 	}
 	eng, err := New(cfg)
 	if err != nil {
@@ -280,7 +280,7 @@ func TestFileSystemCrawl(t *testing.T) {
 	state := t.TempDir()
 	cfg := Config{
 		CrawlerID: "fs", StateDir: state, FileRoots: []fsys.Root{{Dir: root, Prefix: "http://www.example.test/site/"}},
-		FileOnly: true, Receiver: pack.FileSink{Dir: out}, Progress: -1, Logger: testLogger(t),
+		FileOnly: true, Receiver: pack.FileSink{Dir: out}, Progress: -1, Logger: testLogger(t), ShutdownDrain: 30 * time.Second,
 		Monitor:        Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond},
 		MaxCarrierHold: 20 * time.Millisecond,
 	}
