@@ -57,6 +57,7 @@ type benchCrawlOptions struct {
 	rounds       int
 	canonical    bool
 	gzip         bool
+	collyPerHost bool
 	cpuProfile   string
 	micraMode    string
 	timeout      time.Duration
@@ -99,6 +100,7 @@ type benchCrawlReport struct {
 	} `json:"web"`
 	Rounds       int               `json:"rounds"`
 	Workers      int               `json:"workers"`
+	CollyPerHost bool              `json:"colly_per_host"`
 	PerIP        int               `json:"per_ip"`
 	GOMAXPROCS   int               `json:"gomaxprocs"`
 	Colly        *benchCrawlResult `json:"colly,omitempty"`
@@ -128,6 +130,7 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.skipColly, "skip-colly", false, "run micra only")
 	f.IntVar(&o.rounds, "rounds", 2, "crawls of each crawler, alternating the order; figures are totals over all rounds")
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
+	f.BoolVar(&o.collyPerHost, "colly-per-host", false, "give Colly micra's per-host limit (one LimitRule of Parallelism 1 per host) instead of one global rule")
 	f.BoolVar(&o.gzip, "gzip", false, "serve pages gzip-encoded to crawlers that accept it")
 	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl) or pipeline (same parts, in-memory frontier)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -162,7 +165,7 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 		return err
 	}
 	defer web.Close()
-	rep := &benchCrawlReport{Rounds: max(o.rounds, 1), Workers: o.workers, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	rep := &benchCrawlReport{Rounds: max(o.rounds, 1), Workers: o.workers, CollyPerHost: o.collyPerHost, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	cfg := web.Config()
 	rep.Web.Hosts, rep.Web.Addresses, rep.Web.PagesPerHost, rep.Web.Pages = cfg.Hosts, web.NumIPs(), cfg.PagesPerHost, web.TotalPages()
 	rep.Web.LinksPerPage, rep.Web.CanonicalLinks, rep.Web.Gzip = cfg.LinksPerPage, cfg.CanonicalLinks, cfg.Gzip
@@ -297,7 +300,17 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	c.IgnoreRobotsTxt = false // obey robots.txt, like micra
 	c.WithTransport(tr)
 	c.SetRequestTimeout(30 * time.Second)
-	if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: o.workers}); err != nil {
+	mode := "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed, global parallelism " + fmt.Sprint(o.workers)
+	if o.collyPerHost {
+		// One rule per host: Colly then keeps one request in flight per host
+		// (each rule has its own semaphore), as micra does.
+		for _, h := range web.Hosts() {
+			if err := c.Limit(&colly.LimitRule{DomainGlob: h, Parallelism: 1}); err != nil {
+				return nil, err
+			}
+		}
+		mode = "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed, one request per host (a LimitRule per host)"
+	} else if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: o.workers}); err != nil {
 		return nil, err
 	}
 	var errs atomic.Int64
@@ -319,7 +332,7 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	r := &benchCrawlResult{Crawler: "colly", Mode: "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed", Errors: errs.Load()}
+	r := &benchCrawlResult{Crawler: "colly", Mode: mode, Errors: errs.Load()}
 	finishResult(r, web, elapsed)
 	return r, nil
 }
@@ -679,8 +692,12 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 	}
 	fmt.Fprintf(out, "synthetic web: %d hosts on %d loopback addresses, %d pages (%d per host), ~%d B/page, %d links/page, %s\n",
 		rep.Web.Hosts, rep.Web.Addresses, rep.Web.Pages, rep.Web.PagesPerHost, rep.Web.AvgPageBytes, rep.Web.LinksPerPage, spelling)
-	fmt.Fprintf(out, "limits: %d workers (Colly: global parallelism; micra: host workers, 1 request per host, %d per address); GOMAXPROCS=%d\n",
-		rep.Workers, rep.PerIP, rep.GOMAXPROCS)
+	colly := fmt.Sprintf("Colly: global parallelism %d", rep.Workers)
+	if rep.CollyPerHost {
+		colly = "Colly: 1 request per host"
+	}
+	fmt.Fprintf(out, "limits: %s; micra: %d host workers, 1 request per host, %d per address; GOMAXPROCS=%d\n",
+		colly, rep.Workers, rep.PerIP, rep.GOMAXPROCS)
 	fmt.Fprintf(out, "%d round(s) per crawler, order alternating; figures are totals over all rounds\n\n", rep.Rounds)
 	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %11s %10s %9s %6s\n",
 		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "HTML B", "wire B", "carrier B", "HTML/car", "errors")
