@@ -40,6 +40,8 @@ type Directory struct {
 	org   map[hierarchy.OrgID]map[delegation.CrawlerID]int
 	owned map[hierarchy.NodeID]bool
 	prov  map[string]provEntry
+	// provPending marks background provider walks in flight.
+	provPending map[string]bool
 }
 
 type cached struct {
@@ -63,6 +65,8 @@ func newDirectory(p *Peer) *Directory {
 		org:   make(map[hierarchy.OrgID]map[delegation.CrawlerID]int),
 		owned: make(map[hierarchy.NodeID]bool),
 		prov:  make(map[string]provEntry),
+
+		provPending: make(map[string]bool),
 	}
 }
 
@@ -244,6 +248,7 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
 	}
+	start := time.Now()
 	var ownerEnv []byte
 	if rec.Owner == p.selfID {
 		ownerEnv, err = sealOwner(m, p.sk)
@@ -257,11 +262,15 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: owner %s: %w", rec.Subnet, rec.Owner, err)
 	}
+	endorsed := time.Now()
 	val, err := sealDecision(ownerEnv, p.sk)
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
 	}
-	return d.put(ctx, rec.Subnet, val, true)
+	best, err := d.put(ctx, rec.Subnet, val, true)
+	p.log.Debug("overlay: published", "subnet", rec.Subnet, "owner", rec.Owner, "epoch", rec.Epoch,
+		"endorse", endorsed.Sub(start), "put", time.Since(endorsed), "prevails", best.Owner)
+	return best, err
 }
 
 // put stores a sealed value in the DHT and the cache, optionally announces
@@ -358,12 +367,13 @@ func keys(m map[delegation.CrawlerID]int) []delegation.CrawlerID {
 	return out
 }
 
-// holders returns the live holders of a set: what this peer's cache knows
-// (every delegation is announced on gossip, so this is normally complete),
-// completed from DHT provider records when the cache knows nobody — a peer
-// that joined late or missed announcements. Provider answers are cached for
-// providerCacheTTL (negative answers too) and dropped on membership or
-// delegation changes.
+// holders returns the live holders of a set. The local index is
+// authoritative when it knows anyone: every delegation is announced on
+// gossip, so it is normally complete. When it knows nobody, DHT provider
+// records answer: synchronously while this peer may have missed
+// announcements (its first warm-up period, or an empty cache), otherwise
+// from a provider answer cached for providerCacheTTL and refreshed in the
+// background, so a decision never waits for a provider walk in steady state.
 func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.CrawlerID) ([]delegation.CrawlerID, error) {
 	var out []delegation.CrawlerID
 	for _, id := range local {
@@ -378,17 +388,26 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 	k := c.KeyString()
 	d.mu.RLock()
 	pe, ok := d.prov[k]
+	known := len(d.recs)
+	pending := d.provPending[k]
 	d.mu.RUnlock()
-	if !ok || time.Since(pe.at) > providerCacheTTL {
-		pe = provEntry{at: time.Now()}
-		qctx, cancel := context.WithTimeout(ctx, d.p.cfg.RequestTimeout)
-		for ai := range d.p.dht.FindProvidersAsync(qctx, c, 64) {
-			pe.ids = append(pe.ids, delegation.CrawlerID(ai.ID.String()))
-		}
-		cancel()
+	fresh := ok && time.Since(pe.at) <= providerCacheTTL
+	switch {
+	case fresh:
+	case known == 0 || time.Since(d.p.members.started) < d.warmup():
+		pe = d.findProviders(ctx, c)
+	case !pending:
 		d.mu.Lock()
-		d.prov[k] = pe
+		d.provPending[k] = true
 		d.mu.Unlock()
+		d.p.wg.Add(1)
+		go func() {
+			defer d.p.wg.Done()
+			d.findProviders(d.p.ctx, c)
+			d.mu.Lock()
+			delete(d.provPending, k)
+			d.mu.Unlock()
+		}()
 	}
 	for _, id := range pe.ids {
 		if d.p.members.IsLive(id) && !slices.Contains(out, id) {
@@ -397,6 +416,23 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// warmup is how long after start a peer may still be missing announcements.
+func (d *Directory) warmup() time.Duration { return 2 * d.p.cfg.FailureTimeout }
+
+// findProviders walks the DHT for c's providers and caches the answer.
+func (d *Directory) findProviders(ctx context.Context, c cid.Cid) provEntry {
+	pe := provEntry{at: time.Now()}
+	qctx, cancel := context.WithTimeout(ctx, d.p.cfg.RequestTimeout)
+	defer cancel()
+	for ai := range d.p.dht.FindProvidersAsync(qctx, c, 64) {
+		pe.ids = append(pe.ids, delegation.CrawlerID(ai.ID.String()))
+	}
+	d.mu.Lock()
+	d.prov[c.KeyString()] = pe
+	d.mu.Unlock()
+	return pe
 }
 
 // invalidateProviders drops cached provider answers (a delegation changed).

@@ -127,7 +127,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
-	p.validator = RecordValidator{Snapshot: p.snap, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
+	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
 	p.members = newMembers(h.ID(), delegation.Crawler{ID: p.selfID, Addr: cfg.CrawlerAddr, Capacity: cfg.Capacity}, cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {
@@ -390,9 +390,7 @@ func (p *Peer) runCalibration(ctx context.Context) {
 		s := hierarchy.NodeID(cd.ev.Subnet)
 		switch cd.ev.Kind {
 		case pb.CalibrationKind_DELEGATED:
-			if _, changed := p.dir.merge(*cd.rec, cd.ev.Value); changed {
-				p.dir.invalidateProviders()
-			}
+			p.dir.merge(*cd.rec, cd.ev.Value)
 		case pb.CalibrationKind_SLOW_PAGE, pb.CalibrationKind_RELEASED:
 			if msg.GetFrom() != p.h.ID() {
 				p.dir.Invalidate(s)

@@ -244,6 +244,9 @@ type RecordValidator struct {
 	Snapshot hierarchy.SnapshotID
 	MaxAge   time.Duration
 	Now      func() time.Time
+	// Nodes, if set, is the tree's node count: subnets must be below it
+	// (and not the root).
+	Nodes int
 	// Verified, if set, remembers values whose signatures were checked, so
 	// the DHT's repeated Validate/Select calls on the same bytes cost a
 	// hash instead of two Ed25519 verifications.
@@ -311,6 +314,9 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, err
 	}
 	if rec.Subnet != s {
 		return rec, fmt.Errorf("micra validator: %s: record is for subnet %d", key, rec.Subnet)
+	}
+	if v.Nodes > 0 && (int(s) >= v.Nodes || s == hierarchy.Root) {
+		return rec, fmt.Errorf("micra validator: %s: subnet %d is not a subnet of the hierarchy (%d nodes)", key, s, v.Nodes)
 	}
 	if rec.Snapshot != v.Snapshot {
 		return rec, fmt.Errorf("micra validator: %s: snapshot %x, this peer runs %x", key, rec.Snapshot[:6], v.Snapshot[:6])

@@ -50,7 +50,7 @@ func seal(t *testing.T, r delegation.Record, owner, decider crypto.PrivKey) []by
 func TestRecordValidator(t *testing.T) {
 	var snap hierarchy.SnapshotID
 	snap[0] = 7
-	v := RecordValidator{Snapshot: snap, MaxAge: 48 * time.Hour}
+	v := RecordValidator{Snapshot: snap, Nodes: 100, MaxAge: 48 * time.Hour, Verified: NewVerifiedCache(16)}
 	owner, decider, mallory := newKeyed(t), newKeyed(t), newKeyed(t)
 	now := time.Now()
 	rec := delegation.Record{Subnet: 42, Snapshot: snap, Owner: owner.id, OwnerRTT: 12 * time.Millisecond, Epoch: 3,
@@ -93,6 +93,12 @@ func TestRecordValidator(t *testing.T) {
 		key string
 		val []byte
 	}{DelegKey(42), seal(t, old, owner.sk, decider.sk)}
+	outside := rec
+	outside.Subnet = 500
+	cases["subnet outside the tree"] = struct {
+		key string
+		val []byte
+	}{DelegKey(500), seal(t, outside, owner.sk, decider.sk)}
 	for name, c := range cases {
 		if err := v.Validate(c.key, c.val); err == nil {
 			t.Errorf("%s: accepted", name)
