@@ -1,6 +1,10 @@
 package overlay
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	dhtGet, dhtPut                                      prometheus.Histogram
@@ -8,7 +12,9 @@ type metrics struct {
 	pagesRecovered, calibrationEvents, deaths           prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the overlay's metrics on reg (nil: unregistered),
+// labelled with the peer id so many peers can share one registry.
+func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
 	m := &metrics{
 		dhtGet: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "dht_get_seconds",
@@ -24,9 +30,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		deaths:            prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total", Help: "Peers declared dead by the failure detector."}),
 	}
 	if reg != nil {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
 		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths} {
-			_ = reg.Register(c)
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("overlay: metrics: %w", err)
+			}
 		}
 	}
-	return m
+	return m, nil
 }

@@ -118,11 +118,15 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Peer{
 		cfg: cfg, log: log, h: h, tree: tree, snap: tree.ID(), sk: sk,
-		selfID:  delegation.CrawlerID(h.ID().String()),
-		metrics: newMetrics(cfg.Registerer),
-		sink:    svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
+		selfID: delegation.CrawlerID(h.ID().String()),
+		sink:   svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
 		provideCh: make(chan hierarchy.NodeID, 4096),
 		ctx:       pctx, cancel: cancel,
+	}
+	var err error
+	if p.metrics, err = newMetrics(cfg.Registerer, h.ID().String()); err != nil {
+		cancel()
+		return nil, err
 	}
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
@@ -139,7 +143,8 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	p.prober = &Prober{p: p}
 	p.handoff = newHandoffQueue(p)
 
-	boot, err := ParseBootstrap(cfg.Bootstrap)
+	var boot []peer.AddrInfo
+	boot, err = ParseBootstrap(cfg.Bootstrap)
 	if err != nil {
 		cancel()
 		return nil, err

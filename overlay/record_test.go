@@ -9,6 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
@@ -228,5 +229,18 @@ func TestMembersIgnoreReplaysAcceptRestarts(t *testing.T) {
 	m.observe(oid, hb(1, now.Add(4*time.Second)), now.Add(4*time.Second)) // restarted process
 	if !m.IsLive(other.id) {
 		t.Fatal("restarted peer (seq 1, later time) not accepted")
+	}
+}
+
+func TestMetricsShareARegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newMetrics(reg, "b"); err != nil {
+		t.Fatalf("second peer on one registry: %v", err)
+	}
+	if _, err := newMetrics(reg, "a"); err == nil {
+		t.Fatal("duplicate peer registration accepted")
 	}
 }
