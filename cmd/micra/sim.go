@@ -42,7 +42,7 @@ func simCmd() *cobra.Command {
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
 		crawlers, hosts, train, seeds, traceN                                                      int
 		seed                                                                                       uint64
-		asJSON                                                                                     bool
+		asJSON, worldStats                                                                         bool
 		capacityFactor, ipv6Share                                                                  float64
 	)
 	cmd := &cobra.Command{
@@ -133,6 +133,10 @@ seed print the same report. See docs/simulator.md.`,
 			cfg.IPv6Share = ipv6Share
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
+			if worldStats {
+				out := cmd.OutOrStdout()
+				return sim.WriteWorldStats(cfg, out)
+			}
 			if seeds < 1 {
 				return fmt.Errorf("--seeds %d: want at least 1", seeds)
 			}
@@ -208,6 +212,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&plotPath, "plot", "", "write the probes/URL curve as SVG to this file")
 	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
+	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	return cmd
 }

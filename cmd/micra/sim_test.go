@@ -74,6 +74,9 @@ func TestSimCLI(t *testing.T) {
 	if _, err := runSim(t, "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", bad); err == nil || !strings.Contains(err.Error(), bad+":2: unknown site \"xxx\"") {
 		t.Fatalf("bad rtt file: %v", err)
 	}
+	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
+		t.Fatalf("world stats: %v\n%s", err, out)
+	}
 	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"}} {
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)

@@ -463,3 +463,22 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 	}
 	return w.score(cfg, runs), w, nil
 }
+
+// WriteWorldStats prints the latency model's calibration figures over the
+// placed hosts (formula) and, with a measured matrix, the same figures of
+// the matrix, so the two can be compared before trusting either.
+func WriteWorldStats(cfg Config, out io.Writer) error {
+	cfg = cfg.withDefaults()
+	mx := cfg.Matrix
+	cfg.Matrix = nil
+	w, err := NewWorld(cfg)
+	if err != nil {
+		return err
+	}
+	st := w.Model.SampleStats(w.Hosts)
+	st.WriteText(out, fmt.Sprintf("formula over %d placed hosts (seed %d)", min(len(w.Hosts), 2000), cfg.Seed))
+	if mx != nil {
+		mx.Stats(w.Model.Config().FibreKmPerMs).WriteText(out, fmt.Sprintf("measured matrix (%d sites)", len(mx.Sites)))
+	}
+	return nil
+}

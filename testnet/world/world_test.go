@@ -303,3 +303,33 @@ func BenchmarkFloorRTT(b *testing.B) {
 	}
 	_ = sink
 }
+
+func TestStats(t *testing.T) {
+	sites, err := LoadSites(strings.NewReader(sitesCSV), "sites.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fra–nyc 6200 km: 124 ms is stretch 2; a fast nyc–syd and slow fra–syd
+	// make fra→nyc→syd beat fra→syd directly (a violation).
+	mx, err := LoadRTT(strings.NewReader("src,dst,rtt_ms\nfra,nyc,124\nnyc,syd,200\nfra,syd,400\n"), "rtt.csv", sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := mx.Stats(200)
+	if st.Pairs != 3 || st.FarPairs != 3 || st.TriangleViolations == 0 {
+		t.Fatalf("matrix stats %+v", st)
+	}
+	if d := geo.DistanceKm(sites[0].Loc, sites[1].Loc); math.Abs(st.StretchP50-124/(d/100)) > 1e-9 {
+		t.Fatalf("median implied stretch %v, want fra–nyc %v", st.StretchP50, 124/(d/100))
+	}
+	m := newModel(t, 11)
+	eps := randomLocatedV4(m, rand.New(rand.NewPCG(3, 4)), 600)
+	ms := m.SampleStats(eps)
+	var buf strings.Builder
+	ms.WriteText(&buf, "model")
+	t.Log(buf.String())
+	// access delays add to the fibre stretch: a little above 2.0
+	if ms.StretchP50 < 2 || ms.StretchP50 > 2.5 || ms.TriangleViolations == 0 {
+		t.Fatalf("model stats %+v", ms)
+	}
+}
