@@ -208,8 +208,8 @@ type LookupStep struct {
 	ID       hierarchy.NodeID `json:"id"`
 	Depth    int              `json:"depth"`
 	Range    string           `json:"range"`
-	Start    string           `json:"start"`
-	End      string           `json:"end"`
+	Start    string           `json:"start,omitempty"`
+	End      string           `json:"end,omitempty"`
 	Org      string           `json:"org,omitempty"`
 	OrgID    hierarchy.OrgID  `json:"org_id,omitempty"`
 	Registry string           `json:"registry,omitempty"`
