@@ -28,6 +28,10 @@ type BuildStats struct {
 	PerLevel        []int         // PerLevel[d] = nodes at depth d (PerLevel[0] = 1, Root)
 	IPv4Nodes       int           // nodes holding IPv4 ranges
 	IPv6Nodes       int           // nodes holding IPv6 ranges
+	CountryRanges   int           // country annotations added (AddCountry)
+	CountrySegments int           // disjoint segments they flatten into
+	CountryFilled   int           // nodes without a country of their own that took the majority country
+	WithCountry     int           // nodes with a country (own or filled), Root excluded
 	Duration        time.Duration // wall time of Build
 }
 
@@ -48,6 +52,8 @@ type Builder struct {
 	ranges []brange
 	orgIdx map[string]uint32
 	orgs   []string // builder-local org table; 0 = ""
+
+	countries []crange // country annotations (AddCountry)
 }
 
 type brange struct {
@@ -227,6 +233,16 @@ func (b *Builder) Build() (*Tree, BuildStats, error) {
 		parents = append(parents, stack[len(stack)-1])
 		depths = append(depths, uint8(d))
 		stack = append(stack, id)
+	}
+	if len(b.countries) > 0 {
+		segs := flattenCountries(b.countries)
+		st.CountryRanges, st.CountrySegments = len(b.countries), len(segs)
+		st.CountryFilled = fillCountries(out, segs)
+	}
+	for k := 1; k < len(out); k++ {
+		if out[k].cc != ([2]byte{}) {
+			st.WithCountry++
+		}
 	}
 	t := b.assemble(out, parents, depths)
 	st.Nodes = t.Len()

@@ -18,6 +18,9 @@ type Sources struct {
 	RIR    []string // RIR statistics exchange files
 	RPSL   []string // RPSL inetnum/inet6num dumps
 	Ranges []string // flat range CSVs (start,end,asn,organisation)
+	// Countries are country-range CSVs (start,end,cc): a node without a
+	// country of its own takes the one covering most (> half) of its range.
+	Countries []string
 	// NoDerive turns off DeriveAggregates on the range CSVs.
 	NoDerive bool
 	Lenient  bool
@@ -107,6 +110,22 @@ func BuildSources(ctx context.Context, src Sources) (*Tree, SourceReport, error)
 	}
 	if err := add(flat, "range CSV"); err != nil {
 		return nil, rep, err
+	}
+	for _, f := range src.Countries {
+		if err := ctx.Err(); err != nil {
+			return nil, rep, err
+		}
+		rs, lr, err := LoadFile(f, LoadCountryCSV, src.Lenient)
+		if err != nil {
+			return nil, rep, err
+		}
+		rep.Loads = append(rep.Loads, lr)
+		log.Info("hierarchy source loaded", "file", f, "country ranges", lr.Records, "skipped", lr.Skipped)
+		for _, r := range rs {
+			if err := b.AddCountry(r); err != nil {
+				return nil, rep, fmt.Errorf("%s: %w", f, err)
+			}
+		}
 	}
 	rep.LoadTime = time.Since(t0)
 	if err := ctx.Err(); err != nil {

@@ -33,7 +33,7 @@ func hierarchyBuildCmd() *cobra.Command {
 	var out string
 	var compress bool
 	c := &cobra.Command{
-		Use:   "build --iana FILE… --rir FILE… --rpsl FILE… --ranges FILE… -o SNAPSHOT",
+		Use:   "build --iana FILE… --rir FILE… --rpsl FILE… --ranges FILE… --countries FILE… -o SNAPSHOT",
 		Short: "build a snapshot from registry files (strict: the first bad line fails)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,6 +63,8 @@ func hierarchyBuildCmd() *cobra.Command {
 				rep.Aggregates, st.Duplicates, st.PartialOverlaps, st.SplitPieces)
 			fmt.Fprintf(w, "nodes %d (IPv4 %d, IPv6 %d), orgs %d, height %d, per level %v\n",
 				st.Nodes, st.IPv4Nodes, st.IPv6Nodes, st.Orgs, st.Height, st.PerLevel)
+			fmt.Fprintf(w, "countries: %d nodes with a country (%d filled from %d country ranges → %d segments)\n",
+				st.WithCountry, st.CountryFilled, st.CountryRanges, st.CountrySegments)
 			fi, _ := os.Stat(out)
 			size := int64(0)
 			if fi != nil {
@@ -79,6 +81,7 @@ func hierarchyBuildCmd() *cobra.Command {
 	f.StringArrayVar(&src.RIR, "rir", nil, "RIR statistics exchange file, plain or extended (repeatable)")
 	f.StringArrayVar(&src.RPSL, "rpsl", nil, "RPSL inetnum/inet6num dump (repeatable)")
 	f.StringArrayVar(&src.Ranges, "ranges", nil, "range CSV start,end,asn,organisation (repeatable)")
+	f.StringArrayVar(&src.Countries, "countries", nil, "country-range CSV start,end,cc: a node without a country takes the one covering > half its range (repeatable)")
 	f.BoolVar(&src.Lenient, "lenient", false, "skip and count bad lines instead of failing on the first")
 	f.BoolVar(&src.NoDerive, "no-derive", false, "do not derive organisation aggregates from the range CSVs")
 	f.BoolVar(&compress, "zstd", false, "write the snapshot zstd-compressed (the id is unchanged)")
@@ -110,6 +113,8 @@ type StatsReport struct {
 	PerLevel     []int   `json:"per_level"`
 	Orgs         int     `json:"orgs"`
 	UnaryNodes   int     `json:"unary_nodes"`
+	WithCountry  int     `json:"nodes_with_country"`
+	Countries    int     `json:"countries"` // distinct country codes
 	Segments4    int     `json:"lookup_segments_ipv4"`
 	Segments6    int     `json:"lookup_segments_ipv6"`
 	Bytes        int     `json:"bytes"`
@@ -141,6 +146,7 @@ func hierarchyStatsCmd() *cobra.Command {
 			runtime.ReadMemStats(&mem)
 			rep.HeapMB = float64(mem.HeapAlloc) / (1 << 20)
 			rep.RSSMB = processRSSMB()
+			ccs := map[string]bool{}
 			for id := 1; id < t.Len(); id++ {
 				n := t.Node(hierarchy.NodeID(id))
 				if n.Start.Is4() {
@@ -151,7 +157,12 @@ func hierarchyStatsCmd() *cobra.Command {
 				if n.Unary() {
 					rep.UnaryNodes++
 				}
+				if n.Country != "" {
+					rep.WithCountry++
+					ccs[n.Country] = true
+				}
 			}
+			rep.Countries = len(ccs)
 			// Build time: rebuild the tree from its own ranges; the result
 			// must be the very same snapshot.
 			t0 := time.Now()
@@ -187,6 +198,7 @@ func hierarchyStatsCmd() *cobra.Command {
 				fmt.Fprintf(w, "  level %d  %d\n", d, n)
 			}
 			fmt.Fprintf(w, "orgs       %d\n", rep.Orgs)
+			fmt.Fprintf(w, "countries  %d nodes of %d with a country (%d codes)\n", rep.WithCountry, rep.Nodes-1, rep.Countries)
 			fmt.Fprintf(w, "segments   %d IPv4, %d IPv6 (lookup index)\n", rep.Segments4, rep.Segments6)
 			fmt.Fprintf(w, "bytes      %d canonical", rep.Bytes)
 			if zstdSize {
