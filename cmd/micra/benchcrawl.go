@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,9 +304,11 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 	mode := "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed, global parallelism " + fmt.Sprint(o.workers)
 	if o.collyPerHost {
 		// One rule per host: Colly then keeps one request in flight per host
-		// (each rule has its own semaphore), as micra does.
+		// (each rule has its own semaphore), as micra does. Colly matches
+		// rules against host:port, so the glob carries the port.
 		for _, h := range web.Hosts() {
-			if err := c.Limit(&colly.LimitRule{DomainGlob: h, Parallelism: 1}); err != nil {
+			glob := h + ":" + strconv.Itoa(web.Port())
+			if err := c.Limit(&colly.LimitRule{DomainGlob: glob, Parallelism: 1}); err != nil {
 				return nil, err
 			}
 		}
