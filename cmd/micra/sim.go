@@ -39,11 +39,11 @@ func parseThresholds(s string) ([]time.Duration, error) {
 
 func simCmd() *cobra.Command {
 	var (
-		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance string
-		crawlers, hosts, train, seeds, traceN                                                      int
-		seed                                                                                       uint64
-		asJSON, worldStats                                                                         bool
-		capacityFactor, ipv6Share                                                                  float64
+		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts string
+		crawlers, hosts, train, seeds, traceN                                                                 int
+		seed                                                                                                  uint64
+		asJSON, worldStats                                                                                    bool
+		capacityFactor, ipv6Share                                                                             float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -109,6 +109,9 @@ seed print the same report. See docs/simulator.md.`,
 				}
 			}
 			if cfg.Engine.Balance, err = delegation.ParseBalanceMode(balance); err != nil {
+				return err
+			}
+			if cfg.Engine.Micra, err = parseMicraOptions(micraOpts); err != nil {
 				return err
 			}
 			if (sitesPath == "") != (rttPath == "") {
@@ -214,5 +217,45 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs")
 	return cmd
+}
+
+// parseMicraOptions reads "miss=0.1,maxprobes=4" into a MicraConfig.
+func parseMicraOptions(s string) (delegation.MicraConfig, error) {
+	var m delegation.MicraConfig
+	if strings.TrimSpace(s) == "" {
+		return m, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return m, fmt.Errorf("--micra %q: want key=value", kv)
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return m, fmt.Errorf("--micra %s: %q is not a number", k, v)
+		}
+		switch k {
+		case "miss":
+			m.Miss = x
+		case "maxprobes":
+			m.MaxProbes = int(x)
+		case "blind":
+			m.Blind = x
+		case "shift":
+			m.Shift = x
+		case "pairprior":
+			m.PairPrior = x
+		case "mincandidates":
+			m.MinCandidates = int(x)
+		case "parallel":
+			m.Parallel = int(x)
+		case "nopairs":
+			m.NoPairs = x != 0
+		default:
+			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs)", k)
+		}
+	}
+	return m, nil
 }
