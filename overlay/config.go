@@ -56,6 +56,10 @@ type Config struct {
 	// Membership: heartbeat period and the silence after which a peer is dead.
 	HeartbeatInterval time.Duration
 	FailureTimeout    time.Duration
+	// FloodPublish makes a publisher send to every topic peer it knows, not
+	// only its mesh: one hop to everyone in small networks (the default);
+	// turn it off in large ones, where it multiplies traffic.
+	FloodPublish bool
 	// LoopbackTestnet disables the gossipsub IP-colocation penalty (all peers share 127.0.0.1).
 	LoopbackTestnet bool
 
@@ -103,6 +107,7 @@ func DefaultConfig() Config {
 		ReprovideInterval: 12 * time.Hour,
 		HeartbeatInterval: time.Second,
 		FailureTimeout:    5 * time.Second,
+		FloodPublish:      true,
 		Capacity:          100000,
 		ProbeGuard:        PublicOnly,
 		RequestTimeout:    10 * time.Second,

@@ -88,9 +88,13 @@ func newPubSub(ctx context.Context, h host.Host, cfg Config) (*pubsub.PubSub, er
 	ps, err := pubsub.NewGossipSub(ctx, h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(MessageID),
-		pubsub.WithFloodPublish(true),
+		pubsub.WithFloodPublish(cfg.FloodPublish),
 		pubsub.WithPeerScore(params, thresholds),
 		pubsub.WithMaxMessageSize(maxCalibrationBytes+1024),
+		// Deeper queues than the defaults (32): a burst of announcements
+		// must not drop heartbeats, which would look like deaths.
+		pubsub.WithPeerOutboundQueueSize(256),
+		pubsub.WithValidateQueueSize(1024),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: gossipsub: %w", err)

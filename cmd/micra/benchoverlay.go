@@ -31,7 +31,7 @@ type benchOverlayOptions struct {
 	seed                                                                          uint64
 	policy                                                                        string
 	threshold, heartbeat, failTimeout, timeout                                    time.Duration
-	asJSON                                                                        bool
+	asJSON, heartbeatSet, failTimeoutSet                                          bool
 	cpuProfile                                                                    string
 }
 
@@ -53,6 +53,7 @@ settling, hand-off messages per crawled page, and % optimal / probes per URL.`,
   micra bench overlay --peers 50 --hosts 500 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.heartbeatSet, o.failTimeoutSet = cmd.Flags().Changed("heartbeat"), cmd.Flags().Changed("failure-timeout")
 			return runBenchOverlay(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
@@ -195,6 +196,8 @@ type benchOverlayReport struct {
 	Policy      string  `json:"policy"`
 	ThresholdMs float64 `json:"threshold_ms"`
 	Transport   string  `json:"transport"`
+	HeartbeatMs float64 `json:"heartbeat_ms"`
+	Flood       bool    `json:"flood_publish"`
 	SetupS      float64 `json:"setup_s"`
 
 	CachedLookupNs    float64 `json:"cached_lookup_ns"`
@@ -283,6 +286,19 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	// Every in-process peer verifies every heartbeat: the gossip load grows
+	// with N² on one machine (in a deployment each peer has its own). Past
+	// 20 peers, unless set explicitly, heartbeats slow down with N and flood
+	// publishing is off.
+	flood := o.peers <= 30
+	if o.peers > 20 {
+		if !o.heartbeatSet {
+			o.heartbeat = time.Duration(o.peers) * time.Second / 20
+		}
+		if !o.failTimeoutSet {
+			o.failTimeout = min(10*time.Second, max(5*time.Second, 3*o.heartbeat))
+		}
+	}
 
 	// The simulator's world and its own figures, same seed.
 	scfg, _ := sim.Preset("paper")
@@ -301,7 +317,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 		return err
 	}
 	rep := &benchOverlayReport{Peers: o.peers, Hosts: o.hosts, Train: scfg.Train, Seed: o.seed, Policy: spec.Name,
-		ThresholdMs: float64(o.threshold.Microseconds()) / 1000, Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
+		ThresholdMs: float64(o.threshold.Microseconds()) / 1000, HeartbeatMs: ovMs(o.heartbeat), Flood: flood, Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
 	for _, r := range srep.Results {
 		if r.Policy == spec.Name {
 			rep.Simulator = qualityRow{r.OptimalPct, r.OptimalPctAll, r.ProbesPerURL, r.ProbesPerURLEval}
@@ -350,7 +366,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	var boot []string
 	for i := range o.peers {
 		cfg := overlay.TestnetConfig()
-		cfg.HeartbeatInterval, cfg.FailureTimeout = o.heartbeat, o.failTimeout
+		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.heartbeat, o.failTimeout, flood
 		cfg.CrawlerAddr, cfg.Capacity = w.Crawlers[i].Addr, w.Crawlers[i].Capacity
 		cfg.ProbeGuard = modelGuard
 		cfg.Seed = o.seed*1000 + uint64(i) + 1
@@ -676,8 +692,8 @@ func ovQuantile(xs []float64, q float64) float64 {
 
 func writeBenchOverlay(out io.Writer, r *benchOverlayReport) error {
 	fmt.Fprintf(out, "micra bench overlay — %d peers in one process (%s)\n", r.Peers, r.Transport)
-	fmt.Fprintf(out, "world seed %d: %d hosts (%d train), policy %s, threshold %.0f ms; setup %.1f s\n\n",
-		r.Seed, r.Hosts, r.Train, r.Policy, r.ThresholdMs, r.SetupS)
+	fmt.Fprintf(out, "world seed %d: %d hosts (%d train), policy %s, threshold %.0f ms; heartbeat %.0f ms, flood publish %v; setup %.1f s\n\n",
+		r.Seed, r.Hosts, r.Train, r.Policy, r.ThresholdMs, r.HeartbeatMs, r.Flood, r.SetupS)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\toverlay\ttarget / peer\t")
 	fmt.Fprintf(tw, "cached owner lookup\t%.0f ns\t≤ 1000 ns (Directory.Lookup: %.0f ns)\t\n", r.CachedLookupNs, r.DirectoryLookupNs)
