@@ -142,12 +142,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 func NewMicra(d Deps, c Config) Policy {
 	c = c.withDefaults()
 	m := &micraChooser{
-		cfg:      c.Micra.withDefaults(),
-		crawler:  newCrawlerIndex(),
-		stats:    make(map[statKey]*lnStat),
-		top:      make(map[ctxKey][]topEntry),
-		wins:     make(map[statKey]float64),
-		winTotal: make(map[ctxKey]float64),
+		cfg:     c.Micra.withDefaults(),
+		crawler: newCrawlerIndex(),
+		ctx:     make(map[ctxKey]*ctxInfo),
 	}
 	m.pairs = newPairModel(m.crawler, m.cfg.PairSamples, m.cfg.PairBandwidth, m.cfg.PairPrior)
 	return newEngine("micra", d, c, m)
@@ -218,35 +215,121 @@ func (s *lnStat) add(x float64) {
 	s.m2 += d * (x - s.mean)
 }
 
-// statKey names the statistics of one crawler in one context: the context
-// (kind in bits 32–35, id in 0–31) and the crawler's index above bit 36.
-type statKey uint64
+// ctxStat is one crawler's statistics in one context.
+type ctxStat struct {
+	ci uint32
+	lnStat
+	wins float64 // subnets of the context where it answered lowest
+}
 
-func skey(k ctxKey, ci uint32) statKey { return statKey(k) | statKey(ci)<<36 }
+// ctxInfo is everything known about one context. One map lookup per context
+// and decision, then small sorted slices: the decision path probes ~10
+// crawlers × ~10 contexts, and hashing each (context, crawler) pair was most
+// of its cost.
+type ctxInfo struct {
+	kind int       // kind of context (pooling of spreads)
+	st   []ctxStat // by crawler index
+	// top lists the topK crawlers with the lowest mean here: candidates
+	// come from these, so a decision's cost does not grow with the number
+	// of crawlers
+	top      []topEntry
+	winTotal float64
+	located  []uint32 // live crawlers sitting here, in membership order
+	sits     []uint32 // the same, sorted
+}
+
+func (c *ctxInfo) stat(ci uint32) *ctxStat {
+	if c == nil {
+		return nil
+	}
+	st := c.st
+	if len(st) <= 8 {
+		for i := range st {
+			if st[i].ci == ci {
+				return &st[i]
+			}
+		}
+		return nil
+	}
+	lo, hi := 0, len(st)
+	for lo < hi {
+		h := int(uint(lo+hi) >> 1)
+		if st[h].ci < ci {
+			lo = h + 1
+		} else {
+			hi = h
+		}
+	}
+	if lo < len(st) && st[lo].ci == ci {
+		return &st[lo]
+	}
+	return nil
+}
+
+// addStat returns ci's statistics, created when missing (and whether they were).
+func (c *ctxInfo) addStat(ci uint32) (*ctxStat, bool) {
+	st := c.st
+	i := 0
+	if len(st) <= 8 {
+		for i < len(st) && st[i].ci < ci {
+			i++
+		}
+	} else {
+		i, _ = slices.BinarySearchFunc(st, ci, func(s ctxStat, ci uint32) int { return cmp.Compare(s.ci, ci) })
+	}
+	found := i < len(st) && st[i].ci == ci
+	if !found {
+		c.st = slices.Insert(c.st, i, ctxStat{ci: ci})
+	}
+	return &c.st[i], !found
+}
+
+func (c *ctxInfo) sitsHere(ci uint32) bool {
+	if c == nil || len(c.sits) == 0 {
+		return false
+	}
+	_, ok := slices.BinarySearch(c.sits, ci)
+	return ok
+}
+
+// info returns k's context, created when missing.
+func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
+	c := m.ctx[k]
+	if c == nil {
+		c = &ctxInfo{kind: m.kindOf(t, k)}
+		m.ctx[k] = c
+	}
+	return c
+}
 
 type micraChooser struct {
 	cfg     MicraConfig
 	crawler *crawlerIndex
-	stats   map[statKey]*lnStat
-	// top lists, per context, the topK crawlers with the lowest mean there:
-	// candidates come from these, so a decision's cost does not grow with
-	// the number of crawlers
-	top map[ctxKey][]topEntry
+	ctx     map[ctxKey]*ctxInfo
 	// running sum of every crawler's global mean (prediction for unknowns)
 	globalSum float64
 	globalN   int
 	// pooled within-(context, crawler) spread per kind of context
 	pooled [ctxKinds]struct{ m2, dof float64 }
 	pairs  *pairModel
-	// who won (answered lowest) for subnets of each context
-	wins     map[statKey]float64
-	winTotal map[ctxKey]float64
 
-	// where live crawlers sit, rebuilt when membership changes
+	// where live crawlers sit (ctxInfo.located), rebuilt when membership
+	// changes
 	locVer   uint64
 	locValid bool
-	located  map[ctxKey][]uint32
-	sits     map[statKey]struct{}
+	locCtx   []*ctxInfo // contexts with located crawlers
+
+	// scratch space of one decision (an engine is not used concurrently)
+	candBuf []micraCand
+	psBuf   []candProb
+	askBuf  []CrawlerID
+	nextBuf []int
+}
+
+// candProb is a candidate (index) and its probability to beat the best answer.
+type candProb struct {
+	i int
+	p float64
 }
 
 // contexts lists s's contexts, specific first.
@@ -306,8 +389,10 @@ func (m *micraChooser) locate(e *engine) {
 	if versioned && m.locValid && v.Version() == m.locVer {
 		return
 	}
-	m.located = make(map[ctxKey][]uint32)
-	m.sits = make(map[statKey]struct{})
+	for _, c := range m.locCtx {
+		c.located, c.sits = c.located[:0], c.sits[:0]
+	}
+	m.locCtx = m.locCtx[:0]
 	var buf []ctxKey
 	for _, c := range e.liveIDs() {
 		s := e.d.Tree.SmallestNonUnary(e.members()[c].Addr)
@@ -317,9 +402,16 @@ func (m *micraChooser) locate(e *engine) {
 		ci := m.crawler.id(c)
 		buf = contexts(e.d.Tree, s, buf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
-			m.located[k] = append(m.located[k], ci)
-			m.sits[skey(k, ci)] = struct{}{}
+			c := m.info(e.d.Tree, k)
+			if len(c.located) == 0 {
+				m.locCtx = append(m.locCtx, c)
+			}
+			c.located = append(c.located, ci)
+			c.sits = append(c.sits, ci)
 		}
+	}
+	for _, c := range m.locCtx {
+		slices.Sort(c.sits)
 	}
 	if versioned {
 		m.locVer, m.locValid = v.Version(), true
@@ -329,6 +421,11 @@ func (m *micraChooser) locate(e *engine) {
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	var buf [16]ctxKey
 	ks := contexts(e.d.Tree, s, buf[:0])
+	var ibuf [16]*ctxInfo
+	infos := ibuf[:len(ks)]
+	for i, k := range ks {
+		infos[i] = m.info(e.d.Tree, k)
+	}
 	if !m.cfg.NoPairs {
 		m.pairs.learn(rec.Probes)
 	}
@@ -340,9 +437,10 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	}
 	if win.OK {
 		wi := m.crawler.id(win.Crawler)
-		for _, k := range ks {
-			m.wins[skey(k, wi)]++
-			m.winTotal[k]++
+		for _, c := range infos {
+			st, _ := c.addStat(wi)
+			st.wins++
+			c.winTotal++
 		}
 	}
 	for _, p := range rec.Probes {
@@ -351,25 +449,21 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 		}
 		x := lnMs(p.RTT)
 		ci := m.crawler.id(p.Crawler)
-		for _, k := range ks {
-			sk := skey(k, ci)
-			st, ok := m.stats[sk]
-			if !ok {
-				st = &lnStat{}
-				m.stats[sk] = st
-				if k == ks[len(ks)-1] {
-					m.globalN++
-				}
+		for j, c := range infos {
+			st, _ := c.addStat(ci)
+			if st.n == 0 && j == len(infos)-1 { // first data of ci at all (a win entry may precede it)
+				m.globalN++
 			}
 			before, beforeMean := st.m2, st.mean
 			st.add(x)
-			if k == ks[len(ks)-1] {
+			if j == len(infos)-1 {
 				m.globalSum += st.mean - beforeMean
 			}
-			m.rankTop(k, ci, st.mean)
-			if st.n > 1 {
-				kp := &m.pooled[m.kindOf(e.d.Tree, k)]
-				kp.m2 += st.m2 - before
+			mean, n, m2 := st.mean, st.n, st.m2
+			c.rankTop(ci, mean)
+			if n > 1 {
+				kp := &m.pooled[c.kind]
+				kp.m2 += m2 - before
 				kp.dof++
 			}
 		}
@@ -386,10 +480,21 @@ type topEntry struct {
 	mean float64
 }
 
-func (m *micraChooser) rankTop(k ctxKey, ci uint32, mean float64) {
-	t := m.top[k]
+func (c *ctxInfo) rankTop(ci uint32, mean float64) {
+	t := c.top
 	if i := slices.IndexFunc(t, func(e topEntry) bool { return e.ci == ci }); i >= 0 {
-		t = slices.Delete(t, i, i+1)
+		// already listed: move it to the first place whose mean is ≥ its
+		// own (where deleting and re-inserting would put it)
+		t[i].mean = mean
+		for i > 0 && t[i-1].mean >= mean {
+			t[i-1], t[i] = t[i], t[i-1]
+			i--
+		}
+		for i+1 < len(t) && t[i+1].mean < mean {
+			t[i+1], t[i] = t[i], t[i+1]
+			i++
+		}
+		return
 	}
 	i, _ := slices.BinarySearchFunc(t, mean, func(e topEntry, v float64) int { return cmp.Compare(e.mean, v) })
 	if i < topK {
@@ -398,7 +503,7 @@ func (m *micraChooser) rankTop(k ctxKey, ci uint32, mean float64) {
 			t = t[:topK]
 		}
 	}
-	m.top[k] = t
+	c.top = t
 }
 
 type micraCand struct {
@@ -413,15 +518,19 @@ type micraCand struct {
 
 // winProb is the probability that crawler ci answers lowest for a subnet
 // with contexts ks, from the win counts shrunk general → specific.
-func (m *micraChooser) winProb(ks []ctxKey, ci uint32, uniform float64) float64 {
+func (m *micraChooser) winProb(infos []*ctxInfo, ci uint32, uniform float64) float64 {
 	const beta = 2
 	p := uniform
-	for i := len(ks) - 1; i >= 0; i-- {
-		n := m.winTotal[ks[i]]
-		if n == 0 {
+	for i := len(infos) - 1; i >= 0; i-- {
+		c := infos[i]
+		if c == nil || c.winTotal == 0 {
 			continue
 		}
-		p = (m.wins[skey(ks[i], ci)] + beta*p) / (n + beta)
+		w := 0.0
+		if st := c.stat(ci); st != nil {
+			w = st.wins
+		}
+		p = (w + beta*p) / (c.winTotal + beta)
 	}
 	return p
 }
@@ -441,19 +550,19 @@ var kindNames = func() [ctxKinds]string {
 // estimate of the level above in proportion to how few observations it has
 // and how much contexts of its kind differ. globalMean is the prediction
 // for a crawler never measured at all.
-func (m *micraChooser) predict(t Tree, ks []ctxKey, kinds []int, c CrawlerID, ci uint32, globalMean float64) micraCand {
+func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, c CrawlerID, ci uint32, globalMean float64) micraCand {
 	cand := micraCand{id: c, ci: ci, from: "unknown"}
 	mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
-	if st, ok := m.stats[skey(ks[len(ks)-1], ci)]; ok {
+	if st := infos[len(infos)-1].stat(ci); st != nil && st.n > 0 {
 		w := m.sigma0(kindAll)
 		mu, vr = st.mean, w*w*(1+1/st.n)
 		cand.n, cand.from = st.n, "all"
 	}
-	for i := len(ks) - 2; i >= 0; i-- {
-		k, kind := ks[i], kinds[i]
+	for i := len(infos) - 2; i >= 0; i-- {
+		info, kind := infos[i], kinds[i]
 		w := m.sigma0(kind)
 		w2 := w * w
-		if st, ok := m.stats[skey(k, ci)]; ok {
+		if st := info.stat(ci); st != nil && st.n > 0 {
 			tau2 := math.Max(vr-w2, 0.01) // spread of context means around mu
 			pv := 1 / (1/tau2 + st.n/w2)  // variance of this context's mean
 			mu = pv * (mu/tau2 + st.n*st.mean/w2)
@@ -464,11 +573,11 @@ func (m *micraChooser) predict(t Tree, ks []ctxKey, kinds []int, c CrawlerID, ci
 			}
 			continue
 		}
-		if _, here := m.sits[skey(k, ci)]; here {
+		if info.sitsHere(ci) {
 			// sits here but never measured here: as good as the best
 			// known here, so newcomers get tried
 			best := math.Log(10)
-			if t := m.top[k]; len(t) > 0 {
+			if t := info.top; len(t) > 0 {
 				best = t[0].mean
 			}
 			if best < mu {
@@ -484,39 +593,47 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	var kbuf [16]ctxKey
 	var kindBuf [16]int
 	ks := contexts(e.d.Tree, s, kbuf[:0])
+	var ibuf [16]*ctxInfo
 	kinds := kindBuf[:len(ks)]
-	for i, k := range ks {
-		kinds[i] = m.kindOf(e.d.Tree, k)
-	}
 	m.locate(e)
+	infos := ibuf[:len(ks)]
+	for i, k := range ks {
+		infos[i] = m.ctx[k] // nil: nothing known there
+		if infos[i] != nil {
+			kinds[i] = infos[i].kind
+		} else {
+			kinds[i] = m.kindOf(e.d.Tree, k)
+		}
+	}
 
 	// candidates: widen contexts until enough are known
-	seen := make(map[uint32]struct{})
-	var ids []uint32
+	var idBuf [4 * topK]uint32
+	ids := idBuf[:0]
 	add := func(ci uint32) {
-		if _, ok := seen[ci]; ok || !e.live(m.crawler.ids[ci]) {
+		if slices.Contains(ids, ci) || !e.live(m.crawler.ids[ci]) {
 			return
 		}
-		seen[ci] = struct{}{}
 		ids = append(ids, ci)
 	}
-	global := ks[len(ks)-1]
-	for _, k := range ks {
+	for ki, info := range infos {
 		if len(ids) >= m.cfg.MinCandidates {
 			break
 		}
-		// crawlers sitting here: at most topK, from an offset that depends
-		// on the subnet, so that many co-located crawlers share the work
-		if loc := m.located[k]; len(loc) > 0 {
-			off := int(mix64(uint64(s)) % uint64(len(loc)))
-			for j := range min(len(loc), topK) {
-				add(loc[(off+j)%len(loc)])
+		if info != nil {
+			// crawlers sitting here: at most topK, from an offset that
+			// depends on the subnet, so that many co-located crawlers
+			// share the work
+			if loc := info.located; len(loc) > 0 {
+				off := int(mix64(uint64(s)) % uint64(len(loc)))
+				for j := range min(len(loc), topK) {
+					add(loc[(off+j)%len(loc)])
+				}
+			}
+			for _, te := range info.top {
+				add(te.ci)
 			}
 		}
-		for _, te := range m.top[k] {
-			add(te.ci)
-		}
-		if k == global && len(ids) < m.cfg.MinCandidates {
+		if ki == len(infos)-1 && len(ids) < m.cfg.MinCandidates {
 			// cold start: any live crawler, up to topK
 			for _, c := range e.liveIDs() {
 				if len(ids) >= topK {
@@ -533,13 +650,14 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	if m.globalN > 0 {
 		globalMean = m.globalSum / float64(m.globalN)
 	}
-	cands := make([]micraCand, len(ids))
+	cands := slices.Grow(m.candBuf[:0], len(ids))[:len(ids)]
+	m.candBuf = cands
 	for i, ci := range ids {
-		cands[i] = m.predict(e.d.Tree, ks, kinds, m.crawler.ids[ci], ci, globalMean)
+		cands[i] = m.predict(infos, kinds, m.crawler.ids[ci], ci, globalMean)
 	}
 	if m.cfg.FirstByWins {
 		for i := range cands {
-			cands[i].win = m.winProb(ks, cands[i].ci, 1/float64(len(cands)))
+			cands[i].win = m.winProb(infos, cands[i].ci, 1/float64(len(cands)))
 		}
 	}
 	slices.SortFunc(cands, func(a, b micraCand) int {
@@ -575,7 +693,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	bestPred := 0.0
 	stop := ""
 	for d.Probes < m.cfg.MaxProbes {
-		var next []int
+		next := m.nextBuf[:0]
 		if !best.OK {
 			for i := range cands {
 				if !cands[i].probed && len(next) < m.cfg.Parallel {
@@ -588,11 +706,19 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			lb := lnMs(best.RTT)
 			shift := m.cfg.Shift * (lb - bestPred)
 			total := 0.0
-			type pc struct {
-				i int
-				p float64 // P(beats best)
+			ps := m.psBuf[:0]
+			// the three lowest answers, looked up once per round
+			var low [3]struct {
+				ci uint32
+				x  float64
 			}
-			var ps []pc
+			nlow := 0
+			for _, a := range all[:min(len(all), 3)] {
+				if a.OK && a.RTT > 0 {
+					low[nlow].ci, low[nlow].x = m.crawler.id(a.Crawler), lnMs(a.RTT)
+					nlow++
+				}
+			}
 			for i := range cands {
 				if cands[i].probed {
 					continue
@@ -603,39 +729,53 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 					// every answer so far bounds c: keep the tightest
 					// (the lowest answers tell the most; three suffice)
 					prior := p
-					for _, a := range all[:min(len(all), 3)] {
-						if a.OK && a.RTT > 0 {
-							q, _ := m.pairs.beat(m.crawler.id(a.Crawler), c.ci, lnMs(a.RTT), lb, prior)
-							p = min(p, q)
-						}
+					for _, a := range low[:nlow] {
+						q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
+						p = min(p, q)
 					}
 				}
 				total += p
-				ps = append(ps, pc{i, p})
+				ps = append(ps, candProb{i, p})
 			}
+			m.psBuf = ps
 			if total < m.cfg.Miss {
 				stop = fmt.Sprintf("P(unprobed beats %s)=%.3f < %.3f", best.Crawler, total, m.cfg.Miss)
 				d.Reason = ReasonConfident
 				break
 			}
 			// next: the likeliest nearest among those that may beat the best
-			slices.SortStableFunc(ps, func(a, b pc) int { return cmp.Compare(b.p, a.p) })
-			for _, x := range ps {
-				if len(next) < m.cfg.Parallel {
-					next = append(next, x.i)
+			if m.cfg.Parallel == 1 {
+				// the first of the highest (what the stable sort below gives)
+				bi := 0
+				for j := 1; j < len(ps); j++ {
+					if ps[j].p > ps[bi].p {
+						bi = j
+					}
+				}
+				if len(ps) > 0 {
+					next = append(next, ps[bi].i)
+				}
+			} else {
+				slices.SortStableFunc(ps, func(a, b candProb) int { return cmp.Compare(b.p, a.p) })
+				for _, x := range ps {
+					if len(next) < m.cfg.Parallel {
+						next = append(next, x.i)
+					}
 				}
 			}
 		}
+		m.nextBuf = next
 		if len(next) == 0 {
 			stop = "every candidate probed"
 			d.Reason = ReasonAllProbed
 			break
 		}
-		ask := make([]CrawlerID, len(next))
-		for j, i := range next {
+		ask := m.askBuf[:0]
+		for _, i := range next {
 			cands[i].probed = true
-			ask[j] = cands[i].id
+			ask = append(ask, cands[i].id)
 		}
+		m.askBuf = ask
 		res := e.probe(ctx, ip, ask, &step, d)
 		for j, r := range res {
 			all = append(all, r)

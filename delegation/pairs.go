@@ -99,14 +99,21 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	hw := 2 * p.bw
 	lo, _ := slices.BinarySearch(s.x, float32(xa-hw))
 	var hit float64
-	for i := lo; i < len(s.x) && float64(s.x[i]) <= xa+hw; i++ {
-		d := (float64(s.x[i]) - xa) / hw
+	xs, ys := s.x[lo:], s.y[lo:len(s.y)]
+	ys = ys[:len(xs)]
+	top := xa + hw
+	for i, x32 := range xs {
+		x := float64(x32)
+		if x > top {
+			break
+		}
+		d := (x - xa) / hw
 		kw := 1 - d*d
 		if kw <= 0 {
 			continue
 		}
 		w += kw
-		if s.y[i] < t {
+		if ys[i] < t {
 			hit += kw
 		}
 	}
