@@ -196,7 +196,11 @@ type Frontier struct {
 
 	seen *seenFront
 
+	// mu serialises write transactions (they share host metadata). smu guards
+	// the counters and the active-host map, so readers (Next, Stats) never
+	// wait for a commit; writers of either hold mu and then smu.
 	mu      sync.Mutex
+	smu     sync.Mutex
 	active  map[string]*activeHost
 	stats   Stats
 	readyCh chan struct{} // signalled when a host becomes ready
@@ -446,12 +450,14 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	for _, h := range newlySeen {
 		f.seen.add(h)
 	}
+	f.smu.Lock()
 	f.stats.Queued += int64(added)
 	f.stats.Rejected += int64(rejected)
 	f.stats.ReadyHosts += int64(readied)
+	f.stats.Seen += int64(admitted)
+	f.smu.Unlock()
 	f.mAdded.Add(float64(added))
 	f.mRejected.Add(float64(rejected))
-	f.stats.Seen += int64(admitted)
 	if readied > 0 {
 		select {
 		case f.readyCh <- struct{}{}:
@@ -461,12 +467,12 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	return added, nil
 }
 
-// update runs fn in a read-write transaction, retrying on conflicts (which
-// only a concurrent writer outside the frontier could cause).
+// update runs fn in a read-write transaction, retrying on conflicts (Done
+// runs beside the serialised writers and may meet them on a host's metadata).
 func (f *Frontier) update(fn func(txn *badger.Txn) error) error {
 	for attempt := 0; ; attempt++ {
 		err := f.db.Update(fn)
-		if errors.Is(err, badger.ErrConflict) && attempt < 5 {
+		if errors.Is(err, badger.ErrConflict) && attempt < 100 {
 			continue
 		}
 		return err
@@ -538,17 +544,19 @@ func (f *Frontier) AcquireHost() (string, bool, error) {
 	if err != nil || host == "" {
 		return "", false, err
 	}
+	f.smu.Lock()
 	f.active[host] = &activeHost{}
 	f.stats.ReadyHosts--
+	f.smu.Unlock()
 	return host, true, nil
 }
 
 // Next returns the next queued URL of an acquired host in breadth-first
 // (queue) order, or false when the host's queue is exhausted for now.
 func (f *Frontier) Next(host string) (Item, bool, error) {
-	f.mu.Lock()
+	f.smu.Lock()
 	a := f.active[host]
-	f.mu.Unlock()
+	f.smu.Unlock()
 	if a == nil {
 		return Item{}, false, fmt.Errorf("frontier: host %q not acquired", host)
 	}
@@ -598,8 +606,8 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 // its queue, returning items that were handed out but not Done (a host that
 // was backed off resumes with the URL it was refused).
 func (f *Frontier) Rewind(host string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.smu.Lock()
+	defer f.smu.Unlock()
 	if a := f.active[host]; a != nil {
 		a.buf, a.cursor = nil, nil
 	}
@@ -611,8 +619,10 @@ func (f *Frontier) Done(it Item, hist *History) error {
 	if it.key == nil {
 		return errors.New("frontier: Done for an item not returned by Next")
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	// Done runs without the write lock: only the worker holding the host
+	// calls it, and the one key it shares with others (the host's metadata,
+	// also written by Add for links to this host) is protected by Badger's
+	// conflict detection — a conflicting commit is retried.
 	h := HashURL(it.URL)
 	scheduled := 0
 	err := f.update(func(txn *badger.Txn) error {
@@ -662,9 +672,11 @@ func (f *Frontier) Done(it Item, hist *History) error {
 	if err != nil {
 		return err
 	}
+	f.smu.Lock()
 	f.stats.Queued--
 	f.stats.Done++
 	f.stats.Scheduled += int64(scheduled)
+	f.smu.Unlock()
 	f.mDone.Inc()
 	return nil
 }
@@ -675,10 +687,13 @@ func (f *Frontier) Done(it Item, hist *History) error {
 func (f *Frontier) ReleaseHost(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.active[host]; !ok {
+	f.smu.Lock()
+	_, ok := f.active[host]
+	delete(f.active, host)
+	f.smu.Unlock()
+	if !ok {
 		return fmt.Errorf("frontier: host %q not acquired", host)
 	}
-	delete(f.active, host)
 	readied := false
 	err := f.update(func(txn *badger.Txn) error {
 		readied = false
@@ -693,7 +708,9 @@ func (f *Frontier) ReleaseHost(host string) error {
 		return nil
 	})
 	if readied && err == nil {
+		f.smu.Lock()
 		f.stats.ReadyHosts++
+		f.smu.Unlock()
 		select {
 		case f.readyCh <- struct{}{}:
 		default:
@@ -704,8 +721,8 @@ func (f *Frontier) ReleaseHost(host string) error {
 
 // Stats returns a snapshot of the counters.
 func (f *Frontier) Stats() Stats {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.smu.Lock()
+	defer f.smu.Unlock()
 	s := f.stats
 	s.ActiveHosts = len(f.active)
 	return s
@@ -816,7 +833,9 @@ func (f *Frontier) DueRevisits(now time.Time, limit int) (int, error) {
 		return nil
 	})
 	if err == nil {
+		f.smu.Lock()
 		f.stats.Scheduled -= int64(len(keys))
+		f.smu.Unlock()
 	}
 	return n, err
 }

@@ -208,6 +208,18 @@ func (o *Outbox) Add(ctx context.Context, r *Record) error {
 		r.CrawlerID = o.opt.CrawlerID
 	}
 	enc := r.AppendBinary(nil)
+	// The record is written outside the lock, so concurrent Adds share
+	// Badger's group commit instead of queueing behind one another; it joins
+	// the in-memory carrier only once durable, so a seal never covers a
+	// record that is not on disk.
+	o.mu.Lock()
+	seq := o.nextRecSeq
+	o.nextRecSeq++
+	o.mu.Unlock()
+	key := binary.BigEndian.AppendUint64(append([]byte(nil), o.recPrefix...), seq)
+	if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(key, enc) }); err != nil {
+		return fmt.Errorf("pack: store record: %w", err)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	// Seal first if this record would push the carrier past its bound.
@@ -216,11 +228,6 @@ func (o *Outbox) Add(ctx context.Context, r *Record) error {
 			return err
 		}
 	}
-	key := binary.BigEndian.AppendUint64(append([]byte(nil), o.recPrefix...), o.nextRecSeq)
-	if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(key, enc) }); err != nil {
-		return fmt.Errorf("pack: store record: %w", err)
-	}
-	o.nextRecSeq++
 	o.appendPending(key, enc, time.Now())
 	o.stats.RecordsAdded++
 	o.mRecords.Inc()
