@@ -2,6 +2,7 @@ package frontier
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,5 +208,75 @@ func TestRobotsStore(t *testing.T) {
 	f.PutRobots("http://a.test", []byte("x"))
 	if v, ok, _ := f.GetRobots("http://a.test"); !ok || string(v) != "x" {
 		t.Fatal("robots entry lost")
+	}
+}
+
+// Workers crawl hosts while every visit adds links to other hosts (Add and
+// Done meet on host metadata): every admitted URL is done exactly once and no
+// host is left stranded with work off the ready list.
+func TestConcurrentWorkersDrainEverything(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	const hosts, perHost = 20, 30
+	var seeds []Item
+	for h := range hosts {
+		seeds = append(seeds, items(fmt.Sprintf("h%d.test", h), "/0")...)
+	}
+	f.Add(seeds)
+	var mu sync.Mutex
+	done := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			idle := 0
+			for idle < 50 {
+				host, ok, err := f.AcquireHost()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok {
+					idle++
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				idle = 0
+				for {
+					it, ok, err := f.Next(host)
+					if err != nil || !ok {
+						break
+					}
+					var n int
+					fmt.Sscanf(it.URL[len("http://"+host+"/"):], "%d", &n)
+					var links []Item
+					for k := 1; k <= 3; k++ {
+						links = append(links, Item{URL: fmt.Sprintf("http://h%d.test/%d", (n*7+k*w+k)%hosts, (n+k)%perHost), Host: fmt.Sprintf("h%d.test", (n*7+k*w+k)%hosts)})
+					}
+					if _, err := f.Add(links); err != nil {
+						t.Error(err)
+					}
+					if err := f.Done(it, &History{Status: 200}); err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					done[it.URL]++
+					mu.Unlock()
+				}
+				if err := f.ReleaseHost(host); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := f.Stats()
+	if st.Queued != 0 || st.ReadyHosts != 0 || st.ActiveHosts != 0 || int64(len(done)) != st.Seen {
+		t.Fatalf("stats %+v, %d URLs done", st, len(done))
+	}
+	for u, n := range done {
+		if n != 1 {
+			t.Errorf("%s done %d times", u, n)
+		}
 	}
 }
