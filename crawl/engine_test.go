@@ -443,3 +443,46 @@ func TestTooManyRequestsParksHost(t *testing.T) {
 		t.Errorf("Retry-After: 1 not honoured, crawl took %v", took)
 	}
 }
+
+// A site crawled partly from its document root (static files) and partly over
+// HTTP (the dynamic part): one crawl, the same records, the source marked.
+func TestFileAndHTTPTogether(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "doc.html"), []byte(`<title>Static document</title><a href="/app/list">list</a>`), 0o644)
+	var httpHits sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpHits.Store(r.URL.Path, true)
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<title>Dynamic %s</title><a href="/static/doc.html">doc</a> <a href="/app/item?id=1">item</a>`, r.URL.Path)
+	}))
+	defer srv.Close()
+	out := t.TempDir()
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/app/"},
+		FileRoots: []fsys.Root{{Dir: root, Prefix: srv.URL + "/static/"}},
+		Fetch:     fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+		Receiver:  pack.FileSink{Dir: out}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]pack.Source{}
+	for _, r := range readCarriers(t, out) {
+		got[strings.TrimPrefix(r.URL, srv.URL)] = r.Source
+	}
+	want := map[string]pack.Source{"/app/": pack.SourceHTTP, "/app/list": pack.SourceHTTP, "/app/item?id=1": pack.SourceHTTP, "/static/doc.html": pack.SourceFile}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records %v, want %v", got, want)
+	}
+	if _, ok := httpHits.Load("/static/doc.html"); ok {
+		t.Error("a file-root URL was fetched over HTTP")
+	}
+}
