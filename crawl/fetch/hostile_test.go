@@ -590,3 +590,33 @@ func TestHostileDeclaredHugeBody(t *testing.T) {
 		t.Fatal("response returned with error")
 	}
 }
+
+// TestHostileHugeRobots: a robots.txt far above 500 KiB is truncated, not
+// refused; the rules in the parsed part apply, the rest is ignored.
+func TestHostileHugeRobots(t *testing.T) {
+	var body strings.Builder
+	body.WriteString("User-agent: *\nDisallow: /private\n")
+	for i := 0; body.Len() < 2<<20; i++ {
+		fmt.Fprintf(&body, "Disallow: /junk/%d\n", i)
+	}
+	body.WriteString("Disallow: /public\n") // beyond 500 KiB: ignored
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			io.WriteString(w, body.String())
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "ok")
+	}))
+	f := testFetcher(t, nil)
+	ctx := context.Background()
+	_, err := f.Fetch(ctx, Request{URL: srv.URL + "/private/a"})
+	wantReason(t, err, ReasonRobots)
+	if _, err := f.Fetch(ctx, Request{URL: srv.URL + "/public"}); err != nil {
+		t.Fatalf("rule past 500 KiB applied: %v", err)
+	}
+	e, err := f.Robots(ctx, mustParse(t, srv.URL))
+	if err != nil || len(e.Body) != maxRobotsBytes {
+		t.Fatalf("robots body %d bytes, want truncated to %d (%v)", len(e.Body), maxRobotsBytes, err)
+	}
+}
