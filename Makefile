@@ -40,6 +40,10 @@ bench-crawl: build
 bench-overlay: build
 	./$(BIN) bench overlay --peers 20
 
+# Frontier memory (RSS, anonymous and file-backed) at 1 M … 10 M queued URLs (docs/crawl.md; ~10 min).
+bench-frontier: build
+	./$(BIN) crawl --bench-frontier 10000000
+
 # Regenerate overlay/pb/overlay.pb.go (needs protoc and protoc-gen-go v1.36.12; the output is committed).
 overlay-proto:
 	cd overlay/pb && protoc --go_out=. --go_opt=paths=source_relative overlay.proto
