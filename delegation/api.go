@@ -48,6 +48,11 @@ type Crawler struct {
 	ID       CrawlerID
 	Addr     netip.Addr // the crawler's own address; its subnet is delegated to it on join
 	Capacity int        // pages it checks per day (load balancing, consistent-hash replicas)
+	// Lat, Lon are where the crawler says it runs (degrees; a volunteer
+	// states it, coarsely), when HasPos. NewMicra uses them with the
+	// registry country of a subnet as a distance prior; nobody else does.
+	Lat, Lon float64
+	HasPos   bool
 }
 
 // ProbeResult is the answer of one probe: crawler's round-trip time to a target.

@@ -17,7 +17,7 @@ import (
 type MicraConfig struct {
 	// Miss is the risk the policy accepts: it stops probing once the summed
 	// probability that an unprobed candidate beats the best answer so far is
-	// below Miss. Default 0.03.
+	// below Miss. Default 0.06.
 	Miss float64
 	// MaxProbes caps the probes of one decision. Default 12.
 	MaxProbes int
@@ -64,6 +64,13 @@ type MicraConfig struct {
 	// counts per context instead of the candidate with the lowest predicted
 	// RTT. Off: on the simulator it cost 0.1 probes/URL and 1.6 points.
 	FirstByWins bool
+	// NoGeo disables the distance prior (registry country centroid of the
+	// subnet to the position a crawler states for itself).
+	NoGeo bool
+	// GeoAfter is the number of (distance, RTT) observations after which the
+	// learned distance prior replaces the crawler's overall mean as the base
+	// of its prediction. Default 30.
+	GeoAfter float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -72,7 +79,7 @@ type MicraConfig struct {
 
 func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Miss <= 0 {
-		m.Miss = 0.03
+		m.Miss = 0.06
 	}
 	if m.MaxProbes <= 0 {
 		m.MaxProbes = 12
@@ -106,6 +113,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.PairSamples <= 0 {
 		m.PairSamples = 128
+	}
+	if m.GeoAfter <= 0 {
+		m.GeoAfter = 30
 	}
 	if m.Shift < 0 || m.Shift > 1 {
 		m.Shift = 0.5
@@ -215,6 +225,68 @@ func (s *lnStat) add(x float64) {
 	s.m2 += d * (x - s.mean)
 }
 
+// crawlerPos is the position a crawler states for itself.
+type crawlerPos struct {
+	lat, lon float64
+	ok       bool
+}
+
+// geoKm0 keeps ln(distance) finite for co-located pairs: below a few
+// hundred km, access delays dominate the RTT.
+const geoKm0 = 100
+
+// geoX is the distance feature between a subnet's country and crawler ci,
+// ok false when either position is unknown.
+func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
+	if m.cfg.NoGeo || int(ci) >= len(m.pos) || !m.pos[ci].ok {
+		return 0, false
+	}
+	c, ok := countryCentroids[cc]
+	if !ok {
+		return 0, false
+	}
+	return math.Log(greatCircleKm(c[0], c[1], m.pos[ci].lat, m.pos[ci].lon) + geoKm0), true
+}
+
+// geoPrior is the learned prediction of ln RTT at distance feature x and its
+// variance (residual + parameter uncertainty); ok false until GeoAfter
+// observations.
+func (m *micraChooser) geoPrior(x float64) (mu, vr float64, ok bool) {
+	g := &m.geo
+	if g.n < m.cfg.GeoAfter {
+		return 0, 0, false
+	}
+	mx, my := g.sx/g.n, g.sy/g.n
+	vx := g.sxx/g.n - mx*mx
+	if vx <= 1e-9 {
+		return 0, 0, false
+	}
+	b := (g.sxy/g.n - mx*my) / vx
+	a := my - b*mx
+	resid := math.Max(g.syy/g.n-my*my-b*b*vx, 0.01) * g.n / (g.n - 2)
+	dx := x - mx
+	return a + b*x, resid * (1 + 1/g.n + dx*dx/(g.n*vx)), true
+}
+
+func greatCircleKm(lat1, lon1, lat2, lon2 float64) float64 {
+	const r = 6371.0
+	p1, p2 := lat1*math.Pi/180, lat2*math.Pi/180
+	dp, dl := p2-p1, (lon2-lon1)*math.Pi/180
+	h := math.Sin(dp/2)*math.Sin(dp/2) + math.Cos(p1)*math.Cos(p2)*math.Sin(dl/2)*math.Sin(dl/2)
+	return 2 * r * math.Asin(math.Min(1, math.Sqrt(h)))
+}
+
+// subnetCountry is the registry country of s or of its nearest ancestor
+// that has one.
+func subnetCountry(t Tree, s hierarchy.NodeID) string {
+	for id := s; id != hierarchy.None && id != hierarchy.Root; id = t.Parent(id) {
+		if c := t.Node(id).Country; c != "" {
+			return c
+		}
+	}
+	return ""
+}
+
 // ctxStat is one crawler's statistics in one context.
 type ctxStat struct {
 	ci uint32
@@ -317,7 +389,12 @@ type micraChooser struct {
 	// changes
 	locVer   uint64
 	locValid bool
-	locCtx   []*ctxInfo // contexts with located crawlers
+	locCtx   []*ctxInfo   // contexts with located crawlers
+	pos      []crawlerPos // by crawler index: the position it states
+
+	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
+	// between a subnet's country centroid and a crawler's stated position
+	geo struct{ n, sx, sy, sxx, sxy, syy float64 }
 
 	// scratch space of one decision (an engine is not used concurrently)
 	candBuf []micraCand
@@ -400,6 +477,12 @@ func (m *micraChooser) locate(e *engine) {
 			continue
 		}
 		ci := m.crawler.id(c)
+		for int(ci) >= len(m.pos) {
+			m.pos = append(m.pos, crawlerPos{})
+		}
+		if cr := e.members()[c]; cr.HasPos {
+			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
+		}
 		buf = contexts(e.d.Tree, s, buf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(e.d.Tree, k)
@@ -443,12 +526,25 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			c.winTotal++
 		}
 	}
+	cc := ""
+	if !m.cfg.NoGeo {
+		cc = subnetCountry(e.d.Tree, s)
+	}
 	for _, p := range rec.Probes {
 		if !p.OK || p.RTT <= 0 {
 			continue
 		}
 		x := lnMs(p.RTT)
 		ci := m.crawler.id(p.Crawler)
+		if gx, ok := m.geoX(cc, ci); ok {
+			g := &m.geo
+			g.n++
+			g.sx += gx
+			g.sy += x
+			g.sxx += gx * gx
+			g.sxy += gx * x
+			g.syy += x * x
+		}
 		for j, c := range infos {
 			st, _ := c.addStat(ci)
 			if st.n == 0 && j == len(infos)-1 { // first data of ci at all (a win entry may precede it)
@@ -550,10 +646,19 @@ var kindNames = func() [ctxKinds]string {
 // estimate of the level above in proportion to how few observations it has
 // and how much contexts of its kind differ. globalMean is the prediction
 // for a crawler never measured at all.
-func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, c CrawlerID, ci uint32, globalMean float64) micraCand {
+func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, c CrawlerID, ci uint32, globalMean float64, cc string) micraCand {
 	cand := micraCand{id: c, ci: ci, from: "unknown"}
 	mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
-	if st := infos[len(infos)-1].stat(ci); st != nil && st.n > 0 {
+	geo := false
+	if x, ok := m.geoX(cc, ci); ok {
+		// the distance prior replaces the crawler's overall mean, which
+		// averages hosts on every continent
+		if gm, gv, ok := m.geoPrior(x); ok {
+			mu, vr, geo = gm, gv, true
+			cand.from = "distance"
+		}
+	}
+	if st := infos[len(infos)-1].stat(ci); !geo && st != nil && st.n > 0 {
 		w := m.sigma0(kindAll)
 		mu, vr = st.mean, w*w*(1+1/st.n)
 		cand.n, cand.from = st.n, "all"
@@ -646,6 +751,10 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	cc := ""
+	if !m.cfg.NoGeo {
+		cc = subnetCountry(e.d.Tree, s)
+	}
 	globalMean := math.Log(100)
 	if m.globalN > 0 {
 		globalMean = m.globalSum / float64(m.globalN)
@@ -653,7 +762,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	cands := slices.Grow(m.candBuf[:0], len(ids))[:len(ids)]
 	m.candBuf = cands
 	for i, ci := range ids {
-		cands[i] = m.predict(infos, kinds, m.crawler.ids[ci], ci, globalMean)
+		cands[i] = m.predict(infos, kinds, m.crawler.ids[ci], ci, globalMean, cc)
 	}
 	if m.cfg.FirstByWins {
 		for i := range cands {

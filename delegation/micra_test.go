@@ -51,3 +51,43 @@ func TestMicraLearns(t *testing.T) {
 		t.Errorf("training should pay: %.2f probes/URL evaluated vs %.2f overall", ours.probes, ours.probesAll)
 	}
 }
+
+// TestMicraGeoPrior: the distance prior is a least-squares line of ln RTT on
+// ln distance, distances are great-circle, and the centroid table holds
+// valid ISO codes and coordinates.
+func TestMicraGeoPrior(t *testing.T) {
+	if d := greatCircleKm(48.8566, 2.3522, 51.5074, -0.1278); d < 330 || d > 350 {
+		t.Errorf("Paris–London %.0f km, want ≈ 344", d)
+	}
+	if d := greatCircleKm(0, 0, 0, 180); d < 20000 || d > 20040 {
+		t.Errorf("half the equator %.0f km", d)
+	}
+	m := &micraChooser{cfg: MicraConfig{}.withDefaults()}
+	if _, _, ok := m.geoPrior(5); ok {
+		t.Fatal("prior before any observation")
+	}
+	// ln RTT = 0.5 + 0.6·x exactly: the fit recovers it with a small spread
+	for i := range 100 {
+		x := 4.6 + float64(i%40)*0.1
+		y := 0.5 + 0.6*x
+		g := &m.geo
+		g.n++
+		g.sx += x
+		g.sy += y
+		g.sxx += x * x
+		g.sxy += x * y
+		g.syy += y * y
+	}
+	mu, vr, ok := m.geoPrior(7)
+	if !ok || mu < 4.699 || mu > 4.701 || vr > 0.011 {
+		t.Errorf("prior at 7: %.4f ± %.4f (%v), want 4.7 with the floor spread", mu, vr, ok)
+	}
+	for cc, p := range countryCentroids {
+		if len(cc) != 2 || cc[0] < 'A' || cc[0] > 'Z' || cc[1] < 'A' || cc[1] > 'Z' || p[0] < -90 || p[0] > 90 || p[1] < -180 || p[1] > 180 {
+			t.Errorf("centroid %q %v", cc, p)
+		}
+	}
+	if len(countryCentroids) < 240 {
+		t.Errorf("%d centroids", len(countryCentroids))
+	}
+}

@@ -217,7 +217,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter")
 	return cmd
 }
 
@@ -253,12 +253,16 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			m.Parallel = int(x)
 		case "nopairs":
 			m.NoPairs = x != 0
+		case "nogeo":
+			m.NoGeo = x != 0
+		case "geoafter":
+			m.GeoAfter = x
 		case "pairsamples":
 			m.PairSamples = int(x)
 		case "bandwidth":
 			m.PairBandwidth = x
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter)", k)
 		}
 	}
 	return m, nil

@@ -18,6 +18,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -237,7 +238,10 @@ func NewWorld(cfg Config) (*World, error) {
 	capacity := max(1, int(cfg.CapacityFactor*float64(cfg.Hosts)/float64(cfg.Crawlers)))
 	for i, e := range w.CrawlerE {
 		id := delegation.CrawlerID(fmt.Sprintf("c%0*d", width, i))
-		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity})
+		// A crawler states where it runs, as a volunteer would: its
+		// position rounded to half a degree (≈ 50 km). Hosts state nothing.
+		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity,
+			Lat: math.Round(float64(e.Loc.Lat)*2) / 2, Lon: math.Round(float64(e.Loc.Lon)*2) / 2, HasPos: true})
 		w.crawlerIdx[id] = int32(i)
 		w.crawlerAddr[e.Addr] = int32(i)
 	}
