@@ -102,7 +102,7 @@ func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
-		p.UsePolicy(delegation.NewIPMicra(p.Deps(), delegation.Config{Self: p.CrawlerID()}))
+		p.NewPolicy(delegation.NewIPMicra, delegation.Config{})
 		tn.peers = append(tn.peers, p)
 		tn.sinks = append(tn.sinks, sink)
 		if i < 3 {

@@ -272,11 +272,22 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// UsePolicy installs the delegation policy (e.g. delegation.NewIPMicra(p.Deps(), cfg)).
+// UsePolicy installs the delegation policy, built over p.Deps() with
+// Config.Self = p.CrawlerID() (only this peer can sign its decisions);
+// NewPolicy does both.
 func (p *Peer) UsePolicy(pol delegation.Policy) {
 	p.polMu.Lock()
 	p.policy = pol
 	p.polMu.Unlock()
+}
+
+// NewPolicy builds a policy with ctor (delegation.NewIPMicra, NewMicra, …)
+// over this peer's dependencies, with c.Self set to this peer, and installs it.
+func (p *Peer) NewPolicy(ctor func(delegation.Deps, delegation.Config) delegation.Policy, c delegation.Config) delegation.Policy {
+	c.Self = p.selfID
+	pol := ctor(p.Deps(), c)
+	p.UsePolicy(pol)
+	return pol
 }
 
 var errNoPolicy = errors.New("overlay: no delegation policy installed (UsePolicy)")
