@@ -27,6 +27,9 @@ type Options struct {
 	MaxLinks    int  // links kept per page (default 1000); the rest are counted, not kept
 	MaxTitle    int  // title bytes kept (default 512)
 	KeepText    bool // keep the visible text in Page.Text (tests, file crawls that want it)
+	// LinksOnly skips the word work: no keywords, language or SimHash, only
+	// title, text size, links and content hash (link discovery, noindex pages).
+	LinksOnly bool
 }
 
 func (o *Options) defaults() {
@@ -351,7 +354,9 @@ func (x *extractor) textToken(t []byte) {
 		if len(x.title) < x.opt.MaxTitle {
 			x.title = append(x.title, t...)
 		}
-		x.words(t, weightTitle)
+		if !x.opt.LinksOnly {
+			x.words(t, weightTitle)
+		}
 		return
 	}
 	x.page.TextBytes += len(t)
@@ -365,7 +370,9 @@ func (x *extractor) textToken(t []byte) {
 	case x.headingDepth > 0:
 		w = weightHeading
 	}
-	x.words(t, w)
+	if !x.opt.LinksOnly {
+		x.words(t, w)
+	}
 }
 
 // visible appends text with whitespace runs collapsed to one space.
@@ -527,6 +534,9 @@ func (x *extractor) finish(pageURL *url.URL) {
 		}
 	}
 	p.Links = resolveLinks(p.Base, x.hrefs, p.NoFollow)
+	if x.opt.LinksOnly {
+		return
+	}
 
 	lang := x.guessLanguage()
 	if lang != nil {

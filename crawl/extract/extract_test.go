@@ -178,6 +178,13 @@ func TestSimHashNearDuplicates(t *testing.T) {
 	}
 }
 
+func TestLinksOnly(t *testing.T) {
+	p := Extract([]byte(doc), mustURL("http://example.test/index.html"), Options{LinksOnly: true})
+	if p.Title != "Crawling Engines & Crawlers" || len(p.Links) != 3 || len(p.Keywords) != 0 || p.SimHash != 0 || p.TextBytes == 0 {
+		t.Fatalf("links-only page %+v", p)
+	}
+}
+
 func TestHostileInputDoesNotPanic(t *testing.T) {
 	inputs := []string{
 		"", "<", "<<<>>>", "<a href=", `<a href="http://[::1">x</a>`, "<title>unclosed",
@@ -224,6 +231,14 @@ func BenchmarkExtract(b *testing.B) {
 	pages := benchPages()
 	u := mustURL("http://bench.test/dir/page.html")
 	runThroughput(b, pages, func(p []byte) { Extract(p, u, Options{}) })
+}
+
+// BenchmarkExtractLinksOnly does the same work as the goquery peer (title,
+// text, links; plus the content hash), streaming.
+func BenchmarkExtractLinksOnly(b *testing.B) {
+	pages := benchPages()
+	u := mustURL("http://bench.test/dir/page.html")
+	runThroughput(b, pages, func(p []byte) { Extract(p, u, Options{LinksOnly: true}) })
 }
 
 // BenchmarkPeerGoqueryDOM is the peer: building a goquery DOM and taking the
