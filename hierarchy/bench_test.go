@@ -67,20 +67,23 @@ func BenchmarkBuildDefault(b *testing.B) {
 }
 
 // BenchmarkBuildFromSources runs the whole pipeline of `make snapshot`
-// (parse every source file, derive aggregates, build) when MICRA_ASN_DIR
-// names a directory holding asn-ipv4.csv and asn-ipv6.csv of
-// @ip-location-db/asn 2.3.2026061719.
+// (parse every source file, derive aggregates, fill countries, build) when
+// MICRA_ASN_DIR names a directory holding asn-ipv4.csv and asn-ipv6.csv of
+// @ip-location-db/asn 2.3.2026061719 and MICRA_COUNTRY_DIR one holding
+// geo-whois-asn-country-ipv4.csv and -ipv6.csv of
+// @ip-location-db/geo-whois-asn-country 2.3.2026061719.
 func BenchmarkBuildFromSources(b *testing.B) {
-	dir := os.Getenv("MICRA_ASN_DIR")
-	if dir == "" {
-		b.Skip("set MICRA_ASN_DIR to the unpacked @ip-location-db/asn package")
+	dir, ccDir := os.Getenv("MICRA_ASN_DIR"), os.Getenv("MICRA_COUNTRY_DIR")
+	if dir == "" || ccDir == "" {
+		b.Skip("set MICRA_ASN_DIR and MICRA_COUNTRY_DIR to the unpacked @ip-location-db/asn and geo-whois-asn-country packages")
 	}
 	d := "../data/hierarchy/"
 	src := Sources{
-		IANA:   []string{d + "iana-ipv4-address-space.csv", d + "iana-ipv6-unicast-address-assignments.csv"},
-		RIR:    []string{d + "delegated-afrinic-extended-20230323.gz", d + "delegated-lacnic-extended-20230323.gz"},
-		Ranges: []string{dir + "/asn-ipv4.csv", dir + "/asn-ipv6.csv"},
-		Logger: discardLogger(),
+		IANA:      []string{d + "iana-ipv4-address-space.csv", d + "iana-ipv6-unicast-address-assignments.csv"},
+		RIR:       []string{d + "delegated-afrinic-extended-20230323.gz", d + "delegated-lacnic-extended-20230323.gz"},
+		Ranges:    []string{dir + "/asn-ipv4.csv", dir + "/asn-ipv6.csv"},
+		Countries: []string{ccDir + "/geo-whois-asn-country-ipv4.csv", ccDir + "/geo-whois-asn-country-ipv6.csv"},
+		Logger:    discardLogger(),
 	}
 	want := defaultTree(b).ID()
 	c0 := cpuTime()
