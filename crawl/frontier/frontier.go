@@ -701,6 +701,12 @@ func (f *Frontier) ReleaseHost(host string) error {
 		if err != nil {
 			return err
 		}
+		if m.Pending <= 0 && hasQueued(txn, host) {
+			// The count says empty but the queue is not: trust the queue, so a
+			// host can never be stranded with work off the ready list.
+			f.log.Warn("host pending count out of step with its queue, repaired", "host", host)
+			m.Pending = 1
+		}
 		if m.Pending > 0 && !m.Ready {
 			readied = true
 			return f.pushReady(txn, host, m)
@@ -717,6 +723,13 @@ func (f *Frontier) ReleaseHost(host string) error {
 		}
 	}
 	return err
+}
+
+func hasQueued(txn *badger.Txn, host string) bool {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: queuePrefix(host), PrefetchValues: false})
+	defer it.Close()
+	it.Rewind()
+	return it.Valid()
 }
 
 // Stats returns a snapshot of the counters.
