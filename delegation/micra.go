@@ -241,11 +241,24 @@ func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
 	if m.cfg.NoGeo || int(ci) >= len(m.pos) || !m.pos[ci].ok {
 		return 0, false
 	}
-	c, ok := countryCentroids[cc]
-	if !ok {
+	if len(cc) != 2 {
 		return 0, false
 	}
-	return math.Log(greatCircleKm(c[0], c[1], m.pos[ci].lat, m.pos[ci].lon) + geoKm0), true
+	// crawlers state their position once: cache the feature per (country,
+	// crawler)
+	k := uint64(cc[0])<<40 | uint64(cc[1])<<32 | uint64(ci)
+	if x, ok := m.geoCache[k]; ok {
+		return x, !math.IsNaN(x)
+	}
+	x := math.NaN()
+	if c, ok := countryCentroids[cc]; ok {
+		x = math.Log(greatCircleKm(c[0], c[1], m.pos[ci].lat, m.pos[ci].lon) + geoKm0)
+	}
+	if m.geoCache == nil {
+		m.geoCache = make(map[uint64]float64)
+	}
+	m.geoCache[k] = x
+	return x, !math.IsNaN(x)
 }
 
 // geoPrior is the learned prediction of ln RTT at distance feature x and its
@@ -368,7 +381,7 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
-		c = &ctxInfo{kind: m.kindOf(t, k)}
+		c = &ctxInfo{kind: m.kindOf(t, k), st: make([]ctxStat, 0, 4)}
 		m.ctx[k] = c
 	}
 	return c
@@ -389,8 +402,9 @@ type micraChooser struct {
 	// changes
 	locVer   uint64
 	locValid bool
-	locCtx   []*ctxInfo   // contexts with located crawlers
-	pos      []crawlerPos // by crawler index: the position it states
+	locCtx   []*ctxInfo         // contexts with located crawlers
+	pos      []crawlerPos       // by crawler index: the position it states
+	geoCache map[uint64]float64 // (country, crawler) → distance feature; NaN: none
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
@@ -483,6 +497,7 @@ func (m *micraChooser) locate(e *engine) {
 		if cr := e.members()[c]; cr.HasPos {
 			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
 		}
+		clear(m.geoCache) // a crawler may have moved
 		buf = contexts(e.d.Tree, s, buf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(e.d.Tree, k)
@@ -610,6 +625,14 @@ type micraCand struct {
 	from   string  // which context the prediction comes from
 	win    float64 // learned probability of being the nearest
 	probed bool
+
+	// pairwise answers of earlier rounds: valid while the best answer
+	// (hence the threshold and the marginal prior) is unchanged
+	qOK        bool
+	qLb, qPrio float64
+	qN         int
+	qA         [3]uint32
+	qV         [3]float64
 }
 
 // winProb is the probability that crawler ci answers lowest for a subnet
@@ -838,8 +861,22 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 					// every answer so far bounds c: keep the tightest
 					// (the lowest answers tell the most; three suffice)
 					prior := p
+					if !c.qOK || c.qLb != lb || c.qPrio != prior {
+						c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
+					}
+				answers:
 					for _, a := range low[:nlow] {
+						for j := range c.qN {
+							if c.qA[j] == a.ci {
+								p = min(p, c.qV[j])
+								continue answers
+							}
+						}
 						q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
+						if c.qN < len(c.qA) {
+							c.qA[c.qN], c.qV[c.qN] = a.ci, q
+							c.qN++
+						}
 						p = min(p, q)
 					}
 				}
