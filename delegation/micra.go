@@ -404,6 +404,7 @@ type micraChooser struct {
 	locValid bool
 	locCtx   []*ctxInfo         // contexts with located crawlers
 	pos      []crawlerPos       // by crawler index: the position it states
+	liveCi   []bool             // by crawler index: live now
 	geoCache map[uint64]float64 // (country, crawler) → distance feature; NaN: none
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
@@ -510,6 +511,14 @@ func (m *micraChooser) locate(e *engine) {
 	}
 	for _, c := range m.locCtx {
 		slices.Sort(c.sits)
+	}
+	m.liveCi = m.liveCi[:0]
+	for _, c := range e.liveIDs() {
+		ci := m.crawler.id(c)
+		for int(ci) >= len(m.liveCi) {
+			m.liveCi = append(m.liveCi, false)
+		}
+		m.liveCi[ci] = true
 	}
 	if versioned {
 		m.locVer, m.locValid = v.Version(), true
@@ -669,7 +678,7 @@ var kindNames = func() [ctxKinds]string {
 // estimate of the level above in proportion to how few observations it has
 // and how much contexts of its kind differ. globalMean is the prediction
 // for a crawler never measured at all.
-func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, c CrawlerID, ci uint32, globalMean float64, cc string) micraCand {
+func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c CrawlerID, ci uint32, globalMean float64, cc string) micraCand {
 	cand := micraCand{id: c, ci: ci, from: "unknown"}
 	mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
 	geo := false
@@ -682,13 +691,13 @@ func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, c CrawlerID, ci ui
 		}
 	}
 	if st := infos[len(infos)-1].stat(ci); !geo && st != nil && st.n > 0 {
-		w := m.sigma0(kindAll)
+		w := sig[len(sig)-1]
 		mu, vr = st.mean, w*w*(1+1/st.n)
 		cand.n, cand.from = st.n, "all"
 	}
 	for i := len(infos) - 2; i >= 0; i-- {
 		info, kind := infos[i], kinds[i]
-		w := m.sigma0(kind)
+		w := sig[i]
 		w2 := w * w
 		if st := info.stat(ci); st != nil && st.n > 0 {
 			tau2 := math.Max(vr-w2, 0.01) // spread of context means around mu
@@ -738,7 +747,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	var idBuf [4 * topK]uint32
 	ids := idBuf[:0]
 	add := func(ci uint32) {
-		if slices.Contains(ids, ci) || !e.live(m.crawler.ids[ci]) {
+		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || slices.Contains(ids, ci) {
 			return
 		}
 		ids = append(ids, ci)
@@ -782,10 +791,17 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	if m.globalN > 0 {
 		globalMean = m.globalSum / float64(m.globalN)
 	}
+	// spreads per context, once per decision (the global one is kindAll's)
+	var sigBuf [16]float64
+	sig := sigBuf[:len(kinds)]
+	for i, k := range kinds {
+		sig[i] = m.sigma0(k)
+	}
+	sig[len(sig)-1] = m.sigma0(kindAll)
 	cands := slices.Grow(m.candBuf[:0], len(ids))[:len(ids)]
 	m.candBuf = cands
 	for i, ci := range ids {
-		cands[i] = m.predict(infos, kinds, m.crawler.ids[ci], ci, globalMean, cc)
+		cands[i] = m.predict(infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
 	}
 	if m.cfg.FirstByWins {
 		for i := range cands {
