@@ -78,10 +78,12 @@ settling, hand-off messages per crawled page, and % optimal / probes per URL.`,
 }
 
 type qualityRow struct {
-	OptimalPct       float64 `json:"optimal_pct"`
-	OptimalPctAll    float64 `json:"optimal_pct_all"`
-	ProbesPerURL     float64 `json:"probes_per_url"`
-	ProbesPerURLEval float64 `json:"probes_per_url_eval"`
+	// Reasons counts decisions by why they stopped (delegation.Reason).
+	Reasons          map[string]int `json:"reasons"`
+	OptimalPct       float64        `json:"optimal_pct"`
+	OptimalPctAll    float64        `json:"optimal_pct_all"`
+	ProbesPerURL     float64        `json:"probes_per_url"`
+	ProbesPerURLEval float64        `json:"probes_per_url_eval"`
 }
 
 type spread struct {
@@ -320,7 +322,8 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 		ThresholdMs: float64(o.threshold.Microseconds()) / 1000, HeartbeatMs: ovMs(o.heartbeat), Flood: flood, Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
 	for _, r := range srep.Results {
 		if r.Policy == spec.Name {
-			rep.Simulator = qualityRow{r.OptimalPct, r.OptimalPctAll, r.ProbesPerURL, r.ProbesPerURLEval}
+			rep.Simulator = qualityRow{Reasons: r.Reasons, OptimalPct: r.OptimalPct, OptimalPctAll: r.OptimalPctAll,
+				ProbesPerURL: r.ProbesPerURL, ProbesPerURLEval: r.ProbesPerURLEval}
 		}
 	}
 
@@ -415,6 +418,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	var hitAll, hitEval int
 	var probesAll, probesEval int
 	var delegMs []float64
+	reasons := map[string]int{}
 	for i, h := range w.Hosts {
 		p := peers[i%len(peers)]
 		start := time.Now()
@@ -428,6 +432,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 			return fmt.Errorf("host %v delegated to unknown crawler %s", h.Addr, d.Owner)
 		}
 		hit := int32(ci) == w.Optimal[i]
+		reasons[d.Reason.String()]++
 		probesAll += d.Probes
 		if hit {
 			hitAll++
@@ -451,6 +456,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	}
 	n := len(w.Hosts)
 	rep.Overlay = qualityRow{
+		Reasons:    reasons,
 		OptimalPct: ovPct(hitEval, n-scfg.Train), OptimalPctAll: ovPct(hitAll, n),
 		ProbesPerURL: float64(probesAll) / float64(n), ProbesPerURLEval: float64(probesEval) / float64(max(1, n-scfg.Train)),
 	}
@@ -711,7 +717,24 @@ func writeBenchOverlay(out io.Writer, r *benchOverlayReport) error {
 	fmt.Fprintf(tw, "probes per URL\t%.2f\tsimulator %.2f; reseeded %.2f ± %.2f (%.2f–%.2f)\t\n",
 		r.Overlay.ProbesPerURL, r.Simulator.ProbesPerURL, sp.ProbesPerURLMean, sp.ProbesPerURLSD, sp.ProbesPerURLMin, sp.ProbesPerURLMax)
 	fmt.Fprintf(tw, "probes per URL (evaluation)\t%.2f\tsimulator %.2f\t\n", r.Overlay.ProbesPerURLEval, r.Simulator.ProbesPerURLEval)
+	fmt.Fprintf(tw, "decisions by reason\t%s\tsimulator %s\t\n", reasonLine(r.Overlay.Reasons), reasonLine(r.Simulator.Reasons))
 	fmt.Fprintf(tw, "hand-off messages per crawled page\t%.3f\t< 1 (UbiCrawler); %d URLs in %d messages, %d pages\t\n",
 		r.HandoffMsgPerPage, r.HandoffURLs, r.HandoffMessages, r.HandoffPages)
 	return tw.Flush()
+}
+
+func reasonLine(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b []byte
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = fmt.Appendf(b, "%s=%d", k, m[k])
+	}
+	return string(b)
 }
