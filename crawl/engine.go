@@ -131,6 +131,8 @@ type Engine struct {
 	parked parkHeap // hosts resting (delay, 429/503 back-off), held until then
 
 	idleWorkers atomic.Int32
+
+	robotsRetry robotsRetries
 }
 
 // New validates cfg, opens the state and builds the crawler.

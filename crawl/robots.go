@@ -3,6 +3,7 @@ package crawl
 import (
 	"encoding/json"
 	"log/slog"
+	"sync"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/frontier"
@@ -43,4 +44,41 @@ func (d *durableRobots) Put(origin string, e fetch.RobotsEntry) {
 	if err != nil {
 		d.log.Warn("robots entry not stored", "origin", origin, "err", err)
 	}
+}
+
+// maxRobotsRetries bounds how often a URL refused because its host's
+// robots.txt was unreachable is tried again (each after the fetcher's
+// RobotsErrorTTL) before it is given up — as Heritrix retries a failed
+// robots.txt prerequisite a bounded number of times.
+const maxRobotsRetries = 3
+
+// robotsRetries counts, per host, the consecutive refusals for an
+// unreachable robots.txt. Entries go once the host answers; the map is
+// cleared if it ever holds maxRobotsHosts hosts (counts then restart, which
+// only delays giving up).
+type robotsRetries struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+const maxRobotsHosts = 100_000
+
+// again reports whether another try is allowed for host after a refusal.
+// Once a host has used its retries, further URLs of it are given up at once
+// while robots.txt stays unreachable.
+func (r *robotsRetries) again(host string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil || len(r.n) >= maxRobotsHosts {
+		r.n = map[string]int{}
+	}
+	r.n[host]++
+	return r.n[host] <= maxRobotsRetries
+}
+
+// reachable forgets host's refusals: its robots.txt answered.
+func (r *robotsRetries) reachable(host string) {
+	r.mu.Lock()
+	delete(r.n, host)
+	r.mu.Unlock()
 }

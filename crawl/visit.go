@@ -128,9 +128,20 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 				until = maxTime(until, now.Add(fe.RetryAfter))
 			}
 			return fetched{}, maxTime(until, now.Add(10*time.Millisecond))
+		case fe != nil && fe.Reason == fetch.ReasonRobots && fe.RetryAfter > 0:
+			// robots.txt unreachable: the host is disallowed only until it is
+			// asked again; keep the URL queued and park the host until then.
+			if e.robotsRetry.again(it.Host) {
+				e.countError("robots_unreachable")
+				return fetched{}, now.Add(fe.RetryAfter)
+			}
+			e.log.Info("robots.txt still unreachable, URL given up", "url", it.URL, "retries", maxRobotsRetries)
+		default:
+			e.robotsRetry.reachable(it.Host)
 		}
 		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err))}, time.Time{}
 	}
+	e.robotsRetry.reachable(it.Host)
 	f := fetched{
 		finalURL: resp.FinalURL, status: resp.Status, body: resp.Body, wire: resp.WireBytes,
 		contentType: resp.ContentType, etag: resp.ETag, lm: resp.LastModified, fetchedAt: now,

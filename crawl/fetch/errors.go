@@ -37,7 +37,9 @@ type Error struct {
 	URL    string
 	// Status is the HTTP status that caused the failure, if any.
 	Status int
-	// RetryAfter is how long the host is backed off (ReasonRetryLater).
+	// RetryAfter is how long the host is backed off (ReasonRetryLater), or,
+	// for ReasonRobots when robots.txt was unreachable (5xx, network), how
+	// long until it is asked again: the URL is refused only until then.
 	RetryAfter time.Duration
 	Err        error
 }

@@ -243,11 +243,15 @@ func (f *Fetcher) do(ctx context.Context, req Request, opts doOptions) (*Respons
 				return nil, f.fail(newError(ReasonNetwork, u.String(), err))
 			}
 			if !e.Allows(f.cfg.RobotsAgent, u.String()) {
-				detail := "disallowed by robots.txt"
+				ferr := &Error{Reason: ReasonRobots, URL: u.String(), Status: e.HTTPStatus, Err: errors.New("disallowed by robots.txt")}
 				if e.Status == RobotsDisallowAll {
-					detail = "robots.txt unreachable: " + e.Detail
+					// Unreachable robots.txt disallows only for a while
+					// (RFC 9309 §2.3.1.4): say when it is asked again, so the
+					// caller keeps the URL instead of dropping it.
+					ferr.Err = errors.New("robots.txt unreachable: " + e.Detail)
+					ferr.RetryAfter = max(e.Expires.Sub(f.cfg.Now()), time.Millisecond)
 				}
-				return nil, f.fail(&Error{Reason: ReasonRobots, URL: u.String(), Status: e.HTTPStatus, Err: errors.New(detail)})
+				return nil, f.fail(ferr)
 			}
 		}
 		h, err := f.hop(ctx, u, method, req, opts)
