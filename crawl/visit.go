@@ -268,6 +268,15 @@ func (e *Engine) touch(h *frontier.History, f fetched) {
 	}
 	if !f.notModified {
 		h.ETag, h.LastModified, h.ModTime = f.etag, f.lm, f.modTime
+	} else {
+		// A 304 keeps the stored validators but may renew them (RFC 9111
+		// §4.3.4); the next conditional GET must send the new ones.
+		if f.etag != "" {
+			h.ETag = f.etag
+		}
+		if f.lm != "" {
+			h.LastModified = f.lm
+		}
 	}
 	h.DNS, h.Connect, h.FirstByte, h.Total = f.timing.DNS, f.timing.Connect, f.timing.FirstByte, f.timing.Total
 	if h.MeanTotal == 0 {
