@@ -1,0 +1,251 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/spf13/cobra"
+)
+
+// micra carriers: read the carrier files `micra crawl` writes (one zstd
+// carrier per .mcar file), for people checking a crawl and for the sink that
+// will consume them.
+
+func init() {
+	c := &cobra.Command{
+		Use:   "carriers",
+		Short: "inspect carrier files (.mcar) written by micra crawl",
+	}
+	var asJSON bool
+	var keywords int
+	cat := &cobra.Command{
+		Use:   "cat PATH…",
+		Short: "print the records of carrier files or directories of them (--json: one JSON object per line)",
+		Long: `Decodes carriers (checksum, version and size checks included) and prints one line
+per record: change, status, URL, title and the top keywords. PATH is a .mcar file
+or a directory of them (read in crawler and sequence order). A damaged file is
+reported as "file: reason" on stderr and the others are still printed; the exit
+status is then non-zero.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return carriersCat(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, asJSON, keywords)
+		},
+	}
+	cat.Flags().BoolVar(&asJSON, "json", false, "one JSON object per record (all fields, carrier id included)")
+	cat.Flags().IntVar(&keywords, "keywords", 8, "keywords shown per record in text output (JSON has all)")
+	stats := &cobra.Command{
+		Use:   "stats PATH…",
+		Short: "summarise carrier files: carriers, records by change, bytes shipped, crawlers, time span",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return carriersStats(cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
+		},
+	}
+	c.AddCommand(cat, stats)
+	rootCmd.AddCommand(c)
+}
+
+// carrierPaths expands directories into their carrier files, in order.
+func carrierPaths(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		fi, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			out = append(out, a)
+			continue
+		}
+		files, err := pack.CarrierFiles(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, files...)
+	}
+	return out, nil
+}
+
+// eachCarrier decodes every carrier under args; damaged ones are reported on
+// errw and skipped. It returns an error naming how many were damaged.
+func eachCarrier(errw io.Writer, args []string, fn func(path string, size int64, h pack.Header, recs []pack.Record) error) error {
+	paths, err := carrierPaths(args)
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, p := range paths {
+		h, recs, err := pack.ReadFile(p)
+		if err != nil {
+			bad++
+			fmt.Fprintln(errw, err) // ReadFile names the file
+			continue
+		}
+		var size int64
+		if fi, err := os.Stat(p); err == nil {
+			size = fi.Size()
+		}
+		if err := fn(p, size, h, recs); err != nil {
+			return err
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d carrier files unreadable", bad, len(paths))
+	}
+	return nil
+}
+
+// recordJSON is the JSON form of a record: enums as words, hashes in hex,
+// durations in milliseconds.
+type recordJSON struct {
+	Carrier      string         `json:"carrier"`
+	URL          string         `json:"url"`
+	FinalURL     string         `json:"final_url,omitempty"`
+	Status       int            `json:"status"`
+	Source       string         `json:"source"`
+	Change       string         `json:"change"`
+	FetchedAt    time.Time      `json:"fetched_at"`
+	DNSMs        float64        `json:"dns_ms"`
+	ConnectMs    float64        `json:"connect_ms"`
+	FirstByteMs  float64        `json:"first_byte_ms"`
+	TotalMs      float64        `json:"total_ms"`
+	WireBytes    int64          `json:"wire_bytes"`
+	BodyBytes    int64          `json:"body_bytes"`
+	TextBytes    int64          `json:"text_bytes"`
+	ContentType  string         `json:"content_type,omitempty"`
+	Title        string         `json:"title,omitempty"`
+	Lang         string         `json:"lang,omitempty"`
+	Keywords     []pack.Keyword `json:"keywords,omitempty"`
+	OutLinks     int            `json:"outlinks"`
+	ContentHash  string         `json:"content_hash"`
+	SimHash      string         `json:"simhash"`
+	ETag         string         `json:"etag,omitempty"`
+	LastModified string         `json:"last_modified,omitempty"`
+	CrawlerID    string         `json:"crawler"`
+	Flags        []string       `json:"flags,omitempty"`
+	Error        string         `json:"error,omitempty"`
+}
+
+func recordMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func recordFlags(f uint8) []string {
+	var out []string
+	for _, x := range []struct {
+		bit  uint8
+		name string
+	}{{pack.FlagNoIndex, "noindex"}, {pack.FlagNoFollow, "nofollow"}, {pack.FlagTruncated, "truncated"}} {
+		if f&x.bit != 0 {
+			out = append(out, x.name)
+		}
+	}
+	return out
+}
+
+func recordToJSON(carrier string, r *pack.Record) recordJSON {
+	return recordJSON{
+		Carrier: carrier, URL: r.URL, FinalURL: r.FinalURL, Status: r.Status, Source: r.Source.String(),
+		Change: r.Change.String(), FetchedAt: r.FetchedAt.UTC(),
+		DNSMs: recordMs(r.Timing.DNS), ConnectMs: recordMs(r.Timing.Connect), FirstByteMs: recordMs(r.Timing.FirstByte), TotalMs: recordMs(r.Timing.Total),
+		WireBytes: r.WireBytes, BodyBytes: r.BodyBytes, TextBytes: r.TextBytes, ContentType: r.ContentType,
+		Title: r.Title, Lang: r.Lang, Keywords: r.Keywords, OutLinks: r.OutLinks,
+		ContentHash: hex.EncodeToString(r.ContentHash[:]), SimHash: fmt.Sprintf("%016x", r.SimHash),
+		ETag: r.ETag, LastModified: r.LastModified, CrawlerID: r.CrawlerID, Flags: recordFlags(r.Flags), Error: r.Error,
+	}
+}
+
+func carriersCat(w, errw io.Writer, args []string, asJSON bool, keywords int) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return eachCarrier(errw, args, func(_ string, _ int64, h pack.Header, recs []pack.Record) error {
+		id := pack.Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq}.ID()
+		for i := range recs {
+			r := &recs[i]
+			if asJSON {
+				if err := enc.Encode(recordToJSON(id, r)); err != nil {
+					return err
+				}
+				continue
+			}
+			var kw []string
+			for j, k := range r.Keywords {
+				if j >= keywords {
+					break
+				}
+				kw = append(kw, k.Term)
+			}
+			title := strings.Join(strings.Fields(r.Title), " ")
+			if _, err := fmt.Fprintf(w, "%-9s %3d %s %q [%s]\n", r.Change, r.Status, r.URL, title, strings.Join(kw, " ")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func carriersStats(w, errw io.Writer, args []string) error {
+	var carriers, records, fileBytes, rawBytes, htmlBytes int64
+	changes := map[string]int64{}
+	crawlers := map[string]int64{}
+	var first, last time.Time
+	err := eachCarrier(errw, args, func(_ string, size int64, h pack.Header, recs []pack.Record) error {
+		carriers++
+		fileBytes += size
+		rawBytes += int64(h.RawBytes)
+		crawlers[h.CrawlerID] += int64(len(recs))
+		for i := range recs {
+			r := &recs[i]
+			records++
+			changes[r.Change.String()]++
+			htmlBytes += r.BodyBytes
+			if first.IsZero() || r.FetchedAt.Before(first) {
+				first = r.FetchedAt
+			}
+			if r.FetchedAt.After(last) {
+				last = r.FetchedAt
+			}
+		}
+		return nil
+	})
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "carriers\t%d\n", carriers)
+	fmt.Fprintf(tw, "records\t%d\n", records)
+	for _, c := range sortedCounts(changes) {
+		fmt.Fprintf(tw, "  %s\t%d\n", c, changes[c])
+	}
+	fmt.Fprintf(tw, "carrier bytes\t%d (records %d raw, zstd %.1f×)\n", fileBytes, rawBytes, byteRatio(rawBytes, fileBytes))
+	fmt.Fprintf(tw, "page bytes described\t%d (%.1f× the carrier bytes)\n", htmlBytes, byteRatio(htmlBytes, fileBytes))
+	for _, c := range sortedCounts(crawlers) {
+		fmt.Fprintf(tw, "crawler %s\t%d records\n", c, crawlers[c])
+	}
+	if records > 0 {
+		fmt.Fprintf(tw, "fetched\t%s … %s\n", first.UTC().Format(time.RFC3339), last.UTC().Format(time.RFC3339))
+	}
+	if ferr := tw.Flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+func byteRatio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func sortedCounts(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
