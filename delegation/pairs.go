@@ -55,7 +55,7 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 		}
 		s.x, s.y = s.x[:j], s.y[:j]
 	}
-	i, _ := slices.BinarySearch(s.x, x)
+	i := lowerBound(s.x, x)
 	s.x, s.y = slices.Insert(s.x, i, x), slices.Insert(s.y, i, y)
 }
 
@@ -97,7 +97,7 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	t := float32(lnT - xa)
 	// Epanechnikov kernel of half-width 2·bw around xa
 	hw := 2 * p.bw
-	lo, _ := slices.BinarySearch(s.x, float32(xa-hw))
+	lo := lowerBound(s.x, float32(xa-hw))
 	var hit float64
 	xs, ys := s.x[lo:], s.y[lo:len(s.y)]
 	ys = ys[:len(xs)]
@@ -118,6 +118,21 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 		}
 	}
 	return (hit + p.alpha*prior) / (w + p.alpha), w
+}
+
+// lowerBound is the first index of xs (ascending, no NaN) whose value is at
+// least v: slices.BinarySearch without its NaN ordering, on the hot path.
+func lowerBound(xs []float32, v float32) int {
+	lo, hi := 0, len(xs)
+	for lo < hi {
+		h := int(uint(lo+hi) >> 1)
+		if xs[h] < v {
+			lo = h + 1
+		} else {
+			hi = h
+		}
+	}
+	return lo
 }
 
 func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }
