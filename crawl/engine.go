@@ -99,6 +99,12 @@ type Config struct {
 	StopWhenIdle bool
 	// Progress is the interval of slog progress lines (default 10 s; negative: none).
 	Progress time.Duration
+	// MaxRetries is how often a new URL whose fetch failed transiently (5xx
+	// other than 503, network trouble, timeout, DNS) is tried again before it
+	// is given up (default 2; negative: never). RetryDelay is the host's rest
+	// before the first retry, doubled for each further one (default 30 s).
+	MaxRetries int
+	RetryDelay time.Duration
 	// ShutdownDrain bounds how long Run, when stopped, waits for the receiver
 	// to acknowledge the last carriers (default 5 s); the rest stay in the
 	// outbox for the next Run.
@@ -132,7 +138,8 @@ type Engine struct {
 
 	idleWorkers atomic.Int32
 
-	robotsRetry robotsRetries
+	robotsRetry retryCounter // per host: refusals for an unreachable robots.txt
+	retries     retryCounter // per URL: transient fetch failures
 }
 
 // New validates cfg, opens the state and builds the crawler.
@@ -157,6 +164,15 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Progress == 0 {
 		cfg.Progress = 10 * time.Second
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		cfg.MaxRetries = defaultMaxRetries
+	case cfg.MaxRetries < 0:
+		cfg.MaxRetries = 0
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 30 * time.Second
 	}
 	if cfg.ShutdownDrain <= 0 {
 		cfg.ShutdownDrain = 5 * time.Second
@@ -461,6 +477,9 @@ func (e *Engine) worker(ctx context.Context) {
 		}
 	}
 }
+
+// defaultMaxRetries is Config.MaxRetries' default.
+const defaultMaxRetries = 2
 
 // restParkThreshold: a host that must rest longer than this before its next
 // request is parked and the worker takes another host, instead of sleeping

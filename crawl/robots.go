@@ -52,33 +52,38 @@ func (d *durableRobots) Put(origin string, e fetch.RobotsEntry) {
 // robots.txt prerequisite a bounded number of times.
 const maxRobotsRetries = 3
 
-// robotsRetries counts, per host, the consecutive refusals for an
-// unreachable robots.txt. Entries go once the host answers; the map is
-// cleared if it ever holds maxRobotsHosts hosts (counts then restart, which
-// only delays giving up).
-type robotsRetries struct {
+// retryCounter counts consecutive failures per key (a host, a URL). Entries
+// go once the key succeeds or is given up; the map is cleared if it ever
+// holds maxRetryKeys keys (counts then restart, which only delays giving up).
+type retryCounter struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-const maxRobotsHosts = 100_000
+const maxRetryKeys = 100_000
 
-// again reports whether another try is allowed for host after a refusal.
-// Once a host has used its retries, further URLs of it are given up at once
-// while robots.txt stays unreachable.
-func (r *robotsRetries) again(host string) bool {
+// again counts a failure of key and reports which attempt failed (1 for the
+// first) and whether another is allowed within limit retries.
+func (r *retryCounter) again(key string, limit int) (int, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.n == nil || len(r.n) >= maxRobotsHosts {
+	if r.n == nil || len(r.n) >= maxRetryKeys {
 		r.n = map[string]int{}
 	}
-	r.n[host]++
-	return r.n[host] <= maxRobotsRetries
+	r.n[key]++
+	return r.n[key], r.n[key] <= limit
 }
 
-// reachable forgets host's refusals: its robots.txt answered.
-func (r *robotsRetries) reachable(host string) {
+// forget drops key's count.
+func (r *retryCounter) forget(key string) {
 	r.mu.Lock()
-	delete(r.n, host)
+	delete(r.n, key)
 	r.mu.Unlock()
+}
+
+// count returns key's current failure count (0 if none).
+func (r *retryCounter) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[key]
 }

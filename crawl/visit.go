@@ -68,7 +68,11 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 	}
 	now := f.fetchedAt
 	switch {
+	case f.otherFailure != "" && !known && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
+		// Kept queued; the host rests RetryDelay (doubling) before it is tried again.
+		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), time.Hour))
 	case f.otherFailure != "":
+		e.retries.forget(it.URL)
 		e.countError(f.otherFailure)
 		if known { // keep monitoring a page that failed once
 			e.schedule(&hist, false, now)
@@ -98,7 +102,32 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 	default:
 		e.process(ctx, it, u, hist, known, f)
 	}
+	if f.otherFailure == "" {
+		e.retries.forget(it.URL)
+	}
 	return time.Time{}
+}
+
+// transientFailure reports whether a fetch failure may go away by itself
+// (overloaded or flaky server, network trouble): such a new URL is retried.
+func transientFailure(reason string) bool {
+	switch reason {
+	case string(fetch.ReasonNetwork), string(fetch.ReasonTimeout), string(fetch.ReasonDNS), string(fetch.ReasonSlowBody),
+		"status_408", "status_500", "status_502", "status_504":
+		return true
+	}
+	return false
+}
+
+// retryLater counts a transient failure of it and reports whether it is
+// tried again (at most MaxRetries times).
+func (e *Engine) retryLater(it frontier.Item, reason string) bool {
+	n, ok := e.retries.again(it.URL, e.cfg.MaxRetries)
+	if ok {
+		e.countError("retried")
+		e.log.Debug("transient failure, will retry", "url", it.URL, "reason", reason, "attempt", n)
+	}
+	return ok
 }
 
 func (e *Engine) done(it frontier.Item, h *frontier.History) {
@@ -131,17 +160,19 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 		case fe != nil && fe.Reason == fetch.ReasonRobots && fe.RetryAfter > 0:
 			// robots.txt unreachable: the host is disallowed only until it is
 			// asked again; keep the URL queued and park the host until then.
-			if e.robotsRetry.again(it.Host) {
+			// A host that used its retries stays counted (not forgotten), so
+			// its other URLs are given up at once while robots.txt is down.
+			if _, ok := e.robotsRetry.again(it.Host, maxRobotsRetries); ok {
 				e.countError("robots_unreachable")
 				return fetched{}, now.Add(fe.RetryAfter)
 			}
 			e.log.Info("robots.txt still unreachable, URL given up", "url", it.URL, "retries", maxRobotsRetries)
 		default:
-			e.robotsRetry.reachable(it.Host)
+			e.robotsRetry.forget(it.Host)
 		}
 		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err))}, time.Time{}
 	}
-	e.robotsRetry.reachable(it.Host)
+	e.robotsRetry.forget(it.Host)
 	f := fetched{
 		finalURL: resp.FinalURL, status: resp.Status, body: resp.Body, wire: resp.WireBytes,
 		contentType: resp.ContentType, etag: resp.ETag, lm: resp.LastModified, fetchedAt: now,

@@ -20,7 +20,7 @@ func writeCarriers(t *testing.T, dir string) {
 	sink := pack.FileSink{Dir: dir}
 	c1 := pack.EncodeCarrier("c1", 0, at, []pack.Record{
 		{URL: "http://a.test/", Status: 200, Change: pack.ChangeNew, FetchedAt: at, Title: "Alpha  home",
-			Keywords: []pack.Keyword{{Term: "alpha", Weight: 9}, {Term: "home", Weight: 4}, {Term: "page", Weight: 1}},
+			Keywords:  []pack.Keyword{{Term: "alpha", Weight: 9}, {Term: "home", Weight: 4}, {Term: "page", Weight: 1}},
 			BodyBytes: 10_000, ContentHash: [16]byte{0xab}, SimHash: 0xfeed, Flags: pack.FlagNoFollow},
 		{URL: "http://a.test/x", FinalURL: "http://a.test/y", Status: 200, Change: pack.ChangeChanged, FetchedAt: at.Add(time.Minute),
 			Timing: pack.Timing{Total: 1500 * time.Microsecond}, BodyBytes: 20_000},

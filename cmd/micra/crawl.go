@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,8 @@ type crawlOptions struct {
 	minDelay, carrierHold, progress           time.Duration
 	carrierBytes                              int
 	maxBody                                   int64
+	retries                                   int
+	retryDelay                                time.Duration
 	sameHosts, allowPrivate, fileOnly, sync   bool
 	monitor                                   bool
 	sleep                                     time.Duration
@@ -87,6 +90,8 @@ prints the process RSS at 1 M and 10 M (and at N).`,
 	f.IntVar(&o.maxPages, "max-pages-per-host", 100_000, "pages crawled per host at most")
 	f.BoolVar(&o.sameHosts, "same-hosts", false, "stay on the seeds' hosts")
 	f.Int64Var(&o.maxBody, "max-body", 4<<20, "decoded body cap in bytes")
+	f.IntVar(&o.retries, "retries", 2, "retries of a new URL after a transient failure (5xx, timeout, network); 0: none")
+	f.DurationVar(&o.retryDelay, "retry-delay", 30*time.Second, "host's rest before the first retry (doubles per retry)")
 	f.IntVar(&o.carrierBytes, "carrier-bytes", 1<<20, "max uncompressed records per carrier")
 	f.DurationVar(&o.carrierHold, "carrier-hold", 30*time.Second, "max time a record waits for its carrier")
 	f.BoolVar(&o.monitor, "monitor", false, "after the first pass, keep revisiting pages (conditional GET)")
@@ -202,6 +207,7 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		Fetch: fetch.Config{UserAgent: o.userAgent, PerIPLimit: o.perIP, MinDelay: o.minDelay, NoDelay: o.minDelay == 0,
 			MaxBodyBytes: o.maxBody, AllowPrivate: o.allowPrivate},
 		Scope: scope, SameHostsAsSeeds: o.sameHosts, Concurrency: o.concurrency,
+		MaxRetries: cmp.Or(o.retries, -1), RetryDelay: o.retryDelay,
 		Receiver: pack.FileSink{Dir: o.out}, MaxCarrierBytes: o.carrierBytes, MaxCarrierHold: o.carrierHold,
 		Monitor: crawl.Monitor{Enabled: o.monitor, Sleep: o.sleep}, Windows: windows,
 		FileRoots: roots, FileOnly: o.fileOnly, StopWhenIdle: !o.monitor, Progress: o.progress,

@@ -1,0 +1,91 @@
+package crawl
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
+)
+
+// flakyServer fails /a with 500 for the first failA requests (-1: always);
+// "/" links to /a and /b.
+func flakyServer(t *testing.T, failA int) (*httptest.Server, func() map[string]int) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		n := hits[r.URL.Path]
+		mu.Unlock()
+		switch {
+		case r.URL.Path == "/robots.txt":
+			http.NotFound(w, r)
+		case r.URL.Path == "/a" && (failA < 0 || n <= failA):
+			http.Error(w, "temporary trouble", http.StatusInternalServerError)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<title>page %s</title><a href="/a">a</a> <a href="/b">b</a>`, r.URL.Path)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]int{}
+		for k, v := range hits {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+func runOnePass(t *testing.T, seed string) *Engine {
+	t.Helper()
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{seed}, Concurrency: 2,
+		Fetch:      fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+		RetryDelay: 20 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// A new URL that fails transiently (5xx, timeout, connection trouble) is
+// tried again after a pause instead of being lost for good after one try.
+func TestTransientFailureRetried(t *testing.T) {
+	srv, hits := flakyServer(t, 2)
+	eng := runOnePass(t, srv.URL+"/")
+	st, h := eng.Stats(), hits()
+	if st.Fetched != 3 || st.Records != 3 || h["/a"] != 3 || h["/b"] != 1 {
+		t.Fatalf("fetched %d, records %d, server hits %v; want /a fetched after two 500s", st.Fetched, st.Records, h)
+	}
+	if st.ByReason["retried"] != 2 || st.ByReason["status_500"] != 0 {
+		t.Errorf("errors %v, want 2 retried and no final failure", st.ByReason)
+	}
+}
+
+// A URL that keeps failing is given up after MaxRetries retries, counted
+// under its reason; the one-pass crawl ends.
+func TestTransientFailureGivenUp(t *testing.T) {
+	srv, hits := flakyServer(t, -1)
+	eng := runOnePass(t, srv.URL+"/")
+	st, h := eng.Stats(), hits()
+	if want := 1 + defaultMaxRetries; h["/a"] != want || st.Fetched != 2 {
+		t.Fatalf("fetched %d, server hits %v; want /a tried %d times", st.Fetched, h, want)
+	}
+	if st.ByReason["status_500"] != 1 || st.ByReason["retried"] != int64(defaultMaxRetries) {
+		t.Errorf("errors %v", st.ByReason)
+	}
+}
