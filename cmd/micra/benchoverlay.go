@@ -98,12 +98,13 @@ type spread struct {
 	ProbesPerURLMax  float64 `json:"probes_per_url_max"`
 }
 
-// simProber is the simulator's world-model prober with a chosen seed.
+// simProber is the simulator's world-model prober: one jitter stream, or
+// one per crawler (as each overlay peer has).
 type simProber struct {
 	w     *sim.World
 	hosts map[netip.Addr]int
 	idx   map[delegation.CrawlerID]int
-	rng   *rand.Rand
+	rngs  []*rand.Rand // one stream: len 1
 	n     int
 }
 
@@ -117,7 +118,11 @@ func (p *simProber) Probe(_ context.Context, target netip.Addr, crawlers []deleg
 		if !ok || !known {
 			continue
 		}
-		out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], &p.w.Hosts[hi], p.rng))
+		rng := p.rngs[0]
+		if len(p.rngs) > 1 {
+			rng = p.rngs[ci]
+		}
+		out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], &p.w.Hosts[hi], rng))
 		out[i].OK = true
 	}
 	return out
@@ -129,8 +134,10 @@ func (c *fixedClock) Now() time.Time { return c.t }
 
 // simSpread runs the simulator's loop (shared in-memory directory, world
 // prober) over w with replicas seeds and returns the spread of % optimal
-// (evaluation hosts) and probes per URL.
-func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold time.Duration, train, replicas int, seed uint64) (spread, error) {
+// (evaluation hosts) and probes per URL. distributed mirrors the overlay's
+// structure without the network: one engine per crawler (host i decided by
+// engine i mod N), one jitter stream per crawler.
+func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold time.Duration, train, replicas int, seed uint64, distributed bool) (spread, error) {
 	hosts := make(map[netip.Addr]int, len(w.Hosts))
 	for i, h := range w.Hosts {
 		hosts[h.Addr] = i
@@ -143,23 +150,34 @@ func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold
 	for r := range replicas {
 		members := delegation.NewMemMembership(w.Crawlers...)
 		dir := delegation.NewMemDirectory(w.Tree, members)
-		pr := &simProber{w: w, hosts: hosts, idx: idx, rng: rand.New(rand.NewPCG(seed, 0x5350+uint64(r)))}
-		ec := delegation.Config{Threshold: threshold}
-		if spec.Tweak != nil {
-			spec.Tweak(&ec)
-		}
+		pr := &simProber{w: w, hosts: hosts, idx: idx, rngs: []*rand.Rand{rand.New(rand.NewPCG(seed, 0x5350+uint64(r)))}}
 		clock := &fixedClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		pol := spec.New(delegation.Deps{Tree: w.Tree, Dir: dir, Prober: pr, Members: members, Clock: clock,
-			Rand: rand.New(rand.NewPCG(seed, 0x504f4c+uint64(r)))}, ec)
-		for _, c := range w.Crawlers {
-			if _, err := pol.Join(ctx, c); err != nil {
+		engines := 1
+		if distributed {
+			engines = len(w.Crawlers)
+			pr.rngs = pr.rngs[:0]
+			for i := range w.Crawlers {
+				pr.rngs = append(pr.rngs, rand.New(rand.NewPCG(seed^0x5350+uint64(r), uint64(i))))
+			}
+		}
+		var pols []delegation.Policy
+		for k := range engines {
+			ec := delegation.Config{Threshold: threshold, Self: w.Crawlers[k].ID}
+			if spec.Tweak != nil {
+				spec.Tweak(&ec)
+			}
+			pols = append(pols, spec.New(delegation.Deps{Tree: w.Tree, Dir: dir, Prober: pr, Members: members, Clock: clock,
+				Rand: rand.New(rand.NewPCG(seed, 0x504f4c+uint64(r)*1000+uint64(k)))}, ec))
+		}
+		for k, c := range w.Crawlers {
+			if _, err := pols[k%engines].Join(ctx, c); err != nil {
 				return spread{}, err
 			}
 		}
 		hit := 0
 		for i, h := range w.Hosts {
 			clock.t = clock.t.Add(time.Second)
-			d, err := pol.Delegate(ctx, h.Addr)
+			d, err := pols[i%engines].Delegate(ctx, h.Addr)
 			if err != nil {
 				return spread{}, err
 			}
@@ -229,6 +247,10 @@ type benchOverlayReport struct {
 	// with Replicas different probe-jitter/policy seeds: the noise band the
 	// overlay's figures should fall in.
 	SimulatorSpread spread `json:"simulator_spread"`
+	// DistributedSpread is the same loop with one engine per crawler (host
+	// i decided by engine i mod N) and one jitter stream per crawler: the
+	// overlay's structure without the network.
+	DistributedSpread spread `json:"distributed_spread"`
 
 	HandoffPages      int     `json:"handoff_pages"`
 	HandoffMessages   uint64  `json:"handoff_messages"`
@@ -327,7 +349,10 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 		}
 	}
 
-	if rep.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed); err != nil {
+	if rep.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false); err != nil {
+		return err
+	}
+	if rep.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true); err != nil {
 		return err
 	}
 
@@ -713,6 +738,9 @@ func writeBenchOverlay(out io.Writer, r *benchOverlayReport) error {
 	sp := r.SimulatorSpread
 	fmt.Fprintf(tw, "optimal %% (evaluation hosts)\t%.1f %%\tsimulator %.1f %%; %d reseeded runs %.1f ± %.1f (%.1f–%.1f)\t\n",
 		r.Overlay.OptimalPct, r.Simulator.OptimalPct, sp.Replicas, sp.OptimalPctMean, sp.OptimalPctSD, sp.OptimalPctMin, sp.OptimalPctMax)
+	dp := r.DistributedSpread
+	fmt.Fprintf(tw, "  same loop, one engine per crawler\t\t%d runs %.1f ± %.1f (%.1f–%.1f); probes/URL %.2f ± %.2f\t\n",
+		dp.Replicas, dp.OptimalPctMean, dp.OptimalPctSD, dp.OptimalPctMin, dp.OptimalPctMax, dp.ProbesPerURLMean, dp.ProbesPerURLSD)
 	fmt.Fprintf(tw, "optimal %% (all hosts)\t%.1f %%\tsimulator %.1f %%\t\n", r.Overlay.OptimalPctAll, r.Simulator.OptimalPctAll)
 	fmt.Fprintf(tw, "probes per URL\t%.2f\tsimulator %.2f; reseeded %.2f ± %.2f (%.2f–%.2f)\t\n",
 		r.Overlay.ProbesPerURL, r.Simulator.ProbesPerURL, sp.ProbesPerURLMean, sp.ProbesPerURLSD, sp.ProbesPerURLMin, sp.ProbesPerURLMax)
