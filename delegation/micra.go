@@ -416,6 +416,7 @@ type micraChooser struct {
 	psBuf   []candProb
 	askBuf  []CrawlerID
 	nextBuf []int
+	noteBuf []byte
 }
 
 // candProb is a candidate (index) and its probability to beat the best answer.
@@ -901,7 +902,15 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			}
 			m.psBuf = ps
 			if total < m.cfg.Miss {
-				stop = fmt.Sprintf("P(unprobed beats %s)=%.3f < %.3f", best.Crawler, total, m.cfg.Miss)
+				// (strconv, not Sprintf: this note is written for most decisions)
+				b := append(m.noteBuf[:0], "P(unprobed beats "...)
+				b = append(b, best.Crawler...)
+				b = append(b, ")="...)
+				b = strconv.AppendFloat(b, total, 'f', 3, 64)
+				b = append(b, " < "...)
+				b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
+				m.noteBuf = b
+				stop = string(b)
 				d.Reason = ReasonConfident
 				break
 			}
@@ -952,7 +961,17 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		d.Reason = ReasonLowestProbe
 	}
 	top := cands[0]
-	step.Note = fmt.Sprintf("%d candidates, first %s predicted from %s (n=%.0f); %s", len(cands), top.id, top.from, top.n, stop)
+	b := strconv.AppendInt(m.noteBuf[:0], int64(len(cands)), 10)
+	b = append(b, " candidates, first "...)
+	b = append(b, top.id...)
+	b = append(b, " predicted from "...)
+	b = append(b, top.from...)
+	b = append(b, " (n="...)
+	b = strconv.AppendFloat(b, top.n, 'f', 0, 64)
+	b = append(b, "); "...)
+	b = append(b, stop...)
+	m.noteBuf = b
+	step.Note = string(b)
 	d.Steps = append(d.Steps, step)
 
 	// Many more crawlers than one decision can consider, and the best

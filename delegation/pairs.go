@@ -15,7 +15,8 @@ import (
 // from), learned without knowing where anything is.
 type pairModel struct {
 	crawler *crawlerIndex
-	pairs   map[uint64]*pairSamples
+	pairs   map[uint64]*pairSamples // pairs with a crawler index ≥ denseN
+	dense   []*pairSamples          // [a*denseN+b] for the first denseN crawlers
 	cap     int
 	bw      float64 // kernel bandwidth on x (ln ms)
 	alpha   float64 // weight of the prior, in samples
@@ -59,6 +60,36 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 	s.x, s.y = slices.Insert(s.x, i, x), slices.Insert(s.y, i, y)
 }
 
+// denseN: pairs of the first denseN crawler indexes live in a flat table
+// (a lookup per candidate and answer, on the hot path), the rest in a map.
+const denseN = 64
+
+// samples returns the samples of (a, b), created when create is set (nil
+// otherwise when unknown).
+func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
+	if a < denseN && b < denseN {
+		if p.dense == nil {
+			if !create {
+				return nil
+			}
+			p.dense = make([]*pairSamples, denseN*denseN)
+		}
+		s := p.dense[a*denseN+b]
+		if s == nil && create {
+			s = &pairSamples{}
+			p.dense[a*denseN+b] = s
+		}
+		return s
+	}
+	k := uint64(a)<<32 | uint64(b)
+	s := p.pairs[k]
+	if s == nil && create {
+		s = &pairSamples{}
+		p.pairs[k] = s
+	}
+	return s
+}
+
 func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pairModel {
 	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth, alpha: alpha}
 }
@@ -75,12 +106,7 @@ func (p *pairModel) learn(ps []ProbeResult) {
 			if i == j || !b.OK || b.RTT <= 0 || a.Crawler == b.Crawler {
 				continue
 			}
-			k := uint64(ia)<<32 | uint64(p.crawler.id(b.Crawler))
-			s, ok := p.pairs[k]
-			if !ok {
-				s = &pairSamples{}
-				p.pairs[k] = s
-			}
+			s := p.samples(ia, p.crawler.id(b.Crawler), true)
 			s.add(float32(xa), float32(lnMs(b.RTT)-xa), p.cap)
 		}
 	}
@@ -90,8 +116,8 @@ func (p *pairModel) learn(ps []ProbeResult) {
 // shrunk towards prior with the weight of one observation, and returns the
 // effective number of samples behind it.
 func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
-	s, ok := p.pairs[uint64(a)<<32|uint64(b)]
-	if !ok {
+	s := p.samples(a, b, false)
+	if s == nil {
 		return prior, 0
 	}
 	t := float32(lnT - xa)
