@@ -16,7 +16,7 @@ import (
 type counters struct {
 	requests, fetched, filesRead              atomic.Int64
 	newPages, changed, unchanged, notModified atomic.Int64
-	gone, records, duplicates                 atomic.Int64
+	gone, records, alreadyFetched             atomic.Int64
 	wireBytes, bodyBytes, htmlBytes           atomic.Int64
 	links, badLinks, outOfScope, handedOff    atomic.Int64
 	revisitsQueued, windowWaits               atomic.Int64
@@ -33,11 +33,11 @@ type Stats struct {
 	// Outcomes of pages with a body or a validator answer.
 	New, Changed, Unchanged, NotModified, Gone int64
 	Records                                    int64 // records handed to the outbox
-	// Duplicates counts discovery fetches of URLs fetched before (the
-	// frontier makes this zero; a restart may add the URLs in flight).
-	Duplicates int64
-	Errors     int64
-	ByReason   map[string]int64
+	// AlreadyFetched counts queued URLs skipped because they were fetched
+	// meanwhile as the target of another URL's redirect.
+	AlreadyFetched int64
+	Errors         int64
+	ByReason       map[string]int64
 
 	Queued      int64
 	ReadyHosts  int64
@@ -71,7 +71,7 @@ func (e *Engine) Stats() Stats {
 		Requests: c.requests.Load(), Fetched: c.fetched.Load(),
 		New: c.newPages.Load(), Changed: c.changed.Load(), Unchanged: c.unchanged.Load(),
 		NotModified: c.notModified.Load(), Gone: c.gone.Load(), Records: c.records.Load(),
-		Duplicates: c.duplicates.Load(), Errors: c.errTotal.Load(),
+		AlreadyFetched: c.alreadyFetched.Load(), Errors: c.errTotal.Load(),
 		WireBytes: c.wireBytes.Load(), BodyBytes: c.bodyBytes.Load(), HTMLBytes: c.htmlBytes.Load(),
 		Links: c.links.Load(), BadLinks: c.badLinks.Load(), OutOfScope: c.outOfScope.Load(),
 		HandedOff: c.handedOff.Load(), RevisitsQueued: c.revisitsQueued.Load(),
@@ -132,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		counter("pages_unchanged_total", "Revisits with equal content hash.", c.unchanged.Load),
 		counter("pages_not_modified_total", "304 answers and unchanged file modification times.", c.notModified.Load),
 		counter("records_total", "Records handed to the outbox.", c.records.Load),
-		counter("duplicate_fetches_total", "Discovery fetches of already fetched URLs.", c.duplicates.Load),
+		counter("already_fetched_total", "Queued URLs skipped: fetched meanwhile as a redirect target.", c.alreadyFetched.Load),
 		counter("html_bytes_total", "Decoded HTML bytes processed.", c.htmlBytes.Load),
 		counter("wire_bytes_total", "Body bytes received on the wire.", c.wireBytes.Load),
 		counter("handed_off_total", "URLs handed to other crawlers.", c.handedOff.Load),
@@ -175,7 +175,7 @@ func (e *Engine) logSummary() {
 	sort.Strings(reasons)
 	args := []any{"elapsed", s.Elapsed.Round(time.Millisecond), "fetched", s.Fetched, "pages_per_s", round1(s.PagesPerSec),
 		"new", s.New, "changed", s.Changed, "unchanged", s.Unchanged, "not_modified", s.NotModified, "gone", s.Gone,
-		"records", s.Records, "errors", s.Errors, "duplicates", s.Duplicates, "queued", s.Queued,
+		"records", s.Records, "errors", s.Errors, "already_fetched", s.AlreadyFetched, "queued", s.Queued,
 		"html_bytes", s.HTMLBytes, "carrier_bytes", s.CarrierBytes, "carrier_ratio", round4(s.CarrierRatio())}
 	for _, r := range reasons {
 		args = append(args, "err_"+r, s.ByReason[r])

@@ -49,9 +49,12 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 		known = false
 	}
 	if known && !it.Revisit && hist.Fetches > 0 {
-		// A discovered URL with a history was fetched before: count it, the
-		// figure that shows the frontier never refetches.
-		e.st.duplicates.Add(1)
+		// A discovered URL with a history was fetched after it was queued: as
+		// the target of another URL's redirect (MarkFetched), whose record
+		// carries its content. Fetching it again would be a duplicate.
+		e.st.alreadyFetched.Add(1)
+		e.done(it, nil)
+		return time.Time{}
 	}
 	var f fetched
 	if _, _, ok := e.files.Match(u); ok {
@@ -279,6 +282,7 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 			return
 		}
 	}
+	e.markRedirectTarget(it, f)
 	e.touch(&hist, f)
 	if hist.FirstFetch.IsZero() {
 		hist.FirstFetch = now
@@ -288,6 +292,21 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	hist.ContentHash, hist.SimHash = hash, rec.SimHash
 	e.schedule(&hist, known, now)
 	e.done(it, &hist)
+}
+
+// markRedirectTarget remembers the final URL of a redirected fetch as
+// fetched, so a link straight to it does not fetch the page again.
+func (e *Engine) markRedirectTarget(it frontier.Item, f fetched) {
+	if f.finalURL == "" || f.finalURL == it.URL || f.source != pack.SourceHTTP {
+		return
+	}
+	u, err := e.norm.Parse(f.finalURL)
+	if err != nil || u.String() == it.URL {
+		return
+	}
+	if err := e.front.MarkFetched(u.String(), urlnorm.HostKey(u), f.fetchedAt, f.status); err != nil {
+		e.log.Warn("frontier: redirect target not marked, it may be fetched again", "url", u.String(), "err", err)
+	}
 }
 
 // touch records a fetch in the page history.

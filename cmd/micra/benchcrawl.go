@@ -402,9 +402,6 @@ func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 		Records:      st.Records,
 	}
 	finishResult(r, web, elapsed)
-	if st.Duplicates != 0 {
-		r.Note = fmt.Sprintf("engine counted %d refetches", st.Duplicates)
-	}
 	return r, nil
 }
 

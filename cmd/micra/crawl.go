@@ -249,7 +249,7 @@ func printCrawlSummary(s crawl.Stats) {
 	fmt.Fprintf(w, "  gone               %d\n", s.Gone)
 	fmt.Fprintf(w, "  records            %d\n", s.Records)
 	fmt.Fprintf(w, "  queued (left)      %d\n", s.Queued)
-	fmt.Fprintf(w, "  duplicate fetches  %d\n", s.Duplicates)
+	fmt.Fprintf(w, "  via redirect       %d  (queued URLs skipped: fetched as a redirect target)\n", s.AlreadyFetched)
 	fmt.Fprintf(w, "  HTML bytes         %d\n", s.HTMLBytes)
 	fmt.Fprintf(w, "  carrier bytes      %d in %d carriers (%d delivered, %d pending)\n", s.CarrierBytes, s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers)
 	if s.HTMLBytes > 0 && s.CarrierBytes > 0 {

@@ -167,6 +167,30 @@ func (f *Frontier) History(u string) (History, bool, error) {
 	return h, ok, err
 }
 
+// MarkFetched records that u (politeness key host) was fetched as the target
+// of another URL's redirect: u joins the seen-set and, unless it has a
+// history already, gets one with one fetch, so a discovered copy of u —
+// queued already, as siblings on one page are, or found later — is known to
+// be fetched (the engine then skips it).
+func (f *Frontier) MarkFetched(u, host string, at time.Time, status int) error {
+	h := HashURL(u)
+	err := f.update(func(txn *badger.Txn) error {
+		if err := txn.Set(cat(pSeen, h[:]), nil); err != nil {
+			return err
+		}
+		_, found, err := getHistory(txn, h)
+		if err != nil || found {
+			return err
+		}
+		hist := History{URL: u, Host: host, FirstFetch: at, LastFetch: at, Status: status, Fetches: 1}
+		return txn.Set(cat(pPage, h[:]), hist.encode())
+	})
+	if err == nil {
+		f.seen.add(h)
+	}
+	return err
+}
+
 // EachHistory calls fn for every page history (monitoring reports, tests).
 func (f *Frontier) EachHistory(fn func(*History) error) error {
 	return f.db.View(func(txn *badger.Txn) error {
