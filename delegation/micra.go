@@ -244,21 +244,25 @@ func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
 	if len(cc) != 2 {
 		return 0, false
 	}
-	// crawlers state their position once: cache the feature per (country,
-	// crawler)
-	k := uint64(cc[0])<<40 | uint64(cc[1])<<32 | uint64(ci)
-	if x, ok := m.geoCache[k]; ok {
-		return x, !math.IsNaN(x)
+	// crawlers state their position once: cache the features of the
+	// current country (a decision and its learning share one) per crawler;
+	// NaN marks "not computed yet"
+	if cc != m.geoCC || len(m.geoRow) < len(m.pos) {
+		m.geoCC = cc
+		m.geoRow = slices.Grow(m.geoRow[:0], len(m.pos))[:len(m.pos)]
+		for i := range m.geoRow {
+			m.geoRow[i] = math.NaN()
+		}
 	}
-	x := math.NaN()
+	if x := m.geoRow[ci]; !math.IsNaN(x) {
+		return x, !math.IsInf(x, -1)
+	}
+	x := math.Inf(-1) // no centroid for cc
 	if c, ok := countryCentroids[cc]; ok {
 		x = math.Log(greatCircleKm(c[0], c[1], m.pos[ci].lat, m.pos[ci].lon) + geoKm0)
 	}
-	if m.geoCache == nil {
-		m.geoCache = make(map[uint64]float64)
-	}
-	m.geoCache[k] = x
-	return x, !math.IsNaN(x)
+	m.geoRow[ci] = x
+	return x, !math.IsInf(x, -1)
 }
 
 // geoPrior is the learned prediction of ln RTT at distance feature x and its
@@ -402,10 +406,11 @@ type micraChooser struct {
 	// changes
 	locVer   uint64
 	locValid bool
-	locCtx   []*ctxInfo         // contexts with located crawlers
-	pos      []crawlerPos       // by crawler index: the position it states
-	liveCi   []bool             // by crawler index: live now
-	geoCache map[uint64]float64 // (country, crawler) → distance feature; NaN: none
+	locCtx   []*ctxInfo   // contexts with located crawlers
+	pos      []crawlerPos // by crawler index: the position it states
+	liveCi   []bool       // by crawler index: live now
+	geoCC    string       // country of geoRow
+	geoRow   []float64    // by crawler index: distance feature to geoCC
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
@@ -499,7 +504,7 @@ func (m *micraChooser) locate(e *engine) {
 		if cr := e.members()[c]; cr.HasPos {
 			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
 		}
-		clear(m.geoCache) // a crawler may have moved
+		m.geoCC = "" // a crawler may have moved
 		buf = contexts(e.d.Tree, s, buf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(e.d.Tree, k)
