@@ -38,6 +38,11 @@ var reservedPrefixes = func() []netip.Prefix {
 	return ps
 }()
 
+var (
+	globalUnicast6 = netip.MustParsePrefix("2000::/3")
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+)
+
 // badPorts is the WHATWG Fetch "bad port" list: ports of protocols that an
 // HTTP request could be smuggled into (SMTP, IRC, …). A crawler never
 // connects to them on the open web.
@@ -83,7 +88,7 @@ func ForbiddenAddr(a netip.Addr) (bool, string) {
 			}
 		}
 		// NAT64 well-known prefix 64:ff9b::/96 embeds an IPv4 address.
-		if netip.MustParsePrefix("64:ff9b::/96").Contains(a) {
+		if nat64WellKnown.Contains(a) {
 			if bad, why := ForbiddenAddr(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); bad {
 				return true, "NAT64 of " + why
 			}
@@ -93,6 +98,14 @@ func ForbiddenAddr(a netip.Addr) (bool, string) {
 		if p.Contains(a) {
 			return true, "reserved " + p.String()
 		}
+	}
+	// IPv6 web servers live in global unicast 2000::/3 (and, through NAT64,
+	// 64:ff9b::/96, judged above by its embedded IPv4 address). Everything
+	// else — notably 0000::/8 with the IPv4-compatible ::a.b.c.d and the SIIT
+	// ::ffff:0:a.b.c.d forms that embed loopback and private addresses — is
+	// refused.
+	if a.Is6() && !globalUnicast6.Contains(a) && !nat64WellKnown.Contains(a) {
+		return true, "outside IPv6 global unicast 2000::/3"
 	}
 	return false, ""
 }

@@ -552,6 +552,9 @@ func TestForbiddenAddr(t *testing.T) {
 		"::ffff:127.0.0.1": true, "2002:7f00:1::": true, "64:ff9b::a00:1": true, "2001:db8::1": true,
 		"8.8.8.8": false, "1.1.1.1": false, "2606:4700:4700::1111": false, "64:ff9b::808:808": false,
 		"2002:808:808::": false,
+		// IPv4-compatible (deprecated, ::/96), IPv4-translated (SIIT) and the
+		// rest of 0000::/8: embed loopback and private addresses, never a web server.
+		"::7f00:1": true, "::ffff:0:7f00:1": true, "::a00:1": true, "::2": true, "4000::1": true,
 	} {
 		if got, why := ForbiddenAddr(netip.MustParseAddr(s)); got != want {
 			t.Errorf("ForbiddenAddr(%s) = %v (%s), want %v", s, got, why, want)
