@@ -421,6 +421,10 @@ type micraChooser struct {
 	psBuf   []candProb
 	askBuf  []CrawlerID
 	nextBuf []int
+	ctxOK   bool // ctxS, ctxKs, ctxCC hold the last subnet's contexts
+	ctxS    hierarchy.NodeID
+	ctxKs   []ctxKey
+	ctxCC   string
 	noteBuf []byte
 }
 
@@ -531,9 +535,20 @@ func (m *micraChooser) locate(e *engine) {
 	}
 }
 
+// subnetContexts returns s's contexts and registry country, computed once for
+// a decision and the learning that follows it (the tree is immutable). The
+// slice is shared until the next call.
+func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, string) {
+	if !m.ctxOK || m.ctxS != s {
+		m.ctxKs = contexts(t, s, m.ctxKs[:0])
+		m.ctxCC = subnetCountry(t, s)
+		m.ctxS, m.ctxOK = s, true
+	}
+	return m.ctxKs, m.ctxCC
+}
+
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
-	var buf [16]ctxKey
-	ks := contexts(e.d.Tree, s, buf[:0])
+	ks, cc := m.subnetContexts(e.d.Tree, s)
 	var ibuf [16]*ctxInfo
 	infos := ibuf[:len(ks)]
 	for i, k := range ks {
@@ -556,9 +571,8 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			c.winTotal++
 		}
 	}
-	cc := ""
-	if !m.cfg.NoGeo {
-		cc = subnetCountry(e.d.Tree, s)
+	if m.cfg.NoGeo {
+		cc = ""
 	}
 	for _, p := range rec.Probes {
 		if !p.OK || p.RTT <= 0 {
@@ -733,9 +747,8 @@ func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c C
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
-	var kbuf [16]ctxKey
 	var kindBuf [16]int
-	ks := contexts(e.d.Tree, s, kbuf[:0])
+	ks, cc := m.subnetContexts(e.d.Tree, s)
 	var ibuf [16]*ctxInfo
 	kinds := kindBuf[:len(ks)]
 	m.locate(e)
@@ -789,9 +802,8 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	cc := ""
-	if !m.cfg.NoGeo {
-		cc = subnetCountry(e.d.Tree, s)
+	if m.cfg.NoGeo {
+		cc = ""
 	}
 	globalMean := math.Log(100)
 	if m.globalN > 0 {
