@@ -154,9 +154,17 @@ func (p *politeness) acquireIP(ctx context.Context, a netip.Addr) (func(), error
 }
 
 // setCrawlDelay records the (capped) robots.txt Crawl-delay of a host.
-func (p *politeness) setCrawlDelay(key string, d time.Duration) {
+// justFetched means robots.txt was fetched a moment ago: that request counts
+// too, so the host's next request waits the delay from now.
+func (p *politeness) setCrawlDelay(key string, d time.Duration, justFetched bool) {
 	p.mu.Lock()
-	p.host(key).crawlDelay = d
+	h := p.host(key)
+	h.crawlDelay = d
+	if justFetched {
+		if next := p.nowFunc().Add(d); next.After(h.nextAt) {
+			h.nextAt = next
+		}
+	}
 	p.mu.Unlock()
 }
 

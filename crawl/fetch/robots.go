@@ -206,7 +206,7 @@ func (f *Fetcher) applyCrawlDelay(u *url.URL, e RobotsEntry, fresh bool) {
 		}
 		d = f.cfg.MaxCrawlDelay
 	}
-	f.pol.setCrawlDelay(hostKey(u), d)
+	f.pol.setCrawlDelay(hostKey(u), d, fresh)
 }
 
 // fetchRobots fetches and classifies robots.txt of u's origin.

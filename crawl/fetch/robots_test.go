@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -309,5 +310,35 @@ func TestRobotsFetchedOnceUnderConcurrency(t *testing.T) {
 	defer w.mu.Unlock()
 	if w.robotsHits["rslow.test"] != 1 || len(w.pageHits["rslow.test"]) != 10 {
 		t.Fatalf("robots hits %d, page hits %d", w.robotsHits["rslow.test"], len(w.pageHits["rslow.test"]))
+	}
+}
+
+// Crawl-delay spaces every request to the host, the robots.txt fetch
+// included: the first page waits the delay after robots.txt, as the later
+// pages do after each other.
+func TestCrawlDelayAfterRobotsFetch(t *testing.T) {
+	var mu sync.Mutex
+	var robotsAt, pageAt time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/robots.txt" {
+			robotsAt = time.Now()
+			io.WriteString(rw, "User-agent: *\nCrawl-delay: 0.3\n")
+			return
+		}
+		pageAt = time.Now()
+		rw.Header().Set("Content-Type", "text/html")
+		io.WriteString(rw, "<title>p</title>")
+	}))
+	defer srv.Close()
+	f := testFetcher(t, nil)
+	if _, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/p"}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := pageAt.Sub(robotsAt); gap < 290*time.Millisecond {
+		t.Fatalf("first page %v after robots.txt; Crawl-delay 0.3 s", gap)
 	}
 }
