@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -213,15 +214,28 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		FileRoots: roots, FileOnly: o.fileOnly, StopWhenIdle: !o.monitor, Progress: o.progress,
 		Logger: slog.Default(), Registerer: reg,
 	}
+	var metricsLn net.Listener
+	if o.metrics != "" {
+		// Listen before crawling, so a taken or bad address is a clear error
+		// rather than a log line in a crawl that runs without its metrics.
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("crawl: --metrics: %w", err)
+		}
+		metricsLn = ln
+	}
 	eng, err := crawl.New(cfg)
 	if err != nil {
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
 		return err
 	}
 	defer eng.Close()
-	if o.metrics != "" {
-		srv := &http.Server{Addr: o.metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	if metricsLn != nil {
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				slog.Error("metrics server", "err", err)
 			}
 		}()
