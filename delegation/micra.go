@@ -385,13 +385,28 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
-		c = &ctxInfo{kind: m.kindOf(t, k), st: make([]ctxStat, 0, 4)}
+		// most contexts (a new subnet, organisation, /16) hold a few
+		// crawlers for ever: allocate them in slabs, with room for four
+		if len(m.slab) == 0 {
+			m.slab = make([]ctxSlab, 256)
+		}
+		sl := &m.slab[0]
+		m.slab = m.slab[1:]
+		sl.info = ctxInfo{kind: m.kindOf(t, k), st: sl.st[:0]}
+		c = &sl.info
 		m.ctx[k] = c
 	}
 	return c
 }
 
+// ctxSlab is a context record with inline room for its first crawlers.
+type ctxSlab struct {
+	info ctxInfo
+	st   [4]ctxStat
+}
+
 type micraChooser struct {
+	slab    []ctxSlab // unused context records, allocated 256 at a time
 	cfg     MicraConfig
 	crawler *crawlerIndex
 	ctx     map[ctxKey]*ctxInfo
