@@ -528,6 +528,9 @@ func mustParse(s string) *url.URL {
 // park holds an acquired host until it may be asked again; the frontier
 // keeps it acquired, so no other worker takes it meanwhile.
 func (e *Engine) park(host string, until time.Time, backoff bool) {
+	// The resume reads the queue from its head again: drop the read-ahead
+	// now, so resting hosts (pages/s × delay of them) hold no items in memory.
+	e.front.Rewind(host)
 	e.parkMu.Lock()
 	heap.Push(&e.parked, parkEntry{host, until})
 	e.parkMu.Unlock()

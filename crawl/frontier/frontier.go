@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -90,6 +91,9 @@ type Stats struct {
 	Done        int64 // URLs completed since Open
 	Rejected    int64 // URLs refused by the per-host budget since Open
 	Scheduled   int64 // revisits waiting in the schedule
+	// Buffered counts queued items read ahead into memory for the hosts
+	// held by workers (at most BatchSize per host).
+	Buffered int64
 }
 
 type hostMeta struct {
@@ -204,6 +208,8 @@ type Frontier struct {
 	active  map[string]*activeHost
 	stats   Stats
 	readyCh chan struct{} // signalled when a host becomes ready
+	// buffered counts items in the active hosts' read-ahead buffers.
+	buffered atomic.Int64
 
 	mAdded, mDone, mRejected, mSeenHits prometheus.Counter
 }
@@ -570,6 +576,7 @@ func (f *Frontier) Next(host string) (Item, bool, error) {
 	}
 	it := a.buf[0]
 	a.buf = a.buf[1:]
+	f.buffered.Add(-1)
 	return it, true, nil
 }
 
@@ -597,6 +604,7 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 			qi.key = item.KeyCopy(nil)
 			a.cursor = qi.key
 			a.buf = append(a.buf, qi)
+			f.buffered.Add(1)
 		}
 		return nil
 	})
@@ -604,11 +612,14 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 
 // Rewind makes the next Next of an acquired host start again at the head of
 // its queue, returning items that were handed out but not Done (a host that
-// was backed off resumes with the URL it was refused).
+// was backed off resumes with the URL it was refused). It also drops the
+// host's read-ahead buffer, so a host put aside holds no queued items in
+// memory.
 func (f *Frontier) Rewind(host string) {
 	f.smu.Lock()
 	defer f.smu.Unlock()
 	if a := f.active[host]; a != nil {
+		f.buffered.Add(-int64(len(a.buf)))
 		a.buf, a.cursor = nil, nil
 	}
 }
@@ -688,7 +699,10 @@ func (f *Frontier) ReleaseHost(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.smu.Lock()
-	_, ok := f.active[host]
+	a, ok := f.active[host]
+	if ok {
+		f.buffered.Add(-int64(len(a.buf)))
+	}
 	delete(f.active, host)
 	f.smu.Unlock()
 	if !ok {
@@ -738,6 +752,7 @@ func (f *Frontier) Stats() Stats {
 	defer f.smu.Unlock()
 	s := f.stats
 	s.ActiveHosts = len(f.active)
+	s.Buffered = f.buffered.Load()
 	return s
 }
 
