@@ -392,7 +392,7 @@ func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
 		}
 		sl := &m.slab[0]
 		m.slab = m.slab[1:]
-		sl.info = ctxInfo{kind: m.kindOf(t, k), st: sl.st[:0]}
+		sl.info = ctxInfo{kind: m.kindOf(t, k), st: sl.st[:0], top: sl.top[:0]}
 		c = &sl.info
 		m.ctx[k] = c
 	}
@@ -403,6 +403,7 @@ func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
 type ctxSlab struct {
 	info ctxInfo
 	st   [4]ctxStat
+	top  [4]topEntry
 }
 
 type micraChooser struct {
