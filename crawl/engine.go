@@ -140,6 +140,7 @@ type Engine struct {
 
 	robotsRetry retryCounter // per host: refusals for an unreachable robots.txt
 	retries     retryCounter // per URL: transient fetch failures
+	backoffs    retryCounter // per URL: consecutive 429/503 answers
 }
 
 // New validates cfg, opens the state and builds the crawler.
@@ -477,6 +478,11 @@ func (e *Engine) worker(ctx context.Context) {
 		}
 	}
 }
+
+// maxBackoffs is how many consecutive 429/503 answers (each honoured with
+// its Retry-After or an exponential back-off, 1 s … MaxBackoff) a URL gets
+// before it is given up: with exponential back-off, about 17 minutes.
+const maxBackoffs = 10
 
 // defaultMaxRetries is Config.MaxRetries' default.
 const defaultMaxRetries = 2

@@ -89,3 +89,33 @@ func TestTransientFailureGivenUp(t *testing.T) {
 		t.Errorf("errors %v", st.ByReason)
 	}
 }
+
+// A server that answers 429 forever does not hold a one-pass crawl forever:
+// each answer is honoured (Retry-After), and after maxBackoffs of them in a
+// row the URL is given up and counted.
+func TestTooManyRequestsStormGivenUp(t *testing.T) {
+	var mu sync.Mutex
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		hits++
+		mu.Unlock()
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	eng := runOnePass(t, srv.URL+"/")
+	st := eng.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if hits != maxBackoffs+1 || st.Fetched != 0 {
+		t.Fatalf("server asked %d times, fetched %d; want %d refusals then give up", hits, st.Fetched, maxBackoffs+1)
+	}
+	if st.ByReason["retry_later_given_up"] != 1 || st.ByReason["retry_later"] != int64(maxBackoffs+1) {
+		t.Errorf("errors %v", st.ByReason)
+	}
+}

@@ -155,6 +155,12 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 			return fetched{}, time.Time{}
 		case fetch.ReasonOf(err) == fetch.ReasonRetryLater:
 			e.countError(string(fetch.ReasonRetryLater))
+			if _, ok := e.backoffs.again(it.URL, maxBackoffs); !ok {
+				// A server that keeps refusing would hold a one-pass crawl forever.
+				e.backoffs.forget(it.URL)
+				e.log.Info("URL given up after repeated 429/503", "url", it.URL, "times", maxBackoffs+1)
+				return fetched{fetchedAt: now, otherFailure: "retry_later_given_up"}, time.Time{}
+			}
 			until := e.fetcher.HostReadyAt(it.URL)
 			if fe != nil {
 				until = maxTime(until, now.Add(fe.RetryAfter))
@@ -172,10 +178,12 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 			e.log.Info("robots.txt still unreachable, URL given up", "url", it.URL, "retries", maxRobotsRetries)
 		default:
 			e.robotsRetry.forget(it.Host)
+			e.backoffs.forget(it.URL)
 		}
 		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err))}, time.Time{}
 	}
 	e.robotsRetry.forget(it.Host)
+	e.backoffs.forget(it.URL)
 	f := fetched{
 		finalURL: resp.FinalURL, status: resp.Status, body: resp.Body, wire: resp.WireBytes,
 		contentType: resp.ContentType, etag: resp.ETag, lm: resp.LastModified, fetchedAt: now,
