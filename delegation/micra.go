@@ -132,6 +132,10 @@ func (m MicraConfig) withDefaults() MicraConfig {
 //     to general: the subnet, its organisation, its ancestors below the
 //     registry blocks, its /16 neighbourhood, its country, its /12
 //     neighbourhood, its IANA /8 block, its registry, everything;
+//   - a distance prior: the registry country's centroid (countryCentroids)
+//     to the position a crawler states for itself (Crawler.Lat/Lon), with
+//     ln RTT on ln distance fitted from the probe answers, is the base of a
+//     crawler's prediction for a subnet of that country;
 //   - a pairwise model learns how one crawler's answer predicts another's
 //     (pairModel), from hosts probed by both;
 //   - crawlers say where they sit (their address, hence their contexts): a
@@ -146,8 +150,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 //   - with far more crawlers than it considers and no answer under
 //     Config.Threshold, it finishes with IPMicra's walk (MicraConfig.Walk).
 //
-// It uses nothing a real deployment lacks: the hierarchy, probe answers and
-// what crawlers say about themselves. docs/delegation.md has the measurements
+// It uses nothing a real deployment lacks: the hierarchy (with the
+// registries' country codes), probe answers and what crawlers say about
+// themselves. docs/delegation.md has the measurements
 // behind each choice.
 func NewMicra(d Deps, c Config) Policy {
 	c = c.withDefaults()
