@@ -97,3 +97,27 @@ func TestRobotsUnreachableGivesUp(t *testing.T) {
 		t.Errorf("errors %v, want the given-up URL counted once as robots", st.ByReason)
 	}
 }
+
+// A host whose name does not exist (NXDOMAIN: a dead domain, a typo) is not
+// "temporarily unreachable": its URLs are given up at once instead of
+// waiting 3 × RobotsErrorTTL, which would hold a one-pass crawl for half an
+// hour per dead link.
+func TestRobotsHostNotFoundNotRetried(t *testing.T) {
+	fc := fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, RobotsErrorTTL: time.Hour,
+		Resolver: mapResolver{}, Logger: quiet}
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{"http://no-such-host.test/"}, Fetch: fc, Concurrency: 2,
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := eng.Stats()
+	if ctx.Err() != nil || st.Queued != 0 || st.ByReason["robots_unreachable"] != 0 || st.ByReason["robots"] != 1 {
+		t.Fatalf("crawl of an unresolvable host: ctx %v, queued %d, errors %v; want it given up at once", ctx.Err(), st.Queued, st.ByReason)
+	}
+}

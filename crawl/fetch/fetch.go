@@ -244,12 +244,14 @@ func (f *Fetcher) do(ctx context.Context, req Request, opts doOptions) (*Respons
 			}
 			if !e.Allows(f.cfg.RobotsAgent, u.String()) {
 				ferr := &Error{Reason: ReasonRobots, URL: u.String(), Status: e.HTTPStatus, Err: errors.New("disallowed by robots.txt")}
-				if e.Status == RobotsDisallowAll {
+				if e.Status == RobotsDisallowAll && !e.HostNotFound {
 					// Unreachable robots.txt disallows only for a while
 					// (RFC 9309 §2.3.1.4): say when it is asked again, so the
 					// caller keeps the URL instead of dropping it.
 					ferr.Err = errors.New("robots.txt unreachable: " + e.Detail)
 					ferr.RetryAfter = max(e.Expires.Sub(f.cfg.Now()), time.Millisecond)
+				} else if e.HostNotFound {
+					ferr.Err = errors.New("robots.txt unreachable, host not found: " + e.Detail)
 				}
 				return nil, f.fail(ferr)
 			}

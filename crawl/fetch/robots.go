@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -58,6 +59,10 @@ type RobotsEntry struct {
 	Expires    time.Time     `json:"expires"`
 	// Detail says why the status was chosen (error text, redirect chain).
 	Detail string `json:"detail,omitempty"`
+	// HostNotFound marks a disallow-all entry caused by a host name that
+	// does not exist (NXDOMAIN): not a passing failure, so a refusal under
+	// it carries no RetryAfter.
+	HostNotFound bool `json:"host_not_found,omitempty"`
 }
 
 // Allows reports whether the entry lets agent fetch rawURL.
@@ -239,7 +244,10 @@ func (f *Fetcher) fetchRobots(ctx context.Context, u *url.URL) (RobotsEntry, err
 		}
 		f.log.Info("robots.txt unreachable: host disallowed for a while", "url", robotsURL.String(),
 			"for", f.cfg.RobotsErrorTTL, "err", err)
-		return entry(RobotsDisallowAll, 0, f.cfg.RobotsErrorTTL, err.Error()), nil
+		e := entry(RobotsDisallowAll, 0, f.cfg.RobotsErrorTTL, err.Error())
+		var dnsErr *net.DNSError
+		e.HostNotFound = errors.As(err, &dnsErr) && dnsErr.IsNotFound
+		return e, nil
 	}
 	switch {
 	case resp.Status >= 200 && resp.Status < 300:
