@@ -95,11 +95,12 @@ func (m *Members) IsLive(c delegation.CrawlerID) bool {
 	}
 	m.mu.RLock()
 	st, ok := m.byCID[c]
+	dead := ok && st.dead
 	m.mu.RUnlock()
 	if !ok {
 		return time.Since(m.started) < m.timeout
 	}
-	return !st.dead
+	return !dead
 }
 
 // IsPeerLive is IsLive by peer ID.
@@ -109,11 +110,12 @@ func (m *Members) IsPeerLive(id peer.ID) bool {
 	}
 	m.mu.RLock()
 	st, ok := m.byID[id]
+	dead := ok && st.dead
 	m.mu.RUnlock()
 	if !ok {
 		return time.Since(m.started) < m.timeout
 	}
-	return !st.dead
+	return !dead
 }
 
 // Addrs returns the listen addresses a member advertised.
