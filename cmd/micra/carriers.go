@@ -191,6 +191,9 @@ func carriersCat(w, errw io.Writer, args []string, asJSON bool, keywords int) er
 }
 
 func carriersStats(w, errw io.Writer, args []string) error {
+	if _, err := carrierPaths(args); err != nil {
+		return err // a missing path: no summary of nothing
+	}
 	var carriers, records, fileBytes, rawBytes, htmlBytes int64
 	changes := map[string]int64{}
 	crawlers := map[string]int64{}

@@ -100,3 +100,14 @@ func TestCarriersStats(t *testing.T) {
 		}
 	}
 }
+
+func TestCarriersMissingPath(t *testing.T) {
+	var out, errw bytes.Buffer
+	missing := filepath.Join(t.TempDir(), "nothing-here")
+	if err := carriersStats(&out, &errw, []string{missing}); err == nil || out.Len() != 0 {
+		t.Errorf("stats of a missing path: err %v, output %q", err, out.String())
+	}
+	if err := carriersCat(&out, &errw, []string{missing}, false, 8); err == nil || out.Len() != 0 {
+		t.Errorf("cat of a missing path: err %v, output %q", err, out.String())
+	}
+}
