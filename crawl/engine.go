@@ -141,6 +141,9 @@ type Engine struct {
 	robotsRetry retryCounter // per host: refusals for an unreachable robots.txt
 	retries     retryCounter // per URL: transient fetch failures
 	backoffs    retryCounter // per URL: consecutive 429/503 answers
+	// handoffClaims holds the URLs being handed off right now (one
+	// hand-off per URL, see enqueueLinks).
+	handoffClaims sync.Map
 }
 
 // New validates cfg, opens the state and builds the crawler.

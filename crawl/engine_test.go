@@ -258,11 +258,18 @@ func TestRouterHandsOffForeignURLs(t *testing.T) {
 	if len(r.handed) == 0 {
 		t.Fatal("nothing handed off")
 	}
+	seen := map[string]bool{}
 	for _, u := range r.handed {
 		pu, _ := url.Parse(u)
 		if r.own[pu.Hostname()] {
 			t.Fatalf("owned URL handed off: %s", u)
 		}
+		// Handed off once: the owner took it durably; every page linking to
+		// it must not send it through the overlay again.
+		if seen[u] {
+			t.Fatalf("URL handed off twice: %s", u)
+		}
+		seen[u] = true
 	}
 	if got := eng.Stats().Fetched; got != 30 {
 		t.Errorf("fetched %d pages, want the 30 of the 3 owned hosts", got)

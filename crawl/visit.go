@@ -429,12 +429,29 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 				continue
 			}
 			if !owned {
+				// Claim the URL so it goes once per page and a worker handling
+				// another page that links to it does not hand it off at the
+				// same time; the claimant
+				// marks it seen before it drops the claim, and the second
+				// Seen check closes the gap in between.
+				if _, busy := e.handoffClaims.LoadOrStore(s, struct{}{}); busy {
+					continue
+				}
+				if seen, _ := e.front.Seen(s); seen {
+					e.handoffClaims.Delete(s)
+					continue
+				}
 				handoff = append(handoff, s)
 				continue
 			}
 		}
 		items = append(items, frontier.Item{URL: s, Host: urlnorm.HostKey(u), Depth: from.Depth + 1})
 	}
+	defer func() { // on every path, after MarkSeen on success
+		for _, s := range handoff {
+			e.handoffClaims.Delete(s)
+		}
+	}()
 	if len(items) > 0 {
 		if _, err := e.front.Add(items); err != nil {
 			e.log.Error("frontier: add links", "from", from.URL, "err", err)
@@ -453,6 +470,11 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			return err
 		}
 		e.st.handedOff.Add(int64(len(handoff)))
+		// The owners have them: other pages linking to them must not hand
+		// them off again. Losing this mark costs only a repeated hand-off.
+		if err := e.front.MarkSeen(handoff); err != nil {
+			e.log.Warn("frontier: handed-off URLs not marked seen", "urls", len(handoff), "err", err)
+		}
 	}
 	return nil
 }

@@ -191,6 +191,29 @@ func (f *Frontier) MarkFetched(u, host string, at time.Time, status int) error {
 	return err
 }
 
+// MarkSeen adds URLs to the seen-set without queueing them: URLs another
+// crawler durably took (a hand-off) are not offered again.
+func (f *Frontier) MarkSeen(urls []string) error {
+	hs := make([]Hash, len(urls))
+	for i, u := range urls {
+		hs[i] = HashURL(u)
+	}
+	wb := f.db.NewWriteBatch()
+	for _, h := range hs {
+		if err := wb.Set(cat(pSeen, h[:]), nil); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	for _, h := range hs {
+		f.seen.add(h)
+	}
+	return nil
+}
+
 // EachHistory calls fn for every page history (monitoring reports, tests).
 func (f *Frontier) EachHistory(fn func(*History) error) error {
 	return f.db.View(func(txn *badger.Txn) error {
