@@ -18,11 +18,13 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# Until the testnet exists, `make run` shows the hierarchy and the delegation simulator.
+# Until the testnet exists (next wave), `make run` shows the parts that exist: the embedded hierarchy,
+# the delegation simulator on the paper's preset, and a small loopback crawl beside Colly.
 run: build
 	./$(BIN) hierarchy stats
 	./$(BIN) hierarchy lookup 8.8.8.8 196.216.2.1 200.7.84.1 2001:4860:4860::8888
 	./$(BIN) sim
+	./$(BIN) bench crawl --pages-per-host 20 --rounds 1
 
 # Rebuild the embedded IP hierarchy (data/hierarchy/default.snap.zst); fetches its range data with npm.
 snapshot:
