@@ -274,6 +274,11 @@ func TestRouterHandsOffForeignURLs(t *testing.T) {
 	if got := eng.Stats().Fetched; got != 30 {
 		t.Errorf("fetched %d pages, want the 30 of the 3 owned hosts", got)
 	}
+	// Ownership changes: a URL handed off earlier comes back and is admitted
+	// (the hand-off mark is not the seen-set).
+	if n, bad := eng.AddSeeds(ctx, r.handed[:1]); n != 1 || len(bad) > 0 {
+		t.Errorf("handed-off URL handed back: %d queued, %v", n, bad)
+	}
 }
 
 func TestFileSystemCrawl(t *testing.T) {

@@ -423,6 +423,9 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			if seen, _ := e.front.Seen(s); seen {
 				continue
 			}
+			if handed, _ := e.front.HandedOff(s); handed {
+				continue
+			}
 			owned, err := e.owns(ctx, u)
 			if err != nil {
 				e.st.badLinks.Add(1)
@@ -437,7 +440,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 				if _, busy := e.handoffClaims.LoadOrStore(s, struct{}{}); busy {
 					continue
 				}
-				if seen, _ := e.front.Seen(s); seen {
+				if handed, _ := e.front.HandedOff(s); handed {
 					e.handoffClaims.Delete(s)
 					continue
 				}
@@ -447,7 +450,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		}
 		items = append(items, frontier.Item{URL: s, Host: urlnorm.HostKey(u), Depth: from.Depth + 1})
 	}
-	defer func() { // on every path, after MarkSeen on success
+	defer func() { // on every path, after MarkHandedOff on success
 		for _, s := range handoff {
 			e.handoffClaims.Delete(s)
 		}
@@ -472,7 +475,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		e.st.handedOff.Add(int64(len(handoff)))
 		// The owners have them: other pages linking to them must not hand
 		// them off again. Losing this mark costs only a repeated hand-off.
-		if err := e.front.MarkSeen(handoff); err != nil {
+		if err := e.front.MarkHandedOff(handoff); err != nil {
 			e.log.Warn("frontier: handed-off URLs not marked seen", "urls", len(handoff), "err", err)
 		}
 	}

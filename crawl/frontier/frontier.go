@@ -35,16 +35,18 @@ import (
 //	fp/<hash16>           page history                       → History
 //	fr/<unixnano8><hash16> revisit schedule                  → item
 //	fb/<origin>           robots.txt cache                   → caller's bytes
+//	fo/<hash16>           URLs handed off to other crawlers  → empty
 //	fx/seq                sequence lease
 var (
-	pQueue    = []byte("fq/")
-	pHostMeta = []byte("fm/")
-	pReady    = []byte("fh/")
-	pSeen     = []byte("fs/")
-	pPage     = []byte("fp/")
-	pRevisit  = []byte("fr/")
-	pRobots   = []byte("fb/")
-	kSeq      = []byte("fx/seq")
+	pQueue     = []byte("fq/")
+	pHostMeta  = []byte("fm/")
+	pReady     = []byte("fh/")
+	pSeen      = []byte("fs/")
+	pPage      = []byte("fp/")
+	pRevisit   = []byte("fr/")
+	pRobots    = []byte("fb/")
+	pHandedOff = []byte("fo/")
+	kSeq       = []byte("fx/seq")
 )
 
 // Options configure a Frontier.

@@ -191,27 +191,37 @@ func (f *Frontier) MarkFetched(u, host string, at time.Time, status int) error {
 	return err
 }
 
-// MarkSeen adds URLs to the seen-set without queueing them: URLs another
-// crawler durably took (a hand-off) are not offered again.
-func (f *Frontier) MarkSeen(urls []string) error {
-	hs := make([]Hash, len(urls))
-	for i, u := range urls {
-		hs[i] = HashURL(u)
-	}
+// MarkHandedOff remembers URLs another crawler durably took (a hand-off),
+// so they are not offered again. The mark is apart from the seen-set: if
+// ownership later changes and the URL comes back (Add), it is admitted.
+func (f *Frontier) MarkHandedOff(urls []string) error {
 	wb := f.db.NewWriteBatch()
-	for _, h := range hs {
-		if err := wb.Set(cat(pSeen, h[:]), nil); err != nil {
+	for _, u := range urls {
+		h := HashURL(u)
+		if err := wb.Set(cat(pHandedOff, h[:]), nil); err != nil {
 			wb.Cancel()
 			return err
 		}
 	}
-	if err := wb.Flush(); err != nil {
+	return wb.Flush()
+}
+
+// HandedOff reports whether the URL was handed off before (MarkHandedOff).
+func (f *Frontier) HandedOff(u string) (bool, error) {
+	h := HashURL(u)
+	var found bool
+	err := f.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(cat(pHandedOff, h[:]))
+		if err == nil {
+			found = true
+			return nil
+		}
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
 		return err
-	}
-	for _, h := range hs {
-		f.seen.add(h)
-	}
-	return nil
+	})
+	return found, err
 }
 
 // EachHistory calls fn for every page history (monitoring reports, tests).
