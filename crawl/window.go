@@ -83,8 +83,10 @@ func (w Window) anyDay() bool { return w.Days == [7]bool{} }
 
 // open reports whether t (in the windows' location) is inside w.
 func (w Window) open(t time.Time) bool {
-	midnight := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, t.Location())
-	tod := t.Sub(midnight)
+	// Wall-clock time of day: elapsed time since midnight is an hour off on
+	// the days the clocks change.
+	h, m, sec := t.Clock()
+	tod := time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second + time.Duration(t.Nanosecond())
 	day := t.Weekday()
 	if w.Start < w.End {
 		return (w.anyDay() || w.Days[day]) && tod >= w.Start && tod < w.End
