@@ -1,8 +1,16 @@
 package crawl
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
 )
 
 // Windows are wall-clock spans: on the days clocks change, 10:30 is still
@@ -27,5 +35,38 @@ func TestWindowsAcrossDaylightSaving(t *testing.T) {
 				t.Errorf("%s %s local: open=%v, want %v", day, clock, got, want)
 			}
 		}
+	}
+}
+
+// Outside its windows a crawler sends nothing at all — no page, no
+// robots.txt — and the URL stays queued.
+func TestClosedWindowSendsNothing(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	start := time.Now().UTC().Add(2 * time.Hour)
+	win, err := ParseWindow(fmt.Sprintf("%02d:%02d-%02d:%02d", start.Hour(), start.Minute(), start.Add(time.Minute).Hour(), start.Add(time.Minute).Minute()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"},
+		Fetch:   fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+		Windows: Windows{Spans: []Window{win}}, Receiver: pack.FileSink{Dir: t.TempDir()},
+		StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	eng.Run(ctx)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests outside the window", n)
+	}
+	if st := eng.Stats(); st.Queued != 1 || st.Requests != 0 {
+		t.Errorf("queued %d, requests %d; want the seed kept and nothing sent", st.Queued, st.Requests)
 	}
 }
