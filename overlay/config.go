@@ -85,6 +85,17 @@ type Config struct {
 	// flush, and the flush period (one message per owner per flush).
 	HandoffBatch    int
 	HandoffInterval time.Duration
+	// HandoffDir is the Badger directory of the hand-off spool: URLs handed
+	// off stay there until their owner acknowledges them, and are re-sent
+	// after a restart. Required unless HandoffInMemory.
+	HandoffDir string
+	// HandoffInMemory keeps the spool in memory (tests and benches only: a
+	// crash loses the hand-offs Handoff acknowledged).
+	HandoffInMemory bool
+	// HandoffSyncWrites fsyncs every spool commit (survives power loss;
+	// without it a killed process still loses nothing, Badger's log being
+	// memory-mapped). Default on.
+	HandoffSyncWrites bool
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics not registered
@@ -113,6 +124,7 @@ func DefaultConfig() Config {
 		RequestTimeout:    10 * time.Second,
 		HandoffBatch:      256,
 		HandoffInterval:   500 * time.Millisecond,
+		HandoffSyncWrites: true,
 	}
 }
 
@@ -129,6 +141,7 @@ func TestnetConfig() Config {
 	c.FailureTimeout = 4 * time.Second
 	c.RequestTimeout = 10 * time.Second
 	c.HandoffInterval = 50 * time.Millisecond
+	c.HandoffInMemory = true // set HandoffDir and clear this to test durability
 	return c
 }
 
@@ -168,6 +181,20 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("overlay: ProbeGuard is required (PublicOnly, LoopbackOnly, or your own)"))
 	}
 	return errors.Join(errs...)
+}
+
+// validatePeer adds the checks only a peer (not a bare host) needs.
+func (c *Config) validatePeer() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.HandoffDir == "" && !c.HandoffInMemory {
+		return errors.New("overlay: HandoffDir is required (the durable hand-off spool); HandoffInMemory only for tests")
+	}
+	if c.HandoffDir != "" && c.HandoffInMemory {
+		return errors.New("overlay: HandoffDir and HandoffInMemory exclude each other")
+	}
+	return nil
 }
 
 func (c *Config) logger() *slog.Logger {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,21 +27,29 @@ type HandoffSink interface {
 
 // handoffQueue batches URLs per subnet and delivers them to the subnet's
 // owner over /micra/handoff/1, re-sending unacknowledged batches (to the new
-// owner if ownership moved meanwhile).
+// owner if ownership moved meanwhile). Every queued URL is first in the
+// durable spool, and leaves it only once its owner acknowledged it.
 type handoffQueue struct {
-	p    *Peer
-	mu   sync.Mutex
-	pend map[hierarchy.NodeID]*pending
-	kick chan struct{}
+	p     *Peer
+	spool *spool
+	mu    sync.Mutex
+	pend  map[hierarchy.NodeID]*pending
+	kick  chan struct{}
 
+	// closeMu keeps Close from closing the spool under a Handoff call.
+	closeMu sync.RWMutex
+	closed  bool
+
+	seq      atomic.Uint64 // next spool sequence number
 	batchSeq atomic.Uint64
 	// Stats.
-	messages, urls, resent, failures atomic.Uint64
+	messages, urls, resent, failures, reloaded atomic.Uint64
 }
 
 type pending struct {
-	ip      netip.Addr // any address in the subnet, to re-delegate if the owner died
-	urls    []string
+	ip      netip.Addr   // any address in the subnet, to re-delegate if the owner died
+	ents    []spoolEntry // spooled chunks, oldest first
+	n       int          // URLs in ents
 	retryAt time.Time
 	backoff time.Duration
 }
@@ -52,24 +61,83 @@ type HandoffStats struct {
 	URLs     uint64 // URLs in them
 	Resent   uint64 // batches sent again after a failure
 	Failures uint64 // failed attempts
+	Reloaded uint64 // URLs found in the spool at start (queued before a restart)
 	Pending  int    // URLs waiting
 }
 
-func newHandoffQueue(p *Peer) *handoffQueue {
-	return &handoffQueue{p: p, pend: make(map[hierarchy.NodeID]*pending), kick: make(chan struct{}, 1)}
+// newHandoffQueue opens the spool and reloads what a previous run left in
+// it; the first flush re-sends it to the subnets' current owners.
+func newHandoffQueue(p *Peer) (*handoffQueue, error) {
+	sp, err := openSpool(p.cfg.HandoffDir, p.cfg.HandoffInMemory, p.cfg.HandoffSyncWrites, p.log)
+	if err != nil {
+		return nil, err
+	}
+	q := &handoffQueue{p: p, spool: sp, kick: make(chan struct{}, 1)}
+	pend, n, err := sp.load(p.log)
+	if err != nil {
+		sp.close()
+		return nil, err
+	}
+	q.pend = pend
+	q.seq.Store(sp.seq)
+	q.reloaded.Store(uint64(n))
+	if n > 0 {
+		p.log.Info("overlay: reloaded unacknowledged hand-offs", "urls", n, "subnets", len(pend))
+		q.kick <- struct{}{}
+	}
+	return q, nil
 }
 
-// Handoff queues urls (all in subnet s, reached at ip) for the subnet's owner.
-func (p *Peer) Handoff(s hierarchy.NodeID, ip netip.Addr, urls ...string) {
+// Handoff queues urls (all in subnet s, reached at ip) for the subnet's
+// owner. It returns nil only once they are durably in the spool (Badger,
+// fsynced unless Config.HandoffSyncWrites is off); from then on they are
+// delivered at least once to the subnet's owner of the moment, across
+// restarts, and leave the spool only on the owner's acknowledgement.
+func (p *Peer) Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error {
+	if len(urls) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if int(s) >= p.tree.Len() {
+		return fmt.Errorf("overlay: handoff: subnet %d not in the hierarchy (%d nodes)", s, p.tree.Len())
+	}
+	for i, u := range urls {
+		if len(u) == 0 || len(u) > maxURLLen {
+			return fmt.Errorf("overlay: handoff: url %d (%.80q) has %d bytes (1..%d allowed)", i, u, len(u), maxURLLen)
+		}
+	}
 	q := p.handoff
+	var chunks [][]string
+	for rest := urls; len(rest) > 0; {
+		n := min(len(rest), maxHandoffURLs)
+		chunks = append(chunks, slices.Clone(rest[:n]))
+		rest = rest[n:]
+	}
+	q.closeMu.RLock()
+	if q.closed {
+		q.closeMu.RUnlock()
+		return errors.New("overlay: handoff: peer closed")
+	}
+	first := q.seq.Add(uint64(len(chunks))) - uint64(len(chunks))
+	ents, err := q.spool.put(s, ip, first, chunks)
+	q.closeMu.RUnlock()
+	if err != nil {
+		return err
+	}
 	q.mu.Lock()
 	e, ok := q.pend[s]
 	if !ok {
-		e = &pending{ip: ip}
+		e = &pending{}
 		q.pend[s] = e
 	}
-	e.urls = append(e.urls, urls...)
-	full := len(e.urls) >= p.cfg.HandoffBatch
+	if ip.IsValid() {
+		e.ip = ip
+	}
+	e.ents = append(e.ents, ents...)
+	e.n += len(urls)
+	full := e.n >= p.cfg.HandoffBatch
 	q.mu.Unlock()
 	if full {
 		select {
@@ -77,6 +145,7 @@ func (p *Peer) Handoff(s hierarchy.NodeID, ip netip.Addr, urls ...string) {
 		default:
 		}
 	}
+	return nil
 }
 
 // HandoffStats returns the hand-off counters.
@@ -85,10 +154,22 @@ func (p *Peer) HandoffStats() HandoffStats {
 	q.mu.Lock()
 	n := 0
 	for _, e := range q.pend {
-		n += len(e.urls)
+		n += e.n
 	}
 	q.mu.Unlock()
-	return HandoffStats{Messages: q.messages.Load(), URLs: q.urls.Load(), Resent: q.resent.Load(), Failures: q.failures.Load(), Pending: n}
+	return HandoffStats{Messages: q.messages.Load(), URLs: q.urls.Load(), Resent: q.resent.Load(),
+		Failures: q.failures.Load(), Reloaded: q.reloaded.Load(), Pending: n}
+}
+
+// close stops new hand-offs and closes the spool; call after run returned.
+func (q *handoffQueue) close() error {
+	q.closeMu.Lock()
+	defer q.closeMu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	return q.spool.close()
 }
 
 func (q *handoffQueue) run(ctx context.Context) {
@@ -114,16 +195,26 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		s     hierarchy.NodeID
 		ip    netip.Addr
 		urls  []string
+		ents  int // spool entries the urls come from (a prefix of pending.ents)
 		retry bool
 	}
 	var due []item
 	q.mu.Lock()
 	for s, e := range q.pend {
-		if len(e.urls) == 0 || now.Before(e.retryAt) {
+		if e.n == 0 || now.Before(e.retryAt) {
 			continue
 		}
-		n := min(len(e.urls), maxHandoffURLs)
-		due = append(due, item{s, e.ip, e.urls[:n:n], e.backoff > 0})
+		// Whole spool entries, up to one message's worth (an entry holds
+		// at most maxHandoffURLs, so at least one fits).
+		it := item{s: s, ip: e.ip, retry: e.backoff > 0}
+		for _, en := range e.ents {
+			if it.ents > 0 && len(it.urls)+len(en.urls) > maxHandoffURLs {
+				break
+			}
+			it.urls = append(it.urls, en.urls...)
+			it.ents++
+		}
+		due = append(due, it)
 	}
 	q.mu.Unlock()
 	if len(due) == 0 {
@@ -189,6 +280,26 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	for _, it := range failed {
 		acked[it.s] = false
 	}
+	// Acknowledged entries leave the spool first, then memory. Only this
+	// goroutine removes entries, so the prefix taken above is still there
+	// (Handoff only appends).
+	var done [][]byte
+	q.mu.Lock()
+	for _, it := range due {
+		if acked[it.s] {
+			for _, en := range q.pend[it.s].ents[:it.ents] {
+				done = append(done, en.key)
+			}
+		}
+	}
+	q.mu.Unlock()
+	if len(done) > 0 {
+		if err := q.spool.remove(done); err != nil {
+			// Delivered but still spooled: a restart sends them again
+			// (at-least-once), nothing is lost.
+			q.p.log.Error("overlay: removing acknowledged hand-offs from the spool", "entries", len(done), "err", err)
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, it := range due {
@@ -199,10 +310,12 @@ func (q *handoffQueue) flush(ctx context.Context) {
 			e.retryAt = time.Now().Add(e.backoff)
 			continue
 		}
-		// Acknowledged: drop exactly the URLs sent (more may have been appended).
-		e.urls = e.urls[len(it.urls):]
+		// Acknowledged: drop exactly the entries sent (more may have been appended).
+		clear(e.ents[:it.ents])
+		e.ents = e.ents[it.ents:]
+		e.n -= len(it.urls)
 		e.backoff, e.retryAt = 0, time.Time{}
-		if len(e.urls) == 0 {
+		if len(e.ents) == 0 {
 			delete(q.pend, it.s)
 		}
 	}

@@ -177,7 +177,9 @@ func TestHandoffFollowsOwnership(t *testing.T) {
 	sender := tn.peers[(ownerIdx+1)%len(tn.peers)]
 	tn.settle(t, tn.peers, 3*time.Second)
 	for i := range 10 {
-		sender.Handoff(d.Subnet, ip, fmt.Sprintf("http://127.6.3.10/page/%d", i))
+		if err := sender.Handoff(ctx, d.Subnet, ip, fmt.Sprintf("http://127.6.3.10/page/%d", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, 5*time.Second, func() bool { return len(tn.sinks[ownerIdx].got()) == 10 })
 	st := sender.HandoffStats()
@@ -189,7 +191,9 @@ func TestHandoffFollowsOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		sender.Handoff(d.Subnet, ip, fmt.Sprintf("http://127.6.3.10/after/%d", i))
+		if err := sender.Handoff(ctx, d.Subnet, ip, fmt.Sprintf("http://127.6.3.10/after/%d", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var alive []*Peer
 	var aliveSinks []*memSink

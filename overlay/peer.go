@@ -104,7 +104,7 @@ func Open(ctx context.Context, tree delegation.Tree, cfg Config, svc Services) (
 // New starts the overlay on an existing host (e.g. a mocknet host). The
 // caller keeps ownership of h.
 func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc Services) (*Peer, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validatePeer(); err != nil {
 		return nil, err
 	}
 	if tree == nil {
@@ -141,7 +141,6 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	})
 	p.dir = newDirectory(p)
 	p.prober = &Prober{p: p}
-	p.handoff = newHandoffQueue(p)
 
 	var boot []peer.AddrInfo
 	boot, err = ParseBootstrap(cfg.Bootstrap)
@@ -167,6 +166,14 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		if p.psCancel != nil {
 			p.psCancel()
 		}
+		p.dht.Close()
+		cancel()
+		return nil, err
+	}
+	if p.handoff, err = newHandoffQueue(p); err != nil {
+		p.topicMem.Close()
+		p.topicCal.Close()
+		p.psCancel()
 		p.dht.Close()
 		cancel()
 		return nil, err
@@ -234,7 +241,7 @@ func (p *Peer) Close() error {
 	p.subCal.Cancel()
 	p.wg.Wait()
 	var errs []error
-	errs = append(errs, p.topicMem.Close(), p.topicCal.Close())
+	errs = append(errs, p.handoff.close(), p.topicMem.Close(), p.topicCal.Close())
 	p.psCancel()
 	errs = append(errs, p.dht.Close())
 	if p.ownsHost {

@@ -600,7 +600,9 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 				if r, ok := p.Directory().Cached(s); ok && r.Owner == p.CrawlerID() {
 					continue // own frontier
 				}
-				p.Handoff(s, h.Addr, fmt.Sprintf("http://%v/p%d/%d/%d", h.Addr, i, pg, l))
+				if err := p.Handoff(ctx, s, h.Addr, fmt.Sprintf("http://%v/p%d/%d/%d", h.Addr, i, pg, l)); err != nil {
+					return err
+				}
 			}
 		}
 	}
