@@ -3,9 +3,12 @@ package crawl
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,5 +120,43 @@ func TestTooManyRequestsStormGivenUp(t *testing.T) {
 	}
 	if st.ByReason["retry_later_given_up"] != 1 || st.ByReason["retry_later"] != int64(maxBackoffs+1) {
 		t.Errorf("errors %v", st.ByReason)
+	}
+}
+
+// dyingResolver answers until dead is set, then NXDOMAIN: a domain that
+// expired between robots.txt and its pages.
+type dyingResolver struct{ dead atomic.Bool }
+
+func (d *dyingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if !d.dead.Load() {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// A host name that no longer exists is not a passing failure: its URLs are
+// given up at once, not retried.
+func TestHostNotFoundNotRetried(t *testing.T) {
+	res := &dyingResolver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res.dead.Store(true) // after robots.txt (allow all), the name is gone
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{fmt.Sprintf("http://dying.test:%d/", port)}, Concurrency: 1,
+		Fetch:      fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, DNSTTL: time.Nanosecond, Resolver: res, Logger: quiet},
+		RetryDelay: 10 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := eng.Stats(); st.ByReason["dns"] != 1 || st.ByReason["retried"] != 0 {
+		t.Errorf("errors %v; want the page given up at once under dns", st.ByReason)
 	}
 }

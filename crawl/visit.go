@@ -3,6 +3,7 @@ package crawl
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strconv"
 	"time"
@@ -31,6 +32,7 @@ type fetched struct {
 	notModified  bool // 304, or an unchanged modification time for files
 	gone         bool // 404/410 or file removed
 	otherFailure string
+	permanent    bool // the failure will not pass by itself (host name gone)
 }
 
 // visit fetches (or reads) one queued URL, processes it and marks it Done.
@@ -71,7 +73,7 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 	}
 	now := f.fetchedAt
 	switch {
-	case f.otherFailure != "" && !known && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
+	case f.otherFailure != "" && !known && !f.permanent && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
 		// Kept queued; the host rests RetryDelay (doubling) before it is tried again.
 		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), time.Hour))
 	case f.otherFailure != "":
@@ -180,7 +182,9 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 			e.robotsRetry.forget(it.Host)
 			e.backoffs.forget(it.URL)
 		}
-		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err))}, time.Time{}
+		var dnsErr *net.DNSError
+		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err)),
+			permanent: errors.As(err, &dnsErr) && dnsErr.IsNotFound}, time.Time{}
 	}
 	e.robotsRetry.forget(it.Host)
 	e.backoffs.forget(it.URL)
