@@ -1,0 +1,60 @@
+package frontier
+
+import (
+	"github.com/dgraph-io/badger/v4"
+)
+
+// ImportHistory stores page histories recovered from another crawler (the
+// previous owner of a subnet) for URLs this frontier knows nothing about:
+// each joins the seen-set and keeps its validators, hashes and timings, so
+// the next visit is a conditional GET and nothing is fetched again for
+// nothing. A page with NextVisit set is put on the revisit schedule. Pages
+// this crawler already has a history for are left alone (its own knowledge
+// is at least as fresh). It returns how many were imported.
+func (f *Frontier) ImportHistory(hs []History) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	imported, scheduled := 0, 0
+	var added []Hash
+	err := f.update(func(txn *badger.Txn) error {
+		imported, scheduled, added = 0, 0, added[:0]
+		for i := range hs {
+			h := &hs[i]
+			if h.URL == "" {
+				continue
+			}
+			k := HashURL(h.URL)
+			if _, found, err := getHistory(txn, k); err != nil || found {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if err := txn.Set(cat(pSeen, k[:]), nil); err != nil {
+				return err
+			}
+			if err := txn.Set(cat(pPage, k[:]), h.encode()); err != nil {
+				return err
+			}
+			if !h.NextVisit.IsZero() {
+				if err := txn.Set(revisitKey(h.NextVisit, k), encodeItem(Item{URL: h.URL, Host: h.Host, Depth: h.Depth, Revisit: true})); err != nil {
+					return err
+				}
+				scheduled++
+			}
+			imported++
+			added = append(added, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range added {
+		f.seen.add(k)
+	}
+	f.smu.Lock()
+	f.stats.Scheduled += int64(scheduled)
+	f.smu.Unlock()
+	return imported, nil
+}

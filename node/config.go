@@ -1,0 +1,283 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// Config configures one node. Start from DefaultConfig (or TestnetConfig)
+// and override; LoadFile reads the file form.
+type Config struct {
+	// DataDir holds everything the node keeps: identity.key, state/ (the
+	// crawler's Badger store: frontier, page history, outbox), handoff/
+	// (the overlay's hand-off spool) and carriers/ (the default receiver).
+	DataDir string
+
+	// Crawler is the crawler role: fetch the subnets delegated to this
+	// peer and accept hand-offs. Without it the node is an overlay peer
+	// only (DHT, gossip, membership), advertising no capacity.
+	Crawler bool
+
+	// Overlay configures the peer. KeyFile and HandoffDir default to files
+	// under DataDir; Logger and Registerer are set by the node.
+	Overlay overlay.Config
+	// Crawl configures the engine. StateDir/DB, Router, Receiver (unless
+	// set), CrawlerID, Logger and Registerer are set by the node.
+	Crawl crawl.Config
+	// Seeds are queued at Run (seeds this peer does not own are handed
+	// off like discovered links once they are found again; give seeds to
+	// any one node).
+	Seeds []string
+
+	// Policy is the delegation policy: ipmicra (default), micra, hash, random.
+	Policy string
+	// Hierarchy is the IP hierarchy; nil: HierarchyFile, else the embedded default.
+	Hierarchy     *hierarchy.Tree
+	HierarchyFile string
+
+	// AddrMapper maps resolved host addresses onto the addresses delegation
+	// works on (nil: identity). Measurer answers probes (nil: real probes).
+	AddrMapper AddrMapper
+	Measurer   overlay.Measurer
+
+	// MetricsAddr, if set, serves /metrics for this node's registry while Run runs.
+	MetricsAddr string
+
+	Logger *slog.Logger
+	// Registry receives every metric of this node (nil: a new one per node,
+	// so many nodes in one process never collide).
+	Registry *prometheus.Registry
+}
+
+// DefaultConfig is a volunteer's crawler node: overlay.DefaultConfig, the
+// engine's defaults, IPMicra delegation.
+func DefaultConfig() Config {
+	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "ipmicra"}
+}
+
+// TestnetConfig is a crawler node for in-process loopback networks:
+// overlay.TestnetConfig and a fetcher allowed to reach loopback hosts.
+func TestnetConfig() Config {
+	c := DefaultConfig()
+	c.Overlay = overlay.TestnetConfig()
+	c.Crawl.Fetch.AllowPrivate = true
+	return c
+}
+
+var policies = map[string]func(delegation.Deps, delegation.Config) delegation.Policy{
+	"ipmicra": delegation.NewIPMicra,
+	"micra":   delegation.NewMicra,
+	"hash":    delegation.NewConsistentHash,
+	"random":  delegation.NewRandom,
+}
+
+// Validate reports every inconsistency in c, after the node's defaults are applied.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("node: DataDir is required"))
+	}
+	if _, ok := policies[c.Policy]; !ok && c.Policy != "" {
+		errs = append(errs, fmt.Errorf("node: unknown delegation policy %q (ipmicra, micra, hash, random)", c.Policy))
+	}
+	if c.Hierarchy != nil && c.HierarchyFile != "" {
+		errs = append(errs, errors.New("node: Hierarchy and HierarchyFile exclude each other"))
+	}
+	if !c.Crawler && len(c.Seeds) > 0 {
+		errs = append(errs, errors.New("node: seeds need the crawler role"))
+	}
+	if c.Crawl.DB != nil || c.Crawl.StateDir != "" || c.Crawl.Router != nil {
+		errs = append(errs, errors.New("node: Crawl.DB, Crawl.StateDir and Crawl.Router are the node's to set"))
+	}
+	oc := c.Overlay
+	c.overlayDefaults(&oc)
+	if err := oc.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// overlayDefaults fills the overlay fields the node owns.
+func (c *Config) overlayDefaults(oc *overlay.Config) {
+	if c.DataDir == "" {
+		return
+	}
+	if oc.KeyFile == "" {
+		oc.KeyFile = filepath.Join(c.DataDir, "identity.key")
+	}
+	if oc.HandoffDir == "" && !oc.HandoffInMemory {
+		oc.HandoffDir = filepath.Join(c.DataDir, "handoff")
+	}
+	if !c.Crawler {
+		oc.Capacity = 0
+	}
+}
+
+// File is the JSON form of a node's configuration (LoadFile). Durations
+// are Go duration strings ("1s", "24h"); unknown fields are errors, so a
+// misspelt key is reported, not silently ignored.
+type File struct {
+	DataDir     string   `json:"data_dir"`
+	Crawler     *bool    `json:"crawler,omitempty"` // default true
+	Testnet     bool     `json:"testnet,omitempty"` // start from TestnetConfig (loopback)
+	Listen      []string `json:"listen,omitempty"`
+	Bootstrap   []string `json:"bootstrap,omitempty"`
+	KeyFile     string   `json:"key_file,omitempty"`
+	PSKFile     string   `json:"psk_file,omitempty"`
+	CrawlerAddr string   `json:"crawler_addr,omitempty"`
+	Capacity    int      `json:"capacity,omitempty"`
+	Policy      string   `json:"policy,omitempty"`
+	Hierarchy   string   `json:"hierarchy,omitempty"`
+	Metrics     string   `json:"metrics,omitempty"`
+
+	Seeds        []string `json:"seeds,omitempty"`
+	Concurrency  int      `json:"concurrency,omitempty"`
+	PerIP        int      `json:"per_ip,omitempty"`
+	MinDelay     string   `json:"min_delay,omitempty"`
+	MaxDepth     int      `json:"max_depth,omitempty"`
+	AllowPrivate bool     `json:"allow_private,omitempty"`
+	Carriers     string   `json:"carriers,omitempty"` // default DataDir/carriers
+	Monitor      bool     `json:"monitor,omitempty"`
+	Sleep        string   `json:"sleep,omitempty"`
+	Sync         bool     `json:"sync,omitempty"`
+}
+
+// LoadFile reads a JSON node configuration. Errors name the file and, for
+// syntax and type errors, the line and column.
+func LoadFile(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s:%w", path, err)
+	}
+	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
+		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
+	}
+	return c, nil
+}
+
+// Parse decodes the JSON form (errors start with "line:col: ").
+func Parse(b []byte) (Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return Config{}, jsonError(b, dec, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, fmt.Errorf("%s: unexpected data after the configuration object", position(b, dec.InputOffset()))
+	}
+	return f.Config()
+}
+
+// Config turns the file form into a Config.
+func (f File) Config() (Config, error) {
+	c := DefaultConfig()
+	if f.Testnet {
+		c = TestnetConfig()
+	}
+	var errs []error
+	dur := func(name, s string, dst *time.Duration) {
+		if s == "" {
+			return
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf(" %s: %q is not a duration (e.g. \"1s\", \"24h\")", name, s))
+			return
+		}
+		*dst = d
+	}
+	c.DataDir = f.DataDir
+	if f.Crawler != nil {
+		c.Crawler = *f.Crawler
+	}
+	if len(f.Listen) > 0 {
+		c.Overlay.ListenAddrs = f.Listen
+	}
+	c.Overlay.Bootstrap = f.Bootstrap
+	c.Overlay.KeyFile = f.KeyFile
+	c.Overlay.PSKFile = f.PSKFile
+	if f.CrawlerAddr != "" {
+		a, err := netip.ParseAddr(f.CrawlerAddr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf(" crawler_addr: %w", err))
+		}
+		c.Overlay.CrawlerAddr = a
+	}
+	if f.Capacity != 0 {
+		c.Overlay.Capacity = f.Capacity
+	}
+	if f.Policy != "" {
+		c.Policy = strings.ToLower(f.Policy)
+	}
+	c.HierarchyFile = f.Hierarchy
+	c.MetricsAddr = f.Metrics
+	c.Seeds = f.Seeds
+	c.Crawl.Concurrency = f.Concurrency
+	c.Crawl.Fetch.PerIPLimit = f.PerIP
+	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)
+	c.Crawl.Scope.MaxDepth = f.MaxDepth
+	c.Crawl.Fetch.AllowPrivate = c.Crawl.Fetch.AllowPrivate || f.AllowPrivate
+	if f.Carriers != "" {
+		c.Crawl.Receiver = pack.FileSink{Dir: f.Carriers}
+	}
+	c.Crawl.Monitor.Enabled = f.Monitor
+	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
+	c.Crawl.SyncWrites = f.Sync
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+func jsonError(b []byte, dec *json.Decoder, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("%s: %v", position(b, se.Offset), err)
+	case errors.As(err, &te):
+		return fmt.Errorf("%s: %s: want %s, got JSON %s", position(b, te.Offset), te.Field, te.Type, te.Value)
+	case errors.Is(err, io.EOF):
+		return errors.New("1:1: empty configuration")
+	}
+	return fmt.Errorf("%s: %v", position(b, dec.InputOffset()), err)
+}
+
+// position renders a byte offset as line:column (1-based).
+func position(b []byte, off int64) string {
+	off = min(max(off, 0), int64(len(b)))
+	line := 1 + bytes.Count(b[:off], []byte("\n"))
+	col := off - int64(bytes.LastIndexByte(b[:off], '\n'))
+	return fmt.Sprintf("%d:%d", line, col)
+}
+
+// resolver is the fetcher's resolver, or the system's.
+func (c *Config) resolver() fetch.Resolver {
+	if c.Crawl.Fetch.Resolver != nil {
+		return c.Crawl.Fetch.Resolver
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"context"
+	"net/url"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// pageHistory serves the crawler's per-page history by subnet to the
+// overlay's page recovery (/micra/recover/1) and imports what a subnet's
+// previous owner sends.
+type pageHistory struct {
+	eng    *crawl.Engine
+	router *Router // subnet of a page = subnet of its host's mapped address
+	// monitor: imported pages are scheduled for a revisit after sleep.
+	monitor bool
+	sleep   time.Duration
+}
+
+var _ overlay.PageHistory = (*pageHistory)(nil)
+
+// History implements overlay.PageHistory. Hosts are resolved once each.
+func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, emit func(overlay.PageState) error) error {
+	inSubnet := map[string]bool{}
+	return h.eng.Frontier().EachHistory(func(p *frontier.History) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if p.Fetches == 0 || p.URL == "" {
+			return nil
+		}
+		host := hostOf(p.URL)
+		in, ok := inSubnet[host]
+		if !ok {
+			a, err := h.router.addrOf(ctx, host)
+			in = err == nil && h.router.tree.SmallestNonUnary(a) == s
+			inSubnet[host] = in
+		}
+		if !in {
+			return nil
+		}
+		ps := overlay.PageState{URL: p.URL, ETag: p.ETag, LastModified: p.LastModified,
+			LastFetch: p.LastFetch, HTTPStatus: p.Status}
+		if p.ContentHash != ([16]byte{}) {
+			ps.ContentHash = append([]byte(nil), p.ContentHash[:]...)
+		}
+		// The smoothed total first, then the last fetch's: Import rebuilds
+		// the mean from the first.
+		if p.MeanTotal > 0 {
+			ps.FetchTimes = append(ps.FetchTimes, p.MeanTotal)
+		}
+		if p.Total > 0 {
+			ps.FetchTimes = append(ps.FetchTimes, p.Total)
+		}
+		return emit(ps)
+	})
+}
+
+// Import implements overlay.PageHistory: pages this crawler has no history
+// for join its seen-set with their validators, so the next visit is a
+// conditional GET.
+func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []overlay.PageState) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	hs := make([]frontier.History, 0, len(pages))
+	for _, p := range pages {
+		u, err := url.Parse(p.URL)
+		if err != nil || u.Host == "" {
+			continue // validated by the overlay; a bad one loses nothing else
+		}
+		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
+			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}
+		copy(fh.ContentHash[:], p.ContentHash)
+		if n := len(p.FetchTimes); n > 0 {
+			fh.MeanTotal, fh.Total = p.FetchTimes[0], p.FetchTimes[n-1]
+		}
+		if h.monitor && !p.LastFetch.IsZero() {
+			fh.Interval = h.sleep
+			fh.NextVisit = p.LastFetch.Add(h.sleep)
+		}
+		hs = append(hs, fh)
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	_, err := h.eng.Frontier().ImportHistory(hs)
+	return err
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}

@@ -1,0 +1,254 @@
+// Package node owns the composition of a micra peer from its parts: the
+// configuration (and its file form), the data directory, the overlay peer,
+// the crawl engine and the adapters between them — the overlay-backed
+// crawl.Router, the engine as the overlay's hand-off sink and page history —
+// and their lifecycle, logs and metrics.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// Node is one running micra peer.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	tree   *hierarchy.Tree
+	db     *badger.DB
+	eng    *crawl.Engine // nil without the crawler role
+	router *Router
+	peer   *overlay.Peer
+
+	runMu   sync.Mutex
+	running bool
+	closed  bool
+}
+
+// Open validates cfg, opens the stores under DataDir, the crawl engine and
+// the overlay peer (listening and bootstrapping). Run starts the work.
+func Open(ctx context.Context, cfg Config) (n *Node, err error) {
+	if cfg.Policy == "" {
+		cfg.Policy = "ipmicra"
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.overlayDefaults(&cfg.Overlay)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	n = &Node{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return n, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.tree, err = loadTree(cfg); err != nil {
+		return n, err
+	}
+	if n.router, err = newRouter(n.tree, cfg.AddrMapper, cfg.resolver(), n.reg); err != nil {
+		return n, err
+	}
+
+	var svc overlay.Services
+	svc.Measurer = cfg.Measurer
+	if cfg.Crawler {
+		state := filepath.Join(cfg.DataDir, "state")
+		if n.db, err = frontier.OpenDB(state, frontier.DBOptions{SyncWrites: cfg.Crawl.SyncWrites, Logger: n.log}); err != nil {
+			return n, fmt.Errorf("node: open state %s: %w", state, err)
+		}
+		cc := cfg.Crawl
+		cc.DB, cc.Router, cc.Logger, cc.Registerer = n.db, n.router, n.log, n.reg
+		if cc.Receiver == nil {
+			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
+		}
+		if n.eng, err = crawl.New(cc); err != nil {
+			return n, err
+		}
+		svc.Sink = n.eng
+		svc.Pages = &pageHistory{eng: n.eng, router: n.router, monitor: cc.Monitor.Enabled, sleep: cc.Monitor.Sleep}
+	}
+	oc := cfg.Overlay
+	oc.Logger, oc.Registerer = n.log, n.reg
+	if n.peer, err = overlay.Open(ctx, n.tree, oc, svc); err != nil {
+		return n, err
+	}
+	n.router.peer = n.peer
+	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{})
+	if n.eng != nil {
+		n.log = n.log.With("peer", n.peer.ID().String())
+	}
+	n.log.Info("node open", "peer", n.peer.ID().String(), "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
+		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
+	return n, nil
+}
+
+func loadTree(cfg Config) (*hierarchy.Tree, error) {
+	switch {
+	case cfg.Hierarchy != nil:
+		return cfg.Hierarchy, nil
+	case cfg.HierarchyFile != "":
+		t, err := hierarchy.ReadSnapshotFile(cfg.HierarchyFile)
+		if err != nil {
+			return nil, fmt.Errorf("node: hierarchy %s: %w", cfg.HierarchyFile, err)
+		}
+		return t, nil
+	}
+	t, err := hierarchy.Default()
+	if err != nil {
+		return nil, fmt.Errorf("node: default hierarchy: %w (give a snapshot file)", err)
+	}
+	return t, nil
+}
+
+// Peer is the node's overlay peer.
+func (n *Node) Peer() *overlay.Peer { return n.peer }
+
+// Engine is the node's crawl engine (nil without the crawler role).
+func (n *Node) Engine() *crawl.Engine { return n.eng }
+
+// Registry holds every metric of this node.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Tree is the hierarchy the node delegates with.
+func (n *Node) Tree() *hierarchy.Tree { return n.tree }
+
+// Run joins the overlay (publishing this crawler's own subnet), queues the
+// seeds and crawls until ctx ends. A distributed crawl has no local end:
+// other peers may hand URLs to this one at any time.
+func (n *Node) Run(ctx context.Context) error {
+	n.runMu.Lock()
+	if n.running || n.closed {
+		n.runMu.Unlock()
+		return errors.New("node: Run called twice or after Close")
+	}
+	n.running = true
+	n.runMu.Unlock()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if n.cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("node: metrics listener: %w", err)
+		}
+		reg := n.reg
+		_ = reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		wg.Go(func() { _ = srv.Serve(ln) })
+		defer srv.Close()
+		n.log.Info("metrics", "addr", ln.Addr().String())
+	}
+	if n.cfg.Crawler && n.cfg.Overlay.CrawlerAddr.IsValid() {
+		if d, err := n.peer.Join(ctx); err != nil {
+			n.log.Warn("join: own subnet not published; it is delegated lazily like any other", "err", err)
+		} else {
+			n.log.Info("joined", "decision", d.String())
+		}
+	}
+	if n.eng == nil {
+		<-ctx.Done()
+		return nil
+	}
+	if len(n.cfg.Seeds) > 0 {
+		if err := n.routeSeeds(ctx, n.cfg.Seeds); err != nil {
+			return err
+		}
+	}
+	err := n.eng.Run(ctx)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = nil
+	}
+	return err
+}
+
+// Close stops the overlay (no more hand-offs arrive), then releases the
+// engine and the store. Run must have returned.
+func (n *Node) Close() error {
+	n.runMu.Lock()
+	n.closed = true
+	n.runMu.Unlock()
+	var errs []error
+	if n.peer != nil {
+		errs = append(errs, n.peer.Close())
+	}
+	if n.eng != nil {
+		errs = append(errs, n.eng.Close())
+	}
+	if n.db != nil {
+		errs = append(errs, n.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// routeSeeds queues the seeds this crawler owns and hands the others to
+// their owners, like discovered links: a node fetches only what it owns.
+// A bad seed is logged and the others are still routed.
+func (n *Node) routeSeeds(ctx context.Context, seeds []string) error {
+	opts := urlnorm.DefaultOptions()
+	if n.cfg.Crawl.Normalize != nil {
+		opts = *n.cfg.Crawl.Normalize
+	}
+	norm := urlnorm.New(opts)
+	var own, foreign []string
+	for _, s := range seeds {
+		u, err := norm.Parse(s)
+		if err == nil {
+			var a netip.Addr
+			if a, err = n.router.resolveRaw(ctx, u.Hostname()); err == nil {
+				var mine bool
+				if mine, err = n.router.Owns(ctx, u, a); err == nil {
+					if mine {
+						own = append(own, u.String())
+					} else {
+						foreign = append(foreign, u.String())
+					}
+					continue
+				}
+			}
+		}
+		n.log.Warn("seed rejected", "seed", s, "err", err)
+	}
+	added, bad := n.eng.AddSeeds(ctx, own)
+	for _, b := range bad {
+		n.log.Warn("seed rejected", "seed", b.Seed, "err", b.Err)
+	}
+	if len(foreign) > 0 {
+		if err := n.router.Handoff(ctx, foreign); err != nil {
+			return fmt.Errorf("node: hand-off of seeds: %w", err)
+		}
+	}
+	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
+	return nil
+}

@@ -1,0 +1,305 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/testnet/synthweb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// emulation maps the synthetic web's loopback addresses onto distinct
+// subnets of the real (embedded) hierarchy — the AddrMapper a testnet plugs
+// in — and places every mapped address near one of the crawlers, so the
+// owner IPMicra should choose is known in advance.
+type emulation struct {
+	tree    *hierarchy.Tree
+	mapped  map[netip.Addr]netip.Addr // loopback → emulated
+	nearest map[netip.Addr]int        // emulated → crawler index
+	crawler []netip.Addr              // each crawler's own (emulated) address
+}
+
+func newEmulation(t *testing.T, tree *hierarchy.Tree, web *synthweb.Web, crawlers int) *emulation {
+	t.Helper()
+	e := &emulation{tree: tree, mapped: map[netip.Addr]netip.Addr{}, nearest: map[netip.Addr]int{}}
+	// Addresses N.1.1.1 in distinct smallest non-unary subnets.
+	var pool []netip.Addr
+	used := map[hierarchy.NodeID]bool{}
+	for o := 1; o < 224 && len(pool) < web.NumIPs()+crawlers; o++ {
+		a := netip.AddrFrom4([4]byte{byte(o), 1, 1, 1})
+		if a.IsPrivate() || a.IsLoopback() {
+			continue
+		}
+		s := tree.SmallestNonUnary(a)
+		if s == hierarchy.None || s == hierarchy.Root || used[s] {
+			continue
+		}
+		used[s] = true
+		pool = append(pool, a)
+	}
+	if len(pool) < web.NumIPs()+crawlers {
+		t.Fatalf("only %d distinct subnets found", len(pool))
+	}
+	e.crawler = pool[:crawlers]
+	k := 0
+	for h := range web.Config().Hosts {
+		ip := web.HostIP(h)
+		if _, ok := e.mapped[ip]; ok {
+			continue
+		}
+		m := pool[crawlers+k]
+		e.mapped[ip] = m
+		e.nearest[m] = k % crawlers
+		k++
+	}
+	return e
+}
+
+func (e *emulation) Map(a netip.Addr) netip.Addr {
+	if m, ok := e.mapped[a]; ok {
+		return m
+	}
+	return a
+}
+
+// measurer is crawler i's latency model: 5 ms to the hosts placed near it
+// and to its own address, 80 ms (over IPMicra's 50 ms threshold) elsewhere.
+// No probe leaves the process.
+type measurer struct {
+	e *emulation
+	i int
+}
+
+func (m measurer) Measure(_ context.Context, t overlay.ProbeTarget) (time.Duration, error) {
+	if n, ok := m.e.nearest[t.Addr]; ok && n == m.i || t.Addr == m.e.crawler[m.i] {
+		return 5 * time.Millisecond, nil
+	}
+	return 80 * time.Millisecond, nil
+}
+
+type cluster struct {
+	web    *synthweb.Web
+	emu    *emulation
+	nodes  []*Node
+	cancel []context.CancelFunc
+	done   []chan error
+}
+
+func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
+	t.Helper()
+	tree, err := hierarchy.Default()
+	if err != nil {
+		t.Skip("no embedded hierarchy:", err)
+	}
+	c := &cluster{web: web, emu: newEmulation(t, tree, web, n)}
+	ctx := context.Background()
+	var boot []string
+	for i := range n {
+		cfg := TestnetConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.Hierarchy = tree
+		cfg.Logger = quiet
+		cfg.AddrMapper = c.emu.Map
+		cfg.Measurer = measurer{c.emu, i}
+		cfg.Overlay.CrawlerAddr = c.emu.crawler[i]
+		cfg.Overlay.ProbeGuard = func(netip.Addr) error { return nil } // the model answers; nothing is dialled
+		cfg.Overlay.Bootstrap = boot
+		cfg.Crawl.Concurrency = 8
+		cfg.Crawl.Progress = -1
+		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: web, Logger: quiet}
+		if i == 0 {
+			cfg.Seeds = web.Seeds()
+		}
+		nd, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, nd)
+		c.cancel = append(c.cancel, nil)
+		c.done = append(c.done, nil)
+		for _, a := range nd.Peer().Host().Addrs() {
+			boot = append(boot, a.String()+"/p2p/"+nd.Peer().ID().String())
+		}
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.stop(t, i)
+		}
+	})
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, nd := range c.nodes {
+		nd.Peer().DHT().RefreshRoutingTable()
+	}
+	for _, nd := range c.nodes {
+		if err := nd.Peer().WaitMembers(wctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Join before any crawling so every crawler holds its own subnet (the
+	// candidates IPMicra asks); the seeded node starts last.
+	for i := n - 1; i >= 0; i-- {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		c.cancel[i], c.done[i] = cancel, done
+		nd := c.nodes[i]
+		go func() { done <- nd.Run(rctx) }()
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// stop ends node i's Run and closes it (idempotent).
+func (c *cluster) stop(t *testing.T, i int) {
+	if c.nodes[i] == nil {
+		return
+	}
+	if c.cancel[i] != nil {
+		c.cancel[i]()
+		if err := <-c.done[i]; err != nil {
+			t.Errorf("node %d: Run: %v", i, err)
+		}
+	}
+	if err := c.nodes[i].Close(); err != nil {
+		t.Errorf("node %d: Close: %v", i, err)
+	}
+	c.nodes[i] = nil
+}
+
+// waitCoverage waits until the server has served every page and every
+// live node is quiet (nothing queued, no hand-off pending).
+func (c *cluster) waitCoverage(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if c.web.Stats().UniquePages == int64(c.web.TotalPages()) && c.quiet() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := c.web.Stats()
+	t.Fatalf("crawl incomplete after %v: %d of %d pages served", timeout, st.UniquePages, c.web.TotalPages())
+}
+
+func (c *cluster) quiet() bool {
+	for _, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		fs := nd.Engine().Frontier().Stats()
+		if fs.Queued > 0 || fs.ActiveHosts > 0 || nd.Peer().HandoffStats().Pending > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fetchedHosts lists the hosts node i fetched pages of.
+func fetchedHosts(t *testing.T, nd *Node) map[string]int {
+	t.Helper()
+	hosts := map[string]int{}
+	err := nd.Engine().Frontier().EachHistory(func(h *frontier.History) error {
+		if h.Fetches > 0 && h.Status == 200 {
+			u, err := url.Parse(h.URL)
+			if err != nil {
+				return err
+			}
+			hosts[u.Hostname()]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hosts
+}
+
+// report checks ownership and prints the figures.
+func (c *cluster) report(t *testing.T, label string) (pages int64) {
+	t.Helper()
+	st := c.web.Stats()
+	var msgs, urls uint64
+	for i, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		hs := nd.Peer().HandoffStats()
+		msgs += hs.Messages
+		urls += hs.URLs
+		hosts := fetchedHosts(t, nd)
+		n := 0
+		for h, k := range hosts {
+			n += k
+			ip, err := c.web.LookupNetIP(context.Background(), "ip", h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := c.emu.nearest[c.emu.Map(ip[0])]; want != i {
+				t.Errorf("node %d fetched %d pages of %s, owned by node %d", i, k, h, want)
+			}
+		}
+		t.Logf("%s: node %d fetched %d pages of %d hosts; hand-off %+v", label, i, n, len(hosts), hs)
+	}
+	total := c.web.TotalPages()
+	t.Logf("%s: coverage %d/%d = %.3f, overlap %d duplicate fetches = %.4f, hand-off messages %d (%.3f per page), URLs handed %d",
+		label, st.UniquePages, total, float64(st.UniquePages)/float64(total), st.DuplicateFetches,
+		float64(st.DuplicateFetches)/float64(st.PageFetches), msgs, float64(msgs)/float64(st.PageFetches), urls)
+	return st.PageFetches
+}
+
+func startWeb(t *testing.T) *synthweb.Web {
+	t.Helper()
+	web, err := synthweb.Start(synthweb.Config{Hosts: 24, HostsPerIP: 2, PagesPerHost: 20, CanonicalLinks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { web.Close() })
+	return web
+}
+
+// TestThreeNodesCrawl: seeds given to one node of three; every page is
+// fetched exactly once across the three, each by the owner of its host.
+func TestThreeNodesCrawl(t *testing.T) {
+	web := startWeb(t)
+	c := startCluster(t, web, 3)
+	c.waitCoverage(t, 40*time.Second)
+	st := web.Stats()
+	if st.DuplicateFetches != 0 {
+		t.Errorf("overlap: %d pages fetched twice", st.DuplicateFetches)
+	}
+	if st.RobotsViolations != 0 {
+		t.Errorf("%d robots violations", st.RobotsViolations)
+	}
+	c.report(t, "3 nodes")
+	var msgs uint64
+	for _, nd := range c.nodes {
+		msgs += nd.Peer().HandoffStats().Messages
+	}
+	if msgs == 0 {
+		t.Error("no hand-off message flowed")
+	}
+	if float64(msgs) >= float64(st.PageFetches) {
+		t.Errorf("%d hand-off messages for %d pages: UbiCrawler's bound is fewer than one per page", msgs, st.PageFetches)
+	}
+}
+
+var _ = fmt.Sprintf
+var _ sync.Mutex

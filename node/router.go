@@ -1,0 +1,192 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// AddrMapper maps the address a host resolved to onto the address the node
+// delegates on. Real deployments use the identity; a loopback testnet, where
+// every host is 127.x.y.z, maps each host to the address it emulates.
+type AddrMapper func(netip.Addr) netip.Addr
+
+// Identity is the default AddrMapper.
+func Identity(a netip.Addr) netip.Addr { return a }
+
+// owner is the part of the overlay peer the router needs (an interface so
+// the router's grouping can be read without libp2p in mind).
+type owner interface {
+	Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error)
+	Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error
+	CrawlerID() delegation.CrawlerID
+}
+
+var _ owner = (*overlay.Peer)(nil)
+
+// Router is the overlay-backed crawl.Router: a URL is this crawler's when
+// the delegation owner of its host's subnet is this peer; other URLs are
+// grouped by subnet and handed to the peer's durable hand-off.
+type Router struct {
+	peer    owner
+	tree    delegation.Tree
+	mapAddr AddrMapper
+	res     fetch.Resolver
+
+	mu    sync.Mutex
+	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
+
+	owned, foreign, handedURLs, handoffCalls prometheus.Counter
+}
+
+var _ crawl.Router = (*Router)(nil)
+
+const maxRememberedHosts = 1 << 16
+
+func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, reg prometheus.Registerer) (*Router, error) {
+	if mapAddr == nil {
+		mapAddr = Identity
+	}
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr)}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_" + name, Help: help})
+	}
+	r.owned = c("urls_owned_total", "Discovered URLs whose host's subnet is delegated to this crawler.")
+	r.foreign = c("urls_foreign_total", "Discovered URLs owned by another crawler.")
+	r.handedURLs = c("handoff_urls_total", "URLs handed to the overlay's durable hand-off.")
+	r.handoffCalls = c("handoff_groups_total", "Per-subnet groups handed to the overlay.")
+	if reg != nil {
+		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.handedURLs, r.handoffCalls} {
+			if err := reg.Register(m); err != nil {
+				return nil, fmt.Errorf("node: register metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// NeedsIP implements crawl.Router: delegation is by subnet.
+func (r *Router) NeedsIP() bool { return true }
+
+// Owns implements crawl.Router.
+func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() {
+		return false, fmt.Errorf("node: %s: no address to delegate by", u.Host)
+	}
+	a := r.mapAddr(ip)
+	r.remember(u.Hostname(), a)
+	d, err := r.peer.Delegate(ctx, a)
+	if err != nil {
+		return false, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
+	}
+	mine := d.Owner == r.peer.CrawlerID()
+	if mine {
+		r.owned.Inc()
+	} else {
+		r.foreign.Inc()
+	}
+	return mine, nil
+}
+
+// Handoff implements crawl.Router: the URLs are grouped by the subnet of
+// their host's (mapped) address and each group is spooled durably by the
+// overlay, which delivers it to the subnet's owner of the moment.
+func (r *Router) Handoff(ctx context.Context, urls []string) error {
+	type group struct {
+		ip   netip.Addr
+		urls []string
+	}
+	groups := map[hierarchy.NodeID]*group{}
+	var order []hierarchy.NodeID
+	for _, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil {
+			return fmt.Errorf("node: hand-off %q: %w", s, err)
+		}
+		a, err := r.addrOf(ctx, u.Hostname())
+		if err != nil {
+			return fmt.Errorf("node: hand-off %q: %w", s, err)
+		}
+		sn := r.tree.SmallestNonUnary(a)
+		if sn == hierarchy.None || sn == hierarchy.Root {
+			// The owner of an address outside the hierarchy is hashed per
+			// address, but the overlay's hand-off is keyed by subnet.
+			return fmt.Errorf("node: hand-off %q: %v is outside the hierarchy; the overlay hands off by subnet only", s, a)
+		}
+		g := groups[sn]
+		if g == nil {
+			g = &group{ip: a}
+			groups[sn] = g
+			order = append(order, sn)
+		}
+		g.urls = append(g.urls, s)
+	}
+	var errs []error
+	for _, sn := range order {
+		g := groups[sn]
+		if err := r.peer.Handoff(ctx, sn, g.ip, g.urls...); err != nil {
+			errs = append(errs, fmt.Errorf("node: hand-off of %d URLs in subnet %d: %w", len(g.urls), sn, err))
+			continue
+		}
+		r.handoffCalls.Inc()
+		r.handedURLs.Add(float64(len(g.urls)))
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Router) remember(host string, a netip.Addr) {
+	r.mu.Lock()
+	if len(r.hosts) >= maxRememberedHosts {
+		clear(r.hosts) // a miss costs one resolution, no more
+	}
+	r.hosts[host] = a
+	r.mu.Unlock()
+}
+
+// addrOf returns the mapped address of host: remembered from Owns, else
+// resolved again.
+func (r *Router) addrOf(ctx context.Context, host string) (netip.Addr, error) {
+	r.mu.Lock()
+	a, ok := r.hosts[host]
+	r.mu.Unlock()
+	if ok {
+		return a, nil
+	}
+	ip, err := r.resolveRaw(ctx, host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	a = r.mapAddr(ip)
+	r.remember(host, a)
+	return a, nil
+}
+
+// resolveRaw resolves host as the engine does (first address), unmapped.
+func (r *Router) resolveRaw(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, nil
+	}
+	ips, err := r.res.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("no address for %s", host)
+	}
+	return ips[0].Unmap(), nil
+}
