@@ -73,7 +73,7 @@ func newHandoffQueue(p *Peer) (*handoffQueue, error) {
 		return nil, err
 	}
 	q := &handoffQueue{p: p, spool: sp, kick: make(chan struct{}, 1)}
-	pend, n, err := sp.load(p.log)
+	pend, n, err := sp.load(p.tree, p.log)
 	if err != nil {
 		sp.close()
 		return nil, err
@@ -386,6 +386,19 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) (delegation.CrawlerID, error) {
 	if rec, ok := p.dir.Cached(s); ok {
 		return rec.Owner, nil
+	}
+	// Just started (e.g. with a reloaded spool): until the DHT has peers
+	// and every member's heartbeat had time to arrive, a lookup finds no
+	// record and a decision (hashed ones are not published) would be made
+	// over a membership of one — sending URLs to a wrong owner. A peer
+	// without bootstrap peers is a network of one and need not wait.
+	if len(p.cfg.Bootstrap) > 0 {
+		if p.dht.RoutingTable().Size() == 0 {
+			return "", errors.New("handoff: not connected to the overlay yet")
+		}
+		if up := time.Since(p.members.started); up < 2*p.cfg.HeartbeatInterval {
+			return "", fmt.Errorf("handoff: membership still forming (up %v)", up.Round(time.Millisecond))
+		}
 	}
 	rec, ok, err := p.dir.Lookup(ctx, s)
 	if err != nil {

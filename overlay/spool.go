@@ -9,6 +9,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 )
 
@@ -29,6 +30,9 @@ type spoolEntry struct {
 }
 
 const spoolPrefix = 'h'
+
+// spoolMetaKey holds the hierarchy snapshot id the entries' subnets refer to.
+var spoolMetaKey = []byte("meta/snapshot")
 
 func spoolKey(s hierarchy.NodeID, seq uint64) []byte {
 	k := make([]byte, 13)
@@ -101,11 +105,39 @@ func (sp *spool) remove(keys [][]byte) error {
 // load returns every stored entry grouped by subnet, in spool order, with
 // the address last stored for each subnet, and sets the next sequence
 // number past the largest stored one.
-func (sp *spool) load(log *slog.Logger) (map[hierarchy.NodeID]*pending, int, error) {
+//
+// Subnet ids are only meaningful within one hierarchy snapshot: when the
+// spool was written under another one, each entry is re-addressed to the
+// subnet of its stored address in tree (entries without an address keep
+// their id if tree has it).
+func (sp *spool) load(tree delegation.Tree, log *slog.Logger) (map[hierarchy.NodeID]*pending, int, error) {
 	out := map[hierarchy.NodeID]*pending{}
 	n := 0
 	var bad [][]byte
-	err := sp.db.View(func(txn *badger.Txn) error {
+	snap := tree.ID()
+	remap := false
+	err := sp.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get(spoolMetaKey)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			old, err := it.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			remap = string(old) != string(snap[:])
+		}
+		return txn.Set(spoolMetaKey, snap[:])
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("overlay: hand-off spool: %w", err)
+	}
+	if remap {
+		log.Warn("overlay: hand-off spool written under another hierarchy snapshot; re-addressing its entries by their addresses")
+	}
+	err = sp.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: []byte{spoolPrefix}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -127,6 +159,14 @@ func (sp *spool) load(log *slog.Logger) (map[hierarchy.NodeID]*pending, int, err
 			})
 			if err != nil {
 				log.Error("overlay: dropping corrupt hand-off spool entry", "subnet", s, "seq", seq, "err", err)
+				bad = append(bad, k)
+				continue
+			}
+			if remap && ip.IsValid() {
+				s = tree.SmallestNonUnary(ip)
+			}
+			if int(s) >= tree.Len() || s == hierarchy.None {
+				log.Error("overlay: dropping hand-off spool entry of a subnet not in the hierarchy", "subnet", s, "urls", len(urls))
 				bad = append(bad, k)
 				continue
 			}
