@@ -43,6 +43,9 @@ type Node struct {
 	router *Router
 	peer   *overlay.Peer
 
+	rerouted prometheus.Counter
+	dead     chan delegation.CrawlerID // owners declared dead, for the ledger
+
 	runMu   sync.Mutex
 	running bool
 	closed  bool
@@ -105,6 +108,25 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, err
 	}
 	n.router.peer = n.peer
+	if n.eng != nil {
+		n.router.ledger = n.recordHandoff
+		n.rerouted = prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_rerouted_urls_total",
+			Help: "URLs handed to an owner that died, routed again to the new owners."})
+		if err := n.reg.Register(n.rerouted); err != nil {
+			return n, fmt.Errorf("node: register metrics: %w", err)
+		}
+		n.dead = make(chan delegation.CrawlerID, 64)
+		n.peer.Members().OnChange(func(ev overlay.MemberEvent) {
+			if !ev.Dead {
+				return
+			}
+			select {
+			case n.dead <- delegation.CrawlerID(ev.Peer.String()):
+			default:
+				n.log.Warn("too many deaths at once; a dead owner's hand-offs are not re-routed", "peer", ev.Peer.String())
+			}
+		})
+	}
 	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{})
 	if n.eng != nil {
 		n.log = n.log.With("peer", n.peer.ID().String())
@@ -186,7 +208,10 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	rctx, stop := context.WithCancel(ctx)
+	wg.Go(func() { n.rerouteLoop(rctx, n.dead) })
 	err := n.eng.Run(ctx)
+	stop()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = nil
 	}

@@ -48,6 +48,9 @@ type Router struct {
 	mu    sync.Mutex
 	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
 
+	// ledger records URLs handed to an owner (nil: not recorded).
+	ledger func(owner delegation.CrawlerID, urls []string) error
+
 	owned, foreign, handedURLs, handoffCalls prometheus.Counter
 }
 
@@ -145,6 +148,15 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 		}
 		r.handoffCalls.Inc()
 		r.handedURLs.Add(float64(len(g.urls)))
+		if r.ledger == nil {
+			continue
+		}
+		// The owner now (cached): the one the overlay is about to send to.
+		if d, err := r.peer.Delegate(ctx, g.ip); err == nil && d.Owner != r.peer.CrawlerID() {
+			if err := r.ledger(d.Owner, g.urls); err != nil {
+				errs = append(errs, fmt.Errorf("node: hand-off ledger: %w", err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,139 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/delegation"
+)
+
+// The hand-off ledger: every URL this node handed off, under the owner it
+// went to (nh/<owner>\x00<url hash> → URL), in the crawler's Badger store.
+// The owner's acknowledgement makes the URL its responsibility; if that
+// owner dies, what it had queued dies with it. So when the failure
+// detector declares an owner dead, the node routes the URLs it gave that
+// owner again: the subnets' new owners (re-delegated lazily) queue them,
+// and their seen-sets drop those they already have. The price is that pages
+// the dead owner had already fetched are fetched again by the new owner.
+var pLedger = []byte("nh/")
+
+func ledgerPrefix(owner delegation.CrawlerID) []byte {
+	return append(append(append([]byte(nil), pLedger...), owner...), 0)
+}
+
+// recordHandoff writes urls under owner in the ledger.
+func (n *Node) recordHandoff(owner delegation.CrawlerID, urls []string) error {
+	if n.db == nil {
+		return nil
+	}
+	wb := n.db.NewWriteBatch()
+	pre := ledgerPrefix(owner)
+	for _, u := range urls {
+		h := frontier.HashURL(u)
+		if err := wb.Set(append(bytes.Clone(pre), h[:]...), []byte(u)); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
+// rerouteLoop re-routes the ledger of every owner declared dead.
+func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case owner := <-dead:
+			// Let the failure detector settle everywhere before re-delegating
+			// (every peer declares the death within about one heartbeat).
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(n.cfg.Overlay.HeartbeatInterval):
+			}
+			start := time.Now()
+			moved, err := n.reroute(ctx, owner)
+			if err != nil {
+				n.log.Warn("re-routing the URLs handed to a dead owner", "owner", owner, "urls", moved, "err", err)
+				continue
+			}
+			n.rerouted.Add(float64(moved))
+			n.log.Info("URLs handed to a dead owner re-routed", "owner", owner, "urls", moved, "took", time.Since(start))
+		}
+	}
+}
+
+// reroute routes the ledger of owner again, in chunks; each chunk leaves
+// the ledger only once it is queued here or spooled for its new owner.
+func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, error) {
+	pre := ledgerPrefix(owner)
+	moved := 0
+	for {
+		var keys [][]byte
+		var urls []string
+		err := n.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: pre, PrefetchValues: true})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < 1024; it.Next() {
+				v, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				keys = append(keys, it.Item().KeyCopy(nil))
+				urls = append(urls, string(v))
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return moved, err
+		}
+		var own, foreign []string
+		for _, s := range urls {
+			u, err := url.Parse(s)
+			if err != nil {
+				continue
+			}
+			a, err := n.router.addrOf(ctx, u.Hostname())
+			if err != nil {
+				n.log.Warn("re-route: no address; URL dropped", "url", s, "err", err)
+				continue
+			}
+			mine, err := n.router.Owns(ctx, u, a)
+			if err != nil {
+				return moved, err
+			}
+			if mine {
+				own = append(own, s)
+			} else {
+				foreign = append(foreign, s)
+			}
+		}
+		if len(own) > 0 {
+			if err := n.eng.Accept(ctx, own); err != nil {
+				return moved, err
+			}
+		}
+		if len(foreign) > 0 {
+			if err := n.router.Handoff(ctx, foreign); err != nil {
+				return moved, err
+			}
+		}
+		wb := n.db.NewWriteBatch()
+		for _, k := range keys {
+			if err := wb.Delete(k); err != nil {
+				wb.Cancel()
+				return moved, err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return moved, err
+		}
+		moved += len(own) + len(foreign)
+	}
+}
