@@ -78,6 +78,10 @@ func DefaultConfig() Config {
 func TestnetConfig() Config {
 	c := DefaultConfig()
 	c.Overlay = overlay.TestnetConfig()
+	// A node has a data directory: its hand-off spool is the durable one,
+	// without an fsync per commit (a testnet does not lose power).
+	c.Overlay.HandoffInMemory = false
+	c.Overlay.HandoffSyncWrites = false
 	c.Crawl.Fetch.AllowPrivate = true
 	return c
 }

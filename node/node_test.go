@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -114,6 +115,9 @@ func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
 		cfg.DataDir = t.TempDir()
 		cfg.Hierarchy = tree
 		cfg.Logger = quiet
+		if os.Getenv("NODE_TEST_LOG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", i)
+		}
 		cfg.AddrMapper = c.emu.Map
 		cfg.Measurer = measurer{c.emu, i}
 		cfg.Overlay.CrawlerAddr = c.emu.crawler[i]
