@@ -66,6 +66,11 @@ type Config struct {
 	// Crawler facts advertised in heartbeats.
 	CrawlerAddr netip.Addr // the address whose subnet is delegated to this peer on join
 	Capacity    int        // pages per day
+	// Lat, Lon: where the crawler says it runs (degrees; a volunteer states
+	// it coarsely), advertised when HasPos. The micra policy uses positions
+	// as a distance prior (delegation.Crawler.Lat/Lon/HasPos).
+	Lat, Lon float64
+	HasPos   bool
 
 	// Probe server: the guard decides which targets may be probed (default
 	// PublicOnly; testnets use LoopbackOnly); Window is the daily time window
@@ -176,6 +181,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HandoffInterval <= 0 {
 		errs = append(errs, errors.New("overlay: HandoffInterval must be > 0"))
+	}
+	if c.HasPos && !plausiblePos(c.Lat, c.Lon) {
+		errs = append(errs, fmt.Errorf("overlay: position %g,%g outside -90..90, -180..180", c.Lat, c.Lon))
 	}
 	if c.ProbeGuard == nil {
 		errs = append(errs, errors.New("overlay: ProbeGuard is required (PublicOnly, LoopbackOnly, or your own)"))

@@ -123,6 +123,12 @@ func decodeHeartbeat(data []byte) (*pb.Heartbeat, error) {
 	if hb.Capacity > maxCapacity || hb.Load > maxCapacity {
 		return nil, fmt.Errorf("heartbeat: capacity %d / load %d implausible", hb.Capacity, hb.Load)
 	}
+	if hb.HasPos && !plausiblePos(hb.Lat, hb.Lon) {
+		return nil, fmt.Errorf("heartbeat: position %g,%g implausible", hb.Lat, hb.Lon)
+	}
+	if !hb.HasPos && (hb.Lat != 0 || hb.Lon != 0) {
+		return nil, fmt.Errorf("heartbeat: position %g,%g without has_pos", hb.Lat, hb.Lon)
+	}
 	if len(hb.ListenAddrs) > maxListenAddrs {
 		return nil, fmt.Errorf("heartbeat: %d listen addresses, limit %d", len(hb.ListenAddrs), maxListenAddrs)
 	}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -139,6 +140,18 @@ func (m *Members) LoadOf(id peer.ID) (uint32, bool) {
 	return st.load, true
 }
 
+// loadOfCrawler is LoadOf by crawler id; ok is false for unknown and dead
+// members.
+func (m *Members) loadOfCrawler(c delegation.CrawlerID) (uint32, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st, ok := m.byCID[c]
+	if !ok || st.dead {
+		return 0, false
+	}
+	return st.load, true
+}
+
 // Count returns the number of live peers, this one included.
 func (m *Members) Count() int { return len(m.Live()) }
 
@@ -176,6 +189,9 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 		}
 	}
 	c := delegation.Crawler{ID: delegation.CrawlerID(id.String()), Addr: addr.Unmap(), Capacity: int(hb.Capacity)}
+	if hb.HasPos {
+		c.Lat, c.Lon, c.HasPos = hb.Lat, hb.Lon, true
+	}
 	var ev *MemberEvent
 	m.mu.Lock()
 	st, ok := m.byID[id]
@@ -281,8 +297,11 @@ func (p *Peer) publishHeartbeat(ctx context.Context, seq *uint64) {
 		IntervalMs: uint32(p.cfg.HeartbeatInterval / time.Millisecond),
 		Snapshot:   p.snap[:],
 		Capacity:   uint32(min(max(p.cfg.Capacity, 0), maxCapacity)),
-		Load:       p.members.load.Load(),
+		Load:       p.advertisedLoad(),
 		Subnets:    p.members.subnets.Load(),
+	}
+	if p.cfg.HasPos {
+		hb.HasPos, hb.Lat, hb.Lon = true, p.cfg.Lat, p.cfg.Lon
 	}
 	if p.cfg.CrawlerAddr.IsValid() {
 		hb.CrawlerAddr = p.cfg.CrawlerAddr.AsSlice()
@@ -307,6 +326,10 @@ func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Me
 	hb, err := decodeHeartbeat(msg.Data)
 	if err != nil {
 		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
+		return pubsub.ValidationReject
+	}
+	if hb.Subnets > uint32(p.tree.Len()) {
+		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", fmt.Sprintf("holds %d subnets of %d", hb.Subnets, p.tree.Len()))
 		return pubsub.ValidationReject
 	}
 	if string(hb.Snapshot) != string(p.snap[:]) {

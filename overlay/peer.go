@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -66,6 +67,9 @@ type Peer struct {
 
 	polMu  sync.Mutex
 	policy delegation.Policy
+	loads  atomic.Pointer[LoadBook] // of the latest Deps
+	// loadSet: the crawler reported its load (SetLoad).
+	loadSet atomic.Bool
 
 	hookMu   sync.RWMutex
 	calHooks []func(CalibrationNotice)
@@ -132,7 +136,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
 	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
-	p.members = newMembers(h.ID(), delegation.Crawler{ID: p.selfID, Addr: cfg.CrawlerAddr, Capacity: cfg.Capacity}, cfg.FailureTimeout, log)
+	p.members = newMembers(h.ID(), p.selfCrawler(), cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {
 			p.metrics.deaths.Inc()
@@ -269,9 +273,12 @@ func (p *Peer) Deps() delegation.Deps {
 		id := []byte(p.h.ID())
 		seed = binary.LittleEndian.Uint64(id[len(id)-8:])
 	}
+	loads := newLoadBook(p)
+	p.loads.Store(loads)
 	return delegation.Deps{
 		Tree: p.tree, Dir: p.dir, Prober: p.prober, Members: p.members, Clock: realClock{},
-		Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		Rand:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		Loads: loads,
 	}
 }
 
@@ -321,7 +328,7 @@ func (p *Peer) Join(ctx context.Context) (delegation.Decision, error) {
 	if p.policy == nil {
 		return delegation.Decision{}, errNoPolicy
 	}
-	return p.policy.Join(ctx, delegation.Crawler{ID: p.selfID, Addr: p.cfg.CrawlerAddr, Capacity: p.cfg.Capacity})
+	return p.policy.Join(ctx, p.selfCrawler())
 }
 
 // ReportSlowPage is dynamic calibration: announce that url (on ip) was slow

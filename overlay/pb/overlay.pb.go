@@ -1307,17 +1307,22 @@ func (x *RecoverFrame) GetDone() bool {
 }
 
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	AtUnixNano    int64                  `protobuf:"varint,3,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
-	IntervalMs    uint32                 `protobuf:"varint,4,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
-	Snapshot      []byte                 `protobuf:"bytes,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	CrawlerAddr   []byte                 `protobuf:"bytes,6,opt,name=crawler_addr,json=crawlerAddr,proto3" json:"crawler_addr,omitempty"` // netip.Addr binary form
-	Capacity      uint32                 `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`                         // pages per day
-	Load          uint32                 `protobuf:"varint,8,opt,name=load,proto3" json:"load,omitempty"`                                 // pages scheduled per day
-	ListenAddrs   [][]byte               `protobuf:"bytes,9,rep,name=listen_addrs,json=listenAddrs,proto3" json:"listen_addrs,omitempty"` // multiaddr bytes
-	Subnets       uint32                 `protobuf:"varint,10,opt,name=subnets,proto3" json:"subnets,omitempty"`                          // delegated subnets held
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Version     uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Seq         uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtUnixNano  int64                  `protobuf:"varint,3,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	IntervalMs  uint32                 `protobuf:"varint,4,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	Snapshot    []byte                 `protobuf:"bytes,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	CrawlerAddr []byte                 `protobuf:"bytes,6,opt,name=crawler_addr,json=crawlerAddr,proto3" json:"crawler_addr,omitempty"` // netip.Addr binary form
+	Capacity    uint32                 `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`                         // pages per day
+	Load        uint32                 `protobuf:"varint,8,opt,name=load,proto3" json:"load,omitempty"`                                 // pages scheduled per day
+	ListenAddrs [][]byte               `protobuf:"bytes,9,rep,name=listen_addrs,json=listenAddrs,proto3" json:"listen_addrs,omitempty"` // multiaddr bytes
+	Subnets     uint32                 `protobuf:"varint,10,opt,name=subnets,proto3" json:"subnets,omitempty"`                          // delegated subnets held
+	// Where the crawler says it runs (degrees, coarse), when has_pos; the
+	// micra policy's distance prior.
+	HasPos        bool    `protobuf:"varint,11,opt,name=has_pos,json=hasPos,proto3" json:"has_pos,omitempty"`
+	Lat           float64 `protobuf:"fixed64,12,opt,name=lat,proto3" json:"lat,omitempty"`
+	Lon           float64 `protobuf:"fixed64,13,opt,name=lon,proto3" json:"lon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1418,6 +1423,27 @@ func (x *Heartbeat) GetListenAddrs() [][]byte {
 func (x *Heartbeat) GetSubnets() uint32 {
 	if x != nil {
 		return x.Subnets
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetHasPos() bool {
+	if x != nil {
+		return x.HasPos
+	}
+	return false
+}
+
+func (x *Heartbeat) GetLat() float64 {
+	if x != nil {
+		return x.Lat
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetLon() float64 {
+	if x != nil {
+		return x.Lon
 	}
 	return 0
 }
@@ -1620,7 +1646,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x05pages\x18\x04 \x03(\v2\x18.micra.overlay.PageStateR\x05pages\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"\xa6\x02\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xe3\x02\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1634,7 +1660,10 @@ const file_overlay_proto_rawDesc = "" +
 	"\x04load\x18\b \x01(\rR\x04load\x12!\n" +
 	"\flisten_addrs\x18\t \x03(\fR\vlistenAddrs\x12\x18\n" +
 	"\asubnets\x18\n" +
-	" \x01(\rR\asubnets\"\xa0\x02\n" +
+	" \x01(\rR\asubnets\x12\x17\n" +
+	"\ahas_pos\x18\v \x01(\bR\x06hasPos\x12\x10\n" +
+	"\x03lat\x18\f \x01(\x01R\x03lat\x12\x10\n" +
+	"\x03lon\x18\r \x01(\x01R\x03lon\"\xa0\x02\n" +
 	"\x10CalibrationEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.micra.overlay.CalibrationKindR\x04kind\x12\x16\n" +
