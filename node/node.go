@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -93,6 +94,18 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		cc := cfg.Crawl
 		cc.DB, cc.Router, cc.Logger, cc.Registerer = n.db, n.router, n.log, n.reg
+		if cc.CrawlerID == "" && cfg.Overlay.KeyFile != "" {
+			// Records and carriers name the crawler by its peer id.
+			sk, err := overlay.LoadOrCreateKey(cfg.Overlay.KeyFile)
+			if err != nil {
+				return n, fmt.Errorf("node: identity: %w", err)
+			}
+			id, err := peer.IDFromPrivateKey(sk)
+			if err != nil {
+				return n, fmt.Errorf("node: identity: %w", err)
+			}
+			cc.CrawlerID = id.String()
+		}
 		if cc.Receiver == nil {
 			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
 		}
@@ -128,10 +141,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		})
 	}
 	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{})
-	if n.eng != nil {
-		n.log = n.log.With("peer", n.peer.ID().String())
-	}
-	n.log.Info("node open", "peer", n.peer.ID().String(), "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
+	n.log = n.log.With("peer", n.peer.ID().String())
+	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
 	return n, nil
 }

@@ -1,0 +1,139 @@
+package main
+
+// `micra node`: one crawler peer of the overlay, until interrupted.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/micra-crawler/micra/node"
+)
+
+type nodeOptions struct {
+	config, data, seeds, crawlerAddr, policy, hierarchy, metrics string
+	listen, bootstrap                                            []string
+	testnet, noCrawl, allowPrivate                               bool
+	concurrency                                                  int
+}
+
+func init() {
+	o := &nodeOptions{}
+	cmd := &cobra.Command{
+		Use:   "node [--config FILE] [--data DIR] [--listen MULTIADDR] [--bootstrap MULTIADDR/p2p/ID] [--seeds FILE]",
+		Short: "run one micra peer: overlay (DHT, gossip, hand-offs) + crawler of the subnets delegated to it",
+		Long: `Runs one micra node until interrupted (Ctrl-C / SIGTERM): a libp2p peer of the
+overlay that takes part in delegation and, with the crawler role (default), crawls
+the subnets delegated to it, hands every other URL to its owner and accepts the URLs
+others hand to it. Everything lives under the data directory (identity key, crawl
+state, hand-off spool, carriers), so a restarted node resumes.
+
+--config FILE reads a JSON configuration (node.File: data_dir, listen, bootstrap,
+crawler_addr, policy, seeds, concurrency, min_delay, metrics, …; unknown keys are
+errors). Flags given on the command line override the file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runNode(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "JSON configuration file")
+	f.StringVar(&o.data, "data", "", "data directory (identity, state, hand-off spool, carriers)")
+	f.StringArrayVar(&o.listen, "listen", nil, "listen multiaddr (repeatable; default /ip4/0.0.0.0/tcp/4001 and QUIC)")
+	f.StringArrayVar(&o.bootstrap, "bootstrap", nil, "bootstrap peer multiaddr with /p2p/<id> (repeatable)")
+	f.StringVar(&o.seeds, "seeds", "", "seed file (one URL per line, # comments); give seeds to any one node")
+	f.StringVar(&o.crawlerAddr, "crawler-addr", "", "this crawler's public address (its subnet is delegated to it on join)")
+	f.StringVar(&o.policy, "policy", "", "delegation policy: ipmicra (default), micra, hash, random")
+	f.StringVar(&o.hierarchy, "hierarchy", "", "hierarchy snapshot file (default: the embedded one)")
+	f.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9102)")
+	f.BoolVar(&o.testnet, "testnet", false, "loopback testnet defaults (probes and fetches to loopback allowed)")
+	f.BoolVar(&o.noCrawl, "no-crawl", false, "overlay peer only: no crawler role")
+	f.BoolVar(&o.allowPrivate, "allow-private", false, "allow fetching private and loopback addresses")
+	f.IntVar(&o.concurrency, "concurrency", 0, "hosts crawled in parallel (default 64)")
+	rootCmd.AddCommand(cmd)
+}
+
+func runNode(cmd *cobra.Command, o *nodeOptions) error {
+	var cfg node.Config
+	var err error
+	switch {
+	case o.config != "":
+		if cfg, err = node.LoadFile(o.config); err != nil {
+			return err
+		}
+		if o.testnet {
+			return errors.New("node: --testnet with --config: set \"testnet\": true in the file")
+		}
+	case o.testnet:
+		cfg = node.TestnetConfig()
+	default:
+		cfg = node.DefaultConfig()
+	}
+	fl := cmd.Flags()
+	if fl.Changed("data") {
+		cfg.DataDir = o.data
+	}
+	if fl.Changed("listen") {
+		cfg.Overlay.ListenAddrs = o.listen
+	}
+	if fl.Changed("bootstrap") {
+		cfg.Overlay.Bootstrap = o.bootstrap
+	}
+	if fl.Changed("crawler-addr") {
+		a, err := netip.ParseAddr(o.crawlerAddr)
+		if err != nil {
+			return fmt.Errorf("node: --crawler-addr: %w", err)
+		}
+		cfg.Overlay.CrawlerAddr = a
+	}
+	if fl.Changed("policy") {
+		cfg.Policy = o.policy
+	}
+	if fl.Changed("hierarchy") {
+		cfg.HierarchyFile = o.hierarchy
+	}
+	if fl.Changed("metrics") {
+		cfg.MetricsAddr = o.metrics
+	}
+	if fl.Changed("no-crawl") {
+		cfg.Crawler = !o.noCrawl
+	}
+	if fl.Changed("allow-private") {
+		cfg.Crawl.Fetch.AllowPrivate = o.allowPrivate
+	}
+	if fl.Changed("concurrency") {
+		cfg.Crawl.Concurrency = o.concurrency
+	}
+	if o.seeds != "" {
+		seeds, bad, err := readSeeds(o.seeds, urlnorm.New(urlnorm.DefaultOptions()))
+		for _, b := range bad {
+			fmt.Fprintln(os.Stderr, b)
+		}
+		if err != nil {
+			return err
+		}
+		cfg.Seeds = append(cfg.Seeds, seeds...)
+	}
+	if cfg.DataDir == "" {
+		return errors.New("node: a data directory is required (--data or data_dir in --config)")
+	}
+	cfg.Logger = slog.Default()
+	ctx := cmd.Context()
+	n, err := node.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, a := range n.Peer().Host().Addrs() {
+		fmt.Printf("listening %s/p2p/%s\n", a, n.Peer().ID())
+	}
+	runErr := n.Run(ctx)
+	closeErr := n.Close()
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	return closeErr
+}
