@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/testnet/synthweb"
+)
+
+func TestParseErrorsNameLineAndField(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"{\"data_dir\": \"x\",\n \"min_dely\": \"1s\"}", `2:`},
+		{"{\"data_dir\": \"x\",\n \"concurrency\": \"4\"}", `2:20: concurrency: want int`},
+		{"{\"data_dir\": \"x\",\n \"sleep\": \"4 days\"}", `sleep: "4 days" is not a duration`},
+		{"{\"data_dir\": \"x\",\n \"crawler_addr\": \"1.2.3\"}", `crawler_addr`},
+		{"{\"data_dir\": \"x\"} {}", `unexpected data after`},
+		{"", `empty configuration`},
+		{"{\"data_dir\": \"x\",\n\n \"listen\": [1]}", `3:`},
+	} {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node.json")
+	os.WriteFile(path, []byte(`{"data_dir": "n1", "testnet": true, "crawler_addr": "1.1.1.1", "policy": "MICRA",
+		"min_delay": "250ms", "seeds": ["http://a.example/"], "bootstrap": ["/ip4/127.0.0.1/tcp/4001/p2p/x"]}`), 0o644)
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != filepath.Join(dir, "n1") || c.Policy != "micra" || c.Crawl.Fetch.MinDelay != 250*time.Millisecond ||
+		c.Overlay.CrawlerAddr != netip.MustParseAddr("1.1.1.1") || !c.Crawl.Fetch.AllowPrivate || len(c.Seeds) != 1 || !c.Crawler {
+		t.Errorf("loaded %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := LoadFile(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	c := DefaultConfig()
+	c.Policy = "nearest"
+	c.Overlay.ConnHighWater = c.Overlay.MaxConns
+	c.Crawler = false
+	c.Seeds = []string{"http://a.example/"}
+	err := c.Validate()
+	for _, want := range []string{"DataDir is required", `unknown delegation policy "nearest"`, "seeds need the crawler role", "ConnHighWater"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+// TestHandoffSinkAndPageHistory: a batch accepted twice is queued once;
+// one node's page history of a subnet imports into another, whose seen-set
+// then holds those pages with their validators.
+func TestHandoffSinkAndPageHistory(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 2, PagesPerHost: 5, CanonicalLinks: true})
+	tree, err := hierarchy.Default()
+	if err != nil {
+		t.Skip(err)
+	}
+	emu := newEmulation(t, tree, web, 1)
+	open := func(seeds []string) *Node {
+		cfg := TestnetConfig()
+		cfg.DataDir, cfg.Hierarchy, cfg.Logger, cfg.AddrMapper = t.TempDir(), tree, quiet, emu.Map
+		cfg.Overlay.CrawlerAddr = emu.crawler[0]
+		cfg.Overlay.ProbeGuard = func(netip.Addr) error { return nil }
+		cfg.Measurer = measurer{emu, 0}
+		cfg.Crawl.Progress = -1
+		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Resolver: web, Logger: quiet}
+		cfg.Seeds = seeds
+		n, err := Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
+	}
+	a := open(web.Seeds())
+	ctx := context.Background()
+	batch := []string{web.PageURL(0, 1), web.PageURL(0, 2), web.PageURL(1, 1)}
+	for range 2 {
+		if err := a.Engine().Accept(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := a.Engine().Frontier().Stats().Queued; q != int64(len(batch)) {
+		t.Fatalf("a batch accepted twice queued %d URLs, want %d", q, len(batch))
+	}
+	// Crawl everything on a (it owns every subnet: it is alone).
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(rctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for web.Stats().UniquePages < int64(web.TotalPages()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := web.Stats().UniquePages; got != int64(web.TotalPages()) {
+		t.Fatalf("one node crawled %d of %d pages", got, web.TotalPages())
+	}
+
+	ip, _ := web.LookupNetIP(ctx, "ip", web.Hosts()[0])
+	s := tree.SmallestNonUnary(emu.Map(ip[0]))
+	var pages []overlay.PageState
+	ph := &pageHistory{eng: a.Engine(), router: a.router}
+	if err := ph.History(ctx, s, func(p overlay.PageState) error { pages = append(pages, p); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * web.Config().PagesPerHost // two hosts per IP, one IP per subnet
+	if len(pages) != want {
+		t.Fatalf("history of subnet %d has %d pages, want %d", s, len(pages), want)
+	}
+	for _, p := range pages {
+		if p.ETag == "" || len(p.ContentHash) == 0 || p.LastFetch.IsZero() || len(p.FetchTimes) == 0 {
+			t.Fatalf("page state without validators or timings: %+v", p)
+		}
+	}
+	b := open(nil)
+	pb := &pageHistory{eng: b.Engine(), router: b.router}
+	if err := pb.Import(ctx, s, pages); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		h, ok, err := b.Engine().Frontier().History(p.URL)
+		if err != nil || !ok || h.ETag != p.ETag || h.Fetches != 1 {
+			t.Fatalf("imported history of %s: %+v %v %v", p.URL, h, ok, err)
+		}
+		if seen, _ := b.Engine().Frontier().Seen(p.URL); !seen {
+			t.Fatalf("%s not in the seen-set after import", p.URL)
+		}
+	}
+}
