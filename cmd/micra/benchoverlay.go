@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -62,7 +63,7 @@ settling, hand-off messages per crawled page, and % optimal / probes per URL.`,
 	f.IntVar(&o.hosts, "hosts", 300, "web hosts delegated (the simulator's host stream)")
 	f.IntVar(&o.train, "train", -1, "hosts that train before evaluation (default 65%)")
 	f.Uint64Var(&o.seed, "seed", 1, "world seed (shared with the simulator)")
-	f.StringVar(&o.policy, "policy", "ipmicra", "delegation policy (ipmicra, ipmicra-parallel, micra, optimal, hash, random)")
+	f.StringVar(&o.policy, "policy", "ipmicra,micra", "delegation policies, comma-separated (ipmicra, ipmicra-parallel, micra, optimal, hash, random); each runs on its own fresh overlay beside the simulator, the first one's network is also measured for lookups, gossip, hand-offs and failure detection")
 	f.DurationVar(&o.threshold, "threshold", 50*time.Millisecond, "probing threshold")
 	f.IntVar(&o.replicas, "replicas", 10, "simulator replicas (other probe/policy seeds) for the noise band")
 	f.IntVar(&o.calRounds, "calibration-rounds", 10, "calibration events timed")
@@ -208,6 +209,28 @@ func meanSD(xs []float64) (float64, float64) {
 	return m, math.Sqrt(sq / float64(max(1, len(xs)-1)))
 }
 
+// policyRow is one policy's delegation over the overlay beside the
+// simulator's figures for the same world and seed.
+type policyRow struct {
+	Policy        string  `json:"policy"`
+	SetupS        float64 `json:"setup_s"`
+	Subnets       int     `json:"subnets"`
+	Disagreements int     `json:"disagreements"`
+
+	DelegateP50Ms float64    `json:"delegate_p50_ms"`
+	DelegateP95Ms float64    `json:"delegate_p95_ms"`
+	Overlay       qualityRow `json:"overlay"`
+	Simulator     qualityRow `json:"simulator"`
+	// SimulatorSpread is the simulator's policy loop over the same world
+	// with Replicas different probe-jitter/policy seeds: the noise band the
+	// overlay's figures should fall in.
+	SimulatorSpread spread `json:"simulator_spread"`
+	// DistributedSpread is the same loop with one engine per crawler (host
+	// i decided by engine i mod N) and one jitter stream per crawler: the
+	// overlay's structure without the network.
+	DistributedSpread spread `json:"distributed_spread"`
+}
+
 type benchOverlayReport struct {
 	Peers       int     `json:"peers"`
 	Hosts       int     `json:"hosts"`
@@ -236,21 +259,8 @@ type benchOverlayReport struct {
 	FailureDetectAllMs   float64 `json:"failure_detect_all_ms"`
 	FailureDetectedBy    int     `json:"failure_detected_by"`
 
-	Subnets       int `json:"subnets"`
-	Disagreements int `json:"disagreements"`
-
-	DelegateP50Ms float64    `json:"delegate_p50_ms"`
-	DelegateP95Ms float64    `json:"delegate_p95_ms"`
-	Overlay       qualityRow `json:"overlay"`
-	Simulator     qualityRow `json:"simulator"`
-	// SimulatorSpread is the simulator's policy loop over the same world
-	// with Replicas different probe-jitter/policy seeds: the noise band the
-	// overlay's figures should fall in.
-	SimulatorSpread spread `json:"simulator_spread"`
-	// DistributedSpread is the same loop with one engine per crawler (host
-	// i decided by engine i mod N) and one jitter stream per crawler: the
-	// overlay's structure without the network.
-	DistributedSpread spread `json:"distributed_spread"`
+	// Delegation quality, one row per policy, each on its own fresh overlay.
+	Policies []policyRow `json:"policies"`
 
 	HandoffPages      int     `json:"handoff_pages"`
 	HandoffMessages   uint64  `json:"handoff_messages"`
@@ -304,9 +314,18 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	if o.peers < 2 || o.peers > 100 {
 		return fmt.Errorf("--peers %d: want 2..100", o.peers)
 	}
-	spec, ok := sim.LookupPolicy(o.policy)
-	if !ok {
-		return fmt.Errorf("unknown policy %q", o.policy)
+	var specs []sim.PolicySpec
+	var names []string
+	for _, name := range strings.Split(o.policy, ",") {
+		name = strings.TrimSpace(name)
+		spec, ok := sim.LookupPolicy(name)
+		if !ok {
+			return fmt.Errorf("--policy: unknown policy %q", name)
+		}
+		if slices.Contains(names, spec.Name) {
+			continue
+		}
+		specs, names = append(specs, spec), append(names, spec.Name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -331,7 +350,7 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	if scfg.Train < 0 {
 		scfg.Train = o.hosts * 65 / 100
 	}
-	scfg.Policies = []string{spec.Name}
+	scfg.Policies = names
 	w, err := sim.NewWorld(scfg)
 	if err != nil {
 		return err
@@ -340,20 +359,23 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	if err != nil {
 		return err
 	}
-	rep := &benchOverlayReport{Peers: o.peers, Hosts: o.hosts, Train: scfg.Train, Seed: o.seed, Policy: spec.Name,
+	rep := &benchOverlayReport{Peers: o.peers, Hosts: o.hosts, Train: scfg.Train, Seed: o.seed, Policy: strings.Join(names, ","),
 		ThresholdMs: float64(o.threshold.Microseconds()) / 1000, HeartbeatMs: ovMs(o.heartbeat), Flood: flood, Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
-	for _, r := range srep.Results {
-		if r.Policy == spec.Name {
-			rep.Simulator = qualityRow{Reasons: r.Reasons, OptimalPct: r.OptimalPct, OptimalPctAll: r.OptimalPctAll,
-				ProbesPerURL: r.ProbesPerURL, ProbesPerURLEval: r.ProbesPerURLEval}
+	for _, spec := range specs {
+		row := policyRow{Policy: spec.Name}
+		for _, r := range srep.Results {
+			if r.Policy == spec.Name {
+				row.Simulator = qualityRow{Reasons: r.Reasons, OptimalPct: r.OptimalPct, OptimalPctAll: r.OptimalPctAll,
+					ProbesPerURL: r.ProbesPerURL, ProbesPerURLEval: r.ProbesPerURLEval}
+			}
 		}
-	}
-
-	if rep.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false); err != nil {
-		return err
-	}
-	if rep.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true); err != nil {
-		return err
+		if row.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false); err != nil {
+			return err
+		}
+		if row.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true); err != nil {
+			return err
+		}
+		rep.Policies = append(rep.Policies, row)
 	}
 
 	// The overlay: one peer per simulated crawler.
@@ -368,7 +390,6 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 		}
 		defer pprof.StopCPUProfile()
 	}
-	t0 := time.Now()
 	hostIdx := make(map[netip.Addr]int, len(w.Hosts))
 	for i, h := range w.Hosts {
 		hostIdx[h.Addr] = i
@@ -383,112 +404,33 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 		}
 		return fmt.Errorf("%w: %v not in the world model", overlay.ErrGuard, a)
 	}
-	peers := make([]*overlay.Peer, 0, o.peers)
+	// Each policy gets a fresh network (a delegated subnet stays delegated);
+	// the first one's is measured for everything else afterwards.
+	var peers []*overlay.Peer
 	defer func() {
 		for _, p := range peers {
 			p.Close()
 		}
 	}()
-	sinks := make([]*sinkCounter, o.peers)
-	idx := map[delegation.CrawlerID]int{}
-	var boot []string
-	for i := range o.peers {
-		cfg := overlay.TestnetConfig()
-		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.heartbeat, o.failTimeout, flood
-		cfg.CrawlerAddr, cfg.Capacity = w.Crawlers[i].Addr, w.Crawlers[i].Capacity
-		cfg.ProbeGuard = modelGuard
-		cfg.Seed = o.seed*1000 + uint64(i) + 1
-		brng := rand.New(rand.NewPCG(o.seed, uint64(i)))
-		for _, j := range brng.Perm(len(boot))[:min(4, len(boot))] {
-			cfg.Bootstrap = append(cfg.Bootstrap, boot[j])
+	for k, spec := range specs {
+		net, err := startBenchNet(ctx, w, spec, o, flood, hostIdx, modelGuard, &rep.Policies[k])
+		if k == 0 {
+			peers = net
 		}
-		sinks[i] = &sinkCounter{}
-		p, err := overlay.Open(ctx, w.Tree, cfg, overlay.Services{
-			Sink:     sinks[i],
-			Measurer: &worldMeasurer{w: w, hosts: hostIdx, self: i, rng: rand.New(rand.NewPCG(o.seed, 0x70726f6265+uint64(i)))},
-		})
-		if err != nil {
-			return err
+		if err == nil {
+			err = benchQuality(ctx, w, net, scfg.Train, &rep.Policies[k])
 		}
-		peers = append(peers, p)
-		idx[p.CrawlerID()] = i
-		ec := delegation.Config{Self: p.CrawlerID(), Threshold: o.threshold}
-		if spec.Tweak != nil {
-			spec.Tweak(&ec)
-		}
-		p.UsePolicy(spec.New(p.Deps(), ec))
-		for _, a := range p.Host().Addrs() {
-			boot = append(boot, a.String()+"/p2p/"+p.ID().String())
-		}
-	}
-	for _, p := range peers {
-		p.DHT().RefreshRoutingTable()
-	}
-	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
-	for _, p := range peers {
-		if err := p.WaitMembers(wctx, o.peers); err != nil {
-			wcancel()
-			return err
-		}
-	}
-	wcancel()
-	for _, p := range peers {
-		if _, err := p.Join(ctx); err != nil {
-			return err
-		}
-	}
-	rep.SetupS = time.Since(t0).Seconds()
-
-	// Delegation quality: the simulator's host stream, decided across peers.
-	var hitAll, hitEval int
-	var probesAll, probesEval int
-	var delegMs []float64
-	reasons := map[string]int{}
-	for i, h := range w.Hosts {
-		p := peers[i%len(peers)]
-		start := time.Now()
-		d, err := p.Delegate(ctx, h.Addr)
-		if err != nil {
-			return fmt.Errorf("host %d (%v) at peer %d: %w", i, h.Addr, i%len(peers), err)
-		}
-		delegMs = append(delegMs, ovMs(time.Since(start)))
-		ci, ok := idx[d.Owner]
-		if !ok {
-			return fmt.Errorf("host %v delegated to unknown crawler %s", h.Addr, d.Owner)
-		}
-		hit := int32(ci) == w.Optimal[i]
-		reasons[d.Reason.String()]++
-		probesAll += d.Probes
-		if hit {
-			hitAll++
-		}
-		if i >= scfg.Train {
-			probesEval += d.Probes
-			if hit {
-				hitEval++
+		if k > 0 {
+			for _, p := range net {
+				p.Close()
 			}
 		}
-		// Let the announcement reach the next decider (gossip on loopback
-		// takes milliseconds), as the simulator's shared directory would.
-		if !d.Cached && d.Subnet != hierarchy.None && d.Record.Owner != "" {
-			next := peers[(i+1)%len(peers)]
-			for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-				if r, ok := next.Directory().Cached(d.Subnet); ok && r.Epoch >= d.Record.Epoch {
-					break
-				}
-			}
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", spec.Name, err)
 		}
 	}
-	n := len(w.Hosts)
-	rep.Overlay = qualityRow{
-		Reasons:    reasons,
-		OptimalPct: ovPct(hitEval, n-scfg.Train), OptimalPctAll: ovPct(hitAll, n),
-		ProbesPerURL: float64(probesAll) / float64(n), ProbesPerURLEval: float64(probesEval) / float64(max(1, n-scfg.Train)),
-	}
-	rep.DelegateP50Ms, rep.DelegateP95Ms = ovQuantile(delegMs, 0.5), ovQuantile(delegMs, 0.95)
+	rep.SetupS = rep.Policies[0].SetupS
 
-	// Agreement after settling.
-	rep.Subnets, rep.Disagreements = overlaySettle(peers, 10*time.Second)
 	var subnets []hierarchy.NodeID
 	for _, r := range peers[0].Directory().Records() {
 		subnets = append(subnets, r.Subnet)
@@ -729,27 +671,31 @@ func writeBenchOverlay(out io.Writer, r *benchOverlayReport) error {
 		r.Seed, r.Hosts, r.Train, r.Policy, r.ThresholdMs, r.HeartbeatMs, r.Flood, r.SetupS)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\toverlay\ttarget / peer\t")
+	fmt.Fprintf(tw, "— network of policy %s\t\t\t\n", r.Policies[0].Policy)
 	fmt.Fprintf(tw, "cached owner lookup\t%.0f ns\t≤ 1000 ns (Directory.Lookup: %.0f ns)\t\n", r.CachedLookupNs, r.DirectoryLookupNs)
 	fmt.Fprintf(tw, "uncached DHT lookup p95\t%.2f ms\t≤ 50 ms (p50 %.2f ms, %d lookups)\t\n", r.UncachedP95Ms, r.UncachedP50Ms, r.UncachedSamples)
 	fmt.Fprintf(tw, "calibration event to all %d peers\t%.1f ms p50\t≤ 1000 ms (max %.1f ms, %d rounds, %d missed)\t\n",
 		r.Peers, r.CalibrationAllP50Ms, r.CalibrationAllMaxMs, r.CalibrationRounds, r.CalibrationMissed)
 	fmt.Fprintf(tw, "killed peer declared dead by all\t%.0f ms\tconfigured timeout %.0f ms (first %.0f ms, by %d of %d)\t\n",
 		r.FailureDetectAllMs, r.FailureTimeoutMs, r.FailureDetectFirstMs, r.FailureDetectedBy, r.Peers-1)
-	fmt.Fprintf(tw, "owner disagreements after settling\t%d\t0 (of %d subnets)\t\n", r.Disagreements, r.Subnets)
-	fmt.Fprintf(tw, "delegation latency\t%.1f ms p50\tp95 %.1f ms\t\n", r.DelegateP50Ms, r.DelegateP95Ms)
-	sp := r.SimulatorSpread
-	fmt.Fprintf(tw, "optimal %% (evaluation hosts)\t%.1f %%\tsimulator %.1f %%; %d reseeded runs %.1f ± %.1f (%.1f–%.1f)\t\n",
-		r.Overlay.OptimalPct, r.Simulator.OptimalPct, sp.Replicas, sp.OptimalPctMean, sp.OptimalPctSD, sp.OptimalPctMin, sp.OptimalPctMax)
-	dp := r.DistributedSpread
-	fmt.Fprintf(tw, "  same loop, one engine per crawler\t\t%d runs %.1f ± %.1f (%.1f–%.1f); probes/URL %.2f ± %.2f\t\n",
-		dp.Replicas, dp.OptimalPctMean, dp.OptimalPctSD, dp.OptimalPctMin, dp.OptimalPctMax, dp.ProbesPerURLMean, dp.ProbesPerURLSD)
-	fmt.Fprintf(tw, "optimal %% (all hosts)\t%.1f %%\tsimulator %.1f %%\t\n", r.Overlay.OptimalPctAll, r.Simulator.OptimalPctAll)
-	fmt.Fprintf(tw, "probes per URL\t%.2f\tsimulator %.2f; reseeded %.2f ± %.2f (%.2f–%.2f)\t\n",
-		r.Overlay.ProbesPerURL, r.Simulator.ProbesPerURL, sp.ProbesPerURLMean, sp.ProbesPerURLSD, sp.ProbesPerURLMin, sp.ProbesPerURLMax)
-	fmt.Fprintf(tw, "probes per URL (evaluation)\t%.2f\tsimulator %.2f\t\n", r.Overlay.ProbesPerURLEval, r.Simulator.ProbesPerURLEval)
-	fmt.Fprintf(tw, "decisions by reason\t%s\tsimulator %s\t\n", reasonLine(r.Overlay.Reasons), reasonLine(r.Simulator.Reasons))
 	fmt.Fprintf(tw, "hand-off messages per crawled page\t%.3f\t< 1 (UbiCrawler); %d URLs in %d messages, %d pages\t\n",
 		r.HandoffMsgPerPage, r.HandoffURLs, r.HandoffMessages, r.HandoffPages)
+	for _, pr := range r.Policies {
+		fmt.Fprintf(tw, "— policy %s (own fresh network, setup %.1f s)\t\t\t\n", pr.Policy, pr.SetupS)
+		fmt.Fprintf(tw, "owner disagreements after settling\t%d\t0 (of %d subnets)\t\n", pr.Disagreements, pr.Subnets)
+		fmt.Fprintf(tw, "delegation latency\t%.1f ms p50\tp95 %.1f ms\t\n", pr.DelegateP50Ms, pr.DelegateP95Ms)
+		sp := pr.SimulatorSpread
+		fmt.Fprintf(tw, "optimal %% (evaluation hosts)\t%.1f %%\tsimulator %.1f %%; %d reseeded runs %.1f ± %.1f (%.1f–%.1f)\t\n",
+			pr.Overlay.OptimalPct, pr.Simulator.OptimalPct, sp.Replicas, sp.OptimalPctMean, sp.OptimalPctSD, sp.OptimalPctMin, sp.OptimalPctMax)
+		dp := pr.DistributedSpread
+		fmt.Fprintf(tw, "  same loop, one engine per crawler\t\t%d runs %.1f ± %.1f (%.1f–%.1f); probes/URL %.2f ± %.2f\t\n",
+			dp.Replicas, dp.OptimalPctMean, dp.OptimalPctSD, dp.OptimalPctMin, dp.OptimalPctMax, dp.ProbesPerURLMean, dp.ProbesPerURLSD)
+		fmt.Fprintf(tw, "optimal %% (all hosts)\t%.1f %%\tsimulator %.1f %%\t\n", pr.Overlay.OptimalPctAll, pr.Simulator.OptimalPctAll)
+		fmt.Fprintf(tw, "probes per URL\t%.2f\tsimulator %.2f; reseeded %.2f ± %.2f (%.2f–%.2f)\t\n",
+			pr.Overlay.ProbesPerURL, pr.Simulator.ProbesPerURL, sp.ProbesPerURLMean, sp.ProbesPerURLSD, sp.ProbesPerURLMin, sp.ProbesPerURLMax)
+		fmt.Fprintf(tw, "probes per URL (evaluation)\t%.2f\tsimulator %.2f\t\n", pr.Overlay.ProbesPerURLEval, pr.Simulator.ProbesPerURLEval)
+		fmt.Fprintf(tw, "decisions by reason\t%s\tsimulator %s\t\n", reasonLine(pr.Overlay.Reasons), reasonLine(pr.Simulator.Reasons))
+	}
 	return tw.Flush()
 }
 
@@ -767,4 +713,139 @@ func reasonLine(m map[string]int) string {
 		b = fmt.Appendf(b, "%s=%d", k, m[k])
 	}
 	return string(b)
+}
+
+// startBenchNet starts one overlay peer per simulated crawler, placed and
+// positioned as the simulator states them (address, capacity, coarse
+// position — micra's distance prior), running spec, and waits until every
+// peer sees all members and has joined. It returns the peers started so
+// far even on error (the caller closes them).
+func startBenchNet(ctx context.Context, w *sim.World, spec sim.PolicySpec, o *benchOverlayOptions, flood bool,
+	hostIdx map[netip.Addr]int, guard overlay.Guard, row *policyRow) ([]*overlay.Peer, error) {
+	t0 := time.Now()
+	peers := make([]*overlay.Peer, 0, o.peers)
+	var boot []string
+	for i := range o.peers {
+		c := w.Crawlers[i]
+		cfg := overlay.TestnetConfig()
+		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.heartbeat, o.failTimeout, flood
+		cfg.CrawlerAddr, cfg.Capacity = c.Addr, c.Capacity
+		cfg.Lat, cfg.Lon, cfg.HasPos = c.Lat, c.Lon, c.HasPos
+		cfg.ProbeGuard = guard
+		cfg.Seed = o.seed*1000 + uint64(i) + 1
+		brng := rand.New(rand.NewPCG(o.seed, uint64(i)))
+		for _, j := range brng.Perm(len(boot))[:min(4, len(boot))] {
+			cfg.Bootstrap = append(cfg.Bootstrap, boot[j])
+		}
+		p, err := overlay.Open(ctx, w.Tree, cfg, overlay.Services{
+			Sink:     &sinkCounter{},
+			Measurer: &worldMeasurer{w: w, hosts: hostIdx, self: i, rng: rand.New(rand.NewPCG(o.seed, 0x70726f6265+uint64(i)))},
+		})
+		if err != nil {
+			return peers, err
+		}
+		peers = append(peers, p)
+		ec := delegation.Config{Self: p.CrawlerID(), Threshold: o.threshold}
+		if spec.Tweak != nil {
+			spec.Tweak(&ec)
+		}
+		p.UsePolicy(spec.New(p.Deps(), ec))
+		for _, a := range p.Host().Addrs() {
+			boot = append(boot, a.String()+"/p2p/"+p.ID().String())
+		}
+	}
+	for _, p := range peers {
+		p.DHT().RefreshRoutingTable()
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer wcancel()
+	for _, p := range peers {
+		if err := p.WaitMembers(wctx, o.peers); err != nil {
+			return peers, err
+		}
+	}
+	// Positions arrive with the heartbeats: micra's prior needs every
+	// member's before the first decision.
+	for _, p := range peers {
+		for {
+			n := 0
+			for _, m := range p.Members().Live() {
+				if m.HasPos {
+					n++
+				}
+			}
+			if n == o.peers {
+				break
+			}
+			if wctx.Err() != nil {
+				return peers, fmt.Errorf("positions: %d of %d members known: %w", n, o.peers, wctx.Err())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, p := range peers {
+		if _, err := p.Join(ctx); err != nil {
+			return peers, err
+		}
+	}
+	row.SetupS = time.Since(t0).Seconds()
+	return peers, nil
+}
+
+// benchQuality delegates the simulator's host stream across peers (host i
+// decided by peer i mod N), scores it against the world's optimal owners,
+// and checks that the peers agree on every owner afterwards.
+func benchQuality(ctx context.Context, w *sim.World, peers []*overlay.Peer, train int, row *policyRow) error {
+	idx := map[delegation.CrawlerID]int{}
+	for i, p := range peers {
+		idx[p.CrawlerID()] = i
+	}
+	var hitAll, hitEval int
+	var probesAll, probesEval int
+	var delegMs []float64
+	reasons := map[string]int{}
+	for i, h := range w.Hosts {
+		p := peers[i%len(peers)]
+		start := time.Now()
+		d, err := p.Delegate(ctx, h.Addr)
+		if err != nil {
+			return fmt.Errorf("host %d (%v) at peer %d: %w", i, h.Addr, i%len(peers), err)
+		}
+		delegMs = append(delegMs, ovMs(time.Since(start)))
+		ci, ok := idx[d.Owner]
+		if !ok {
+			return fmt.Errorf("host %v delegated to unknown crawler %s", h.Addr, d.Owner)
+		}
+		hit := int32(ci) == w.Optimal[i]
+		reasons[d.Reason.String()]++
+		probesAll += d.Probes
+		if hit {
+			hitAll++
+		}
+		if i >= train {
+			probesEval += d.Probes
+			if hit {
+				hitEval++
+			}
+		}
+		// Let the announcement reach the next decider (gossip on loopback
+		// takes milliseconds), as the simulator's shared directory would.
+		if !d.Cached && d.Subnet != hierarchy.None && d.Record.Owner != "" {
+			next := peers[(i+1)%len(peers)]
+			for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if r, ok := next.Directory().Cached(d.Subnet); ok && r.Epoch >= d.Record.Epoch {
+					break
+				}
+			}
+		}
+	}
+	n := len(w.Hosts)
+	row.Overlay = qualityRow{
+		Reasons:    reasons,
+		OptimalPct: ovPct(hitEval, n-train), OptimalPctAll: ovPct(hitAll, n),
+		ProbesPerURL: float64(probesAll) / float64(n), ProbesPerURLEval: float64(probesEval) / float64(max(1, n-train)),
+	}
+	row.DelegateP50Ms, row.DelegateP95Ms = ovQuantile(delegMs, 0.5), ovQuantile(delegMs, 0.95)
+	row.Subnets, row.Disagreements = overlaySettle(peers, 10*time.Second)
+	return nil
 }
