@@ -94,50 +94,85 @@ func newHandoffQueue(p *Peer) (*handoffQueue, error) {
 // delivered at least once to the subnet's owner of the moment, across
 // restarts, and leave the spool only on the owner's acknowledgement.
 func (p *Peer) Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error {
-	if len(urls) == 0 {
-		return nil
-	}
+	return p.HandoffAll(ctx, []HandoffItem{{Subnet: s, IP: ip, URLs: urls}})
+}
+
+// HandoffItem is one subnet's URLs for HandoffAll.
+type HandoffItem struct {
+	Subnet hierarchy.NodeID
+	IP     netip.Addr // any address in the subnet (to delegate it if nobody owns it)
+	URLs   []string
+}
+
+// HandoffAll is Handoff for several subnets at once — a page's foreign
+// links — in one durable commit (one fsync instead of one per subnet). All
+// items are checked first; on error none is queued.
+func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if int(s) >= p.tree.Len() {
-		return fmt.Errorf("overlay: handoff: subnet %d not in the hierarchy (%d nodes)", s, p.tree.Len())
+	type chunked struct {
+		HandoffItem
+		chunks [][]string
 	}
-	for i, u := range urls {
-		if len(u) == 0 || len(u) > maxURLLen {
-			return fmt.Errorf("overlay: handoff: url %d (%.80q) has %d bytes (1..%d allowed)", i, u, len(u), maxURLLen)
+	var todo []chunked
+	nchunks := 0
+	for _, it := range items {
+		if len(it.URLs) == 0 {
+			continue
 		}
+		if int(it.Subnet) >= p.tree.Len() {
+			return fmt.Errorf("overlay: handoff: subnet %d not in the hierarchy (%d nodes)", it.Subnet, p.tree.Len())
+		}
+		for i, u := range it.URLs {
+			if len(u) == 0 || len(u) > maxURLLen {
+				return fmt.Errorf("overlay: handoff: subnet %d url %d (%.80q) has %d bytes (1..%d allowed)", it.Subnet, i, u, len(u), maxURLLen)
+			}
+		}
+		c := chunked{HandoffItem: it}
+		for rest := it.URLs; len(rest) > 0; {
+			n := min(len(rest), maxHandoffURLs)
+			c.chunks = append(c.chunks, slices.Clone(rest[:n]))
+			rest = rest[n:]
+		}
+		nchunks += len(c.chunks)
+		todo = append(todo, c)
+	}
+	if len(todo) == 0 {
+		return nil
 	}
 	q := p.handoff
-	var chunks [][]string
-	for rest := urls; len(rest) > 0; {
-		n := min(len(rest), maxHandoffURLs)
-		chunks = append(chunks, slices.Clone(rest[:n]))
-		rest = rest[n:]
-	}
 	q.closeMu.RLock()
 	if q.closed {
 		q.closeMu.RUnlock()
 		return errors.New("overlay: handoff: peer closed")
 	}
-	first := q.seq.Add(uint64(len(chunks))) - uint64(len(chunks))
-	ents, err := q.spool.put(s, ip, first, chunks)
+	seq := q.seq.Add(uint64(nchunks)) - uint64(nchunks)
+	puts := make([]spoolPut, len(todo))
+	for i, c := range todo {
+		puts[i] = spoolPut{s: c.Subnet, ip: c.IP, first: seq, chunks: c.chunks}
+		seq += uint64(len(c.chunks))
+	}
+	ents, err := q.spool.put(puts)
 	q.closeMu.RUnlock()
 	if err != nil {
 		return err
 	}
+	full := false
 	q.mu.Lock()
-	e, ok := q.pend[s]
-	if !ok {
-		e = &pending{}
-		q.pend[s] = e
+	for i, c := range todo {
+		e, ok := q.pend[c.Subnet]
+		if !ok {
+			e = &pending{}
+			q.pend[c.Subnet] = e
+		}
+		if c.IP.IsValid() {
+			e.ip = c.IP
+		}
+		e.ents = append(e.ents, ents[i]...)
+		e.n += len(c.URLs)
+		full = full || e.n >= p.cfg.HandoffBatch
 	}
-	if ip.IsValid() {
-		e.ip = ip
-	}
-	e.ents = append(e.ents, ents...)
-	e.n += len(urls)
-	full := e.n >= p.cfg.HandoffBatch
 	q.mu.Unlock()
 	if full {
 		select {

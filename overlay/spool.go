@@ -69,25 +69,35 @@ func openSpool(dir string, inMemory, syncWrites bool, log *slog.Logger) (*spool,
 	return &spool{db: db}, nil
 }
 
-// put stores chunks for subnet s (reached at ip) durably and returns their
-// entries. It returns only after Badger committed them (fsynced when the
-// spool syncs writes).
-// Chunk i gets sequence number first+i.
-func (sp *spool) put(s hierarchy.NodeID, ip netip.Addr, first uint64, chunks [][]string) ([]spoolEntry, error) {
+// spoolPut is one subnet's chunks for put; chunk i gets sequence number first+i.
+type spoolPut struct {
+	s      hierarchy.NodeID
+	ip     netip.Addr
+	first  uint64
+	chunks [][]string
+}
+
+// put stores every chunk of puts durably in one commit and returns their
+// entries, per put. It returns only after Badger committed them (fsynced
+// when the spool syncs writes).
+func (sp *spool) put(puts []spoolPut) ([][]spoolEntry, error) {
 	wb := sp.db.NewWriteBatch()
 	defer wb.Cancel()
-	ents := make([]spoolEntry, len(chunks))
-	for i, urls := range chunks {
-		k := spoolKey(s, first+uint64(i))
-		if err := wb.Set(k, encodeSpoolValue(ip, urls)); err != nil {
-			return nil, fmt.Errorf("overlay: hand-off spool: %w", err)
+	out := make([][]spoolEntry, len(puts))
+	for i, p := range puts {
+		out[i] = make([]spoolEntry, len(p.chunks))
+		for j, urls := range p.chunks {
+			k := spoolKey(p.s, p.first+uint64(j))
+			if err := wb.Set(k, encodeSpoolValue(p.ip, urls)); err != nil {
+				return nil, fmt.Errorf("overlay: hand-off spool: %w", err)
+			}
+			out[i][j] = spoolEntry{key: k, urls: urls}
 		}
-		ents[i] = spoolEntry{key: k, urls: urls}
 	}
 	if err := wb.Flush(); err != nil {
 		return nil, fmt.Errorf("overlay: hand-off spool: %w", err)
 	}
-	return ents, nil
+	return out, nil
 }
 
 // remove deletes acknowledged entries.

@@ -28,7 +28,8 @@ var handoffTargets = []netip.Addr{
 
 // TestHandoffSpoolChild is the process TestHandoffSurvivesKill kills: an
 // isolated peer (no bootstrap, so no owner is reachable and nothing is
-// delivered) that hands off URLs from four goroutines as fast as it can and
+// delivered) that hands off URLs from four goroutines (two by Handoff, two
+// by HandoffAll across subnets) as fast as it can and
 // prints each URL once Handoff returned nil — the crawl engine's view of
 // "durably accepted" — until it is SIGKILLed.
 func TestHandoffSpoolChild(t *testing.T) {
@@ -60,7 +61,20 @@ func TestHandoffSpoolChild(t *testing.T) {
 				for j := range urls {
 					urls[j] = fmt.Sprintf("http://%v/g%d/%d/%d", ip, g, i, j)
 				}
-				if err := p.Handoff(context.Background(), s, ip, urls...); err != nil {
+				var err error
+				if g < 2 {
+					err = p.Handoff(context.Background(), s, ip, urls...)
+				} else {
+					// A page's links across subnets in one commit.
+					var items []HandoffItem
+					for j, u := range urls {
+						ip := handoffTargets[(g+i+j)%len(handoffTargets)]
+						urls[j] = strings.Replace(u, handoffTargets[(g+i)%len(handoffTargets)].String(), ip.String(), 1)
+						items = append(items, HandoffItem{Subnet: tree.SmallestNonUnary(ip), IP: ip, URLs: []string{urls[j]}})
+					}
+					err = p.HandoffAll(context.Background(), items)
+				}
+				if err != nil {
 					mu.Lock()
 					fmt.Fprintln(out, "ERR", err)
 					out.Flush()

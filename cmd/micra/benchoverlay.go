@@ -533,6 +533,9 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	}
 	for i, p := range peers {
 		for pg := range o.pagesPerPeer {
+			// A page's foreign links, handed off in one durable commit as
+			// the crawler's router does.
+			var items []overlay.HandoffItem
 			for l := range o.linksPerPage {
 				h := w.Hosts[hrng.IntN(len(w.Hosts))]
 				s := w.Tree.SmallestNonUnary(h.Addr)
@@ -542,9 +545,10 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 				if r, ok := p.Directory().Cached(s); ok && r.Owner == p.CrawlerID() {
 					continue // own frontier
 				}
-				if err := p.Handoff(ctx, s, h.Addr, fmt.Sprintf("http://%v/p%d/%d/%d", h.Addr, i, pg, l)); err != nil {
-					return err
-				}
+				items = append(items, overlay.HandoffItem{Subnet: s, IP: h.Addr, URLs: []string{fmt.Sprintf("http://%v/p%d/%d/%d", h.Addr, i, pg, l)}})
+			}
+			if err := p.HandoffAll(ctx, items); err != nil {
+				return err
 			}
 		}
 	}
