@@ -5,10 +5,12 @@
 // records), the gossipsub topics micra/calibration/1 and micra/membership/1
 // (with the heartbeat failure detector), and the request/response protocols
 // /micra/probe/1, /micra/endorse/1, /micra/handoff/1, /micra/snapshot/1 and
-// /micra/recover/1.
+// /micra/recover/1, and the durable spool (Badger) that holds handed-off
+// URLs until their owner acknowledges them.
 //
 // It implements the delegation engine's Directory (DHT + gossip-invalidated
-// cache), Prober (probe RPCs) and Membership (failure detector) so that the
+// cache), Prober (probe RPCs), Membership (failure detector, with the
+// crawlers' stated positions) and LoadBook (fed by heartbeat loads) so that the
 // pure delegation logic in package delegation runs unchanged across peers
 // with no coordinator.
 package overlay

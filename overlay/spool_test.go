@@ -263,3 +263,43 @@ func TestHandoffRefusesBadInput(t *testing.T) {
 		t.Fatal("peer without a hand-off spool accepted")
 	}
 }
+
+// BenchmarkHandoff is the cost of making hand-offs durable: one URL per
+// call, and a page's ten links across subnets per HandoffAll, in memory and
+// on disk with and without fsync. The peer is alone, so the spool only grows.
+func BenchmarkHandoff(b *testing.B) {
+	tree := testTree(b)
+	for _, mode := range []string{"memory", "disk", "disk-fsync"} {
+		cfg := TestnetConfig()
+		if mode != "memory" {
+			cfg.HandoffInMemory, cfg.HandoffDir, cfg.HandoffSyncWrites = false, b.TempDir(), mode == "disk-fsync"
+		}
+		cfg.HandoffInterval = time.Hour
+		p, err := Open(context.Background(), tree, cfg, Services{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ip := handoffTargets[0]
+		s := tree.SmallestNonUnary(ip)
+		b.Run(mode+"/url", func(b *testing.B) {
+			for i := range b.N {
+				if err := p.Handoff(context.Background(), s, ip, fmt.Sprintf("http://%v/u/%d", ip, i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(mode+"/page-of-10", func(b *testing.B) {
+			items := make([]HandoffItem, 10)
+			for i := range b.N {
+				for j := range items {
+					ip := handoffTargets[j%len(handoffTargets)]
+					items[j] = HandoffItem{Subnet: tree.SmallestNonUnary(ip), IP: ip, URLs: []string{fmt.Sprintf("http://%v/p/%d/%d", ip, i, j)}}
+				}
+				if err := p.HandoffAll(context.Background(), items); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		p.Close()
+	}
+}
