@@ -25,6 +25,76 @@ type learner interface {
 	learn(e *engine, s hierarchy.NodeID, rec Record)
 }
 
+// Learner is implemented by the policies that learn from delegation records
+// (NewMicra). Records are public (the overlay's DHT values and their gossip
+// announcements), so every peer can learn from every decision, not only its
+// own: Learn folds a record decided elsewhere into the policy's statistics
+// exactly as if this policy had made that decision.
+//
+// Learn is idempotent: a record already learned (same subnet, epoch and
+// decider — including the policy's own decisions and placements) changes
+// nothing. A record of another hierarchy snapshot, or for a subnet outside
+// the tree, is ignored (its node ids mean other subnets). Like every policy
+// call it must be serialised with Delegate, Join and Redelegate.
+type Learner interface {
+	Learn(rec Record) bool // reports whether rec was new and learned
+}
+
+// learnedPerSubnet bounds the dedup memory of one subnet: the newest epochs
+// learned. Older records arriving late are learned again only if more than
+// this many newer decisions of the same subnet were seen in between, which a
+// subnet re-delegated that often does not mind.
+const learnedPerSubnet = 4
+
+type learnedKey struct {
+	epoch   uint64
+	decider CrawlerID
+}
+
+// learningEngine is an engine whose chooser learns: it exports Learn.
+type learningEngine struct{ *engine }
+
+// Learn implements Learner.
+func (le learningEngine) Learn(rec Record) bool {
+	e := le.engine
+	if rec.Snapshot != e.d.Tree.ID() || rec.Subnet == hierarchy.None || rec.Subnet == hierarchy.Root || int(rec.Subnet) >= e.d.Tree.Len() {
+		return false
+	}
+	if l, ok := e.ch.(interface{ prepare(e *engine) }); ok {
+		l.prepare(e)
+	}
+	return e.learnOnce(rec.Subnet, rec)
+}
+
+// learnOnce feeds rec to the chooser unless it was learned before.
+func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
+	l, ok := e.ch.(learner)
+	if !ok {
+		return false
+	}
+	if e.learned == nil {
+		e.learned = make(map[hierarchy.NodeID][]learnedKey)
+	}
+	k := learnedKey{rec.Epoch, rec.DecidedBy}
+	seen := e.learned[s]
+	if slices.Contains(seen, k) {
+		return false
+	}
+	if len(seen) >= learnedPerSubnet {
+		// forget the lowest epoch
+		lo := 0
+		for i := range seen {
+			if seen[i].epoch < seen[lo].epoch {
+				lo = i
+			}
+		}
+		seen = slices.Delete(seen, lo, lo+1)
+	}
+	e.learned[s] = append(seen, k)
+	l.learn(e, s, rec)
+	return true
+}
+
 // engine is the state machine shared by every policy: directory lookups,
 // liveness, publishing with epochs, load balancing, hash fallback.
 type engine struct {
@@ -46,6 +116,10 @@ type engine struct {
 	ids      []CrawlerID
 	idsVer   uint64
 	idsValid bool
+
+	// learned: per subnet, the records already folded into the chooser
+	// (Learner's idempotence)
+	learned map[hierarchy.NodeID][]learnedKey
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {
@@ -225,9 +299,7 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
 	e.loads.AddPages(s, pub.Owner, 1)
-	if l, ok := e.ch.(learner); ok {
-		l.learn(e, s, pub)
-	}
+	e.learnOnce(s, pub)
 	return d, nil
 }
 
@@ -272,9 +344,7 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 	d.Record, d.Owner = pub, pub.Owner
 	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "crawler placement"})
 	e.loads.Move(s, pub.Owner)
-	if l, ok := e.ch.(learner); ok {
-		l.learn(e, s, pub)
-	}
+	e.learnOnce(s, pub)
 	return d, nil
 }
 

@@ -162,7 +162,7 @@ func NewMicra(d Deps, c Config) Policy {
 		ctx:     make(map[ctxKey]*ctxInfo),
 	}
 	m.pairs = newPairModel(m.crawler, m.cfg.PairSamples, m.cfg.PairBandwidth, m.cfg.PairPrior)
-	return newEngine("micra", d, c, m)
+	return learningEngine{newEngine("micra", d, c, m)}
 }
 
 type ctxKey uint64
@@ -567,6 +567,10 @@ func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, str
 	}
 	return m.ctxKs, m.ctxCC
 }
+
+// prepare brings the crawler positions up to date before learning a record
+// decided elsewhere (a decision of its own has done it in rank).
+func (m *micraChooser) prepare(e *engine) { m.locate(e) }
 
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	ks, cc := m.subnetContexts(e.d.Tree, s)
