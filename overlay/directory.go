@@ -162,6 +162,8 @@ func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Recor
 
 // merge applies Select against the cached record for rec.Subnet.
 func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record, bool) {
+	// every verified record is evidence, whether or not it prevails
+	d.p.queueLearn(rec)
 	s := rec.Subnet
 	d.mu.Lock()
 	old, had := d.recs[s]

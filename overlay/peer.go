@@ -67,7 +67,11 @@ type Peer struct {
 
 	polMu  sync.Mutex
 	policy delegation.Policy
-	loads  atomic.Pointer[LoadBook] // of the latest Deps
+	// learnQ: verified delegation records waiting for the policy to learn
+	// from them (learn.go)
+	learnMu sync.Mutex
+	learnQ  []delegation.Record
+	loads   atomic.Pointer[LoadBook] // of the latest Deps
 	// loadSet: the crawler reported its load (SetLoad).
 	loadSet atomic.Bool
 
@@ -289,9 +293,16 @@ func (realClock) Now() time.Time { return time.Now() }
 // UsePolicy installs the delegation policy, built over p.Deps() with
 // Config.Self = p.CrawlerID() (only this peer can sign its decisions);
 // NewPolicy does both.
+//
+// A policy that learns (delegation.Learner) is first fed every record the
+// peer's cache holds, then every verified record that reaches it.
 func (p *Peer) UsePolicy(pol delegation.Policy) {
 	p.polMu.Lock()
 	p.policy = pol
+	p.learnMu.Lock()
+	p.learnQ = append(p.dir.Records(), p.learnQ...)
+	p.learnMu.Unlock()
+	p.drainLearnLocked()
 	p.polMu.Unlock()
 }
 
@@ -314,10 +325,12 @@ func (p *Peer) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision
 	if p.policy == nil {
 		return delegation.Decision{}, errNoPolicy
 	}
+	p.drainLearnLocked()
 	d, err := p.policy.Delegate(ctx, ip)
 	if err == nil && !d.Cached {
 		p.metrics.delegations.Inc()
 	}
+	p.drainLearnLocked() // what the decision read from the DHT
 	return d, err
 }
 
@@ -328,6 +341,7 @@ func (p *Peer) Join(ctx context.Context) (delegation.Decision, error) {
 	if p.policy == nil {
 		return delegation.Decision{}, errNoPolicy
 	}
+	p.drainLearnLocked()
 	return p.policy.Join(ctx, p.selfCrawler())
 }
 
@@ -342,7 +356,10 @@ func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, ob
 	if p.policy == nil {
 		return delegation.Decision{}, errNoPolicy
 	}
-	return p.policy.Redelegate(ctx, ip)
+	p.drainLearnLocked()
+	d, err := p.policy.Redelegate(ctx, ip)
+	p.drainLearnLocked()
+	return d, err
 }
 
 // announce publishes a calibration event (filling version, snapshot, time).
@@ -421,6 +438,7 @@ func (p *Peer) runCalibration(ctx context.Context) {
 		switch cd.ev.Kind {
 		case pb.CalibrationKind_DELEGATED:
 			p.dir.merge(*cd.rec, cd.ev.Value)
+			p.tryDrainLearn()
 		case pb.CalibrationKind_SLOW_PAGE, pb.CalibrationKind_RELEASED:
 			if msg.GetFrom() != p.h.ID() {
 				p.dir.Invalidate(s)
