@@ -137,8 +137,10 @@ func (c *fixedClock) Now() time.Time { return c.t }
 // prober) over w with replicas seeds and returns the spread of % optimal
 // (evaluation hosts) and probes per URL. distributed mirrors the overlay's
 // structure without the network: one engine per crawler (host i decided by
-// engine i mod N), one jitter stream per crawler.
-func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold time.Duration, train, replicas int, seed uint64, distributed bool) (spread, error) {
+// engine i mod N), one jitter stream per crawler; shared makes every engine
+// learn every published record (delegation.Learner), as overlay peers do
+// from gossip and DHT reads.
+func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold time.Duration, train, replicas int, seed uint64, distributed, shared bool) (spread, error) {
 	hosts := make(map[netip.Addr]int, len(w.Hosts))
 	for i, h := range w.Hosts {
 		hosts[h.Addr] = i
@@ -170,10 +172,23 @@ func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold
 			pols = append(pols, spec.New(delegation.Deps{Tree: w.Tree, Dir: dir, Prober: pr, Members: members, Clock: clock,
 				Rand: rand.New(rand.NewPCG(seed, 0x504f4c+uint64(r)*1000+uint64(k)))}, ec))
 		}
+		// tell every other engine of a record (gossip, in the simulator)
+		tell := func(from int, d delegation.Decision) {
+			if !shared || d.Cached || d.Record.Owner == "" {
+				return
+			}
+			for j, p := range pols {
+				if l, ok := p.(delegation.Learner); ok && j != from {
+					l.Learn(d.Record)
+				}
+			}
+		}
 		for k, c := range w.Crawlers {
-			if _, err := pols[k%engines].Join(ctx, c); err != nil {
+			d, err := pols[k%engines].Join(ctx, c)
+			if err != nil {
 				return spread{}, err
 			}
+			tell(k%engines, d)
 		}
 		hit := 0
 		for i, h := range w.Hosts {
@@ -182,6 +197,7 @@ func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold
 			if err != nil {
 				return spread{}, err
 			}
+			tell(i%engines, d)
 			if i >= train && int32(idx[d.Owner]) == w.Optimal[i] {
 				hit++
 			}
@@ -227,8 +243,13 @@ type policyRow struct {
 	SimulatorSpread spread `json:"simulator_spread"`
 	// DistributedSpread is the same loop with one engine per crawler (host
 	// i decided by engine i mod N) and one jitter stream per crawler: the
-	// overlay's structure without the network.
+	// overlay's structure without the network — each engine learning only
+	// from its own decisions (the overlay before peers shared records).
 	DistributedSpread spread `json:"distributed_spread"`
+	// SharedSpread is the same per-crawler loop where every engine also
+	// learns every other engine's records, as overlay peers do: the band
+	// the overlay's figures should fall in.
+	SharedSpread spread `json:"shared_spread"`
 }
 
 type benchOverlayReport struct {
@@ -369,10 +390,13 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 					ProbesPerURL: r.ProbesPerURL, ProbesPerURLEval: r.ProbesPerURLEval}
 			}
 		}
-		if row.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false); err != nil {
+		if row.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false, false); err != nil {
 			return err
 		}
-		if row.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true); err != nil {
+		if row.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true, false); err != nil {
+			return err
+		}
+		if row.SharedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true, true); err != nil {
 			return err
 		}
 		rep.Policies = append(rep.Policies, row)
@@ -694,6 +718,9 @@ func writeBenchOverlay(out io.Writer, r *benchOverlayReport) error {
 		dp := pr.DistributedSpread
 		fmt.Fprintf(tw, "  same loop, one engine per crawler\t\t%d runs %.1f ± %.1f (%.1f–%.1f); probes/URL %.2f ± %.2f\t\n",
 			dp.Replicas, dp.OptimalPctMean, dp.OptimalPctSD, dp.OptimalPctMin, dp.OptimalPctMax, dp.ProbesPerURLMean, dp.ProbesPerURLSD)
+		hp := pr.SharedSpread
+		fmt.Fprintf(tw, "  one engine per crawler, records shared\t\t%d runs %.1f ± %.1f (%.1f–%.1f); probes/URL %.2f ± %.2f\t\n",
+			hp.Replicas, hp.OptimalPctMean, hp.OptimalPctSD, hp.OptimalPctMin, hp.OptimalPctMax, hp.ProbesPerURLMean, hp.ProbesPerURLSD)
 		fmt.Fprintf(tw, "optimal %% (all hosts)\t%.1f %%\tsimulator %.1f %%\t\n", pr.Overlay.OptimalPctAll, pr.Simulator.OptimalPctAll)
 		fmt.Fprintf(tw, "probes per URL\t%.2f\tsimulator %.2f; reseeded %.2f ± %.2f (%.2f–%.2f)\t\n",
 			pr.Overlay.ProbesPerURL, pr.Simulator.ProbesPerURL, sp.ProbesPerURLMean, sp.ProbesPerURLSD, sp.ProbesPerURLMin, sp.ProbesPerURLMax)
