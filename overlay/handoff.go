@@ -131,7 +131,11 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 		}
 		c := chunked{HandoffItem: it}
 		for rest := it.URLs; len(rest) > 0; {
-			n := min(len(rest), maxHandoffURLs)
+			n, size := 0, 0
+			for n < len(rest) && n < maxHandoffURLs && (n == 0 || size+len(rest[n]) <= maxSpoolChunkBytes) {
+				size += len(rest[n])
+				n++
+			}
 			c.chunks = append(c.chunks, slices.Clone(rest[:n]))
 			rest = rest[n:]
 		}

@@ -46,7 +46,11 @@ func spoolKey(s hierarchy.NodeID, seq uint64) []byte {
 // (tests and benches only: a crash loses it).
 func openSpool(dir string, inMemory, syncWrites bool, log *slog.Logger) (*spool, error) {
 	var opts badger.Options
+	valueThreshold := int64(1 << 10) // on disk, larger chunks go to the value log
 	if inMemory {
+		valueThreshold = maxSpoolChunkBytes + 4<<10 // a chunk's URLs plus its framing
+		// No value log in memory: every value must fit under the threshold,
+		// which HandoffAll guarantees by chunking at maxSpoolChunkBytes.
 		opts = badger.DefaultOptions("").WithInMemory(true)
 	} else {
 		opts = badger.DefaultOptions(dir).WithSyncWrites(syncWrites)
@@ -57,7 +61,7 @@ func openSpool(dir string, inMemory, syncWrites bool, log *slog.Logger) (*spool,
 		WithNumMemtables(2).
 		WithValueLogFileSize(16 << 20).
 		WithBaseTableSize(2 << 20).
-		WithValueThreshold(1 << 10).
+		WithValueThreshold(valueThreshold).
 		WithBlockCacheSize(1 << 20).
 		WithIndexCacheSize(1 << 20).
 		WithNumCompactors(2).
@@ -68,6 +72,11 @@ func openSpool(dir string, inMemory, syncWrites bool, log *slog.Logger) (*spool,
 	}
 	return &spool{db: db}, nil
 }
+
+// maxSpoolChunkBytes bounds the URL bytes of one spool entry (one chunk):
+// small enough for Badger's in-memory mode, which has no value log and
+// refuses values above its value threshold (at most 1 MiB).
+const maxSpoolChunkBytes = 256 << 10
 
 // spoolPut is one subnet's chunks for put; chunk i gets sequence number first+i.
 type spoolPut struct {

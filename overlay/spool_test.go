@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -301,5 +302,34 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 		})
 		p.Close()
+	}
+}
+
+// The in-memory spool (tests, benches) has no value log, so Badger refuses
+// values above its value threshold: a page's hand-off of many long URLs to
+// one subnet must still fit.
+func TestInMemorySpoolTakesLargeChunks(t *testing.T) {
+	sp, err := openSpool("", true, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	// The largest chunk HandoffAll makes: maxSpoolChunkBytes of long URLs.
+	var urls []string
+	for size, i := 0, 0; ; i++ {
+		u := fmt.Sprintf("http://host-%d.example/%s", i, strings.Repeat("p", 200))
+		if size+len(u) > maxSpoolChunkBytes {
+			break
+		}
+		urls = append(urls, u)
+		size += len(u)
+	}
+	ip := netip.MustParseAddr("192.0.2.1")
+	ents, err := sp.put([]spoolPut{{s: 7, ip: ip, first: 1, chunks: [][]string{urls}}})
+	if err != nil {
+		t.Fatalf("in-memory spool refused a chunk of %d URLs: %v", len(urls), err)
+	}
+	if len(ents) != 1 || len(ents[0]) != 1 {
+		t.Fatalf("put returned %v entries", ents)
 	}
 }
