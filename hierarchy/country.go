@@ -1,7 +1,6 @@
 package hierarchy
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -21,57 +20,10 @@ import (
 // data bug of the package (a geofeed range inside a WHOIS one): Build resolves
 // them, the loader keeps them.
 func LoadCountryCSV(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
-	rep := LoadReport{File: opt.name()}
-	lc := &lineCounter{r: r}
-	cr := csv.NewReader(lc)
-	cr.FieldsPerRecord = -1
-	cr.ReuseRecord = true
-	var out []Range
-	first := true
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line := 0
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.Line
-			}
-			if e := opt.bad(&rep, line, "%v", unwrapCSV(err)); e != nil {
-				return nil, rep, e
-			}
-			continue
-		}
-		line, _ = cr.FieldPos(0)
-		isFirst := first
-		first = false
-		if len(rec) != 3 {
-			if e := opt.bad(&rep, line, "%d fields, want 3 (start,end,country)", len(rec)); e != nil {
-				return nil, rep, e
-			}
-			continue
-		}
+	return loadRangeRows(r, opt, 3, "start,end,country", func(rec []string) (Range, string, bool) {
 		rg, reason := countryRecord(rec)
-		switch {
-		case reason == "" && rg.Country == "":
-			rep.Ignored++ // ZZ: the source does not know
-			continue
-		case reason != "" && isFirst && !strings.ContainsAny(rec[0], ".:"):
-			rep.Ignored++ // header line
-			continue
-		case reason != "":
-			if e := opt.bad(&rep, line, "%s", reason); e != nil {
-				return nil, rep, e
-			}
-			continue
-		}
-		out = append(out, rg)
-		rep.Records++
-	}
-	rep.Lines = lc.total()
-	return out, rep, nil
+		return rg, reason, reason == "" && rg.Country == "" // ZZ: the source does not know
+	})
 }
 
 func countryRecord(rec []string) (Range, string) {

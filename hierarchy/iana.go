@@ -20,30 +20,10 @@ import (
 // no single holder and get none).
 func LoadIANA(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	rep := LoadReport{File: opt.name()}
-	lc := &lineCounter{r: r}
-	cr := csv.NewReader(lc)
-	cr.FieldsPerRecord = -1
-	cr.ReuseRecord = true
 	var out []Range
 	header := true
 	var col struct{ prefix, desig, whois, status int }
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line := 0
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.Line
-			}
-			if e := opt.bad(&rep, line, "%v", unwrapCSV(err)); e != nil {
-				return nil, rep, e
-			}
-			continue
-		}
-		line, _ = cr.FieldPos(0)
+	err := eachCSVRecord(r, &opt, &rep, func(rec []string, line int) error {
 		if header {
 			header = false
 			col.prefix, col.desig, col.whois, col.status = -1, -1, -1, -1
@@ -61,28 +41,93 @@ func LoadIANA(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 				}
 			}
 			if col.prefix < 0 || col.desig < 0 || col.status < 0 {
-				return nil, rep, &LineError{File: opt.name(), Line: line, Reason: "header lacks Prefix, Designation or Status column"}
+				return &LineError{File: opt.name(), Line: line, Reason: "header lacks Prefix, Designation or Status column"}
 			}
 			rep.Ignored++
-			continue
+			return nil
 		}
 		if len(rec) <= max(col.prefix, col.desig, col.status) {
-			if e := opt.bad(&rep, line, "%d fields, want at least %d", len(rec), max(col.prefix, col.desig, col.status)+1); e != nil {
-				return nil, rep, e
-			}
-			continue
+			return opt.bad(&rep, line, "%d fields, want at least %d", len(rec), max(col.prefix, col.desig, col.status)+1)
 		}
 		r, reason := ianaRecord(rec, col.prefix, col.desig, col.whois, col.status)
 		if reason != "" {
-			if e := opt.bad(&rep, line, "%s", reason); e != nil {
-				return nil, rep, e
-			}
-			continue
+			return opt.bad(&rep, line, "%s", reason)
 		}
 		out = append(out, r)
 		rep.Records++
+		return nil
+	})
+	if err != nil {
+		return nil, rep, err
+	}
+	return out, rep, nil
+}
+
+// eachCSVRecord reads r as CSV (quoted fields may span lines, rows may have
+// any number of fields) and calls fn with every record and the line it
+// starts on. Malformed CSV is reported through opt.bad (fatal unless
+// lenient); an error from fn stops the read. rep.Lines counts the lines read.
+func eachCSVRecord(r io.Reader, opt *LoadOptions, rep *LoadReport, fn func(rec []string, line int) error) error {
+	lc := &lineCounter{r: r}
+	cr := csv.NewReader(lc)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			line := 0
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				line = pe.Line
+			}
+			if e := opt.bad(rep, line, "%v", unwrapCSV(err)); e != nil {
+				return e
+			}
+			continue
+		}
+		line, _ := cr.FieldPos(0)
+		if err := fn(rec, line); err != nil {
+			return err
+		}
 	}
 	rep.Lines = lc.total()
+	return nil
+}
+
+// loadRangeRows reads a flat CSV of address ranges with want fields per row
+// (columns names them for errors). parse turns a row into a range, or gives
+// the reason it is bad, or skip for a row the source marks as unknown. A
+// first row that is not an address is a header and is ignored.
+func loadRangeRows(r io.Reader, opt LoadOptions, want int, columns string, parse func(rec []string) (rg Range, reason string, skip bool)) ([]Range, LoadReport, error) {
+	rep := LoadReport{File: opt.name()}
+	var out []Range
+	first := true
+	err := eachCSVRecord(r, &opt, &rep, func(rec []string, line int) error {
+		isFirst := first
+		first = false
+		if len(rec) != want {
+			return opt.bad(&rep, line, "%d fields, want %d (%s)", len(rec), want, columns)
+		}
+		rg, reason, skip := parse(rec)
+		switch {
+		case skip:
+			rep.Ignored++
+		case reason != "" && isFirst && !strings.ContainsAny(rec[0], ".:"):
+			rep.Ignored++ // header line
+		case reason != "":
+			return opt.bad(&rep, line, "%s", reason)
+		default:
+			out = append(out, rg)
+			rep.Records++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, rep, err
+	}
 	return out, rep, nil
 }
 
