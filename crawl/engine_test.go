@@ -461,13 +461,7 @@ func TestRestingHostsAreParked(t *testing.T) {
 // A 429 with Retry-After parks the host; the refused URL is fetched after the
 // back-off, nothing is lost or fetched twice.
 func TestTooManyRequestsParksHost(t *testing.T) {
-	var mu sync.Mutex
-	hits := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits[r.URL.Path]++
-		n := hits[r.URL.Path]
-		mu.Unlock()
+	srv, serverHits := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		switch {
 		case r.URL.Path == "/robots.txt":
 			http.NotFound(w, r)
@@ -478,8 +472,7 @@ func TestTooManyRequestsParksHost(t *testing.T) {
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprintf(w, `<title>page %s</title><a href="/a">a</a> <a href="/b">b</a> <a href="/c">c</a>`, r.URL.Path)
 		}
-	}))
-	defer srv.Close()
+	})
 	fc := fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet}
 	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
 		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
@@ -493,9 +486,7 @@ func TestTooManyRequestsParksHost(t *testing.T) {
 	if err := eng.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st := eng.Stats()
-	mu.Lock()
-	defer mu.Unlock()
+	st, hits := eng.Stats(), serverHits()
 	if st.Fetched != 4 || hits["/b"] != 2 || hits["/a"] != 1 || hits["/c"] != 1 {
 		t.Fatalf("fetched %d, server hits %v", st.Fetched, hits)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +16,7 @@ import (
 // as siblings on one page are — is not fetched a second time (on the real
 // web: http→https, missing trailing slashes, moved pages).
 func TestRedirectTargetNotFetchedTwice(t *testing.T) {
-	var mu sync.Mutex
-	hits := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits[r.URL.Path]++
-		mu.Unlock()
+	srv, serverHits := countingServer(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		switch r.URL.Path {
 		case "/robots.txt":
 			http.NotFound(w, r)
@@ -33,8 +26,7 @@ func TestRedirectTargetNotFetchedTwice(t *testing.T) {
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprintf(w, `<title>page %s</title><a href="/old">old</a> <a href="/new">new</a> <a href="/later">later</a>`, r.URL.Path)
 		}
-	}))
-	defer srv.Close()
+	})
 	out := t.TempDir()
 	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Concurrency: 1,
 		Fetch:    fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
@@ -48,9 +40,7 @@ func TestRedirectTargetNotFetchedTwice(t *testing.T) {
 	if err := eng.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if hits["/new"] != 1 || hits["/old"] != 1 || hits["/later"] != 1 {
+	if hits := serverHits(); hits["/new"] != 1 || hits["/old"] != 1 || hits["/later"] != 1 {
 		t.Fatalf("server hits %v; want /new fetched once (through /old)", hits)
 	}
 	recs := readCarriers(t, out)

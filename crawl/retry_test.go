@@ -19,13 +19,7 @@ import (
 // flakyServer fails /a with 500 for the first failA requests (-1: always);
 // "/" links to /a and /b.
 func flakyServer(t *testing.T, failA int) (*httptest.Server, func() map[string]int) {
-	var mu sync.Mutex
-	hits := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits[r.URL.Path]++
-		n := hits[r.URL.Path]
-		mu.Unlock()
+	return countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		switch {
 		case r.URL.Path == "/robots.txt":
 			http.NotFound(w, r)
@@ -35,17 +29,7 @@ func flakyServer(t *testing.T, failA int) (*httptest.Server, func() map[string]i
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprintf(w, `<title>page %s</title><a href="/a">a</a> <a href="/b">b</a>`, r.URL.Path)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv, func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[string]int{}
-		for k, v := range hits {
-			out[k] = v
-		}
-		return out
-	}
+	})
 }
 
 func runOnePass(t *testing.T, seed string) *Engine {

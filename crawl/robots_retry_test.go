@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,13 +15,7 @@ import (
 // robotsServer answers robots.txt with 500 for the first failures requests
 // (failures < 0: always), then 404 (allow all); pages link to /a and /b.
 func robotsServer(t *testing.T, failures int) (*httptest.Server, func() map[string]int) {
-	var mu sync.Mutex
-	hits := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits[r.URL.Path]++
-		n := hits[r.URL.Path]
-		mu.Unlock()
+	return countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if r.URL.Path == "/robots.txt" {
 			if failures < 0 || n <= failures {
 				http.Error(w, "overloaded", http.StatusInternalServerError)
@@ -33,17 +26,7 @@ func robotsServer(t *testing.T, failures int) (*httptest.Server, func() map[stri
 		}
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<title>page %s</title><a href="/a">a</a> <a href="/b">b</a>`, r.URL.Path)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[string]int{}
-		for k, v := range hits {
-			out[k] = v
-		}
-		return out
-	}
+	})
 }
 
 // RFC 9309 §2.3.1.4: an unreachable robots.txt disallows the host *for a
