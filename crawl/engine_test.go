@@ -244,17 +244,8 @@ func TestRouterHandsOffForeignURLs(t *testing.T) {
 	web := startWeb(t, synthweb.Config{Hosts: 6, HostsPerIP: 2, PagesPerHost: 10})
 	hosts := web.Hosts()
 	r := &splitRouter{own: map[string]bool{hosts[0]: true, hosts[1]: true, hosts[2]: true}}
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: web.Seeds()[:3], Fetch: synthFetchConfig(web), Router: r,
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: web.Seeds()[:3], Fetch: synthFetchConfig(web), Router: r,
 		Concurrency: 4, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if len(r.handed) == 0 {
 		t.Fatal("nothing handed off")
 	}
@@ -276,7 +267,7 @@ func TestRouterHandsOffForeignURLs(t *testing.T) {
 	}
 	// Ownership changes: a URL handed off earlier comes back and is admitted
 	// (the hand-off mark is not the seen-set).
-	if n, bad := eng.AddSeeds(ctx, r.handed[:1]); n != 1 || len(bad) > 0 {
+	if n, bad := eng.AddSeeds(context.Background(), r.handed[:1]); n != 1 || len(bad) > 0 {
 		t.Errorf("handed-off URL handed back: %d queued, %v", n, bad)
 	}
 }
@@ -512,19 +503,10 @@ func TestFileAndHTTPTogether(t *testing.T) {
 	}))
 	defer srv.Close()
 	out := t.TempDir()
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/app/"},
+	runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/app/"},
 		FileRoots: []fsys.Root{{Dir: root, Prefix: srv.URL + "/static/"}},
 		Fetch:     fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
 		Receiver:  pack.FileSink{Dir: out}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]pack.Source{}
 	for _, r := range readCarriers(t, out) {
 		got[strings.TrimPrefix(r.URL, srv.URL)] = r.Source

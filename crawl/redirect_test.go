@@ -1,11 +1,9 @@
 package crawl
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
@@ -28,18 +26,9 @@ func TestRedirectTargetNotFetchedTwice(t *testing.T) {
 		}
 	})
 	out := t.TempDir()
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Concurrency: 1,
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Concurrency: 1,
 		Fetch:    fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
 		Receiver: pack.FileSink{Dir: out}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if hits := serverHits(); hits["/new"] != 1 || hits["/old"] != 1 || hits["/later"] != 1 {
 		t.Fatalf("server hits %v; want /new fetched once (through /old)", hits)
 	}

@@ -34,9 +34,16 @@ func flakyServer(t *testing.T, failA int) (*httptest.Server, func() map[string]i
 
 func runOnePass(t *testing.T, seed string) *Engine {
 	t.Helper()
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{seed}, Concurrency: 2,
+	return runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{seed}, Concurrency: 2,
 		Fetch:      fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
 		RetryDelay: 20 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+}
+
+// runToIdle opens an engine on cfg (a one-pass crawl: StopWhenIdle), runs it
+// to the end within 30 s and closes it when the test ends.
+func runToIdle(t *testing.T, cfg Config) *Engine {
+	t.Helper()
+	eng, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,18 +135,9 @@ func TestHostNotFoundNotRetried(t *testing.T) {
 	}))
 	defer srv.Close()
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{fmt.Sprintf("http://dying.test:%d/", port)}, Concurrency: 1,
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{fmt.Sprintf("http://dying.test:%d/", port)}, Concurrency: 1,
 		Fetch:      fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, DNSTTL: time.Nanosecond, Resolver: res, Logger: quiet},
 		RetryDelay: 10 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if st := eng.Stats(); st.ByReason["dns"] != 1 || st.ByReason["retried"] != 0 {
 		t.Errorf("errors %v; want the page given up at once under dns", st.ByReason)
 	}

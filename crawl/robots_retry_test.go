@@ -36,17 +36,8 @@ func robotsServer(t *testing.T, failures int) (*httptest.Server, func() map[stri
 func TestRobotsUnreachableURLsWaitNotDropped(t *testing.T) {
 	srv, hits := robotsServer(t, 1)
 	fc := fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, RobotsErrorTTL: 100 * time.Millisecond, Logger: quiet}
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
 		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	st, h := eng.Stats(), hits()
 	if st.Fetched != 3 || h["/"] != 1 || h["/a"] != 1 || h["/b"] != 1 || h["/robots.txt"] != 2 {
 		t.Fatalf("fetched %d pages; server hits %v; want /, /a, /b once each after robots.txt recovered", st.Fetched, h)
@@ -58,17 +49,8 @@ func TestRobotsUnreachableURLsWaitNotDropped(t *testing.T) {
 func TestRobotsUnreachableGivesUp(t *testing.T) {
 	srv, hits := robotsServer(t, -1)
 	fc := fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, RobotsErrorTTL: 50 * time.Millisecond, Logger: quiet}
-	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Fetch: fc, Concurrency: 2,
 		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
 	st, h := eng.Stats(), hits()
 	if st.Fetched != 0 || h["/"] != 0 {
 		t.Fatalf("fetched %d pages with robots.txt unreachable; server hits %v", st.Fetched, h)
