@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
@@ -339,4 +340,50 @@ func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Me
 	}
 	msg.ValidatorData = hb
 	return pubsub.ValidationAccept
+}
+
+// meshBelow: while the DHT routing table holds fewer peers than one k-bucket
+// (kad-dht's default bucket size), a newly heard member is dialled at once.
+// Small networks then mesh fully in one heartbeat instead of waiting for the
+// DHT's periodic refresh; large ones rely on the DHT as usual.
+const meshBelow = 20
+
+// learnMemberAddrs puts the listen addresses a member advertised (in a
+// heartbeat signed by it) into the peerstore, so the DHT, probes and
+// hand-offs can reach it without a lookup, and queues a dial while the
+// routing table is small. Dialling an address that is not the member's
+// fails the Noise handshake, so a forged address costs one failed dial.
+func (p *Peer) learnMemberAddrs(id peer.ID) {
+	addrs := p.members.Addrs(id)
+	if len(addrs) == 0 || id == p.h.ID() {
+		return
+	}
+	p.h.Peerstore().AddAddrs(id, addrs, 2*p.cfg.FailureTimeout)
+	if p.dht.RoutingTable().Size() >= meshBelow {
+		return
+	}
+	select {
+	case p.dialCh <- id:
+	default: // a dial backlog: the DHT's refresh will find the rest
+	}
+}
+
+// dialMembers connects to the members queued by learnMemberAddrs.
+func (p *Peer) dialMembers(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-p.dialCh:
+			if p.h.Network().Connectedness(id) == network.Connected {
+				continue
+			}
+			dctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+			err := p.h.Connect(dctx, peer.AddrInfo{ID: id})
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				p.log.Debug("overlay: member unreachable", "member", shortID(id), "err", err)
+			}
+		}
+	}
 }

@@ -79,7 +79,11 @@ type Peer struct {
 	calHooks []func(CalibrationNotice)
 
 	provideCh chan hierarchy.NodeID
-	psCancel  context.CancelFunc
+	// dialCh: members heard of by gossip but not yet connected (members.go
+	// dialMembers); a small network meshes fully without waiting for the
+	// DHT's next routing-table refresh.
+	dialCh   chan peer.ID
+	psCancel context.CancelFunc
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -129,6 +133,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		selfID: delegation.CrawlerID(h.ID().String()),
 		sink:   svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
 		provideCh: make(chan hierarchy.NodeID, 4096),
+		dialCh:    make(chan peer.ID, 256),
 		ctx:       pctx, cancel: cancel,
 	}
 	var err error
@@ -145,7 +150,9 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		if ev.Dead {
 			p.metrics.deaths.Inc()
 			p.dir.invalidateProviders()
+			return
 		}
+		p.learnMemberAddrs(ev.Peer)
 	})
 	p.dir = newDirectory(p)
 	p.prober = &Prober{p: p}
@@ -193,7 +200,8 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	h.SetStreamHandler(ProtoRecover, p.handleRecover)
 
 	p.runMembership(pctx, p.subMem)
-	p.wg.Add(3)
+	p.wg.Add(4)
+	go func() { defer p.wg.Done(); p.dialMembers(pctx) }()
 	go func() { defer p.wg.Done(); p.runCalibration(pctx) }()
 	go func() { defer p.wg.Done(); p.handoff.run(pctx) }()
 	go func() { defer p.wg.Done(); p.runMaintenance(pctx) }()
