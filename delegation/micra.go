@@ -678,6 +678,7 @@ type micraCand struct {
 	n      float64 // observations behind the prediction
 	from   string  // which context the prediction comes from
 	win    float64 // learned probability of being the nearest
+	tie    uint64  // crawlerIndex.tieKey: the last tie-break
 	probed bool
 
 	// pairwise answers of earlier rounds: valid while the best answer
@@ -815,12 +816,15 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			}
 		}
 		if ki == len(infos)-1 && len(ids) < m.cfg.MinCandidates {
-			// cold start: any live crawler, up to topK
-			for _, c := range e.liveIDs() {
+			// cold start: any live crawler, up to topK, from an offset
+			// that depends on the subnet (not the first names)
+			live := e.liveIDs()
+			off := int(mix64(uint64(s)^0x636f6c64) % uint64(len(live)))
+			for j := range live {
 				if len(ids) >= topK {
 					break
 				}
-				add(m.crawler.id(c))
+				add(m.crawler.id(live[(off+j)%len(live)]))
 			}
 		}
 	}
@@ -845,6 +849,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	m.candBuf = cands
 	for i, ci := range ids {
 		cands[i] = m.predict(infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
+		cands[i].tie = m.crawler.tieKey(ci, uint64(s))
 	}
 	if m.cfg.FirstByWins {
 		for i := range cands {
@@ -859,6 +864,9 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			return c
 		}
 		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.tie, b.tie); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.id, b.id)

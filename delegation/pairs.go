@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"hash/fnv"
 	"math"
 	"slices"
 	"time"
@@ -24,8 +25,9 @@ type pairModel struct {
 
 // crawlerIndex gives crawlers small dense numbers for compact keys.
 type crawlerIndex struct {
-	idx map[CrawlerID]uint32
-	ids []CrawlerID
+	idx  map[CrawlerID]uint32
+	ids  []CrawlerID
+	hash []uint64 // FNV-1a of the id: name-neutral tie-breaks (tieKey)
 }
 
 func newCrawlerIndex() *crawlerIndex { return &crawlerIndex{idx: make(map[CrawlerID]uint32)} }
@@ -36,9 +38,18 @@ func (x *crawlerIndex) id(c CrawlerID) uint32 {
 		i = uint32(len(x.ids))
 		x.idx[c] = i
 		x.ids = append(x.ids, c)
+		h := fnv.New64a()
+		h.Write([]byte(c))
+		x.hash = append(x.hash, h.Sum64())
 	}
 	return i
 }
+
+// tieKey orders crawlers that are otherwise equal for subnet s: a hash of
+// name and subnet, so no crawler is favoured everywhere by its name (names
+// sort in placement order in some testnets), yet every peer breaks the tie
+// the same way.
+func (x *crawlerIndex) tieKey(ci uint32, s uint64) uint64 { return mix64(x.hash[ci] ^ mix64(s)) }
 
 // pairSamples are kept sorted by x, so a query reads only its window. When
 // full, every other sample is dropped: the distribution stays, the count

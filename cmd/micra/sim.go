@@ -39,7 +39,7 @@ func parseThresholds(s string) ([]time.Duration, error) {
 
 func simCmd() *cobra.Command {
 	var (
-		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts string
+		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names string
 		crawlers, hosts, train, seeds, traceN                                                                 int
 		seed                                                                                                  uint64
 		asJSON, worldStats                                                                                    bool
@@ -130,6 +130,7 @@ seed print the same report. See docs/simulator.md.`,
 				cfg.Trace, cfg.TracePolicy, cfg.TraceN = cmd.ErrOrStderr(), tracePolicy, traceN
 			}
 			cfg.HostDist = hostDist
+			cfg.CrawlerNames = names
 			if ipv6Share < 0 || ipv6Share > 1 {
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
 			}
@@ -207,6 +208,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&seeds, "seeds", 1, "average over this many seeds (seed, seed+1, …): placements vary a lot between seeds")
 	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
+	f.StringVar(&names, "names", sim.NamesRandom, "crawler names: random (like peer IDs, in no relation to placement) or ordered (c00, c01, … in spread-first placement order)")
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")
 	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
 	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")

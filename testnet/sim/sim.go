@@ -100,6 +100,11 @@ type Config struct {
 	HostDist string
 	// IPv6Share is the fraction of hosts placed at IPv6 addresses (0..1).
 	IPv6Share float64
+	// CrawlerNames is how crawlers are named: NamesRandom (default; names
+	// in no relation to placement, as libp2p peer IDs are) or NamesOrdered
+	// (c00, c01, … in placement order, which is spread-first, so a policy
+	// that breaks ties by name would favour the most spread-out crawlers).
+	CrawlerNames string
 	// CapacityFactor sets every crawler's capacity (pages per day, used by
 	// load balancing and hash replicas) to this multiple of hosts/crawlers.
 	// Default 2.
@@ -118,6 +123,12 @@ type Config struct {
 	// Logger receives progress (nil: slog.Default()).
 	Logger *slog.Logger
 }
+
+// Crawler naming (Config.CrawlerNames).
+const (
+	NamesRandom  = "random"
+	NamesOrdered = "ordered"
+)
 
 // Preset returns a named configuration: "paper" (12 crawlers, 1000 hosts,
 // 650 train, 50 ms), "paper4" (4 crawlers) and "scale" (10,000 crawlers,
@@ -233,11 +244,26 @@ func NewWorld(cfg Config) (*World, error) {
 		return nil, err
 	}
 	width := len(fmt.Sprint(cfg.Crawlers - 1))
+	name := func(i int) delegation.CrawlerID { return delegation.CrawlerID(fmt.Sprintf("c%0*d", width, i)) }
+	switch cfg.CrawlerNames {
+	case NamesRandom, "":
+		// 16 hex digits of a seeded hash: unique in practice, sorted in
+		// no relation to where the crawler is (a collision is an error)
+		name = func(i int) delegation.CrawlerID {
+			return delegation.CrawlerID(fmt.Sprintf("p%016x", mix64(cfg.Seed^mix64(uint64(i)+0x6e616d6573))))
+		}
+	case NamesOrdered:
+	default:
+		return nil, fmt.Errorf("sim: unknown crawler naming %q (want %s or %s)", cfg.CrawlerNames, NamesRandom, NamesOrdered)
+	}
 	w.crawlerIdx = make(map[delegation.CrawlerID]int32, cfg.Crawlers)
 	w.crawlerAddr = make(map[netip.Addr]int32, cfg.Crawlers)
 	capacity := max(1, int(cfg.CapacityFactor*float64(cfg.Hosts)/float64(cfg.Crawlers)))
 	for i, e := range w.CrawlerE {
-		id := delegation.CrawlerID(fmt.Sprintf("c%0*d", width, i))
+		id := name(i)
+		if _, dup := w.crawlerIdx[id]; dup {
+			return nil, fmt.Errorf("sim: crawler name %s drawn twice", id)
+		}
 		// A crawler states where it runs, as a volunteer would: its
 		// position rounded to half a degree (≈ 50 km). Hosts state nothing.
 		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity,

@@ -276,7 +276,7 @@ func TestTrace(t *testing.T) {
 		t.Fatalf("%d trace lines:\n%s", len(lines), buf.String())
 	}
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "ipmicra #") || !strings.Contains(l, "reason=") || !strings.Contains(l, "optimal c") {
+		if !strings.HasPrefix(l, "ipmicra #") || !strings.Contains(l, "reason=") || !strings.Contains(l, "optimal ") {
 			t.Fatalf("trace line %q", l)
 		}
 	}
