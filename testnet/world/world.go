@@ -310,3 +310,59 @@ func normal(h uint64) float64 {
 	f := float64((h>>16)&0xffffffff) / (1 << 32)
 	return normalTable[i] + f*(normalTable[i+1]-normalTable[i])
 }
+
+// StretchQuantile is the u-quantile (0 < u < 1) of the distribution every
+// pair's path stretch is drawn from; StretchCDF is P(stretch ≤ s), including
+// the mass clamped at 1, and StretchPDF its density above 1. They describe
+// the distribution, never a pair's draw: the simulator's oracle bound may
+// know them but not Stretch.
+func (m *Model) StretchQuantile(u float64) float64 {
+	return m.stretchFromNormal(math.Sqrt2 * math.Erfinv(2*u-1))
+}
+
+// StretchCDF is P(stretch ≤ s) (see StretchQuantile).
+func (m *Model) StretchCDF(s float64) float64 {
+	if s < 1 {
+		return 0
+	}
+	z, ok := m.stretchZ(s)
+	if !ok {
+		return 1
+	}
+	return 0.5 * math.Erfc(-z/math.Sqrt2)
+}
+
+// StretchPDF is the density of the stretch at s > 1 (see StretchQuantile).
+func (m *Model) StretchPDF(s float64) float64 {
+	if s <= 1 {
+		return 0
+	}
+	z, ok := m.stretchZ(s)
+	sigma := m.sigmaHi
+	if z < 0 {
+		sigma = m.sigmaLo
+	}
+	if !ok || sigma == 0 {
+		return 0
+	}
+	return math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) / (s * sigma)
+}
+
+// stretchZ inverts stretchFromNormal; ok is false above a degenerate
+// (zero-spread) upper side.
+func (m *Model) stretchZ(s float64) (float64, bool) {
+	l := math.Log(s) - m.logStretch
+	switch {
+	case l < 0 && m.sigmaLo > 0:
+		return l / m.sigmaLo, true
+	case l < 0:
+		return math.Inf(-1), true
+	case m.sigmaHi > 0:
+		return l / m.sigmaHi, true
+	default:
+		return 0, false
+	}
+}
+
+// DistanceKm is the great-circle distance between a and b.
+func (m *Model) DistanceKm(a, b *Endpoint) float64 { return kmFromChord2(a.v.chord2(b.v)) }
