@@ -40,10 +40,11 @@ func parseThresholds(s string) ([]time.Duration, error) {
 func simCmd() *cobra.Command {
 	var (
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names string
-		crawlers, hosts, train, seeds, traceN                                                                 int
-		seed                                                                                                  uint64
-		asJSON, worldStats                                                                                    bool
-		capacityFactor, ipv6Share                                                                             float64
+		crawlers, hosts, train, seeds, traceN                                                                        int
+		seed                                                                                                         uint64
+		asJSON, worldStats, oracle                                                                                   bool
+		oracleEps                                                                                                    string
+		capacityFactor, ipv6Share                                                                                    float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -179,6 +180,40 @@ seed print the same report. See docs/simulator.md.`,
 				}
 				out.Flush()
 			}
+			if oracle {
+				oc := sim.OracleConfig{}
+				if oracleEps != "" {
+					for _, e := range strings.Split(oracleEps, ",") {
+						x, err := strconv.ParseFloat(strings.TrimSpace(e), 64)
+						if err != nil || x < 0 {
+							return fmt.Errorf("--oracle-eps %q: want non-negative numbers (0.1,0.05)", e)
+						}
+						oc.Eps = append(oc.Eps, x)
+					}
+				}
+				var ors []*sim.OracleReport
+				for k := range seeds {
+					cfg.Seed = base + uint64(k)
+					or, err := worlds[k].Oracle(cmd.Context(), cfg, oc)
+					if err != nil {
+						return err
+					}
+					ors = append(ors, or)
+				}
+				or, err := sim.AverageOracle(ors)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					err = or.WriteJSON(out)
+				} else {
+					fmt.Fprintln(out)
+					err = or.WriteText(out)
+				}
+				if err != nil {
+					return err
+				}
+			}
 			if plotPath != "" {
 				pf, err := os.Create(plotPath)
 				if err != nil {
@@ -218,6 +253,8 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
+	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
+	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter")
 	return cmd

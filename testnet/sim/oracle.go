@@ -1,0 +1,712 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// The oracle bound: how accurate can ANY delegation rule be for a given
+// number of probes per URL, when it knows everything about the world model
+// except the one thing probes reveal — each (crawler, host) pair's path
+// stretch? It knows every host's and crawler's exact position and access
+// delay, the stretch distribution (world.Model.StretchCDF and friends) and
+// the jitter model, and it learns a pair's RTT only through the simulator's
+// own prober (one jittered sample per probe, as policies get them). It is a
+// bound, not a policy: a policy knows less (registry countries, the positions
+// crawlers state, probe answers), so on this world no policy should beat the
+// oracle's frontier by more than noise — except by remembering answers across
+// hosts that share a routing block (the oracle is memoryless per host, which
+// matters only when hosts repeat blocks, as with --host-dist zipf).
+//
+// Decision rule (one-step Bayes-greedy): the first probe goes to the crawler
+// most likely to be nearest under the prior; after each answer the oracle
+// computes the posterior of every probed crawler's floor RTT (prior from the
+// stretch distribution × the exponential jitter likelihood), takes the one
+// with the lowest posterior mean as its current choice b, and for every
+// unprobed crawler j the probability P(floor_j < floor_b | answers). It stops
+// when their sum (the expected number of unprobed crawlers that beat b) is
+// below ε or after K probes; otherwise it probes the j with the largest one.
+//
+// Every host gets its own seeded prober, and the probe order does not depend
+// on ε or K, so one trace per host serves every (ε, K) row: a smaller ε
+// probes a superset of the same probes with the same answers.
+
+// OracleEps are the stop thresholds printed by default.
+var OracleEps = []float64{0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005}
+
+// oracleMaxTrace caps a host's trace (the "K = all" rows) with very many
+// crawlers; the paper presets have 4 and 12.
+const oracleMaxTrace = 64
+
+// Oracle rules (OracleRow.Rule).
+const (
+	OracleRuleBayes      = "bayes"       // stop when Σ P(unprobed beats choice) < ε, or after K
+	OracleRuleNearest    = "nearest-km"  // the nearest crawler by great-circle distance, 1 probe
+	OracleRuleFirst      = "first-probe" // the Bayes rule's first probe only (max P(nearest))
+	OracleRuleTwoNearest = "two-nearest" // the two lowest expected RTTs, the better answer
+)
+
+// OracleConfig tunes Oracle.
+type OracleConfig struct {
+	// Eps are the printed stop thresholds (nil: OracleEps).
+	Eps []float64
+	// Ks are the probe caps of the printed rows besides "every crawler"
+	// (nil: 2).
+	Ks []int
+}
+
+// OracleRow is one rule's point of the frontier.
+type OracleRow struct {
+	Rule string   `json:"oracle_rule"`
+	Eps  *float64 `json:"oracle_eps"` // nil for the fixed rules
+	K    int      `json:"oracle_k"`   // probe cap
+	// OptimalPct and ProbesPerURL are over the evaluation hosts (the last
+	// Hosts − Train, the same hosts as a policy's optimal %); the *All
+	// fields over every host.
+	OptimalPct      float64 `json:"optimal_pct"`
+	ProbesPerURL    float64 `json:"probes_per_url"`
+	OptimalPctAll   float64 `json:"optimal_pct_all"`
+	ProbesPerURLAll float64 `json:"probes_per_url_all"`
+}
+
+// OracleReport is the oracle's frontier on one world (or the mean over
+// seeds).
+type OracleReport struct {
+	Seed     uint64 `json:"seed"`
+	Seeds    int    `json:"seeds"`
+	Crawlers int    `json:"crawlers"`
+	Hosts    int    `json:"hosts"`
+	Train    int    `json:"train"`
+	HostDist string `json:"host_dist"`
+	// Skipped says why there is no frontier (measured matrix).
+	Skipped string `json:"skipped,omitempty"`
+	// Rows are the printed rules; Sweep is a dense ε × K sweep that the
+	// summary's frontier is built from.
+	Rows  []OracleRow `json:"rows"`
+	Sweep []OracleRow `json:"-"`
+	// At15 is the best % optimal (evaluation hosts) at exactly 1.5
+	// probes/URL and ProbesFor95 the probes/URL needed for 95 %, both on the
+	// upper concave hull of Rows and Sweep (mixing two rules host by host
+	// reaches every point between them); NaN when out of the hull's range.
+	// (WriteJSON prints them in its summary object, NaN as null.)
+	At15        float64 `json:"-"`
+	ProbesFor95 float64 `json:"-"`
+	// MaxPct is the best % optimal of any row (the K = all, smallest ε end).
+	MaxPct float64 `json:"-"`
+}
+
+// oracleModel is everything the oracle may read: exact positions and access
+// delays, the stretch distribution and the jitter model. It never calls
+// Stretch, FloorRTT, MeanRTT or SampleRTT and never sees World.Optimal.
+type oracleModel struct {
+	m        *world.Model // DistanceKm and the Stretch{CDF,PDF,Quantile} only
+	crawlers []world.Endpoint
+	msPerKm  float64 // round trip: 2 / fibre speed
+	jf, jm   float64 // jitter mean = jf × floor + jm
+	q        []float64
+	qHi      float64 // a stretch above every practical draw
+	atom     float64 // P(stretch == 1)
+	meanS    float64
+}
+
+// oracleCells is the resolution of the prior integrals (P(nearest)) and
+// oraclePost that of a posterior over one answer's jitter.
+const (
+	oracleCells = 256
+	oraclePost  = 96
+)
+
+func newOracleModel(w *World) *oracleModel {
+	cfg := w.Model.Config()
+	o := &oracleModel{m: w.Model, crawlers: w.CrawlerE, msPerKm: 2 / cfg.FibreKmPerMs, jf: cfg.JitterFrac, jm: cfg.JitterMinMs}
+	o.q = make([]float64, oracleCells)
+	for i := range o.q {
+		o.q[i] = w.Model.StretchQuantile((float64(i) + 0.5) / oracleCells)
+		o.meanS += o.q[i] / oracleCells
+	}
+	o.qHi = w.Model.StretchQuantile(1 - 1e-7)
+	o.atom = w.Model.StretchCDF(1)
+	return o
+}
+
+// hostView is one host's prior: floor_c = d[c] × stretch + base[c].
+type hostView struct {
+	d, base []float64
+	byLB    []int32 // crawlers by their floor's lower bound (stretch 1)
+}
+
+func (o *oracleModel) view(h *world.Endpoint) hostView {
+	n := len(o.crawlers)
+	v := hostView{d: make([]float64, n), base: make([]float64, n), byLB: make([]int32, n)}
+	for c := range o.crawlers {
+		v.d[c] = o.m.DistanceKm(&o.crawlers[c], h) * o.msPerKm
+		v.base[c] = o.crawlers[c].AccessMs + h.AccessMs
+		v.byLB[c] = int32(c)
+	}
+	slices.SortStableFunc(v.byLB, func(a, b int32) int {
+		return cmpFloat(v.d[a]+v.base[a], v.d[b]+v.base[b])
+	})
+	return v
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// cdf is P(floor_c ≤ x) under the prior.
+func (o *oracleModel) cdf(v *hostView, c int32, x float64) float64 {
+	d := v.d[c]
+	if d <= 0 {
+		if x >= v.base[c] {
+			return 1
+		}
+		return 0
+	}
+	return o.m.StretchCDF((x - v.base[c]) / d)
+}
+
+// firstProbe is the crawler with the highest prior probability of having
+// the lowest floor RTT, among the crawlers that can plausibly win.
+func (o *oracleModel) firstProbe(v *hostView) int32 {
+	upper := math.Inf(1)
+	for c := range v.d {
+		upper = math.Min(upper, v.d[c]*o.qHi+v.base[c])
+	}
+	var cands []int32
+	for _, c := range v.byLB {
+		if v.d[c]+v.base[c] > upper || len(cands) == oracleMaxTrace {
+			break
+		}
+		cands = append(cands, c)
+	}
+	best, bestP := cands[0], -1.0
+	for _, c := range cands {
+		p := 0.0
+		for _, s := range o.q {
+			x := v.d[c]*s + v.base[c]
+			prod := 1.0
+			for _, k := range cands {
+				if k != c {
+					prod *= 1 - o.cdf(v, k, x)
+				}
+			}
+			p += prod
+		}
+		if p > bestP {
+			best, bestP = c, p
+		}
+	}
+	return best
+}
+
+// posterior is the distribution of a probed crawler's floor RTT given its
+// answer y: points f with weights w (summing to 1) and the mean.
+type posterior struct {
+	f, w []float64
+	mean float64
+}
+
+func (o *oracleModel) posterior(v *hostView, c int32, y float64) posterior {
+	d, base := v.d[c], v.base[c]
+	lo := d + base
+	point := func(f float64) posterior { return posterior{f: []float64{f}, w: []float64{1}, mean: f} }
+	if d <= 0 {
+		return point(base)
+	}
+	if y <= lo {
+		return point(lo)
+	}
+	jit := func(f float64) float64 { return o.jf*f + o.jm }
+	emax := math.Min(y-lo, 12*jit(y))
+	p := posterior{f: make([]float64, 0, oraclePost+1), w: make([]float64, 0, oraclePost+1)}
+	de := emax / oraclePost
+	var total float64
+	for i := range oraclePost {
+		e := (float64(i) + 0.5) * de
+		f := y - e
+		m := jit(f)
+		wt := o.m.StretchPDF((f-base)/d) / d * math.Exp(-e/m) / m * de
+		p.f, p.w = append(p.f, f), append(p.w, wt)
+		total += wt
+	}
+	if e := y - lo; e <= emax && o.atom > 0 {
+		m := jit(lo)
+		wt := o.atom * math.Exp(-e/m) / m
+		p.f, p.w = append(p.f, lo), append(p.w, wt)
+		total += wt
+	}
+	if total <= 0 || math.IsNaN(total) {
+		return point(math.Max(lo, y-jit(y)))
+	}
+	for i := range p.w {
+		p.w[i] /= total
+		p.mean += p.w[i] * p.f[i]
+	}
+	return p
+}
+
+// oracleTrace is one host's run of the Bayes rule, probe by probe: after
+// k+1 probes the choice is choice[k] and the expected number of unprobed
+// crawlers that beat it is sum[k].
+type oracleTrace struct {
+	order  []int32
+	answer []float64
+	choice []int32
+	sum    []float64
+}
+
+// trace runs the Bayes rule on one host until the stop statistic falls
+// below epsMin or kMax crawlers were probed. probe returns one answer (ms).
+func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
+	n := len(v.d)
+	kMax = min(kMax, n)
+	var t oracleTrace
+	probed := make([]bool, n)
+	post := make(map[int32]posterior)
+	next := o.firstProbe(v)
+	for len(t.order) < kMax {
+		c := next
+		probed[c] = true
+		y, ok := probe(c)
+		t.order, t.answer = append(t.order, c), append(t.answer, y)
+		if ok {
+			post[c] = o.posterior(v, c, y)
+		}
+		b, bMean := int32(-1), math.Inf(1)
+		for _, k := range t.order {
+			if p, ok := post[k]; ok && (p.mean < bMean || (p.mean == bMean && k < b)) {
+				b, bMean = k, p.mean
+			}
+		}
+		sum := 0.0
+		next = -1
+		if b < 0 {
+			// no answer yet: carry on in lower-bound order
+			for _, j := range v.byLB {
+				if !probed[j] {
+					next, sum = j, math.Inf(1)
+					break
+				}
+			}
+		} else {
+			pb := post[b]
+			// floor_b ≤ its answer (jitter ≥ 0): a crawler whose floor at
+			// stretch 1 is above that cannot beat b
+			fMax := math.Max(slices.Max(pb.f), t.answer[slices.Index(t.order, b)])
+			best := -1.0
+			for _, j := range v.byLB {
+				if v.d[j]+v.base[j] > fMax {
+					break // cannot beat b whatever its stretch
+				}
+				if probed[j] {
+					continue
+				}
+				p := 0.0
+				for i, f := range pb.f {
+					p += pb.w[i] * o.cdf(v, j, f)
+				}
+				sum += p
+				if p > best {
+					next, best = j, p
+				}
+			}
+		}
+		t.choice, t.sum = append(t.choice, b), append(t.sum, sum)
+		if next < 0 || sum < epsMin {
+			break
+		}
+	}
+	return t
+}
+
+// stopAt is how many probes the (eps, k) rule spends on a traced host.
+func (t *oracleTrace) stopAt(eps float64, k int) int {
+	for i := range t.sum {
+		if t.sum[i] < eps || i+1 >= k {
+			return i + 1
+		}
+	}
+	return len(t.sum)
+}
+
+type oracleSetting struct {
+	rule string
+	eps  float64
+	k    int
+}
+
+// oracleSweepEps is the dense ε grid of the frontier (10^0 … 10^-5).
+func oracleSweepEps() []float64 {
+	var out []float64
+	for i := 0; i <= 50; i++ {
+		out = append(out, math.Pow(10, -float64(i)/10))
+	}
+	return out
+}
+
+// Oracle computes the oracle's frontier on w for cfg's seed and Train (see
+// the comment at the top of this file). In matrix mode it returns a report
+// with Skipped set: a measured RTT is not the stretch formula, so there is
+// no "everything but the stretch" to know.
+func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*OracleReport, error) {
+	cfg = cfg.withDefaults()
+	rep := &OracleReport{Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: len(w.Hosts), Train: cfg.Train,
+		HostDist: cfg.HostDist, At15: math.NaN(), ProbesFor95: math.NaN(), MaxPct: math.NaN()}
+	if rep.HostDist == "" {
+		rep.HostDist = HostsUniform
+	}
+	if w.Model.Matrix() != nil {
+		rep.Skipped = "the oracle bound is formula-only: with a measured matrix (--sites/--rtt) a pair's RTT is a measurement, not distance × stretch, so an oracle that knows everything but the stretch cannot be defined honestly"
+		return rep, nil
+	}
+	if len(w.Crawlers) == 0 || len(w.Hosts) == 0 {
+		return nil, fmt.Errorf("sim: oracle: empty world")
+	}
+	eps := oc.Eps
+	if eps == nil {
+		eps = OracleEps
+	}
+	ks := oc.Ks
+	if ks == nil {
+		ks = []int{2}
+	}
+	kAll := min(len(w.Crawlers), oracleMaxTrace)
+	sweepEps := append(oracleSweepEps(), eps...)
+	epsMin := slices.Min(sweepEps)
+	// printed rows, then the sweep
+	settings := []oracleSetting{{rule: OracleRuleNearest, k: 1}, {rule: OracleRuleFirst, k: 1}, {rule: OracleRuleTwoNearest, k: 2}}
+	for _, k := range append(slices.Clone(ks), kAll) {
+		for _, e := range eps {
+			settings = append(settings, oracleSetting{OracleRuleBayes, e, min(k, kAll)})
+		}
+	}
+	printed := len(settings)
+	sweepKs := []int{2, 3, 4, 6, kAll}
+	for _, k := range sweepKs {
+		if k > kAll {
+			continue
+		}
+		for _, e := range sweepEps {
+			settings = append(settings, oracleSetting{OracleRuleBayes, e, k})
+		}
+	}
+
+	o := newOracleModel(w)
+	n := len(w.Hosts)
+	// per host and setting: probes spent and whether the choice is optimal
+	probes := make([][]uint8, n)
+	hits := make([][]bool, n)
+	base := seedOf("probe/oracle")
+	parallel(cfg.Workers, n, func(i int) {
+		if ctx.Err() != nil {
+			return
+		}
+		h := &w.Hosts[i]
+		v := o.view(h)
+		asker := func(tag uint64) func(c int32) (float64, bool) {
+			pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed^tag, base^uint64(i)))}
+			ids := []delegation.CrawlerID{""}
+			return func(c int32) (float64, bool) {
+				ids[0] = w.Crawlers[c].ID
+				r := pr.Probe(ctx, h.Addr, ids)[0]
+				return float64(r.RTT.Nanoseconds()) / 1e6, r.OK
+			}
+		}
+		t := o.trace(&v, asker(0), epsMin, kAll)
+		// the fixed rules
+		nearest, nearestKm := int32(0), math.Inf(1)
+		for c := range w.CrawlerE {
+			if d := w.Model.DistanceKm(&w.CrawlerE[c], h); d < nearestKm {
+				nearest, nearestKm = int32(c), d
+			}
+		}
+		exp := func(c int32) float64 { return v.d[c]*o.meanS + v.base[c] }
+		byExp := slices.Clone(v.byLB)
+		slices.SortStableFunc(byExp, func(a, b int32) int { return cmpFloat(exp(a), exp(b)) })
+		two := byExp[0]
+		if len(byExp) > 1 {
+			ask := asker(0x74776f)
+			var means [2]float64
+			for k, c := range byExp[:2] {
+				y, ok := ask(c)
+				means[k] = math.Inf(1)
+				if ok {
+					means[k] = o.posterior(&v, c, y).mean
+				}
+			}
+			if means[1] < means[0] {
+				two = byExp[1]
+			}
+		}
+		probes[i] = make([]uint8, len(settings))
+		hits[i] = make([]bool, len(settings))
+		opt := w.Optimal[i]
+		for s, st := range settings {
+			var k int
+			var choice int32
+			switch st.rule {
+			case OracleRuleNearest:
+				k, choice = 1, nearest
+			case OracleRuleFirst:
+				k, choice = 1, t.order[0]
+			case OracleRuleTwoNearest:
+				k, choice = min(2, len(byExp)), two
+			default:
+				k = t.stopAt(st.eps, st.k)
+				choice = t.choice[k-1]
+			}
+			probes[i][s] = uint8(k)
+			hits[i][s] = choice == opt
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows := make([]OracleRow, len(settings))
+	eval := n - cfg.Train
+	for s, st := range settings {
+		var hitE, hitA, prE, prA int
+		for i := range n {
+			pr, hit := int(probes[i][s]), hits[i][s]
+			prA += pr
+			if hit {
+				hitA++
+			}
+			if i >= cfg.Train {
+				prE += pr
+				if hit {
+					hitE++
+				}
+			}
+		}
+		r := OracleRow{Rule: st.rule, K: st.k, OptimalPct: pct(hitE, eval), ProbesPerURL: float64(prE) / float64(max(1, eval)),
+			OptimalPctAll: pct(hitA, n), ProbesPerURLAll: float64(prA) / float64(n)}
+		if st.rule == OracleRuleBayes {
+			e := st.eps
+			r.Eps = &e
+		}
+		rows[s] = r
+	}
+	rep.Rows, rep.Sweep = rows[:printed], rows[printed:]
+	rep.summarise()
+	return rep, nil
+}
+
+// summarise fills At15, ProbesFor95 and MaxPct from the upper concave hull
+// of every (probes/URL, % optimal) point on the evaluation hosts.
+func (r *OracleReport) summarise() {
+	type pt struct{ x, y float64 }
+	var pts []pt
+	r.MaxPct = math.NaN()
+	for _, row := range append(slices.Clone(r.Rows), r.Sweep...) {
+		pts = append(pts, pt{row.ProbesPerURL, row.OptimalPct})
+		if math.IsNaN(r.MaxPct) || row.OptimalPct > r.MaxPct {
+			r.MaxPct = row.OptimalPct
+		}
+	}
+	r.At15, r.ProbesFor95 = math.NaN(), math.NaN()
+	if len(pts) == 0 {
+		return
+	}
+	slices.SortFunc(pts, func(a, b pt) int {
+		if c := cmpFloat(a.x, b.x); c != 0 {
+			return c
+		}
+		return cmpFloat(b.y, a.y)
+	})
+	// Andrew's monotone chain, upper part, then keep the rising section
+	var hull []pt
+	for _, p := range pts {
+		if len(hull) > 0 && hull[len(hull)-1].x == p.x {
+			continue // same x, lower y
+		}
+		for len(hull) >= 2 {
+			a, b := hull[len(hull)-2], hull[len(hull)-1]
+			if (b.x-a.x)*(p.y-a.y)-(b.y-a.y)*(p.x-a.x) >= 0 {
+				hull = hull[:len(hull)-1]
+				continue
+			}
+			break
+		}
+		hull = append(hull, p)
+	}
+	for i := 1; i < len(hull); i++ {
+		if hull[i].y <= hull[i-1].y {
+			hull = hull[:i]
+			break
+		}
+	}
+	at := func(x float64) float64 {
+		for i := 1; i < len(hull); i++ {
+			a, b := hull[i-1], hull[i]
+			if x >= a.x && x <= b.x {
+				return a.y + (b.y-a.y)*(x-a.x)/(b.x-a.x)
+			}
+		}
+		if len(hull) == 1 && x == hull[0].x {
+			return hull[0].y
+		}
+		if x > hull[len(hull)-1].x {
+			return hull[len(hull)-1].y // more probes than the last point: no better
+		}
+		return math.NaN()
+	}
+	r.At15 = at(1.5)
+	for i, p := range hull {
+		if p.y >= 95 {
+			if i == 0 {
+				r.ProbesFor95 = p.x
+			} else {
+				a := hull[i-1]
+				r.ProbesFor95 = a.x + (p.x-a.x)*(95-a.y)/(p.y-a.y)
+			}
+			break
+		}
+	}
+}
+
+// AverageOracle is the mean of oracle reports of the same configuration
+// under different seeds; the summary is recomputed from the mean points.
+func AverageOracle(reps []*OracleReport) (*OracleReport, error) {
+	if len(reps) == 0 {
+		return nil, fmt.Errorf("sim: no oracle reports to average")
+	}
+	out := *reps[0]
+	out.Seeds = len(reps)
+	if out.Skipped != "" {
+		return &out, nil
+	}
+	avg := func(get func(*OracleReport) []OracleRow) ([]OracleRow, error) {
+		first := get(reps[0])
+		acc := make([]OracleRow, len(first))
+		copy(acc, first)
+		for i := range acc {
+			acc[i].OptimalPct, acc[i].ProbesPerURL, acc[i].OptimalPctAll, acc[i].ProbesPerURLAll = 0, 0, 0, 0
+		}
+		nf := float64(len(reps))
+		for _, r := range reps {
+			rows := get(r)
+			if len(rows) != len(acc) {
+				return nil, fmt.Errorf("sim: oracle reports to average differ in rows")
+			}
+			for i, x := range rows {
+				if x.Rule != acc[i].Rule || x.K != acc[i].K {
+					return nil, fmt.Errorf("sim: oracle reports to average differ in rows")
+				}
+				acc[i].OptimalPct += x.OptimalPct / nf
+				acc[i].ProbesPerURL += x.ProbesPerURL / nf
+				acc[i].OptimalPctAll += x.OptimalPctAll / nf
+				acc[i].ProbesPerURLAll += x.ProbesPerURLAll / nf
+			}
+		}
+		return acc, nil
+	}
+	var err error
+	if out.Rows, err = avg(func(r *OracleReport) []OracleRow { return r.Rows }); err != nil {
+		return nil, err
+	}
+	if out.Sweep, err = avg(func(r *OracleReport) []OracleRow { return r.Sweep }); err != nil {
+		return nil, err
+	}
+	out.summarise()
+	return &out, nil
+}
+
+// oracleLabel names a row for the text table.
+func oracleLabel(r OracleRow) string {
+	switch r.Rule {
+	case OracleRuleNearest:
+		return "nearest crawler by distance"
+	case OracleRuleFirst:
+		return "first probe only (max P(nearest))"
+	case OracleRuleTwoNearest:
+		return "two lowest expected RTTs"
+	}
+	return "Bayes stop, ε = " + strconv.FormatFloat(*r.Eps, 'g', -1, 64)
+}
+
+func fmtMaybe(x float64, f string) string {
+	if math.IsNaN(x) {
+		return "not reached"
+	}
+	return fmt.Sprintf(f, x)
+}
+
+// WriteText prints the oracle's frontier as a table, clearly labelled as a
+// bound that reads the world model.
+func (r *OracleReport) WriteText(out io.Writer) error {
+	fmt.Fprintln(out, "ORACLE BOUND — knows exact host and crawler positions and access delays, the stretch distribution and")
+	fmt.Fprintln(out, "the jitter model; learns each pair's stretch only by probing (the simulator's prober). Not a policy:")
+	fmt.Fprintln(out, "it reads the world model.")
+	if r.Skipped != "" {
+		fmt.Fprintf(out, "oracle skipped: %s\n", r.Skipped)
+		return nil
+	}
+	fmt.Fprintf(out, "%d crawlers, %d hosts (%s); no training: scored on the %d evaluation hosts (the last %d, as the policies' optimal %%)",
+		r.Crawlers, r.Hosts, r.HostDist, r.Hosts-r.Train, r.Hosts-r.Train)
+	if r.Seeds > 1 {
+		fmt.Fprintf(out, ", mean over %d seeds (%d … %d)", r.Seeds, r.Seed, r.Seed+uint64(r.Seeds)-1)
+	}
+	fmt.Fprintf(out, "\n\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "oracle rule\tK\toptimal %\tprobes/URL\tall hosts: optimal %\tprobes/URL\t")
+	for _, x := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.1f\t%.2f\t\n", oracleLabel(x), x.K, x.OptimalPct, x.ProbesPerURL, x.OptimalPctAll, x.ProbesPerURLAll)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nfrontier (upper concave hull of these rules and a dense sweep of ε × K ∈ {2, 3, 4, 6, all};\n")
+	fmt.Fprintf(out, "mixing two rules host by host reaches any point between them), evaluation hosts:\n")
+	fmt.Fprintf(out, "  best optimal %% at 1.5 probes/URL: %s\n", fmtMaybe(r.At15, "%.1f %%"))
+	fmt.Fprintf(out, "  probes/URL for 95 %% optimal:      %s\n", fmtMaybe(r.ProbesFor95, "%.2f"))
+	fmt.Fprintf(out, "  best optimal %% of any rule:       %s\n", fmtMaybe(r.MaxPct, "%.1f %%"))
+	return nil
+}
+
+// WriteJSON prints one JSON object per printed row, then one summary object.
+func (r *OracleReport) WriteJSON(out io.Writer) error {
+	enc := json.NewEncoder(out)
+	if r.Skipped != "" {
+		return enc.Encode(map[string]any{"oracle_skipped": r.Skipped, "seed": r.Seed, "seeds": r.Seeds})
+	}
+	for _, x := range r.Rows {
+		x.OptimalPct, x.ProbesPerURL, x.OptimalPctAll, x.ProbesPerURLAll = round3(x.OptimalPct), round3(x.ProbesPerURL), round3(x.OptimalPctAll), round3(x.ProbesPerURLAll)
+		obj := struct {
+			OracleRow
+			Seed     uint64 `json:"seed"`
+			Seeds    int    `json:"seeds"`
+			Crawlers int    `json:"crawlers"`
+			Hosts    int    `json:"hosts"`
+			Train    int    `json:"train"`
+			HostDist string `json:"host_dist"`
+		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	num := func(x float64) any {
+		if math.IsNaN(x) {
+			return nil
+		}
+		return round3(x)
+	}
+	return enc.Encode(map[string]any{"oracle_summary": true, "seed": r.Seed, "seeds": r.Seeds, "host_dist": r.HostDist,
+		"optimal_pct_at_1_5": num(r.At15), "probes_per_url_for_95": num(r.ProbesFor95), "max_optimal_pct": num(r.MaxPct)})
+}

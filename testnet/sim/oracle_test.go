@@ -1,0 +1,399 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// probeFunc asks w's prober (seeded) for host i, one crawler at a time.
+func probeFunc(w *World, i int, seed uint64) func(c int32) (float64, bool) {
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+	return func(c int32) (float64, bool) {
+		r := pr.Probe(context.Background(), w.Hosts[i].Addr, []delegation.CrawlerID{w.Crawlers[c].ID})[0]
+		return float64(r.RTT.Nanoseconds()) / 1e6, r.OK
+	}
+}
+
+// The oracle's decomposition floor = distance × 2/fibre × stretch + access
+// delays must be the world's, and StretchCDF must describe the draws.
+func TestOracleModelMatchesWorld(t *testing.T) {
+	w, err := NewWorld(small(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOracleModel(w)
+	var stretches []float64
+	for i := range w.Hosts {
+		h := &w.Hosts[i]
+		v := o.view(h)
+		for c := range w.CrawlerE {
+			s := w.Model.Stretch(&w.CrawlerE[c], h) // test only: the oracle never reads it
+			want := w.Model.FloorRTT(&w.CrawlerE[c], h)
+			if got := v.d[c]*s + v.base[c]; math.Abs(got-want) > 1e-9*want {
+				t.Fatalf("host %d crawler %d: oracle's decomposition %.6f ms, world's floor %.6f ms", i, c, got, want)
+			}
+			stretches = append(stretches, s)
+		}
+	}
+	slices.Sort(stretches)
+	// Kolmogorov–Smirnov distance of the draws from StretchCDF
+	var ks float64
+	for k, s := range stretches {
+		f := w.Model.StretchCDF(s)
+		ks = math.Max(ks, math.Max(math.Abs(f-float64(k)/float64(len(stretches))), math.Abs(f-float64(k+1)/float64(len(stretches)))))
+	}
+	if crit := 1.63 / math.Sqrt(float64(len(stretches))); ks > crit { // 1 % level
+		t.Fatalf("stretch draws differ from StretchCDF: KS %.4f > %.4f over %d pairs", ks, crit, len(stretches))
+	}
+	for _, u := range []float64{0.1, 0.5, 0.9} {
+		if got := w.Model.StretchCDF(w.Model.StretchQuantile(u)); math.Abs(got-u) > 1e-9 {
+			t.Errorf("CDF(Quantile(%g)) = %g", u, got)
+		}
+	}
+	// the density integrates to the CDF above 1
+	var integ float64
+	for s := 1.0; s < 30; s += 1e-3 {
+		integ += w.Model.StretchPDF(s+5e-4) * 1e-3
+	}
+	if want := 1 - w.Model.StretchCDF(1); math.Abs(integ-want) > 1e-3 {
+		t.Errorf("∫ StretchPDF above 1 = %.5f, want %.5f", integ, want)
+	}
+}
+
+// With ε = 0 and every crawler allowed the oracle probes every crawler that
+// could possibly win, so it can miss only through probe jitter, and it is at
+// least as accurate as brute force (within noise).
+func TestOracleAllProbesIsBruteForce(t *testing.T) {
+	ctx := context.Background()
+	cfg := small(7)
+	cfg.Policies = []string{"optimal"}
+	rep, w, err := Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	brute := rep.Results[0].OptimalPctAll
+	o := newOracleModel(w)
+	cfgJ := w.Model.Config()
+	misses, probesSum := 0, 0
+	for i := range w.Hosts {
+		v := o.view(&w.Hosts[i])
+		tr := o.trace(&v, probeFunc(w, i, 99), 0, len(w.Crawlers))
+		got := tr.choice[len(tr.choice)-1]
+		// ε = 0 leaves out only crawlers that provably cannot win: even at
+		// stretch 1 their floor exceeds the chosen crawler's answer
+		yGot := tr.answer[slices.Index(tr.order, got)]
+		for c := range w.CrawlerE {
+			if !slices.Contains(tr.order, int32(c)) && v.d[c]+v.base[c] <= yGot {
+				t.Fatalf("host %d: ε = 0 left crawler %d unprobed although it could beat %d", i, c, got)
+			}
+		}
+		if !slices.Contains(tr.order, w.Optimal[i]) {
+			t.Fatalf("host %d: ε = 0 never probed the optimal crawler %d (probed %v)", i, w.Optimal[i], tr.order)
+		}
+		probesSum += len(tr.order)
+		if got == w.Optimal[i] {
+			continue
+		}
+		misses++
+		excess := w.Model.MeanRTT(&w.CrawlerE[got], &w.Hosts[i]) - w.OptimalRTT[i]
+		if jit := cfgJ.JitterFrac*w.OptimalRTT[i] + cfgJ.JitterMinMs; excess > 6*jit {
+			t.Errorf("host %d: chose %d at +%.2f ms over optimal %d with every answer in hand — more than jitter (%.2f ms mean) explains",
+				i, got, excess, w.Optimal[i], jit)
+		}
+	}
+	acc := pct(len(w.Hosts)-misses, len(w.Hosts))
+	t.Logf("oracle, ε = 0: %.1f %% optimal at %.2f probes/URL; brute force %.1f %% at %d", acc,
+		float64(probesSum)/float64(len(w.Hosts)), brute, len(w.Crawlers))
+	if acc < 90 {
+		t.Errorf("oracle with every answer: %.1f %% optimal, jitter alone should not cost 10 points", acc)
+	}
+	if acc < brute-2.5 {
+		t.Errorf("oracle with every answer %.1f %% < brute force %.1f %% beyond noise", acc, brute)
+	}
+	// the same through the public entry point
+	orep, err := w.Oracle(ctx, cfg, OracleConfig{Eps: []float64{0}, Ks: []int{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := orep.Rows[len(orep.Rows)-1]
+	if last.Rule != OracleRuleBayes || *last.Eps != 0 || last.ProbesPerURLAll > float64(len(w.Crawlers)) || last.OptimalPctAll < brute-2.5 {
+		t.Fatalf("ε = 0, K = all row: %+v; brute force %.1f %% at %d probes/URL", last, brute, len(w.Crawlers))
+	}
+}
+
+func rowsOf(rep *OracleReport, rule string, k int) []OracleRow {
+	var out []OracleRow
+	for _, r := range rep.Rows {
+		if r.Rule == rule && (k == 0 || r.K == k) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The frontier: a smaller ε never spends fewer probes (per host, since the
+// traces are shared), the fixed rules spend exactly their probes, and the
+// most careful rule is more accurate than the first probe alone.
+func TestOracleFrontier(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := Preset("paper")
+	cfg.Logger = quiet()
+	w, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := w.Oracle(ctx, cfg, OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	if !strings.Contains(buf.String(), "ORACLE BOUND") || !strings.Contains(buf.String(), "Not a policy") {
+		t.Error("the oracle's table must be labelled as a bound that reads the world model")
+	}
+	for _, rule := range []string{OracleRuleNearest, OracleRuleFirst} {
+		r := rowsOf(rep, rule, 0)[0]
+		if r.ProbesPerURL != 1 || r.ProbesPerURLAll != 1 {
+			t.Errorf("%s: %.3f probes/URL, want exactly 1", rule, r.ProbesPerURLAll)
+		}
+	}
+	if r := rowsOf(rep, OracleRuleTwoNearest, 0)[0]; r.ProbesPerURLAll != 2 {
+		t.Errorf("two nearest: %.3f probes/URL, want 2", r.ProbesPerURLAll)
+	}
+	for _, k := range []int{2, len(w.Crawlers)} {
+		rows := rowsOf(rep, OracleRuleBayes, k)
+		if len(rows) != len(OracleEps) {
+			t.Fatalf("K=%d: %d rows, want %d", k, len(rows), len(OracleEps))
+		}
+		for j := 1; j < len(rows); j++ {
+			if *rows[j].Eps >= *rows[j-1].Eps {
+				t.Fatal("rows not in decreasing ε")
+			}
+			if rows[j].ProbesPerURLAll < rows[j-1].ProbesPerURLAll || rows[j].ProbesPerURL < rows[j-1].ProbesPerURL {
+				t.Errorf("K=%d: ε %g spends %.3f probes/URL, fewer than ε %g (%.3f)", k, *rows[j].Eps, rows[j].ProbesPerURLAll, *rows[j-1].Eps, rows[j-1].ProbesPerURLAll)
+			}
+			if rows[j].ProbesPerURLAll > float64(k) {
+				t.Errorf("K=%d: %.3f probes/URL", k, rows[j].ProbesPerURLAll)
+			}
+		}
+		first, last := rows[0], rows[len(rows)-1]
+		if last.OptimalPctAll < first.OptimalPctAll {
+			t.Errorf("K=%d: ε %g %.1f %% < ε %g %.1f %%", k, *last.Eps, last.OptimalPctAll, *first.Eps, first.OptimalPctAll)
+		}
+		if fp := rowsOf(rep, OracleRuleFirst, 0)[0]; last.OptimalPctAll < fp.OptimalPctAll+3 {
+			t.Errorf("K=%d ε %g: %.1f %% is hardly above the first probe alone (%.1f %%)", k, *last.Eps, last.OptimalPctAll, fp.OptimalPctAll)
+		}
+	}
+	// per host: stopping points are nested across ε
+	o := newOracleModel(w)
+	for i := range 200 {
+		v := o.view(&w.Hosts[i])
+		tr := o.trace(&v, probeFunc(w, i, 3), 1e-4, len(w.Crawlers))
+		prev := 0
+		for _, e := range append([]float64{math.Inf(1)}, OracleEps...) {
+			k := tr.stopAt(e, len(w.Crawlers))
+			if k < prev || k < 1 {
+				t.Fatalf("host %d: ε %g stops after %d probes, a larger ε after %d", i, e, k, prev)
+			}
+			prev = k
+		}
+		for k := 1; k < len(tr.order); k++ {
+			if slices.Contains(tr.order[:k], tr.order[k]) {
+				t.Fatalf("host %d: crawler %d probed twice", i, tr.order[k])
+			}
+		}
+	}
+	if math.IsNaN(rep.At15) || rep.At15 < rowsOf(rep, OracleRuleFirst, 0)[0].OptimalPct {
+		t.Errorf("best %% at 1.5 probes/URL = %v", rep.At15)
+	}
+	// JSON: one object per row, then the summary
+	buf.Reset()
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(rep.Rows)+1 {
+		t.Fatalf("%d JSON lines for %d rows", len(lines), len(rep.Rows))
+	}
+	var row map[string]any
+	if err := json.Unmarshal([]byte(lines[5]), &row); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"oracle_eps", "optimal_pct", "probes_per_url"} {
+		if _, ok := row[f]; !ok {
+			t.Errorf("JSON row lacks %s: %s", f, lines[5])
+		}
+	}
+}
+
+// rekey returns a copy of w whose model has another seed for the pairs'
+// stretch, with every position and access delay kept: the worlds differ
+// only in the stretch.
+func rekey(t *testing.T, w *World, seed uint64) *World {
+	cfg := w.Model.Config()
+	cfg.Seed = seed
+	m, err := world.New(w.Model.Geo(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := func(in []world.Endpoint) []world.Endpoint {
+		out := make([]world.Endpoint, len(in))
+		for i, e := range in {
+			out[i] = m.EndpointAt(e.Addr, e.Loc)
+			out[i].AccessMs = e.AccessMs
+		}
+		return out
+	}
+	b := *w
+	b.Model, b.CrawlerE, b.Hosts = m, re(w.CrawlerE), re(w.Hosts)
+	b.computeOptimal(2)
+	return &b
+}
+
+// The oracle never reads the stretch: in two worlds that differ only in it,
+// the first probe is the same for every host, and the same answers lead to
+// the same decisions.
+func TestOracleNeverReadsStretch(t *testing.T) {
+	a, err := NewWorld(small(11))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rekey(t, a, 12345)
+	differ, optDiffer := 0, 0
+	for i := range a.Hosts {
+		for c := range a.CrawlerE {
+			if a.Model.Stretch(&a.CrawlerE[c], &a.Hosts[i]) != b.Model.Stretch(&b.CrawlerE[c], &b.Hosts[i]) {
+				differ++
+			}
+		}
+		if a.Optimal[i] != b.Optimal[i] {
+			optDiffer++
+		}
+	}
+	if differ < len(a.Hosts)*len(a.CrawlerE)*9/10 || optDiffer == 0 {
+		t.Fatalf("the rekeyed world should differ in stretch (%d pairs differ) and in optimal crawlers (%d hosts)", differ, optDiffer)
+	}
+	oa, ob := newOracleModel(a), newOracleModel(b)
+	for i := range a.Hosts {
+		va, vb := oa.view(&a.Hosts[i]), ob.view(&b.Hosts[i])
+		if fa, fb := oa.firstProbe(&va), ob.firstProbe(&vb); fa != fb {
+			t.Fatalf("host %d: first probe %d in one world, %d in the other: the oracle read the stretch", i, fa, fb)
+		}
+		// scripted answers from world a, fed to both
+		answers := map[int32]float64{}
+		ask := probeFunc(a, i, 1)
+		script := func(c int32) (float64, bool) {
+			if y, ok := answers[c]; ok {
+				return y, true
+			}
+			y, ok := ask(c)
+			answers[c] = y
+			return y, ok
+		}
+		ta := oa.trace(&va, script, 1e-3, len(a.Crawlers))
+		tb := ob.trace(&vb, script, 1e-3, len(b.Crawlers))
+		if !slices.Equal(ta.order, tb.order) || !slices.Equal(ta.choice, tb.choice) {
+			t.Fatalf("host %d: same answers, different decisions (%v/%v vs %v/%v)", i, ta.order, ta.choice, tb.order, tb.choice)
+		}
+	}
+	// and the frontier still scores against each world's own optimum
+	ra, err := a.Oracle(context.Background(), small(11), OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.Oracle(context.Background(), small(11), OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.Rows[1].ProbesPerURLAll != 1 || rb.Rows[1].ProbesPerURLAll != 1 {
+		t.Fatal("first-probe rows must spend one probe")
+	}
+}
+
+func TestOracleSummaryHull(t *testing.T) {
+	e := 0.1
+	rep := &OracleReport{Rows: []OracleRow{
+		{Rule: OracleRuleFirst, K: 1, ProbesPerURL: 1, OptimalPct: 80},
+		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 1.4, OptimalPct: 85}, // under the hull
+		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 2, OptimalPct: 96},
+		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 3, OptimalPct: 95.5}, // past the top
+	}}
+	rep.summarise()
+	if math.Abs(rep.At15-88) > 1e-9 {
+		t.Errorf("at 1.5: %v, want 88 (between (1, 80) and (2, 96))", rep.At15)
+	}
+	if want := 1 + 15.0/16; math.Abs(rep.ProbesFor95-want) > 1e-9 {
+		t.Errorf("probes for 95 %%: %v, want %v", rep.ProbesFor95, want)
+	}
+	if rep.MaxPct != 96 {
+		t.Errorf("max %v", rep.MaxPct)
+	}
+	rep.Rows[2].OptimalPct = 94
+	rep.Rows[3].OptimalPct = 94.5
+	rep.summarise()
+	if !math.IsNaN(rep.ProbesFor95) {
+		t.Errorf("95 %% is never reached, got %v", rep.ProbesFor95)
+	}
+}
+
+func TestOracleAverageAndMatrix(t *testing.T) {
+	ctx := context.Background()
+	var reps []*OracleReport
+	for s := uint64(1); s <= 2; s++ {
+		w, err := NewWorld(small(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.Oracle(ctx, small(s), OracleConfig{Eps: []float64{0.1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, r)
+	}
+	avg, err := AverageOracle(reps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range avg.Rows {
+		if want := (reps[0].Rows[i].OptimalPct + reps[1].Rows[i].OptimalPct) / 2; math.Abs(r.OptimalPct-want) > 1e-9 {
+			t.Errorf("row %d: mean %v, want %v", i, r.OptimalPct, want)
+		}
+	}
+	if avg.Seeds != 2 {
+		t.Errorf("seeds %d", avg.Seeds)
+	}
+
+	mx, err := world.LoadMatrixFiles("../world/testdata/sites.csv", "../world/testdata/rtt.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := small(1)
+	cfg.Matrix = mx
+	w, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.Oracle(ctx, cfg, OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if r.Skipped == "" || len(r.Rows) != 0 || !strings.Contains(buf.String(), "formula-only") {
+		t.Fatalf("matrix mode must skip the oracle and say so: %q", buf.String())
+	}
+}
