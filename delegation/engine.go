@@ -240,7 +240,8 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 	if rec.Owner != "" {
 		note = "owner " + string(rec.Owner) + " is dead"
 	}
-	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: note})
+	// room for the chooser's steps: one allocation instead of growing
+	d.Steps = append(make([]Step, 0, 3), Step{Kind: StepLookup, Node: s, Note: note})
 	return e.decide(ctx, ip, s, rec.Epoch, d)
 }
 

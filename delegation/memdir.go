@@ -23,36 +23,51 @@ type MemDirectory struct {
 	org     map[hierarchy.OrgID]*holderSet
 }
 
-// holderSet is a reference-counted set of crawlers with a cached sorted view.
+// holderSet is a reference-counted set of crawlers, kept sorted: most sets
+// (the ancestors near the leaves) hold one or two crawlers, and a string map
+// per set cost more than the directory's other work.
 type holderSet struct {
-	count  map[CrawlerID]int
-	sorted []CrawlerID // nil when stale
+	ids    []CrawlerID // sorted: the list view
+	counts []int       // references per crawler of ids
+	// shared: ids was handed out by list, so it is copied before it
+	// changes (a caller's slice never changes under it)
+	shared bool
 }
 
 func (h *holderSet) add(c CrawlerID, d int) {
-	n := h.count[c] + d
-	if n <= 0 {
-		if _, ok := h.count[c]; ok {
-			delete(h.count, c)
-			h.sorted = nil
+	i, found := slices.BinarySearch(h.ids, c)
+	if found {
+		n := h.counts[i] + d
+		if n > 0 {
+			h.counts[i] = n
+			return
 		}
+		h.unshare(0)
+		h.ids, h.counts = slices.Delete(h.ids, i, i+1), slices.Delete(h.counts, i, i+1)
 		return
 	}
-	if _, ok := h.count[c]; !ok {
-		h.sorted = nil
+	if d <= 0 {
+		return
 	}
-	h.count[c] = n
+	h.unshare(1)
+	h.ids, h.counts = slices.Insert(h.ids, i, c), slices.Insert(h.counts, i, d)
+}
+
+// unshare gives the set its own ids (with room for grow more) when the
+// current one was handed out.
+func (h *holderSet) unshare(grow int) {
+	if h.shared {
+		h.ids = append(make([]CrawlerID, 0, len(h.ids)+grow), h.ids...)
+		h.shared = false
+	}
 }
 
 func (h *holderSet) list() []CrawlerID {
-	if h.sorted == nil {
-		h.sorted = make([]CrawlerID, 0, len(h.count))
-		for c := range h.count {
-			h.sorted = append(h.sorted, c)
-		}
-		slices.Sort(h.sorted)
+	if len(h.ids) == 0 {
+		return nil
 	}
-	return h.sorted
+	h.shared = true
+	return h.ids
 }
 
 // NewMemDirectory returns an empty directory over tree. members may be nil
@@ -121,7 +136,7 @@ func (m *MemDirectory) index(r Record, d int) {
 	if o := m.tree.Node(r.Subnet).Org; o != 0 {
 		hs, ok := m.org[o]
 		if !ok {
-			hs = &holderSet{count: make(map[CrawlerID]int)}
+			hs = &holderSet{}
 			m.org[o] = hs
 		}
 		hs.add(r.Owner, d)
@@ -131,7 +146,7 @@ func (m *MemDirectory) index(r Record, d int) {
 func (m *MemDirectory) set(mp map[hierarchy.NodeID]*holderSet, k hierarchy.NodeID) *holderSet {
 	hs, ok := mp[k]
 	if !ok {
-		hs = &holderSet{count: make(map[CrawlerID]int)}
+		hs = &holderSet{}
 		mp[k] = hs
 	}
 	return hs

@@ -249,15 +249,21 @@ func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
 	if len(cc) != 2 {
 		return 0, false
 	}
-	// crawlers state their position once: cache the features of the
-	// current country (a decision and its learning share one) per crawler;
+	// crawlers state their position once: cache the features per country
+	// and crawler (a row per country, kept until a crawler may have moved);
 	// NaN marks "not computed yet"
 	if cc != m.geoCC || len(m.geoRow) < len(m.pos) {
-		m.geoCC = cc
-		m.geoRow = slices.Grow(m.geoRow[:0], len(m.pos))[:len(m.pos)]
-		for i := range m.geoRow {
-			m.geoRow[i] = math.NaN()
+		if m.geoTab == nil {
+			m.geoTab = make(map[string][]float64)
 		}
+		row := m.geoTab[cc]
+		if len(row) < len(m.pos) {
+			for len(row) < len(m.pos) {
+				row = append(row, math.NaN())
+			}
+			m.geoTab[cc] = row
+		}
+		m.geoCC, m.geoRow = cc, row
 	}
 	if x := m.geoRow[ci]; !math.IsNaN(x) {
 		return x, !math.IsInf(x, -1)
@@ -337,6 +343,11 @@ func (c *ctxInfo) stat(ci uint32) *ctxStat {
 		return nil
 	}
 	st := c.st
+	// contexts holding every crawler (the registry, everything) hold
+	// crawler ci at index ci
+	if int(ci) < len(st) && st[ci].ci == ci {
+		return &st[ci]
+	}
 	if len(st) <= 8 {
 		for i := range st {
 			if st[i].ci == ci {
@@ -363,6 +374,9 @@ func (c *ctxInfo) stat(ci uint32) *ctxStat {
 // addStat returns ci's statistics, created when missing (and whether they were).
 func (c *ctxInfo) addStat(ci uint32) (*ctxStat, bool) {
 	st := c.st
+	if int(ci) < len(st) && st[ci].ci == ci {
+		return &st[ci], false
+	}
 	i := 0
 	if len(st) <= 8 {
 		for i < len(st) && st[i].ci < ci {
@@ -427,11 +441,12 @@ type micraChooser struct {
 	// changes
 	locVer   uint64
 	locValid bool
-	locCtx   []*ctxInfo   // contexts with located crawlers
-	pos      []crawlerPos // by crawler index: the position it states
-	liveCi   []bool       // by crawler index: live now
-	geoCC    string       // country of geoRow
-	geoRow   []float64    // by crawler index: distance feature to geoCC
+	locCtx   []*ctxInfo           // contexts with located crawlers
+	pos      []crawlerPos         // by crawler index: the position it states
+	liveCi   []bool               // by crawler index: live now
+	geoCC    string               // country of geoRow
+	geoRow   []float64            // by crawler index: distance feature to geoCC
+	geoTab   map[string][]float64 // geoRow of every country seen
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
@@ -442,11 +457,19 @@ type micraChooser struct {
 	psBuf   []candProb
 	askBuf  []CrawlerID
 	nextBuf []int
-	ctxOK   bool // ctxS, ctxKs, ctxCC hold the last subnet's contexts
+	ctxOK   bool // ctxS, ctxKs, ctxCC, ctxKinds, ctxInfos: the last subnet's contexts
 	ctxS    hierarchy.NodeID
 	ctxKs   []ctxKey
 	ctxCC   string
+	ctxKind []int      // kind of each of ctxKs
+	ctxInfo []*ctxInfo // record of each of ctxKs; nil: none when last looked up
+	ciBuf   []uint32   // crawler index per answer of the record being learned
+	xBuf    []float64  // ln RTT per answer of the record being learned
 	noteBuf []byte
+	stopBuf []byte
+	allBuf  []ProbeResult
+	candIdx []int
+	rawBuf  []micraCand
 }
 
 // candProb is a candidate (index) and its probability to beat the best answer.
@@ -530,6 +553,7 @@ func (m *micraChooser) locate(e *engine) {
 			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
 		}
 		m.geoCC = "" // a crawler may have moved
+		clear(m.geoTab)
 		buf = contexts(e.d.Tree, s, buf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(e.d.Tree, k)
@@ -564,8 +588,37 @@ func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, str
 		m.ctxKs = contexts(t, s, m.ctxKs[:0])
 		m.ctxCC = subnetCountry(t, s)
 		m.ctxS, m.ctxOK = s, true
+		m.ctxKind, m.ctxInfo = m.ctxKind[:0], m.ctxInfo[:0]
+		for _, k := range m.ctxKs {
+			c := m.ctx[k]
+			kind := 0
+			if c != nil {
+				kind = c.kind
+			} else {
+				kind = m.kindOf(t, k)
+			}
+			m.ctxKind, m.ctxInfo = append(m.ctxKind, kind), append(m.ctxInfo, c)
+		}
 	}
 	return m.ctxKs, m.ctxCC
+}
+
+// subnetInfos returns the context records of the subnet of the last
+// subnetContexts call (context records are never deleted, so only the
+// missing ones are looked up again), creating the missing ones when create
+// is set. The slice is shared until the next call.
+func (m *micraChooser) subnetInfos(t Tree, create bool) []*ctxInfo {
+	for i, c := range m.ctxInfo {
+		if c != nil {
+			continue
+		}
+		if create {
+			m.ctxInfo[i] = m.info(t, m.ctxKs[i])
+		} else {
+			m.ctxInfo[i] = m.ctx[m.ctxKs[i]]
+		}
+	}
+	return m.ctxInfo
 }
 
 // prepare brings the crawler positions up to date before learning a record
@@ -573,23 +626,30 @@ func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, str
 func (m *micraChooser) prepare(e *engine) { m.locate(e) }
 
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
-	ks, cc := m.subnetContexts(e.d.Tree, s)
-	var ibuf [16]*ctxInfo
-	infos := ibuf[:len(ks)]
-	for i, k := range ks {
-		infos[i] = m.info(e.d.Tree, k)
+	_, cc := m.subnetContexts(e.d.Tree, s)
+	infos := m.subnetInfos(e.d.Tree, true)
+	// crawler indexes (created in the order of the answers) and ln RTTs,
+	// once per answer
+	cis, xs := m.ciBuf[:0], m.xBuf[:0]
+	for _, p := range rec.Probes {
+		if p.OK && p.RTT > 0 {
+			cis, xs = append(cis, m.crawler.id(p.Crawler)), append(xs, lnMs(p.RTT))
+		} else {
+			cis, xs = append(cis, 0), append(xs, 0)
+		}
 	}
+	m.ciBuf, m.xBuf = cis, xs
 	if !m.cfg.NoPairs {
-		m.pairs.learn(rec.Probes)
+		m.pairs.learn(rec.Probes, cis, xs)
 	}
 	var win ProbeResult
-	for _, p := range rec.Probes {
+	wi := uint32(0)
+	for i, p := range rec.Probes {
 		if p.OK && p.RTT > 0 && (!win.OK || p.RTT < win.RTT) {
-			win = p
+			win, wi = p, cis[i]
 		}
 	}
 	if win.OK {
-		wi := m.crawler.id(win.Crawler)
 		for _, c := range infos {
 			st, _ := c.addStat(wi)
 			st.wins++
@@ -599,12 +659,11 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	if m.cfg.NoGeo {
 		cc = ""
 	}
-	for _, p := range rec.Probes {
+	for pi, p := range rec.Probes {
 		if !p.OK || p.RTT <= 0 {
 			continue
 		}
-		x := lnMs(p.RTT)
-		ci := m.crawler.id(p.Crawler)
+		x, ci := xs[pi], cis[pi]
 		if gx, ok := m.geoX(cc, ci); ok {
 			g := &m.geo
 			g.n++
@@ -681,6 +740,11 @@ type micraCand struct {
 	tie    uint64  // crawlerIndex.tieKey: the last tie-break
 	probed bool
 
+	// marginal probability to beat the best answer, valid while the best
+	// answer (lnT, shift) is unchanged
+	pOK         bool
+	pLb, pShift float64
+	pMarg       float64
 	// pairwise answers of earlier rounds: valid while the best answer
 	// (hence the threshold and the marginal prior) is unchanged
 	qOK        bool
@@ -773,20 +837,10 @@ func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c C
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
-	var kindBuf [16]int
-	ks, cc := m.subnetContexts(e.d.Tree, s)
-	var ibuf [16]*ctxInfo
-	kinds := kindBuf[:len(ks)]
+	_, cc := m.subnetContexts(e.d.Tree, s)
 	m.locate(e)
-	infos := ibuf[:len(ks)]
-	for i, k := range ks {
-		infos[i] = m.ctx[k] // nil: nothing known there
-		if infos[i] != nil {
-			kinds[i] = infos[i].kind
-		} else {
-			kinds[i] = m.kindOf(e.d.Tree, k)
-		}
-	}
+	infos := m.subnetInfos(e.d.Tree, false) // nil: nothing known there
+	kinds := m.ctxKind
 
 	// candidates: widen contexts until enough are known
 	var idBuf [4 * topK]uint32
@@ -845,18 +899,26 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		sig[i] = m.sigma0(k)
 	}
 	sig[len(sig)-1] = m.sigma0(kindAll)
-	cands := slices.Grow(m.candBuf[:0], len(ids))[:len(ids)]
-	m.candBuf = cands
+	raw := slices.Grow(m.rawBuf[:0], len(ids))[:len(ids)]
+	m.rawBuf = raw
 	for i, ci := range ids {
-		cands[i] = m.predict(infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
-		cands[i].tie = m.crawler.tieKey(ci, uint64(s))
+		raw[i] = m.predict(infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
+		raw[i].tie = m.crawler.tieKey(ci, uint64(s))
 	}
 	if m.cfg.FirstByWins {
-		for i := range cands {
-			cands[i].win = m.winProb(infos, cands[i].ci, 1/float64(len(cands)))
+		for i := range raw {
+			raw[i].win = m.winProb(infos, raw[i].ci, 1/float64(len(raw)))
 		}
 	}
-	slices.SortFunc(cands, func(a, b micraCand) int {
+	// sort indexes, not the candidates (large structs); the order is total
+	// (ids are unique), so it is the same whatever the algorithm
+	order := m.candIdx[:0]
+	for i := range raw {
+		order = append(order, i)
+	}
+	m.candIdx = order
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := &raw[i], &raw[j]
 		if c := cmp.Compare(b.win, a.win); c != 0 {
 			return c
 		}
@@ -871,6 +933,11 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		}
 		return cmp.Compare(a.id, b.id)
 	})
+	cands := slices.Grow(m.candBuf[:0], len(raw))[:len(raw)]
+	m.candBuf = cands
+	for i, j := range order {
+		cands[i] = raw[j]
+	}
 
 	step := Step{Kind: StepPredict, Node: s}
 	if m.cfg.Blind > 0 && cands[0].n >= m.cfg.BlindMinObs {
@@ -887,10 +954,14 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			return []ProbeResult{{Crawler: x.id, RTT: rtt}}, nil
 		}
 	}
-	var all []ProbeResult
+	// all is returned to the engine, which only reads it before the next
+	// decision: reuse its room
+	all := m.allBuf[:0]
+	defer func() { m.allBuf = all[:0] }()
+	step.Probes = make([]ProbeResult, 0, 4) // most decisions probe ≤ 4 times
 	var best ProbeResult
 	bestPred := 0.0
-	stop := ""
+	stop := m.stopBuf[:0]
 	for d.Probes < m.cfg.MaxProbes {
 		next := m.nextBuf[:0]
 		if !best.OK {
@@ -923,7 +994,10 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 					continue
 				}
 				c := &cands[i]
-				p := normCDF((lb - c.mu - shift) / c.sd)
+				if !c.pOK || c.pLb != lb || c.pShift != shift {
+					c.pOK, c.pLb, c.pShift, c.pMarg = true, lb, shift, normCDF((lb-c.mu-shift)/c.sd)
+				}
+				p := c.pMarg
 				if !m.cfg.NoPairs && p > 1e-3 {
 					// every answer so far bounds c: keep the tightest
 					// (the lowest answers tell the most; three suffice)
@@ -953,14 +1027,13 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			m.psBuf = ps
 			if total < m.cfg.Miss {
 				// (strconv, not Sprintf: this note is written for most decisions)
-				b := append(m.noteBuf[:0], "P(unprobed beats "...)
+				b := append(stop, "P(unprobed beats "...)
 				b = append(b, best.Crawler...)
 				b = append(b, ")="...)
 				b = strconv.AppendFloat(b, total, 'f', 3, 64)
 				b = append(b, " < "...)
 				b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
-				m.noteBuf = b
-				stop = string(b)
+				stop, m.stopBuf = b, b
 				d.Reason = ReasonConfident
 				break
 			}
@@ -987,7 +1060,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		}
 		m.nextBuf = next
 		if len(next) == 0 {
-			stop = "every candidate probed"
+			stop = append(stop, "every candidate probed"...)
 			d.Reason = ReasonAllProbed
 			break
 		}
@@ -1006,8 +1079,9 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			}
 		}
 	}
-	if stop == "" {
-		stop = fmt.Sprintf("probe cap %d reached", m.cfg.MaxProbes)
+	if len(stop) == 0 {
+		stop = fmt.Appendf(stop, "probe cap %d reached", m.cfg.MaxProbes)
+		m.stopBuf = stop
 		d.Reason = ReasonLowestProbe
 	}
 	top := cands[0]

@@ -105,20 +105,20 @@ func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pai
 	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth, alpha: alpha}
 }
 
-// learn adds every ordered pair of the answers of one host.
-func (p *pairModel) learn(ps []ProbeResult) {
+// learn adds every ordered pair of the answers of one host; cis and xs are
+// each answer's crawler index and ln RTT (valid where OK and RTT > 0).
+func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64) {
 	for i, a := range ps {
 		if !a.OK || a.RTT <= 0 {
 			continue
 		}
-		xa := lnMs(a.RTT)
-		ia := p.crawler.id(a.Crawler)
+		xa, ia := xs[i], cis[i]
 		for j, b := range ps {
-			if i == j || !b.OK || b.RTT <= 0 || a.Crawler == b.Crawler {
+			if i == j || !b.OK || b.RTT <= 0 || ia == cis[j] {
 				continue
 			}
-			s := p.samples(ia, p.crawler.id(b.Crawler), true)
-			s.add(float32(xa), float32(lnMs(b.RTT)-xa), p.cap)
+			s := p.samples(ia, cis[j], true)
+			s.add(float32(xa), float32(xs[j]-xa), p.cap)
 		}
 	}
 }
@@ -150,9 +150,13 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 			continue
 		}
 		w += kw
+		// branch-free: whether a sample beats t is a coin flip for the
+		// branch predictor; adding +0 leaves hit exactly as skipping would
+		var beats uint64
 		if ys[i] < t {
-			hit += kw
+			beats = 1
 		}
+		hit += math.Float64frombits(math.Float64bits(kw) & -beats)
 	}
 	return (hit + p.alpha*prior) / (w + p.alpha), w
 }
