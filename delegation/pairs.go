@@ -87,7 +87,9 @@ func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
 		}
 		s := p.dense[a*denseN+b]
 		if s == nil && create {
-			s = &pairSamples{}
+			// pairs of the first crawlers meet often: room for a full
+			// set at once (growing by doubling cost more)
+			s = &pairSamples{x: make([]float32, 0, p.cap), y: make([]float32, 0, p.cap)}
 			p.dense[a*denseN+b] = s
 		}
 		return s
@@ -163,17 +165,25 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 
 // lowerBound is the first index of xs (ascending, no NaN) whose value is at
 // least v: slices.BinarySearch without its NaN ordering, on the hot path.
+// Branch-free (the comparisons are coin flips for the branch predictor):
+// base only ever moves past elements below v.
 func lowerBound(xs []float32, v float32) int {
-	lo, hi := 0, len(xs)
-	for lo < hi {
-		h := int(uint(lo+hi) >> 1)
-		if xs[h] < v {
-			lo = h + 1
-		} else {
-			hi = h
-		}
+	n := len(xs)
+	if n == 0 {
+		return 0
 	}
-	return lo
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		if xs[base+half] < v {
+			base += half
+		}
+		n -= half
+	}
+	if xs[base] < v {
+		base++
+	}
+	return base
 }
 
 func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }
