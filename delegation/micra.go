@@ -304,17 +304,6 @@ func greatCircleKm(lat1, lon1, lat2, lon2 float64) float64 {
 	return 2 * r * math.Asin(math.Min(1, math.Sqrt(h)))
 }
 
-// subnetCountry is the registry country of s or of its nearest ancestor
-// that has one.
-func subnetCountry(t Tree, s hierarchy.NodeID) string {
-	for id := s; id != hierarchy.None && id != hierarchy.Root; id = t.Parent(id) {
-		if c := t.Node(id).Country; c != "" {
-			return c
-		}
-	}
-	return ""
-}
-
 // ctxStat is one crawler's statistics in one context.
 type ctxStat struct {
 	ci uint32
@@ -478,43 +467,63 @@ type candProb struct {
 	p float64
 }
 
-// contexts lists s's contexts, specific first.
-func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey) []ctxKey {
-	buf = append(buf[:0], mkCtx(ctxNode, uint32(s)))
+// contexts lists s's contexts, specific first, with the kind of each (for
+// pooling spreads) and s's registry country (that of s or of its nearest ancestor with one). The tree is
+// walked by Parent and Depth: Node builds addresses, and only s's and the
+// ancestors read for their country need it.
+func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, []int, string) {
 	n := t.Node(s)
+	buf = append(buf[:0], mkCtx(ctxNode, uint32(s)))
+	kinds = append(kinds[:0], min(int(n.Depth), 15))
 	if n.Org != 0 {
-		buf = append(buf, mkCtx(ctxOrg, uint32(n.Org)))
+		buf, kinds = append(buf, mkCtx(ctxOrg, uint32(n.Org))), append(kinds, kindOrg)
 	}
 	country := n.Country
-	anc := t.Ancestors(s)
-	var top []ctxKey
-	for _, a := range anc {
-		if a == hierarchy.Root {
-			continue
+	dt, _ := t.(interface{ Depth(hierarchy.NodeID) int })
+	var topBuf [4]ctxKey
+	var topKind [4]int
+	top := topBuf[:0]
+	for a := t.Parent(s); a != hierarchy.None && a != hierarchy.Root; a = t.Parent(a) {
+		var depth int
+		if country == "" || dt == nil {
+			an := t.Node(a)
+			if country == "" {
+				country = an.Country
+			}
+			depth = int(an.Depth)
+		} else {
+			depth = dt.Depth(a)
 		}
-		an := t.Node(a)
-		if country == "" {
-			country = an.Country
-		}
-		if an.Depth <= 1 {
+		if depth <= 1 {
+			if len(top) < len(topKind) {
+				topKind[len(top)] = depth
+			}
 			top = append(top, mkCtx(ctxNode, uint32(a)))
 			continue
 		}
-		buf = append(buf, mkCtx(ctxNode, uint32(a)))
+		buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
 	}
 	// address neighbourhoods: registries hand out neighbouring blocks to
 	// neighbouring networks more often than not
 	fine, coarse := prefixCtx(n.Start)
-	buf = append(buf, fine)
+	buf, kinds = append(buf, fine), append(kinds, kindPfxFine)
 	if len(country) == 2 {
-		buf = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1])))
+		buf, kinds = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1]))), append(kinds, kindCountry)
 	}
-	buf = append(buf, coarse)
-	buf = append(buf, top...)
+	buf, kinds = append(buf, coarse), append(kinds, kindPfxCoarse)
+	for i, k := range top {
+		kind := 0
+		if i < len(topKind) {
+			kind = topKind[i]
+		} else {
+			kind = int(t.Node(hierarchy.NodeID(uint32(k))).Depth)
+		}
+		buf, kinds = append(buf, k), append(kinds, kind)
+	}
 	if n.Registry != hierarchy.RegistryUnknown {
-		buf = append(buf, mkCtx(ctxRegistry, uint32(n.Registry)))
+		buf, kinds = append(buf, mkCtx(ctxRegistry, uint32(n.Registry))), append(kinds, kindRegistry)
 	}
-	return append(buf, mkCtx(ctxGlobal, 0))
+	return append(buf, mkCtx(ctxGlobal, 0)), append(kinds, kindAll), country
 }
 
 func prefixCtx(a netip.Addr) (fine, coarse ctxKey) {
@@ -540,6 +549,7 @@ func (m *micraChooser) locate(e *engine) {
 	}
 	m.locCtx = m.locCtx[:0]
 	var buf []ctxKey
+	var kbuf []int
 	for _, c := range e.liveIDs() {
 		s := e.d.Tree.SmallestNonUnary(e.members()[c].Addr)
 		if s == hierarchy.None || s == hierarchy.Root {
@@ -554,7 +564,7 @@ func (m *micraChooser) locate(e *engine) {
 		}
 		m.geoCC = "" // a crawler may have moved
 		clear(m.geoTab)
-		buf = contexts(e.d.Tree, s, buf)
+		buf, kbuf, _ = contexts(e.d.Tree, s, buf, kbuf)
 		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(e.d.Tree, k)
 			if len(c.located) == 0 {
@@ -585,19 +595,11 @@ func (m *micraChooser) locate(e *engine) {
 // slice is shared until the next call.
 func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, string) {
 	if !m.ctxOK || m.ctxS != s {
-		m.ctxKs = contexts(t, s, m.ctxKs[:0])
-		m.ctxCC = subnetCountry(t, s)
+		m.ctxKs, m.ctxKind, m.ctxCC = contexts(t, s, m.ctxKs[:0], m.ctxKind[:0])
 		m.ctxS, m.ctxOK = s, true
-		m.ctxKind, m.ctxInfo = m.ctxKind[:0], m.ctxInfo[:0]
+		m.ctxInfo = m.ctxInfo[:0]
 		for _, k := range m.ctxKs {
-			c := m.ctx[k]
-			kind := 0
-			if c != nil {
-				kind = c.kind
-			} else {
-				kind = m.kindOf(t, k)
-			}
-			m.ctxKind, m.ctxInfo = append(m.ctxKind, kind), append(m.ctxInfo, c)
+			m.ctxInfo = append(m.ctxInfo, m.ctx[k])
 		}
 	}
 	return m.ctxKs, m.ctxCC

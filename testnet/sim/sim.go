@@ -302,6 +302,9 @@ type prober struct {
 	lastAddr netip.Addr
 	lastHost *world.Endpoint
 	lastOK   bool
+	// host is the index of the host being delegated (-1: unknown): its
+	// endpoint without a map lookup (host addresses are distinct)
+	host int
 }
 
 // crawler resolves an ID without hashing it: IDs are "c" + index.
@@ -327,7 +330,11 @@ func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegati
 	out := make([]delegation.ProbeResult, len(crawlers))
 	if target != p.lastAddr || p.lastHost == nil {
 		p.lastAddr = target
-		p.lastHost, p.lastOK = p.w.endpoint(target)
+		if p.host >= 0 && p.host < len(p.w.Hosts) && p.w.Hosts[p.host].Addr == target {
+			p.lastHost, p.lastOK = &p.w.Hosts[p.host], true
+		} else {
+			p.lastHost, p.lastOK = p.w.endpoint(target)
+		}
 	}
 	h, ok := p.lastHost, p.lastOK
 	for i, c := range crawlers {
@@ -375,7 +382,7 @@ func seedOf(s string) uint64 {
 func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*run, error) {
 	members := delegation.NewMemMembership(w.Crawlers...)
 	dir := delegation.NewMemDirectory(w.Tree, members)
-	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name)))}
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name))), host: -1}
 	clock := &Clock{t: simEpoch}
 	ec := cfg.Engine
 	ec.Threshold = cfg.Threshold
@@ -402,6 +409,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 		}
 		clock.Advance(time.Second)
 		before := pr.probes
+		pr.host = i
 		d, err := pol.Delegate(ctx, w.Hosts[i].Addr)
 		if err != nil {
 			return nil, fmt.Errorf("sim: %s: host %v: %w", spec.Name, w.Hosts[i].Addr, err)
