@@ -43,7 +43,7 @@ func simCmd() *cobra.Command {
 		crawlers, hosts, train, seeds, traceN                                                                        int
 		seed                                                                                                         uint64
 		asJSON, worldStats, oracle                                                                                   bool
-		oracleEps                                                                                                    string
+		oracleEps, oracleHost                                                                                        string
 		capacityFactor, ipv6Share                                                                                    float64
 	)
 	cmd := &cobra.Command{
@@ -191,27 +191,43 @@ seed print the same report. See docs/simulator.md.`,
 						oc.Eps = append(oc.Eps, x)
 					}
 				}
-				var ors []*sim.OracleReport
-				for k := range seeds {
-					cfg.Seed = base + uint64(k)
-					or, err := worlds[k].Oracle(cmd.Context(), cfg, oc)
+				var infos []string
+				switch oracleHost {
+				case "both":
+					infos = []string{sim.OracleHostPosition, sim.OracleHostCountry}
+				case sim.OracleHostPosition, sim.OracleHostCountry:
+					infos = []string{oracleHost}
+				default:
+					return fmt.Errorf("--oracle-host %q: want position, country or both", oracleHost)
+				}
+				for _, info := range infos {
+					oc.HostInfo = info
+					var ors []*sim.OracleReport
+					for k := range seeds {
+						cfg.Seed = base + uint64(k)
+						or, err := worlds[k].Oracle(cmd.Context(), cfg, oc)
+						if err != nil {
+							return err
+						}
+						ors = append(ors, or)
+					}
+					or, err := sim.AverageOracle(ors)
 					if err != nil {
 						return err
 					}
-					ors = append(ors, or)
-				}
-				or, err := sim.AverageOracle(ors)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					err = or.WriteJSON(out)
-				} else {
-					fmt.Fprintln(out)
-					err = or.WriteText(out)
-				}
-				if err != nil {
-					return err
+					if asJSON {
+						err = or.WriteJSON(out)
+					} else {
+						fmt.Fprintln(out)
+						err = or.WriteText(out)
+					}
+					if err != nil {
+						return err
+					}
+					out.Flush()
+					if or.Skipped != "" {
+						break
+					}
 				}
 			}
 			if plotPath != "" {
@@ -254,6 +270,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
+	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter")

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/testnet/world"
 )
 
@@ -63,7 +65,30 @@ type OracleConfig struct {
 	// Ks are the probe caps of the printed rows besides "every crawler"
 	// (nil: 2).
 	Ks []int
+	// HostInfo is what the oracle knows of where a host is:
+	// OracleHostPosition (default) or OracleHostCountry.
+	HostInfo string
+	// CountrySamples caps the positions that stand for one country's hosts
+	// (OracleHostCountry; default 256).
+	CountrySamples int
+	// PoolDraws is the number of addresses drawn to learn where each
+	// country's hosts are (OracleHostCountry; default 50,000).
+	PoolDraws int
 }
+
+// What the oracle knows of a host's position (OracleConfig.HostInfo).
+const (
+	// OracleHostPosition: the exact position.
+	OracleHostPosition = "position"
+	// OracleHostCountry: only the registry country of the host's subnet (as
+	// a policy knows it) and the distribution of host positions in that
+	// country — OracleConfig.PoolDraws addresses drawn the way uniform
+	// hosts are, up to CountrySamples of them per country.
+	OracleHostCountry = "country"
+)
+
+// oraclePoolDraws is the default of OracleConfig.PoolDraws.
+const oraclePoolDraws = 50000
 
 // OracleRow is one rule's point of the frontier.
 type OracleRow struct {
@@ -88,6 +113,12 @@ type OracleReport struct {
 	Hosts    int    `json:"hosts"`
 	Train    int    `json:"train"`
 	HostDist string `json:"host_dist"`
+	HostInfo string `json:"oracle_host_info"`
+	// CountryFallbacks counts hosts whose country no pool address had (or
+	// that have none): their prior is the country's centroid or, without a
+	// country, the world's hosts (OracleHostCountry).
+	CountryFallbacks int `json:"country_fallbacks,omitempty"`
+	PoolDraws        int `json:"pool_draws,omitempty"`
 	// Skipped says why there is no frontier (measured matrix).
 	Skipped string `json:"skipped,omitempty"`
 	// Rows are the printed rules; Sweep is a dense ε × K sweep that the
@@ -105,9 +136,11 @@ type OracleReport struct {
 	MaxPct float64 `json:"-"`
 }
 
-// oracleModel is everything the oracle may read: exact positions and access
-// delays, the stretch distribution and the jitter model. It never calls
-// Stretch, FloorRTT, MeanRTT or SampleRTT and never sees World.Optimal.
+// oracleModel is everything the oracle may read: exact crawler positions and
+// access delays, each host's access delay and either its exact position or
+// its registry country with the distribution of host positions in it, the
+// stretch distribution and the jitter model. It never calls Stretch,
+// FloorRTT, MeanRTT or SampleRTT and never sees World.Optimal.
 type oracleModel struct {
 	m        *world.Model // DistanceKm and the Stretch{CDF,PDF,Quantile} only
 	crawlers []world.Endpoint
@@ -117,45 +150,67 @@ type oracleModel struct {
 	qHi      float64 // a stretch above every practical draw
 	atom     float64 // P(stretch == 1)
 	meanS    float64
+	post     int // grid points of a posterior over one answer's jitter
 }
 
-// oracleCells is the resolution of the prior integrals (P(nearest)) and
-// oraclePost that of a posterior over one answer's jitter.
+// oracleCells is the resolution of the prior integral P(nearest) and
+// oraclePost that of a posterior over one answer's jitter (halved when the
+// host's position is a mixture, whose integrals are per position).
 const (
 	oracleCells = 256
 	oraclePost  = 96
 )
 
-func newOracleModel(w *World) *oracleModel {
+func newOracleModel(w *World, cells, post int) *oracleModel {
 	cfg := w.Model.Config()
-	o := &oracleModel{m: w.Model, crawlers: w.CrawlerE, msPerKm: 2 / cfg.FibreKmPerMs, jf: cfg.JitterFrac, jm: cfg.JitterMinMs}
-	o.q = make([]float64, oracleCells)
+	o := &oracleModel{m: w.Model, crawlers: w.CrawlerE, msPerKm: 2 / cfg.FibreKmPerMs, jf: cfg.JitterFrac, jm: cfg.JitterMinMs, post: post}
+	o.q = make([]float64, cells)
 	for i := range o.q {
-		o.q[i] = w.Model.StretchQuantile((float64(i) + 0.5) / oracleCells)
-		o.meanS += o.q[i] / oracleCells
+		o.q[i] = w.Model.StretchQuantile((float64(i) + 0.5) / float64(cells))
+		o.meanS += o.q[i] / float64(cells)
 	}
 	o.qHi = w.Model.StretchQuantile(1 - 1e-7)
 	o.atom = w.Model.StretchCDF(1)
 	return o
 }
 
-// hostView is one host's prior: floor_c = d[c] × stretch + base[c].
+// hostView is one host's prior: the host is at position m with probability
+// pi[m], and then floor_c = d[m][c] × stretch + base[c].
 type hostView struct {
-	d, base []float64
-	byLB    []int32 // crawlers by their floor's lower bound (stretch 1)
+	pi   []float64
+	d    [][]float64
+	base []float64
+	byLB []int32 // crawlers by expected lower bound (stretch 1)
+	// first caches firstProbe (it does not depend on the host's own access
+	// delay, which shifts every floor alike); -1 until computed
+	first int32
 }
 
-func (o *oracleModel) view(h *world.Endpoint) hostView {
-	n := len(o.crawlers)
-	v := hostView{d: make([]float64, n), base: make([]float64, n), byLB: make([]int32, n)}
+func (o *oracleModel) distances(h *world.Endpoint) []float64 {
+	d := make([]float64, len(o.crawlers))
 	for c := range o.crawlers {
-		v.d[c] = o.m.DistanceKm(&o.crawlers[c], h) * o.msPerKm
-		v.base[c] = o.crawlers[c].AccessMs + h.AccessMs
-		v.byLB[c] = int32(c)
+		d[c] = o.m.DistanceKm(&o.crawlers[c], h) * o.msPerKm
 	}
-	slices.SortStableFunc(v.byLB, func(a, b int32) int {
-		return cmpFloat(v.d[a]+v.base[a], v.d[b]+v.base[b])
-	})
+	return d
+}
+
+// view is the prior of a host at a known position.
+func (o *oracleModel) view(h *world.Endpoint) hostView {
+	return o.mixView(h.AccessMs, []float64{1}, [][]float64{o.distances(h)}, -1)
+}
+
+func (o *oracleModel) mixView(hostAccess float64, pi []float64, d [][]float64, first int32) hostView {
+	n := len(o.crawlers)
+	v := hostView{pi: pi, d: d, base: make([]float64, n), byLB: make([]int32, n), first: first}
+	lb := make([]float64, n)
+	for c := range o.crawlers {
+		v.base[c] = o.crawlers[c].AccessMs + hostAccess
+		v.byLB[c] = int32(c)
+		for m, p := range pi {
+			lb[c] += p * d[m][c]
+		}
+	}
+	slices.SortStableFunc(v.byLB, func(a, b int32) int { return cmpFloat(lb[a]+v.base[a], lb[b]+v.base[b]) })
 	return v
 }
 
@@ -169,95 +224,119 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// cdf is P(floor_c ≤ x) under the prior.
-func (o *oracleModel) cdf(v *hostView, c int32, x float64) float64 {
-	d := v.d[c]
+// cdf is P(floor ≤ x) for a crawler d ms of fibre (stretch 1) and base ms of
+// access delays away.
+func (o *oracleModel) cdf(d, base, x float64) float64 {
 	if d <= 0 {
-		if x >= v.base[c] {
+		if x >= base {
 			return 1
 		}
 		return 0
 	}
-	return o.m.StretchCDF((x - v.base[c]) / d)
+	return o.m.StretchCDF((x - base) / d)
 }
 
 // firstProbe is the crawler with the highest prior probability of having
-// the lowest floor RTT, among the crawlers that can plausibly win.
+// the lowest floor RTT.
 func (o *oracleModel) firstProbe(v *hostView) int32 {
-	upper := math.Inf(1)
-	for c := range v.d {
-		upper = math.Min(upper, v.d[c]*o.qHi+v.base[c])
+	if v.first >= 0 {
+		return v.first
 	}
-	var cands []int32
-	for _, c := range v.byLB {
-		if v.d[c]+v.base[c] > upper || len(cands) == oracleMaxTrace {
-			break
+	p := make([]float64, len(v.base))
+	cands := make([]int32, 0, len(v.base))
+	for m, pm := range v.pi {
+		d := v.d[m]
+		upper := math.Inf(1)
+		for c := range d {
+			upper = math.Min(upper, d[c]*o.qHi+v.base[c])
 		}
-		cands = append(cands, c)
-	}
-	best, bestP := cands[0], -1.0
-	for _, c := range cands {
-		p := 0.0
-		for _, s := range o.q {
-			x := v.d[c]*s + v.base[c]
-			prod := 1.0
-			for _, k := range cands {
-				if k != c {
-					prod *= 1 - o.cdf(v, k, x)
-				}
+		cands = cands[:0]
+		for c := range d {
+			if d[c]+v.base[c] <= upper {
+				cands = append(cands, int32(c))
 			}
-			p += prod
 		}
-		if p > bestP {
-			best, bestP = c, p
+		slices.SortStableFunc(cands, func(a, b int32) int { return cmpFloat(d[a]+v.base[a], d[b]+v.base[b]) })
+		cands = cands[:min(len(cands), oracleMaxTrace)]
+		for _, c := range cands {
+			s := 0.0
+			for _, q := range o.q {
+				x := d[c]*q + v.base[c]
+				prod := 1.0
+				for _, k := range cands {
+					if k != c {
+						prod *= 1 - o.cdf(d[k], v.base[k], x)
+					}
+				}
+				s += prod
+			}
+			p[c] += pm * s / float64(len(o.q))
+		}
+	}
+	best := v.byLB[0]
+	for _, c := range v.byLB {
+		if p[c] > p[best] {
+			best = c
 		}
 	}
 	return best
 }
 
 // posterior is the distribution of a probed crawler's floor RTT given its
-// answer y: points f with weights w (summing to 1) and the mean.
+// answer y (and the host's position): points f with weights w (summing to
+// 1), the mean, and log p(y) (the evidence that weighs positions).
 type posterior struct {
 	f, w []float64
 	mean float64
+	logZ float64
 }
 
-func (o *oracleModel) posterior(v *hostView, c int32, y float64) posterior {
-	d, base := v.d[c], v.base[c]
-	lo := d + base
-	point := func(f float64) posterior { return posterior{f: []float64{f}, w: []float64{1}, mean: f} }
-	if d <= 0 {
-		return point(base)
-	}
-	if y <= lo {
-		return point(lo)
-	}
+func (o *oracleModel) posterior(d, base, y float64) posterior {
 	jit := func(f float64) float64 { return o.jf*f + o.jm }
-	emax := math.Min(y-lo, 12*jit(y))
-	p := posterior{f: make([]float64, 0, oraclePost+1), w: make([]float64, 0, oraclePost+1)}
-	de := emax / oraclePost
-	var total float64
-	for i := range oraclePost {
-		e := (float64(i) + 0.5) * de
-		f := y - e
+	lik := func(f float64) float64 { // density of answer y for floor f
 		m := jit(f)
-		wt := o.m.StretchPDF((f-base)/d) / d * math.Exp(-e/m) / m * de
+		return math.Exp(-math.Max(0, y-f)/m) / m
+	}
+	lo := d + base
+	point := func(f, z float64) posterior {
+		return posterior{f: []float64{f}, w: []float64{1}, mean: f, logZ: math.Log(z)}
+	}
+	const tol = 1e-6 // answers are whole nanoseconds
+	switch {
+	case d <= 0:
+		if y < base-tol {
+			return point(base, 0)
+		}
+		return point(base, lik(base))
+	case y <= lo:
+		if y < lo-tol {
+			return point(lo, 0)
+		}
+		return point(lo, o.atom*lik(lo))
+	}
+	emax := math.Min(y-lo, 12*jit(y))
+	p := posterior{f: make([]float64, 0, o.post+1), w: make([]float64, 0, o.post+1)}
+	de := emax / float64(o.post)
+	var total float64
+	for i := range o.post {
+		f := y - (float64(i)+0.5)*de
+		wt := o.m.StretchPDF((f-base)/d) / d * lik(f) * de
 		p.f, p.w = append(p.f, f), append(p.w, wt)
 		total += wt
 	}
-	if e := y - lo; e <= emax && o.atom > 0 {
-		m := jit(lo)
-		wt := o.atom * math.Exp(-e/m) / m
+	if y-lo <= emax && o.atom > 0 {
+		wt := o.atom * lik(lo)
 		p.f, p.w = append(p.f, lo), append(p.w, wt)
 		total += wt
 	}
 	if total <= 0 || math.IsNaN(total) {
-		return point(math.Max(lo, y-jit(y)))
+		return point(math.Max(lo, y-jit(y)), 0)
 	}
 	for i := range p.w {
 		p.w[i] /= total
 		p.mean += p.w[i] * p.f[i]
 	}
+	p.logZ = math.Log(total)
 	return p
 }
 
@@ -274,11 +353,17 @@ type oracleTrace struct {
 // trace runs the Bayes rule on one host until the stop statistic falls
 // below epsMin or kMax crawlers were probed. probe returns one answer (ms).
 func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
-	n := len(v.d)
+	n, M := len(v.base), len(v.pi)
 	kMax = min(kMax, n)
 	var t oracleTrace
 	probed := make([]bool, n)
-	post := make(map[int32]posterior)
+	posts := make([][]posterior, n) // per answered crawler, per position
+	logpi := make([]float64, M)
+	for m, p := range v.pi {
+		logpi[m] = math.Log(p)
+	}
+	pi := slices.Clone(v.pi)
+	upd := make([]float64, M)
 	next := o.firstProbe(v)
 	for len(t.order) < kMax {
 		c := next
@@ -286,12 +371,39 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 		y, ok := probe(c)
 		t.order, t.answer = append(t.order, c), append(t.answer, y)
 		if ok {
-			post[c] = o.posterior(v, c, y)
+			ps := make([]posterior, M)
+			mx := math.Inf(-1)
+			for m := range M {
+				ps[m] = o.posterior(v.d[m][c], v.base[c], y)
+				upd[m] = logpi[m] + ps[m].logZ
+				mx = math.Max(mx, upd[m])
+			}
+			posts[c] = ps
+			// an answer no listed position explains (the host is between
+			// them) keeps the previous weights
+			if !math.IsInf(mx, -1) {
+				copy(logpi, upd)
+				var s float64
+				for m := range M {
+					pi[m] = math.Exp(logpi[m] - mx)
+					s += pi[m]
+				}
+				for m := range M {
+					pi[m] /= s
+				}
+			}
 		}
 		b, bMean := int32(-1), math.Inf(1)
 		for _, k := range t.order {
-			if p, ok := post[k]; ok && (p.mean < bMean || (p.mean == bMean && k < b)) {
-				b, bMean = k, p.mean
+			if posts[k] == nil {
+				continue
+			}
+			mean := 0.0
+			for m := range M {
+				mean += pi[m] * posts[k][m].mean
+			}
+			if mean < bMean || (mean == bMean && k < b) {
+				b, bMean = k, mean
 			}
 		}
 		sum := 0.0
@@ -305,21 +417,32 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 				}
 			}
 		} else {
-			pb := post[b]
-			// floor_b ≤ its answer (jitter ≥ 0): a crawler whose floor at
-			// stretch 1 is above that cannot beat b
-			fMax := math.Max(slices.Max(pb.f), t.answer[slices.Index(t.order, b)])
+			yb := t.answer[slices.Index(t.order, b)]
 			best := -1.0
 			for _, j := range v.byLB {
-				if v.d[j]+v.base[j] > fMax {
-					break // cannot beat b whatever its stretch
-				}
 				if probed[j] {
 					continue
 				}
-				p := 0.0
-				for i, f := range pb.f {
-					p += pb.w[i] * o.cdf(v, j, f)
+				p, possible := 0.0, false
+				for m := range M {
+					if pi[m] < 1e-9 {
+						continue
+					}
+					pb := &posts[b][m]
+					// floor_b ≤ its answer (jitter ≥ 0): a crawler whose floor
+					// at stretch 1 is above it cannot beat b
+					if v.d[m][j]+v.base[j] > math.Max(slices.Max(pb.f), yb) {
+						continue
+					}
+					possible = true
+					s := 0.0
+					for i, f := range pb.f {
+						s += pb.w[i] * o.cdf(v.d[m][j], v.base[j], f)
+					}
+					p += pi[m] * s
+				}
+				if !possible {
+					continue
 				}
 				sum += p
 				if p > best {
@@ -367,7 +490,7 @@ func oracleSweepEps() []float64 {
 func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*OracleReport, error) {
 	cfg = cfg.withDefaults()
 	rep := &OracleReport{Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: len(w.Hosts), Train: cfg.Train,
-		HostDist: cfg.HostDist, At15: math.NaN(), ProbesFor95: math.NaN(), MaxPct: math.NaN()}
+		HostDist: cfg.HostDist, HostInfo: cmp.Or(oc.HostInfo, OracleHostPosition), At15: math.NaN(), ProbesFor95: math.NaN(), MaxPct: math.NaN()}
 	if rep.HostDist == "" {
 		rep.HostDist = HostsUniform
 	}
@@ -407,7 +530,26 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		}
 	}
 
-	o := newOracleModel(w)
+	var o *oracleModel
+	var view func(i int) hostView
+	switch rep.HostInfo {
+	case OracleHostPosition:
+		o = newOracleModel(w, oracleCells, oraclePost)
+		view = func(i int) hostView { return o.view(&w.Hosts[i]) }
+	case OracleHostCountry:
+		o = newOracleModel(w, oracleCells/2, oraclePost/2)
+		priors, fallbacks, err := w.countryPriors(cfg, o, cmp.Or(oc.CountrySamples, 256), cmp.Or(oc.PoolDraws, oraclePoolDraws))
+		if err != nil {
+			return nil, err
+		}
+		rep.CountryFallbacks, rep.PoolDraws = fallbacks, cmp.Or(oc.PoolDraws, oraclePoolDraws)
+		view = func(i int) hostView {
+			cp := priors[i]
+			return o.mixView(w.Hosts[i].AccessMs, cp.pi, cp.d, cp.first)
+		}
+	default:
+		return nil, fmt.Errorf("sim: oracle: unknown host information %q (want %s or %s)", oc.HostInfo, OracleHostPosition, OracleHostCountry)
+	}
 	n := len(w.Hosts)
 	// per host and setting: probes spent and whether the choice is optimal
 	probes := make([][]uint8, n)
@@ -418,7 +560,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 			return
 		}
 		h := &w.Hosts[i]
-		v := o.view(h)
+		v := view(i)
 		asker := func(tag uint64) func(c int32) (float64, bool) {
 			pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed^tag, base^uint64(i)))}
 			ids := []delegation.CrawlerID{""}
@@ -429,28 +571,29 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 			}
 		}
 		t := o.trace(&v, asker(0), epsMin, kAll)
-		// the fixed rules
-		nearest, nearestKm := int32(0), math.Inf(1)
-		for c := range w.CrawlerE {
-			if d := w.Model.DistanceKm(&w.CrawlerE[c], h); d < nearestKm {
-				nearest, nearestKm = int32(c), d
+		// the fixed rules: the nearest crawler by (expected) distance, and
+		// the better answer of the two lowest expected RTTs
+		dist := make([]float64, len(w.Crawlers))
+		for m, p := range v.pi {
+			for c := range dist {
+				dist[c] += p * v.d[m][c]
 			}
 		}
-		exp := func(c int32) float64 { return v.d[c]*o.meanS + v.base[c] }
+		nearest := int32(0)
+		for c := range dist {
+			if dist[c] < dist[nearest] {
+				nearest = int32(c)
+			}
+		}
+		exp := func(c int32) float64 { return dist[c]*o.meanS + v.base[c] }
 		byExp := slices.Clone(v.byLB)
 		slices.SortStableFunc(byExp, func(a, b int32) int { return cmpFloat(exp(a), exp(b)) })
 		two := byExp[0]
 		if len(byExp) > 1 {
 			ask := asker(0x74776f)
-			var means [2]float64
-			for k, c := range byExp[:2] {
-				y, ok := ask(c)
-				means[k] = math.Inf(1)
-				if ok {
-					means[k] = o.posterior(&v, c, y).mean
-				}
-			}
-			if means[1] < means[0] {
+			y0, ok0 := ask(byExp[0])
+			y1, ok1 := ask(byExp[1])
+			if ok1 && (!ok0 || y1 < y0) {
 				two = byExp[1]
 			}
 		}
@@ -592,6 +735,9 @@ func AverageOracle(reps []*OracleReport) (*OracleReport, error) {
 	if out.Skipped != "" {
 		return &out, nil
 	}
+	for _, r := range reps[1:] {
+		out.CountryFallbacks += r.CountryFallbacks
+	}
 	avg := func(get func(*OracleReport) []OracleRow) ([]OracleRow, error) {
 		first := get(reps[0])
 		acc := make([]OracleRow, len(first))
@@ -632,7 +778,7 @@ func AverageOracle(reps []*OracleReport) (*OracleReport, error) {
 func oracleLabel(r OracleRow) string {
 	switch r.Rule {
 	case OracleRuleNearest:
-		return "nearest crawler by distance"
+		return "nearest crawler by (expected) distance"
 	case OracleRuleFirst:
 		return "first probe only (max P(nearest))"
 	case OracleRuleTwoNearest:
@@ -651,9 +797,16 @@ func fmtMaybe(x float64, f string) string {
 // WriteText prints the oracle's frontier as a table, clearly labelled as a
 // bound that reads the world model.
 func (r *OracleReport) WriteText(out io.Writer) error {
-	fmt.Fprintln(out, "ORACLE BOUND — knows exact host and crawler positions and access delays, the stretch distribution and")
-	fmt.Fprintln(out, "the jitter model; learns each pair's stretch only by probing (the simulator's prober). Not a policy:")
-	fmt.Fprintln(out, "it reads the world model.")
+	if r.HostInfo == OracleHostCountry {
+		fmt.Fprintln(out, "ORACLE BOUND, HOST COUNTRY ONLY — knows each host's registry country (as policies do) and where that")
+		fmt.Fprintf(out, "country's hosts are (%d addresses drawn like uniform hosts), exact crawler positions and access delays,\n", r.PoolDraws)
+		fmt.Fprintln(out, "the stretch distribution and the jitter model; learns each pair's stretch only by probing (the")
+		fmt.Fprintln(out, "simulator's prober). Not a policy: it reads the world model.")
+	} else {
+		fmt.Fprintln(out, "ORACLE BOUND — knows exact host and crawler positions and access delays, the stretch distribution and")
+		fmt.Fprintln(out, "the jitter model; learns each pair's stretch only by probing (the simulator's prober). Not a policy:")
+		fmt.Fprintln(out, "it reads the world model.")
+	}
 	if r.Skipped != "" {
 		fmt.Fprintf(out, "oracle skipped: %s\n", r.Skipped)
 		return nil
@@ -663,7 +816,11 @@ func (r *OracleReport) WriteText(out io.Writer) error {
 	if r.Seeds > 1 {
 		fmt.Fprintf(out, ", mean over %d seeds (%d … %d)", r.Seeds, r.Seed, r.Seed+uint64(r.Seeds)-1)
 	}
-	fmt.Fprintf(out, "\n\n")
+	fmt.Fprintln(out)
+	if r.CountryFallbacks > 0 {
+		fmt.Fprintf(out, "%d hosts (over all seeds) had a country without pool addresses: prior = its centroid, or the world's hosts\n", r.CountryFallbacks)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "oracle rule\tK\toptimal %\tprobes/URL\tall hosts: optimal %\tprobes/URL\t")
 	for _, x := range r.Rows {
@@ -696,7 +853,8 @@ func (r *OracleReport) WriteJSON(out io.Writer) error {
 			Hosts    int    `json:"hosts"`
 			Train    int    `json:"train"`
 			HostDist string `json:"host_dist"`
-		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist}
+			HostInfo string `json:"oracle_host_info"`
+		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist, r.HostInfo}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}
@@ -707,6 +865,88 @@ func (r *OracleReport) WriteJSON(out io.Writer) error {
 		}
 		return round3(x)
 	}
-	return enc.Encode(map[string]any{"oracle_summary": true, "seed": r.Seed, "seeds": r.Seeds, "host_dist": r.HostDist,
+	return enc.Encode(map[string]any{"oracle_summary": true, "seed": r.Seed, "seeds": r.Seeds, "host_dist": r.HostDist, "oracle_host_info": r.HostInfo,
 		"optimal_pct_at_1_5": num(r.At15), "probes_per_url_for_95": num(r.ProbesFor95), "max_optimal_pct": num(r.MaxPct)})
+}
+
+// countryPrior is where the hosts of one country are: positions with
+// weights, their fibre distances to every crawler, and the first probe.
+type countryPrior struct {
+	pi    []float64
+	d     [][]float64
+	first int32
+}
+
+// oracleCountry is the registry country of s or of its nearest ancestor
+// that has one (what micra reads from the hierarchy).
+func oracleCountry(w *World, s hierarchy.NodeID) string {
+	for id := s; id != hierarchy.None && id != hierarchy.Root; id = w.Tree.Parent(id) {
+		if c := w.Tree.Node(id).Country; c != "" {
+			return c
+		}
+	}
+	return ""
+}
+
+// countryPriors gives every host the prior of its registry country: up to
+// per positions of addresses drawn like uniform hosts in that country.
+func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*countryPrior, int, error) {
+	pl, err := newPlacer(w.Tree, w.Model)
+	if err != nil {
+		return nil, 0, err
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, seedOf("oracle/positions")))
+	pool := map[string][]world.Endpoint{}
+	var global []world.Endpoint
+	for range draws {
+		ep, s, err := pl.draw(rng, nil, nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		if cc := oracleCountry(w, s); cc != "" && len(pool[cc]) < per {
+			pool[cc] = append(pool[cc], ep)
+		}
+		if len(global) < per {
+			global = append(global, ep)
+		}
+	}
+	made := map[string]*countryPrior{}
+	var keys []string
+	prior := func(key string, pos []world.Endpoint) *countryPrior {
+		if cp, ok := made[key]; ok {
+			return cp
+		}
+		cp := &countryPrior{pi: make([]float64, len(pos)), d: make([][]float64, len(pos)), first: -1}
+		for m := range pos {
+			cp.pi[m] = 1 / float64(len(pos))
+			cp.d[m] = o.distances(&pos[m])
+		}
+		made[key] = cp
+		keys = append(keys, key)
+		return cp
+	}
+	out := make([]*countryPrior, len(w.Hosts))
+	fallbacks := 0
+	for i := range w.Hosts {
+		h := &w.Hosts[i]
+		cc := oracleCountry(w, w.Tree.SmallestNonUnary(h.Addr))
+		if pos, ok := pool[cc]; ok {
+			out[i] = prior(cc, pos)
+			continue
+		}
+		fallbacks++
+		if p, ok := w.Model.Geo().CountryCentroid(cc); ok && cc != "" {
+			out[i] = prior("centroid "+cc, []world.Endpoint{w.Model.EndpointAt(h.Addr, p)})
+		} else {
+			out[i] = prior("", global)
+		}
+	}
+	// the first probe depends on the country only (the host's own access
+	// delay shifts every floor alike)
+	parallel(cfg.Workers, len(keys), func(k int) {
+		cp := made[keys[k]]
+		v := o.mixView(0, cp.pi, cp.d, -1)
+		cp.first = o.firstProbe(&v)
+	})
+	return out, fallbacks, nil
 }

@@ -30,7 +30,7 @@ func TestOracleModelMatchesWorld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := newOracleModel(w)
+	o := newOracleModel(w, oracleCells, oraclePost)
 	var stretches []float64
 	for i := range w.Hosts {
 		h := &w.Hosts[i]
@@ -38,7 +38,7 @@ func TestOracleModelMatchesWorld(t *testing.T) {
 		for c := range w.CrawlerE {
 			s := w.Model.Stretch(&w.CrawlerE[c], h) // test only: the oracle never reads it
 			want := w.Model.FloorRTT(&w.CrawlerE[c], h)
-			if got := v.d[c]*s + v.base[c]; math.Abs(got-want) > 1e-9*want {
+			if got := v.d[0][c]*s + v.base[c]; math.Abs(got-want) > 1e-9*want {
 				t.Fatalf("host %d crawler %d: oracle's decomposition %.6f ms, world's floor %.6f ms", i, c, got, want)
 			}
 			stretches = append(stretches, s)
@@ -81,7 +81,7 @@ func TestOracleAllProbesIsBruteForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	brute := rep.Results[0].OptimalPctAll
-	o := newOracleModel(w)
+	o := newOracleModel(w, oracleCells, oraclePost)
 	cfgJ := w.Model.Config()
 	misses, probesSum := 0, 0
 	for i := range w.Hosts {
@@ -92,7 +92,7 @@ func TestOracleAllProbesIsBruteForce(t *testing.T) {
 		// stretch 1 their floor exceeds the chosen crawler's answer
 		yGot := tr.answer[slices.Index(tr.order, got)]
 		for c := range w.CrawlerE {
-			if !slices.Contains(tr.order, int32(c)) && v.d[c]+v.base[c] <= yGot {
+			if !slices.Contains(tr.order, int32(c)) && v.d[0][c]+v.base[c] <= yGot {
 				t.Fatalf("host %d: ε = 0 left crawler %d unprobed although it could beat %d", i, c, got)
 			}
 		}
@@ -197,7 +197,7 @@ func TestOracleFrontier(t *testing.T) {
 		}
 	}
 	// per host: stopping points are nested across ε
-	o := newOracleModel(w)
+	o := newOracleModel(w, oracleCells, oraclePost)
 	for i := range 200 {
 		v := o.view(&w.Hosts[i])
 		tr := o.trace(&v, probeFunc(w, i, 3), 1e-4, len(w.Crawlers))
@@ -285,7 +285,7 @@ func TestOracleNeverReadsStretch(t *testing.T) {
 	if differ < len(a.Hosts)*len(a.CrawlerE)*9/10 || optDiffer == 0 {
 		t.Fatalf("the rekeyed world should differ in stretch (%d pairs differ) and in optimal crawlers (%d hosts)", differ, optDiffer)
 	}
-	oa, ob := newOracleModel(a), newOracleModel(b)
+	oa, ob := newOracleModel(a, oracleCells, oraclePost), newOracleModel(b, oracleCells, oraclePost)
 	for i := range a.Hosts {
 		va, vb := oa.view(&a.Hosts[i]), ob.view(&b.Hosts[i])
 		if fa, fb := oa.firstProbe(&va), ob.firstProbe(&vb); fa != fb {
@@ -395,5 +395,91 @@ func TestOracleAverageAndMatrix(t *testing.T) {
 	}
 	if r.Skipped == "" || len(r.Rows) != 0 || !strings.Contains(buf.String(), "formula-only") {
 		t.Fatalf("matrix mode must skip the oracle and say so: %q", buf.String())
+	}
+}
+
+// Knowing only the host's registry country, the oracle's first probe is the
+// same for every host of a country, it never reads the stretch either, and
+// it is no better than knowing the exact position (within noise).
+func TestOracleCountryOnly(t *testing.T) {
+	ctx := context.Background()
+	cfg := small(3)
+	a, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := OracleConfig{HostInfo: OracleHostCountry, CountrySamples: 32, PoolDraws: 5000}
+	ra, err := a.Oracle(ctx, cfg, oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := a.Oracle(ctx, cfg, OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.HostInfo != OracleHostCountry || rp.HostInfo != OracleHostPosition {
+		t.Fatalf("host info %q / %q", ra.HostInfo, rp.HostInfo)
+	}
+	fc, fp := rowsOf(ra, OracleRuleFirst, 0)[0], rowsOf(rp, OracleRuleFirst, 0)[0]
+	t.Logf("first probe: country only %.1f %%, exact position %.1f %%; at 1.5 probes/URL %.1f %% / %.1f %%", fc.OptimalPctAll, fp.OptimalPctAll, ra.At15, rp.At15)
+	if fc.ProbesPerURLAll != 1 || fc.OptimalPctAll > fp.OptimalPctAll+3 {
+		t.Errorf("country-only first probe %.1f %% (%.2f probes/URL) vs exact position %.1f %%", fc.OptimalPctAll, fc.ProbesPerURLAll, fp.OptimalPctAll)
+	}
+	var buf bytes.Buffer
+	if err := ra.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "HOST COUNTRY ONLY") {
+		t.Error("the country-only table must say so")
+	}
+
+	o := newOracleModel(a, oracleCells/2, oraclePost/2)
+	pa, _, err := a.countryPriors(cfg, o, 32, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rekey(t, a, 999)
+	ob := newOracleModel(b, oracleCells/2, oraclePost/2)
+	pb, _, err := b.countryPriors(cfg, ob, 32, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[*countryPrior]int32{}
+	for i := range a.Hosts {
+		va := o.mixView(a.Hosts[i].AccessMs, pa[i].pi, pa[i].d, -1)
+		f := pa[i].first
+		if i < 40 { // uncached: the same as the country's
+			f = o.firstProbe(&va)
+		}
+		if f != pa[i].first {
+			t.Fatalf("host %d: first probe %d, cached %d for its country", i, f, pa[i].first)
+		}
+		if g, ok := first[pa[i]]; ok && g != f {
+			t.Fatalf("host %d: first probe %d, another host of its country %d", i, f, g)
+		}
+		first[pa[i]] = f
+		va.first = f
+		if pb[i].first != f {
+			t.Fatalf("host %d: first probe %d in one world, %d in a world that differs only in stretch", i, f, pb[i].first)
+		}
+		answers := map[int32]float64{}
+		ask := probeFunc(a, i, 1)
+		script := func(c int32) (float64, bool) {
+			if y, ok := answers[c]; ok {
+				return y, true
+			}
+			y, ok := ask(c)
+			answers[c] = y
+			return y, ok
+		}
+		vb := ob.mixView(b.Hosts[i].AccessMs, pb[i].pi, pb[i].d, pb[i].first)
+		ta := o.trace(&va, script, 1e-3, len(a.Crawlers))
+		tb := ob.trace(&vb, script, 1e-3, len(b.Crawlers))
+		if !slices.Equal(ta.order, tb.order) || !slices.Equal(ta.choice, tb.choice) {
+			t.Fatalf("host %d: same answers, different decisions", i)
+		}
+	}
+	if len(first) < 3 {
+		t.Errorf("only %d distinct country priors among %d hosts", len(first), len(a.Hosts))
 	}
 }
