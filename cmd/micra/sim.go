@@ -136,6 +136,9 @@ seed print the same report. See docs/simulator.md.`,
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
 			}
 			cfg.IPv6Share = ipv6Share
+			if oracle && oracleHost != "both" && oracleHost != sim.OracleHostPosition && oracleHost != sim.OracleHostCountry {
+				return fmt.Errorf("--oracle-host %q: want position, country or both", oracleHost)
+			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
 			if worldStats {
