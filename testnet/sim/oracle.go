@@ -562,7 +562,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		h := &w.Hosts[i]
 		v := view(i)
 		asker := func(tag uint64) func(c int32) (float64, bool) {
-			pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed^tag, base^uint64(i)))}
+			pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed^tag, base^uint64(i))), host: i}
 			ids := []delegation.CrawlerID{""}
 			return func(c int32) (float64, bool) {
 				ids[0] = w.Crawlers[c].ID

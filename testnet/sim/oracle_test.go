@@ -16,7 +16,7 @@ import (
 
 // probeFunc asks w's prober (seeded) for host i, one crawler at a time.
 func probeFunc(w *World, i int, seed uint64) func(c int32) (float64, bool) {
-	pr := &prober{w: w, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(seed, uint64(i))), host: i}
 	return func(c int32) (float64, bool) {
 		r := pr.Probe(context.Background(), w.Hosts[i].Addr, []delegation.CrawlerID{w.Crawlers[c].ID})[0]
 		return float64(r.RTT.Nanoseconds()) / 1e6, r.OK
