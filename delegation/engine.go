@@ -51,6 +51,13 @@ type learnedKey struct {
 	decider CrawlerID
 }
 
+// learnedSet is the dedup memory of one subnet, held in the map by value
+// (no allocation per subnet learned).
+type learnedSet struct {
+	n uint8
+	k [learnedPerSubnet]learnedKey
+}
+
 // learningEngine is an engine whose chooser learns: it exports Learn.
 type learningEngine struct{ *engine }
 
@@ -73,10 +80,11 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 		return false
 	}
 	if e.learned == nil {
-		e.learned = make(map[hierarchy.NodeID][]learnedKey)
+		e.learned = make(map[hierarchy.NodeID]learnedSet)
 	}
 	k := learnedKey{rec.Epoch, rec.DecidedBy}
-	seen := e.learned[s]
+	set := e.learned[s]
+	seen := set.k[:set.n]
 	if slices.Contains(seen, k) {
 		return false
 	}
@@ -90,7 +98,9 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 		}
 		seen = slices.Delete(seen, lo, lo+1)
 	}
-	e.learned[s] = append(seen, k)
+	seen = append(seen, k)
+	set.n = uint8(len(seen))
+	e.learned[s] = set
 	l.learn(e, s, rec)
 	return true
 }
@@ -119,7 +129,7 @@ type engine struct {
 
 	// learned: per subnet, the records already folded into the chooser
 	// (Learner's idempotence)
-	learned map[hierarchy.NodeID][]learnedKey
+	learned map[hierarchy.NodeID]learnedSet
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {

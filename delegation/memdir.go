@@ -32,6 +32,15 @@ type holderSet struct {
 	// shared: ids was handed out by list, so it is copied before it
 	// changes (a caller's slice never changes under it)
 	shared bool
+	// room for the first holder (most sets never have another)
+	id0 [1]CrawlerID
+	n0  [1]int
+}
+
+func newHolderSet() *holderSet {
+	h := &holderSet{}
+	h.ids, h.counts = h.id0[:0], h.n0[:0]
+	return h
 }
 
 func (h *holderSet) add(c CrawlerID, d int) {
@@ -136,7 +145,7 @@ func (m *MemDirectory) index(r Record, d int) {
 	if o := m.tree.Node(r.Subnet).Org; o != 0 {
 		hs, ok := m.org[o]
 		if !ok {
-			hs = &holderSet{}
+			hs = newHolderSet()
 			m.org[o] = hs
 		}
 		hs.add(r.Owner, d)
@@ -146,7 +155,7 @@ func (m *MemDirectory) index(r Record, d int) {
 func (m *MemDirectory) set(mp map[hierarchy.NodeID]*holderSet, k hierarchy.NodeID) *holderSet {
 	hs, ok := mp[k]
 	if !ok {
-		hs = &holderSet{}
+		hs = newHolderSet()
 		mp[k] = hs
 	}
 	return hs

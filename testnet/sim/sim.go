@@ -305,6 +305,9 @@ type prober struct {
 	// host is the index of the host being delegated (-1: unknown): its
 	// endpoint without a map lookup (host addresses are distinct)
 	host int
+	// out is reused by every call: the engine copies the answers (into the
+	// decision's steps and its ranking) before it probes again
+	out []delegation.ProbeResult
 }
 
 // crawler resolves an ID without hashing it: IDs are "c" + index.
@@ -327,7 +330,9 @@ func (w *World) crawler(id delegation.CrawlerID) (int32, bool) {
 }
 
 func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
-	out := make([]delegation.ProbeResult, len(crawlers))
+	out := slices.Grow(p.out[:0], len(crawlers))[:len(crawlers)]
+	clear(out)
+	p.out = out
 	if target != p.lastAddr || p.lastHost == nil {
 		p.lastAddr = target
 		if p.host >= 0 && p.host < len(p.w.Hosts) && p.w.Hosts[p.host].Addr == target {
