@@ -461,23 +461,10 @@ type micraChooser struct {
 	rawBuf  []micraCand
 }
 
-// candProb is a candidate (index) and its probability to beat the best
-// answer: exact, or an upper bound while pairwise estimates are missing.
+// candProb is a candidate (index) and its probability to beat the best answer.
 type candProb struct {
-	i     int
-	p     float64
-	exact bool
-}
-
-// cachedBeat is the pairwise estimate given answer a computed earlier in
-// this decision for the current best answer, if any.
-func (c *micraCand) cachedBeat(a uint32) (float64, bool) {
-	for j := range c.qN {
-		if c.qA[j] == a {
-			return c.qV[j], true
-		}
-	}
-	return 0, false
+	i int
+	p float64
 }
 
 // contexts lists s's contexts, specific first, with the kind of each (for
@@ -990,6 +977,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			// with predictions shifted by part of the best's surprise
 			lb := lnMs(best.RTT)
 			shift := m.cfg.Shift * (lb - bestPred)
+			total := 0.0
 			ps := m.psBuf[:0]
 			// the three lowest answers, looked up once per round
 			var low [3]struct {
@@ -1003,11 +991,6 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 					nlow++
 				}
 			}
-			// each unprobed candidate's probability: the marginal one,
-			// tightened by the pairwise estimates given the lowest answers
-			// (every answer bounds it: keep the tightest; the lowest tell
-			// the most, three suffice). First a bound from what is
-			// cached since the best answer last changed...
 			for i := range cands {
 				if cands[i].probed {
 					continue
@@ -1016,95 +999,49 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				if !c.pOK || c.pLb != lb || c.pShift != shift {
 					c.pOK, c.pLb, c.pShift, c.pMarg = true, lb, shift, normCDF((lb-c.mu-shift)/c.sd)
 				}
-				p, exact := c.pMarg, true
+				p := c.pMarg
 				if !m.cfg.NoPairs && p > 1e-3 {
+					// every answer so far bounds c: keep the tightest
+					// (the lowest answers tell the most; three suffice)
 					prior := p
 					if !c.qOK || c.qLb != lb || c.qPrio != prior {
 						c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
 					}
+				answers:
 					for _, a := range low[:nlow] {
-						if q, ok := c.cachedBeat(a.ci); ok {
-							p = min(p, q)
-						} else {
-							exact = false
+						for j := range c.qN {
+							if c.qA[j] == a.ci {
+								p = min(p, c.qV[j])
+								continue answers
+							}
 						}
+						q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
+						if c.qN < len(c.qA) {
+							c.qA[c.qN], c.qV[c.qN] = a.ci, q
+							c.qN++
+						}
+						p = min(p, q)
 					}
 				}
-				ps = append(ps, candProb{i: i, p: p, exact: exact})
-			}
-			// ...then the missing pairwise estimates (the kernel loop is
-			// most of a decision's cost) where they can matter
-			refine := func(k int) {
-				c := &cands[ps[k].i]
-				p := ps[k].p
-				for _, a := range low[:nlow] {
-					if _, ok := c.cachedBeat(a.ci); ok {
-						continue // already in p
-					}
-					q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, c.qPrio)
-					if c.qN < len(c.qA) {
-						c.qA[c.qN], c.qV[c.qN] = a.ci, q
-						c.qN++
-					}
-					p = min(p, q)
-				}
-				ps[k].p, ps[k].exact = p, true
+				total += p
+				ps = append(ps, candProb{i, p})
 			}
 			m.psBuf = ps
-			// With one probe per round, the round goes on whenever the
-			// highest exact probability reaches Miss (the sum of
-			// non-negative terms is at least its largest, in floating
-			// point too), and the next candidate is the highest: refine
-			// the bounds in decreasing order until no bound reaches the
-			// highest exact value. Every other case refines them all.
-			going := false
-			if m.cfg.Parallel == 1 {
-				maxExact := math.Inf(-1)
-				for k := range ps {
-					if ps[k].exact && ps[k].p > maxExact {
-						maxExact = ps[k].p
-					}
-				}
-				for {
-					kb := -1
-					for k := range ps {
-						if !ps[k].exact && (kb < 0 || ps[k].p > ps[kb].p) {
-							kb = k
-						}
-					}
-					if kb < 0 || ps[kb].p < maxExact {
-						break
-					}
-					refine(kb)
-					maxExact = max(maxExact, ps[kb].p)
-				}
-				going = maxExact >= m.cfg.Miss
-			}
-			if !going {
-				total := 0.0
-				for k := range ps {
-					if !ps[k].exact {
-						refine(k)
-					}
-					total += ps[k].p
-				}
-				if total < m.cfg.Miss {
-					// (strconv, not Sprintf: this note is written for most decisions)
-					b := append(stop, "P(unprobed beats "...)
-					b = append(b, best.Crawler...)
-					b = append(b, ")="...)
-					b = strconv.AppendFloat(b, total, 'f', 3, 64)
-					b = append(b, " < "...)
-					b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
-					stop, m.stopBuf = b, b
-					d.Reason = ReasonConfident
-					break
-				}
+			if total < m.cfg.Miss {
+				// (strconv, not Sprintf: this note is written for most decisions)
+				b := append(stop, "P(unprobed beats "...)
+				b = append(b, best.Crawler...)
+				b = append(b, ")="...)
+				b = strconv.AppendFloat(b, total, 'f', 3, 64)
+				b = append(b, " < "...)
+				b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
+				stop, m.stopBuf = b, b
+				d.Reason = ReasonConfident
+				break
 			}
 			// next: the likeliest nearest among those that may beat the best
 			if m.cfg.Parallel == 1 {
-				// the first of the highest (what the stable sort below
-				// gives); a bound left unrefined is below the highest
+				// the first of the highest (what the stable sort below gives)
 				bi := 0
 				for j := 1; j < len(ps); j++ {
 					if ps[j].p > ps[bi].p {
