@@ -21,7 +21,20 @@ type MemDirectory struct {
 	recs    map[hierarchy.NodeID]Record
 	under   map[hierarchy.NodeID]*holderSet
 	org     map[hierarchy.OrgID]*holderSet
+	// pending holder-set changes, applied in order by the next holder
+	// query: a policy that never asks (micra below 4·MaxProbes crawlers)
+	// does not pay for an index walk of every ancestor per publish
+	pending []holderChange
 }
+
+type holderChange struct {
+	subnet hierarchy.NodeID
+	owner  CrawlerID
+	d      int
+}
+
+// maxPending bounds the pending changes (memory) before they are applied.
+const maxPending = 1 << 16
 
 // holderSet is a reference-counted set of crawlers, kept sorted: most sets
 // (the ancestors near the leaves) hold one or two crawlers, and a string map
@@ -139,16 +152,32 @@ func (m *MemDirectory) index(r Record, d int) {
 	if m.tree == nil || r.Subnet == hierarchy.None || int(r.Subnet) >= m.tree.Len() {
 		return
 	}
-	for a := r.Subnet; a != hierarchy.None; a = m.tree.Parent(a) {
-		m.set(m.under, a).add(r.Owner, d)
+	m.pending = append(m.pending, holderChange{r.Subnet, r.Owner, d})
+	if len(m.pending) >= maxPending {
+		m.flush()
 	}
-	if o := m.tree.Node(r.Subnet).Org; o != 0 {
+}
+
+// flush applies the pending holder-set changes.
+func (m *MemDirectory) flush() {
+	for _, c := range m.pending {
+		m.apply(c.subnet, c.owner, c.d)
+	}
+	clear(m.pending) // drop the owner strings
+	m.pending = m.pending[:0]
+}
+
+func (m *MemDirectory) apply(subnet hierarchy.NodeID, owner CrawlerID, d int) {
+	for a := subnet; a != hierarchy.None; a = m.tree.Parent(a) {
+		m.set(m.under, a).add(owner, d)
+	}
+	if o := m.tree.Node(subnet).Org; o != 0 {
 		hs, ok := m.org[o]
 		if !ok {
 			hs = newHolderSet()
 			m.org[o] = hs
 		}
-		hs.add(r.Owner, d)
+		hs.add(owner, d)
 	}
 }
 
@@ -164,6 +193,9 @@ func (m *MemDirectory) set(mp map[hierarchy.NodeID]*holderSet, k hierarchy.NodeI
 // HoldersUnder implements Directory. The returned slice is sorted and must
 // not be modified.
 func (m *MemDirectory) HoldersUnder(_ context.Context, a hierarchy.NodeID) ([]CrawlerID, error) {
+	if len(m.pending) > 0 {
+		m.flush()
+	}
 	if hs, ok := m.under[a]; ok {
 		return hs.list(), nil
 	}
@@ -175,6 +207,9 @@ func (m *MemDirectory) HoldersUnder(_ context.Context, a hierarchy.NodeID) ([]Cr
 func (m *MemDirectory) HoldersOfOrg(_ context.Context, o hierarchy.OrgID) ([]CrawlerID, error) {
 	if o == 0 {
 		return nil, nil
+	}
+	if len(m.pending) > 0 {
+		m.flush()
 	}
 	if hs, ok := m.org[o]; ok {
 		return hs.list(), nil

@@ -284,16 +284,30 @@ func (m *micraChooser) geoPrior(x float64) (mu, vr float64, ok bool) {
 	if g.n < m.cfg.GeoAfter {
 		return 0, 0, false
 	}
-	mx, my := g.sx/g.n, g.sy/g.n
-	vx := g.sxx/g.n - mx*mx
-	if vx <= 1e-9 {
+	// the fit changes only with new observations (n counts them): once
+	// per decision, not per candidate
+	f := &m.geoFit
+	if !f.valid || f.n != g.n {
+		mx, my := g.sx/g.n, g.sy/g.n
+		vx := g.sxx/g.n - mx*mx
+		*f = geoFit{valid: true, n: g.n, ok: vx > 1e-9, mx: mx, vx: vx}
+		if f.ok {
+			b := (g.sxy/g.n - mx*my) / vx
+			f.a, f.b = my-b*mx, b
+			f.resid = math.Max(g.syy/g.n-my*my-b*b*vx, 0.01) * g.n / (g.n - 2)
+		}
+	}
+	if !f.ok {
 		return 0, 0, false
 	}
-	b := (g.sxy/g.n - mx*my) / vx
-	a := my - b*mx
-	resid := math.Max(g.syy/g.n-my*my-b*b*vx, 0.01) * g.n / (g.n - 2)
-	dx := x - mx
-	return a + b*x, resid * (1 + 1/g.n + dx*dx/(g.n*vx)), true
+	dx := x - f.mx
+	return f.a + f.b*x, f.resid * (1 + 1/g.n + dx*dx/(g.n*f.vx)), true
+}
+
+// geoFit is the distance prior's least-squares fit at n observations.
+type geoFit struct {
+	valid, ok              bool
+	n, mx, vx, a, b, resid float64
 }
 
 func greatCircleKm(lat1, lon1, lat2, lon2 float64) float64 {
@@ -439,7 +453,8 @@ type micraChooser struct {
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
-	geo struct{ n, sx, sy, sxx, sxy, syy float64 }
+	geo    struct{ n, sx, sy, sxx, sxy, syy float64 }
+	geoFit geoFit
 
 	// scratch space of one decision (an engine is not used concurrently)
 	candBuf []micraCand
@@ -785,6 +800,13 @@ var kindNames = func() [ctxKinds]string {
 	return k
 }()
 
+var sitsNames = func() (k [ctxKinds]string) {
+	for i, n := range kindNames {
+		k[i] = "sits-in-" + n
+	}
+	return k
+}()
+
 // predict combines every context's data for crawler ci, general to
 // specific (hierarchical shrinkage): each level's mean is pulled towards the
 // estimate of the level above in proportion to how few observations it has
@@ -830,7 +852,7 @@ func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c C
 				best = t[0].mean
 			}
 			if best < mu {
-				mu, vr, cand.from = best, math.Max(vr, 4*w2), "sits-in-"+kindNames[kind]
+				mu, vr, cand.from = best, math.Max(vr, 4*w2), sitsNames[kind]
 			}
 		}
 	}
