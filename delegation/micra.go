@@ -403,8 +403,9 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 	return ok
 }
 
-// info returns k's context, created when missing.
-func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
+// info returns k's context, created when missing; kind is k's kind
+// (kindOf), or -1 when the caller does not know it.
+func (m *micraChooser) info(t Tree, k ctxKey, kind int) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
 		// most contexts (a new subnet, organisation, /16) hold a few
@@ -414,7 +415,10 @@ func (m *micraChooser) info(t Tree, k ctxKey) *ctxInfo {
 		}
 		sl := &m.slab[0]
 		m.slab = m.slab[1:]
-		sl.info = ctxInfo{kind: m.kindOf(t, k), st: sl.st[:0], top: sl.top[:0]}
+		if kind < 0 {
+			kind = m.kindOf(t, k)
+		}
+		sl.info = ctxInfo{kind: kind, st: sl.st[:0], top: sl.top[:0]}
 		c = &sl.info
 		m.ctx[k] = c
 	}
@@ -580,8 +584,8 @@ func (m *micraChooser) locate(e *engine) {
 		m.geoCC = "" // a crawler may have moved
 		clear(m.geoTab)
 		buf, kbuf, _ = contexts(e.d.Tree, s, buf, kbuf)
-		for _, k := range buf[:len(buf)-1] { // not global: everyone is there
-			c := m.info(e.d.Tree, k)
+		for i, k := range buf[:len(buf)-1] { // not global: everyone is there
+			c := m.info(e.d.Tree, k, kbuf[i])
 			if len(c.located) == 0 {
 				m.locCtx = append(m.locCtx, c)
 			}
@@ -630,7 +634,7 @@ func (m *micraChooser) subnetInfos(t Tree, create bool) []*ctxInfo {
 			continue
 		}
 		if create {
-			m.ctxInfo[i] = m.info(t, m.ctxKs[i])
+			m.ctxInfo[i] = m.info(t, m.ctxKs[i], m.ctxKind[i])
 		} else {
 			m.ctxInfo[i] = m.ctx[m.ctxKs[i]]
 		}
@@ -812,8 +816,8 @@ var sitsNames = func() (k [ctxKinds]string) {
 // estimate of the level above in proportion to how few observations it has
 // and how much contexts of its kind differ. globalMean is the prediction
 // for a crawler never measured at all.
-func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c CrawlerID, ci uint32, globalMean float64, cc string) micraCand {
-	cand := micraCand{id: c, ci: ci, from: "unknown"}
+func (m *micraChooser) predict(cand *micraCand, infos []*ctxInfo, kinds []int, sig []float64, c CrawlerID, ci uint32, globalMean float64, cc string) {
+	*cand = micraCand{id: c, ci: ci, from: "unknown"}
 	mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
 	geo := false
 	if x, ok := m.geoX(cc, ci); ok {
@@ -857,7 +861,6 @@ func (m *micraChooser) predict(infos []*ctxInfo, kinds []int, sig []float64, c C
 		}
 	}
 	cand.mu, cand.sd = mu, math.Sqrt(vr)
-	return cand
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
@@ -926,7 +929,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	raw := slices.Grow(m.rawBuf[:0], len(ids))[:len(ids)]
 	m.rawBuf = raw
 	for i, ci := range ids {
-		raw[i] = m.predict(infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
+		m.predict(&raw[i], infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
 		raw[i].tie = m.crawler.tieKey(ci, uint64(s))
 	}
 	if m.cfg.FirstByWins {
@@ -969,6 +972,9 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 		risk := 0.0
 		for _, c := range cands[1:] {
 			risk += normCDF((x.mu - c.mu) / math.Hypot(x.sd, c.sd))
+			if risk >= m.cfg.Blind {
+				break // a sum of non-negative terms only grows
+			}
 		}
 		if risk < m.cfg.Blind {
 			rtt := time.Duration(math.Exp(x.mu) * float64(time.Millisecond))
