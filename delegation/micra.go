@@ -811,56 +811,74 @@ var sitsNames = func() (k [ctxKinds]string) {
 	return k
 }()
 
-// predict combines every context's data for crawler ci, general to
-// specific (hierarchical shrinkage): each level's mean is pulled towards the
+// predict fills cands with the predictions of crawlers ids: it combines
+// every context's data for each crawler, general to specific (hierarchical
+// shrinkage): each level's mean is pulled towards the
 // estimate of the level above in proportion to how few observations it has
 // and how much contexts of its kind differ. globalMean is the prediction
 // for a crawler never measured at all.
-func (m *micraChooser) predict(cand *micraCand, infos []*ctxInfo, kinds []int, sig []float64, c CrawlerID, ci uint32, globalMean float64, cc string) {
-	*cand = micraCand{id: c, ci: ci, from: "unknown"}
-	mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
-	geo := false
-	if x, ok := m.geoX(cc, ci); ok {
-		// the distance prior replaces the crawler's overall mean, which
-		// averages hosts on every continent
-		if gm, gv, ok := m.geoPrior(x); ok {
-			mu, vr, geo = gm, gv, true
-			cand.from = "distance"
+//
+// The candidates go through the contexts together, level by level: each
+// candidate's arithmetic is the same sequence as alone, but the divisions
+// of different candidates overlap instead of waiting on each other.
+func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo, kinds []int, sig []float64, globalMean float64, cc string) {
+	for k, ci := range ids {
+		cand := &cands[k]
+		*cand = micraCand{id: m.crawler.ids[ci], ci: ci, from: "unknown"}
+		mu, vr := globalMean, 4.0 // nothing known: the average crawler, very wide
+		geo := false
+		if x, ok := m.geoX(cc, ci); ok {
+			// the distance prior replaces the crawler's overall mean, which
+			// averages hosts on every continent
+			if gm, gv, ok := m.geoPrior(x); ok {
+				mu, vr, geo = gm, gv, true
+				cand.from = "distance"
+			}
 		}
-	}
-	if st := infos[len(infos)-1].stat(ci); !geo && st != nil && st.n > 0 {
-		w := sig[len(sig)-1]
-		mu, vr = st.mean, w*w*(1+1/st.n)
-		cand.n, cand.from = st.n, "all"
+		if st := infos[len(infos)-1].stat(ci); !geo && st != nil && st.n > 0 {
+			w := sig[len(sig)-1]
+			mu, vr = st.mean, w*w*(1+1/st.n)
+			cand.n, cand.from = st.n, "all"
+		}
+		cand.mu, cand.sd = mu, vr // sd holds the variance until the end
 	}
 	for i := len(infos) - 2; i >= 0; i-- {
 		info, kind := infos[i], kinds[i]
+		if info == nil {
+			continue // nothing known here, nobody sits here
+		}
 		w := sig[i]
 		w2 := w * w
-		if st := info.stat(ci); st != nil && st.n > 0 {
-			tau2 := math.Max(vr-w2, 0.01) // spread of context means around mu
-			pv := 1 / (1/tau2 + st.n/w2)  // variance of this context's mean
-			mu = pv * (mu/tau2 + st.n*st.mean/w2)
-			vr = pv + w2
-			cand.n, cand.from = st.n, kindNames[kind]
-			if i == 0 {
-				cand.from = "subnet"
+		for k := range cands {
+			cand := &cands[k]
+			mu, vr := cand.mu, cand.sd
+			if st := info.stat(cand.ci); st != nil && st.n > 0 {
+				tau2 := math.Max(vr-w2, 0.01) // spread of context means around mu
+				pv := 1 / (1/tau2 + st.n/w2)  // variance of this context's mean
+				cand.mu = pv * (mu/tau2 + st.n*st.mean/w2)
+				cand.sd = pv + w2
+				cand.n, cand.from = st.n, kindNames[kind]
+				if i == 0 {
+					cand.from = "subnet"
+				}
+				continue
 			}
-			continue
-		}
-		if info.sitsHere(ci) {
-			// sits here but never measured here: as good as the best
-			// known here, so newcomers get tried
-			best := math.Log(10)
-			if t := info.top; len(t) > 0 {
-				best = t[0].mean
-			}
-			if best < mu {
-				mu, vr, cand.from = best, math.Max(vr, 4*w2), sitsNames[kind]
+			if info.sitsHere(cand.ci) {
+				// sits here but never measured here: as good as the best
+				// known here, so newcomers get tried
+				best := math.Log(10)
+				if t := info.top; len(t) > 0 {
+					best = t[0].mean
+				}
+				if best < mu {
+					cand.mu, cand.sd, cand.from = best, math.Max(vr, 4*w2), sitsNames[kind]
+				}
 			}
 		}
 	}
-	cand.mu, cand.sd = mu, math.Sqrt(vr)
+	for k := range cands {
+		cands[k].sd = math.Sqrt(cands[k].sd)
+	}
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
@@ -928,8 +946,8 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	sig[len(sig)-1] = m.sigma0(kindAll)
 	raw := slices.Grow(m.rawBuf[:0], len(ids))[:len(ids)]
 	m.rawBuf = raw
+	m.predict(raw, ids, infos, kinds, sig, globalMean, cc)
 	for i, ci := range ids {
-		m.predict(&raw[i], infos, kinds, sig, m.crawler.ids[ci], ci, globalMean, cc)
 		raw[i].tie = m.crawler.tieKey(ci, uint64(s))
 	}
 	if m.cfg.FirstByWins {
