@@ -153,12 +153,13 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 		}
 		w += kw
 		// branch-free: whether a sample beats t is a coin flip for the
-		// branch predictor; adding +0 leaves hit exactly as skipping would
+		// branch predictor; kw·1 is kw and kw·0 is +0, which leaves hit
+		// exactly as skipping would
 		var beats uint64
 		if ys[i] < t {
 			beats = 1
 		}
-		hit += math.Float64frombits(math.Float64bits(kw) & -beats)
+		hit += kw * float64(beats)
 	}
 	return (hit + p.alpha*prior) / (w + p.alpha), w
 }
