@@ -209,6 +209,42 @@ type World struct {
 	crawlerIdx  map[delegation.CrawlerID]int32
 	crawlerAddr map[netip.Addr]int32
 	hostIdx     map[netip.Addr]int32
+
+	// floor[h·len(CrawlerE)+c] is Model.FloorRTT of host h and crawler c,
+	// computed once for every policy and threshold run on this world (nil
+	// above maxFloors pairs); valid only for the model and endpoints it was
+	// computed from (a copied World with another model falls back)
+	floor      []float64
+	floorModel *world.Model
+	floorHosts *world.Endpoint
+	floorCrawl *world.Endpoint
+}
+
+// maxFloors bounds the precomputed floor RTTs (16 MB).
+const maxFloors = 1 << 21
+
+// computeFloors fills w.floor when the world is small enough.
+func (w *World) computeFloors(workers int) {
+	nc := len(w.CrawlerE)
+	if len(w.Hosts) == 0 || nc == 0 || len(w.Hosts)*nc > maxFloors {
+		return
+	}
+	w.floor = make([]float64, len(w.Hosts)*nc)
+	parallel(workers, len(w.Hosts), func(h int) {
+		for c := range w.CrawlerE {
+			w.floor[h*nc+c] = w.Model.FloorRTT(&w.CrawlerE[c], &w.Hosts[h])
+		}
+	})
+	w.floorModel, w.floorHosts, w.floorCrawl = w.Model, &w.Hosts[0], &w.CrawlerE[0]
+}
+
+// floorOf returns the precomputed FloorRTT of host h and crawler c, if any.
+func (w *World) floorOf(h int, c int32) (float64, bool) {
+	if w.floor == nil || w.floorModel != w.Model || len(w.Hosts) == 0 || &w.Hosts[0] != w.floorHosts ||
+		len(w.CrawlerE) == 0 || &w.CrawlerE[0] != w.floorCrawl || h < 0 || h >= len(w.Hosts) {
+		return 0, false
+	}
+	return w.floor[h*len(w.CrawlerE)+int(c)], true
 }
 
 // NewWorld places crawlers and hosts for cfg and computes the optimal
@@ -276,6 +312,7 @@ func NewWorld(cfg Config) (*World, error) {
 		w.hostIdx[h.Addr] = int32(i)
 	}
 	w.computeOptimal(cfg.Workers)
+	w.computeFloors(cfg.Workers)
 	return w, nil
 }
 
@@ -349,7 +386,11 @@ func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegati
 		if !ok || !known {
 			continue // no answer: the engine falls back
 		}
-		out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], h, p.rng))
+		if f, ok := p.w.floorOf(p.host, ci); ok && h == &p.w.Hosts[p.host] {
+			out[i].RTT = world.Duration(p.w.Model.SampleAbove(f, p.rng))
+		} else {
+			out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], h, p.rng))
+		}
 		out[i].OK = true
 	}
 	return out

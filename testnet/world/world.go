@@ -259,8 +259,13 @@ func (m *Model) MeanRTT(a, b *Endpoint) float64 {
 // SampleRTT is one measurement between a and b in ms: the floor plus an
 // exponential jitter drawn from r.
 func (m *Model) SampleRTT(a, b *Endpoint, r *rand.Rand) float64 {
-	f := m.FloorRTT(a, b)
-	return f + r.ExpFloat64()*(f*m.cfg.JitterFrac+m.cfg.JitterMinMs)
+	return m.SampleAbove(m.FloorRTT(a, b), r)
+}
+
+// SampleAbove is SampleRTT for a pair whose FloorRTT is floor (callers
+// that keep floors of pairs they probe often).
+func (m *Model) SampleAbove(floor float64, r *rand.Rand) float64 {
+	return floor + r.ExpFloat64()*(floor*m.cfg.JitterFrac+m.cfg.JitterMinMs)
 }
 
 // LowerBoundMs is a lower bound of FloorRTT(a, b) for any b whose access delay is at
