@@ -190,24 +190,6 @@ const (
 	ctxKinds
 )
 
-func (m *micraChooser) kindOf(t Tree, k ctxKey) int {
-	switch k >> 32 {
-	case ctxNode:
-		return min(int(t.Node(hierarchy.NodeID(uint32(k))).Depth), 15)
-	case ctxOrg:
-		return kindOrg
-	case ctxCountry:
-		return kindCountry
-	case ctxRegistry:
-		return kindRegistry
-	case ctxPfxFine:
-		return kindPfxFine
-	case ctxPfxCoarse:
-		return kindPfxCoarse
-	}
-	return kindAll
-}
-
 // sigma0 is the spread expected for one observation in a context of k's
 // kind: learned across all such contexts once there is enough data.
 func (m *micraChooser) sigma0(kind int) float64 {
@@ -403,9 +385,9 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 	return ok
 }
 
-// info returns k's context, created when missing; kind is k's kind
-// (kindOf), or -1 when the caller does not know it.
-func (m *micraChooser) info(t Tree, k ctxKey, kind int) *ctxInfo {
+// info returns k's context, created when missing with kind (contexts gives
+// every context's kind).
+func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
 		// most contexts (a new subnet, organisation, /16) hold a few
@@ -415,9 +397,6 @@ func (m *micraChooser) info(t Tree, k ctxKey, kind int) *ctxInfo {
 		}
 		sl := &m.slab[0]
 		m.slab = m.slab[1:]
-		if kind < 0 {
-			kind = m.kindOf(t, k)
-		}
 		sl.info = ctxInfo{kind: kind, st: sl.st[:0], top: sl.top[:0]}
 		c = &sl.info
 		m.ctx[k] = c
@@ -585,7 +564,7 @@ func (m *micraChooser) locate(e *engine) {
 		clear(m.geoTab)
 		buf, kbuf, _ = contexts(e.d.Tree, s, buf, kbuf)
 		for i, k := range buf[:len(buf)-1] { // not global: everyone is there
-			c := m.info(e.d.Tree, k, kbuf[i])
+			c := m.info(k, kbuf[i])
 			if len(c.located) == 0 {
 				m.locCtx = append(m.locCtx, c)
 			}
@@ -628,13 +607,13 @@ func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, str
 // subnetContexts call (context records are never deleted, so only the
 // missing ones are looked up again), creating the missing ones when create
 // is set. The slice is shared until the next call.
-func (m *micraChooser) subnetInfos(t Tree, create bool) []*ctxInfo {
+func (m *micraChooser) subnetInfos(create bool) []*ctxInfo {
 	for i, c := range m.ctxInfo {
 		if c != nil {
 			continue
 		}
 		if create {
-			m.ctxInfo[i] = m.info(t, m.ctxKs[i], m.ctxKind[i])
+			m.ctxInfo[i] = m.info(m.ctxKs[i], m.ctxKind[i])
 		} else {
 			m.ctxInfo[i] = m.ctx[m.ctxKs[i]]
 		}
@@ -648,7 +627,7 @@ func (m *micraChooser) prepare(e *engine) { m.locate(e) }
 
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	_, cc := m.subnetContexts(e.d.Tree, s)
-	infos := m.subnetInfos(e.d.Tree, true)
+	infos := m.subnetInfos(true)
 	// crawler indexes (created in the order of the answers) and ln RTTs,
 	// once per answer
 	cis, xs := m.ciBuf[:0], m.xBuf[:0]
@@ -884,7 +863,7 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
 	_, cc := m.subnetContexts(e.d.Tree, s)
 	m.locate(e)
-	infos := m.subnetInfos(e.d.Tree, false) // nil: nothing known there
+	infos := m.subnetInfos(false) // nil: nothing known there
 	kinds := m.ctxKind
 
 	// candidates: widen contexts until enough are known
