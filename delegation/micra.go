@@ -314,6 +314,9 @@ type ctxStat struct {
 type ctxInfo struct {
 	kind int       // kind of context (pooling of spreads)
 	st   []ctxStat // by crawler index
+	// has: bit ci mod 64 is set for every crawler ci in st — most lookups
+	// (a candidate never measured in a small context) end here
+	has uint64
 	// top lists the topK crawlers with the lowest mean here: candidates
 	// come from these, so a decision's cost does not grow with the number
 	// of crawlers
@@ -324,7 +327,7 @@ type ctxInfo struct {
 }
 
 func (c *ctxInfo) stat(ci uint32) *ctxStat {
-	if c == nil {
+	if c == nil || c.has&(1<<(ci&63)) == 0 {
 		return nil
 	}
 	st := c.st
@@ -373,6 +376,7 @@ func (c *ctxInfo) addStat(ci uint32) (*ctxStat, bool) {
 	found := i < len(st) && st[i].ci == ci
 	if !found {
 		c.st = slices.Insert(c.st, i, ctxStat{ci: ci})
+		c.has |= 1 << (ci & 63)
 	}
 	return &c.st[i], !found
 }
