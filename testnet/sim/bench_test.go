@@ -13,21 +13,32 @@ import (
 
 // BenchmarkDecisions measures delegation decisions per second of every
 // policy inside the simulator (engine + MemDirectory + simulated prober),
-// side by side in one run, with 12 and 1000 crawlers and 10,000 hosts:
+// side by side in one run, with 12 and 1000 crawlers and 10,000 uniform hosts
+// (nearly every decision a new subnet), and with 12 crawlers and zipf hosts
+// (as web hosting concentrates: about half the hosts land in a subnet already
+// delegated, a lookup):
 //
 //	go test -run '^$' -bench Decisions -benchtime 3x ./testnet/sim
 func BenchmarkDecisions(b *testing.B) {
-	for _, crawlers := range []int{12, 1000} {
-		cfg := Config{Seed: 1, Crawlers: crawlers, Hosts: 10000, Threshold: 50 * time.Millisecond, Logger: quiet()}.withDefaults()
+	for _, run := range []struct {
+		crawlers int
+		hosts    string
+	}{{12, HostsUniform}, {1000, HostsUniform}, {12, HostsZipf}} {
+		crawlers := run.crawlers
+		cfg := Config{Seed: 1, Crawlers: crawlers, Hosts: 10000, HostDist: run.hosts, Threshold: 50 * time.Millisecond, Logger: quiet()}.withDefaults()
 		w, err := NewWorld(cfg)
 		if err != nil {
 			b.Fatal(err)
+		}
+		name := fmt.Sprintf("crawlers=%d", crawlers)
+		if run.hosts != HostsUniform {
+			name += "/hosts=" + run.hosts
 		}
 		for _, spec := range Policies {
 			if spec.Brute && crawlers > 100 {
 				continue
 			}
-			b.Run(fmt.Sprintf("crawlers=%d/%s", crawlers, spec.Name), func(b *testing.B) {
+			b.Run(name+"/"+spec.Name, func(b *testing.B) {
 				var probes int64
 				var took, cpu time.Duration
 				for range b.N {
