@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -136,8 +137,11 @@ seed print the same report. See docs/simulator.md.`,
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
 			}
 			cfg.IPv6Share = ipv6Share
-			if oracle && oracleHost != "both" && oracleHost != sim.OracleHostPosition && oracleHost != sim.OracleHostCountry {
-				return fmt.Errorf("--oracle-host %q: want position, country or both", oracleHost)
+			// the oracle's flags are checked before anything runs, so a typo
+			// does not throw a long run away
+			oc, oracleInfos, err := parseOracleFlags(oracle, f.Changed("oracle-eps"), f.Changed("oracle-host"), oracleEps, oracleHost)
+			if err != nil {
+				return err
 			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
@@ -184,26 +188,7 @@ seed print the same report. See docs/simulator.md.`,
 				out.Flush()
 			}
 			if oracle {
-				oc := sim.OracleConfig{}
-				if oracleEps != "" {
-					for _, e := range strings.Split(oracleEps, ",") {
-						x, err := strconv.ParseFloat(strings.TrimSpace(e), 64)
-						if err != nil || x < 0 {
-							return fmt.Errorf("--oracle-eps %q: want non-negative numbers (0.1,0.05)", e)
-						}
-						oc.Eps = append(oc.Eps, x)
-					}
-				}
-				var infos []string
-				switch oracleHost {
-				case "both":
-					infos = []string{sim.OracleHostPosition, sim.OracleHostCountry}
-				case sim.OracleHostPosition, sim.OracleHostCountry:
-					infos = []string{oracleHost}
-				default:
-					return fmt.Errorf("--oracle-host %q: want position, country or both", oracleHost)
-				}
-				for _, info := range infos {
+				for _, info := range oracleInfos {
 					oc.HostInfo = info
 					var ors []*sim.OracleReport
 					for k := range seeds {
@@ -278,6 +263,38 @@ seed print the same report. See docs/simulator.md.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter")
 	return cmd
+}
+
+// parseOracleFlags checks --oracle-eps and --oracle-host (given without
+// --oracle they are an error, not silently ignored) and returns the oracle's
+// configuration and the host-information variants to run.
+func parseOracleFlags(oracle, epsSet, hostSet bool, eps, host string) (sim.OracleConfig, []string, error) {
+	var oc sim.OracleConfig
+	if !oracle {
+		switch {
+		case epsSet:
+			return oc, nil, fmt.Errorf("--oracle-eps needs --oracle")
+		case hostSet:
+			return oc, nil, fmt.Errorf("--oracle-host needs --oracle")
+		}
+		return oc, nil, nil
+	}
+	if epsSet {
+		for _, e := range strings.Split(eps, ",") {
+			x, err := strconv.ParseFloat(strings.TrimSpace(e), 64)
+			if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+				return oc, nil, fmt.Errorf("--oracle-eps %q: want finite non-negative numbers (0.1,0.05)", e)
+			}
+			oc.Eps = append(oc.Eps, x)
+		}
+	}
+	switch host {
+	case "both":
+		return oc, []string{sim.OracleHostPosition, sim.OracleHostCountry}, nil
+	case sim.OracleHostPosition, sim.OracleHostCountry:
+		return oc, []string{host}, nil
+	}
+	return oc, nil, fmt.Errorf("--oracle-host %q: want position, country or both", host)
 }
 
 // parseMicraOptions reads "miss=0.1,maxprobes=4" into a MicraConfig.

@@ -17,27 +17,32 @@ import (
 	"github.com/micra-crawler/micra/testnet/world"
 )
 
-// The oracle bound: how accurate can ANY delegation rule be for a given
-// number of probes per URL, when it knows everything about the world model
-// except the one thing probes reveal — each (crawler, host) pair's path
+// The oracle bound: how accurate can a well-informed delegation rule be for
+// a given number of probes per URL, when it knows everything about the world
+// model except the one thing probes reveal — each (crawler, host) pair's path
 // stretch? It knows every host's and crawler's exact position and access
 // delay, the stretch distribution (world.Model.StretchCDF and friends) and
 // the jitter model, and it learns a pair's RTT only through the simulator's
 // own prober (one jittered sample per probe, as policies get them). It is a
-// bound, not a policy: a policy knows less (registry countries, the positions
-// crawlers state, probe answers), so on this world no policy should beat the
-// oracle's frontier by more than noise — except by remembering answers across
-// hosts that share a routing block (the oracle is memoryless per host, which
-// matters only when hosts repeat blocks, as with --host-dist zipf).
+// strong reference, not a proof: a policy knows less (registry countries, the
+// positions crawlers state, probe answers), but the rule is one-step greedy,
+// so a cleverer rule could do somewhat better; and a policy can remember
+// answers across hosts that share a routing block (the oracle is memoryless
+// per host, which matters only when hosts repeat blocks, as with
+// --host-dist zipf).
 //
-// Decision rule (one-step Bayes-greedy): the first probe goes to the crawler
-// most likely to be nearest under the prior; after each answer the oracle
-// computes the posterior of every probed crawler's floor RTT (prior from the
-// stretch distribution × the exponential jitter likelihood), takes the one
-// with the lowest posterior mean as its current choice b, and for every
-// unprobed crawler j the probability P(floor_j < floor_b | answers). It stops
-// when their sum (the expected number of unprobed crawlers that beat b) is
-// below ε or after K probes; otherwise it probes the j with the largest one.
+// Decision rule (one-step Bayes-greedy), from zero probes on: before any
+// probe the choice b is the crawler most likely to be nearest under the prior
+// and the stop statistic is the prior's expected number of crawlers whose
+// floor RTT is below b's; after each answer the oracle computes the posterior
+// of every probed crawler's floor RTT (prior from the stretch distribution ×
+// the exponential jitter likelihood), takes the one with the lowest posterior
+// mean as b, and sums P(floor_j < floor_b | answers) over the unprobed
+// crawlers j. It stops when the sum is below ε (possibly before the first
+// probe: the host is delegated blind) or after K probes; otherwise it probes
+// the j with the largest term (the first probe goes to the prior's choice).
+// The gated variant delegates blind iff the prior's P(b nearest) ≥ τ and
+// otherwise probes at least once.
 //
 // Every host gets its own seeded prober, and the probe order does not depend
 // on ε or K, so one trace per host serves every (ε, K) row: a smaller ε
@@ -46,16 +51,23 @@ import (
 // OracleEps are the stop thresholds printed by default.
 var OracleEps = []float64{0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005}
 
+// OracleGates are the printed (τ, ε) pairs of the gated rule (K = all).
+var OracleGates = [][2]float64{{0.9, 0.1}, {0.8, 0.2}, {0.8, 0.05}, {0.7, 0.1}}
+
+// oracleSweepTau are the gates τ of the frontier's sweep.
+var oracleSweepTau = []float64{0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98}
+
 // oracleMaxTrace caps a host's trace (the "K = all" rows) with very many
 // crawlers; the paper presets have 4 and 12.
 const oracleMaxTrace = 64
 
 // Oracle rules (OracleRow.Rule).
 const (
-	OracleRuleBayes      = "bayes"       // stop when Σ P(unprobed beats choice) < ε, or after K
-	OracleRuleNearest    = "nearest-km"  // the nearest crawler by great-circle distance, 1 probe
-	OracleRuleFirst      = "first-probe" // the Bayes rule's first probe only (max P(nearest))
-	OracleRuleTwoNearest = "two-nearest" // the two lowest expected RTTs, the better answer
+	OracleRuleBayes      = "bayes"        // stop when Σ P(unprobed beats choice) < ε (from 0 probes on), or after K
+	OracleRuleGate       = "bayes-gate"   // 0 probes iff prior P(choice nearest) ≥ τ, else bayes with ≥ 1 probe
+	OracleRuleNearest    = "nearest-km"   // the nearest crawler by (expected) great-circle distance, no probe
+	OracleRulePrior      = "prior-choice" // max prior P(nearest), no probe (where bayes probes first)
+	OracleRuleTwoNearest = "two-nearest"  // the two lowest expected RTTs, the better answer
 )
 
 // OracleConfig tunes Oracle.
@@ -74,6 +86,10 @@ type OracleConfig struct {
 	// PoolDraws is the number of addresses drawn to learn where each
 	// country's hosts are (OracleHostCountry; default 50,000).
 	PoolDraws int
+	// Answer, when set, answers every probe instead of the simulator's
+	// prober: tests script the answers to check that the oracle's decisions
+	// depend only on what it may know.
+	Answer func(host int, crawler int32) (ms float64, ok bool)
 }
 
 // What the oracle knows of a host's position (OracleConfig.HostInfo).
@@ -93,8 +109,9 @@ const oraclePoolDraws = 50000
 // OracleRow is one rule's point of the frontier.
 type OracleRow struct {
 	Rule string   `json:"oracle_rule"`
-	Eps  *float64 `json:"oracle_eps"` // nil for the fixed rules
-	K    int      `json:"oracle_k"`   // probe cap
+	Eps  *float64 `json:"oracle_eps"`           // nil for the fixed rules
+	Tau  *float64 `json:"oracle_tau,omitempty"` // the gate (OracleRuleGate)
+	K    int      `json:"oracle_k"`             // probe cap
 	// OptimalPct and ProbesPerURL are over the evaluation hosts (the last
 	// Hosts − Train, the same hosts as a policy's optimal %); the *All
 	// fields over every host.
@@ -132,6 +149,10 @@ type OracleReport struct {
 	// (WriteJSON prints them in its summary object, NaN as null.)
 	At15        float64 `json:"-"`
 	ProbesFor95 float64 `json:"-"`
+	// the same over every host (the oracle needs no training, so all hosts
+	// are fair game and the interval is narrower)
+	At15All        float64 `json:"-"`
+	ProbesFor95All float64 `json:"-"`
 	// MaxPct is the best % optimal of any row (the K = all, smallest ε end).
 	MaxPct float64 `json:"-"`
 }
@@ -151,14 +172,20 @@ type oracleModel struct {
 	atom     float64 // P(stretch == 1)
 	meanS    float64
 	post     int // grid points of a posterior over one answer's jitter
+	// cdfTab is StretchCDF on [1, qHi] in steps of 1/cdfScale, for linear
+	// interpolation: the stop statistic calls it per crawler × position ×
+	// posterior point, and erfc would dominate the run time
+	cdfTab   []float64
+	cdfScale float64
 }
 
 // oracleCells is the resolution of the prior integral P(nearest) and
-// oraclePost that of a posterior over one answer's jitter (halved when the
-// host's position is a mixture, whose integrals are per position).
+// oraclePost that of a posterior over one answer's jitter (the same whether
+// the host's position is known or a mixture of its country's positions).
 const (
 	oracleCells = 256
 	oraclePost  = 96
+	oracleCDFN  = 1 << 14
 )
 
 func newOracleModel(w *World, cells, post int) *oracleModel {
@@ -169,9 +196,35 @@ func newOracleModel(w *World, cells, post int) *oracleModel {
 		o.q[i] = w.Model.StretchQuantile((float64(i) + 0.5) / float64(cells))
 		o.meanS += o.q[i] / float64(cells)
 	}
-	o.qHi = w.Model.StretchQuantile(1 - 1e-7)
+	o.qHi = math.Max(1+1e-9, w.Model.StretchQuantile(1-1e-7))
+	// The law has no mass below 1 and an atom at exactly 1 (the world clamps
+	// its lognormal draws there: world.Model.StretchCDF counts the clamped
+	// mass at 1, StretchPDF is the density above it); the posterior relies on
+	// that split, so a law with mass below 1 would be misread — refuse it.
+	if w.Model.StretchCDF(math.Nextafter(1, 0)) != 0 {
+		panic("sim: oracle: the stretch law has mass below 1; the oracle's posterior assumes an atom at 1 and a density above it")
+	}
 	o.atom = w.Model.StretchCDF(1)
+	o.cdfScale = float64(oracleCDFN) / (o.qHi - 1)
+	o.cdfTab = make([]float64, oracleCDFN+2)
+	for i := range o.cdfTab {
+		o.cdfTab[i] = w.Model.StretchCDF(1 + float64(i)/o.cdfScale)
+	}
 	return o
+}
+
+// stretchCDF is StretchCDF by table (within 1e-6 of it, tested).
+func (o *oracleModel) stretchCDF(s float64) float64 {
+	if s < 1 {
+		return 0
+	}
+	x := (s - 1) * o.cdfScale
+	if x >= oracleCDFN {
+		return o.m.StretchCDF(s)
+	}
+	i := int(x)
+	f := x - float64(i)
+	return o.cdfTab[i] + f*(o.cdfTab[i+1]-o.cdfTab[i])
 }
 
 // hostView is one host's prior: the host is at position m with probability
@@ -181,9 +234,18 @@ type hostView struct {
 	d    [][]float64
 	base []float64
 	byLB []int32 // crawlers by expected lower bound (stretch 1)
-	// first caches firstProbe (it does not depend on the host's own access
-	// delay, which shifts every floor alike); -1 until computed
-	first int32
+	// prior caches priorChoice (it does not depend on the host's own access
+	// delay, which shifts every floor alike); nil until computed
+	prior *oraclePrior
+}
+
+// oraclePrior is the decision before any probe: the crawler most likely to
+// be nearest, that probability, and the expected number of crawlers whose
+// floor RTT is below its (the stop statistic at zero probes).
+type oraclePrior struct {
+	choice   int32
+	pNearest float64
+	beat     float64
 }
 
 func (o *oracleModel) distances(h *world.Endpoint) []float64 {
@@ -196,12 +258,12 @@ func (o *oracleModel) distances(h *world.Endpoint) []float64 {
 
 // view is the prior of a host at a known position.
 func (o *oracleModel) view(h *world.Endpoint) hostView {
-	return o.mixView(h.AccessMs, []float64{1}, [][]float64{o.distances(h)}, -1)
+	return o.mixView(h.AccessMs, []float64{1}, [][]float64{o.distances(h)}, nil)
 }
 
-func (o *oracleModel) mixView(hostAccess float64, pi []float64, d [][]float64, first int32) hostView {
+func (o *oracleModel) mixView(hostAccess float64, pi []float64, d [][]float64, prior *oraclePrior) hostView {
 	n := len(o.crawlers)
-	v := hostView{pi: pi, d: d, base: make([]float64, n), byLB: make([]int32, n), first: first}
+	v := hostView{pi: pi, d: d, base: make([]float64, n), byLB: make([]int32, n), prior: prior}
 	lb := make([]float64, n)
 	for c := range o.crawlers {
 		v.base[c] = o.crawlers[c].AccessMs + hostAccess
@@ -210,18 +272,8 @@ func (o *oracleModel) mixView(hostAccess float64, pi []float64, d [][]float64, f
 			lb[c] += p * d[m][c]
 		}
 	}
-	slices.SortStableFunc(v.byLB, func(a, b int32) int { return cmpFloat(lb[a]+v.base[a], lb[b]+v.base[b]) })
+	slices.SortStableFunc(v.byLB, func(a, b int32) int { return cmp.Compare(lb[a]+v.base[a], lb[b]+v.base[b]) })
 	return v
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // cdf is P(floor ≤ x) for a crawler d ms of fibre (stretch 1) and base ms of
@@ -233,14 +285,15 @@ func (o *oracleModel) cdf(d, base, x float64) float64 {
 		}
 		return 0
 	}
-	return o.m.StretchCDF((x - base) / d)
+	return o.stretchCDF((x - base) / d)
 }
 
-// firstProbe is the crawler with the highest prior probability of having
-// the lowest floor RTT.
-func (o *oracleModel) firstProbe(v *hostView) int32 {
-	if v.first >= 0 {
-		return v.first
+// priorChoice is the crawler with the highest prior probability of having
+// the lowest floor RTT (where the Bayes rule probes first), that
+// probability, and the expected number of crawlers that beat it.
+func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
+	if v.prior != nil {
+		return v.prior
 	}
 	p := make([]float64, len(v.base))
 	cands := make([]int32, 0, len(v.base))
@@ -256,7 +309,7 @@ func (o *oracleModel) firstProbe(v *hostView) int32 {
 				cands = append(cands, int32(c))
 			}
 		}
-		slices.SortStableFunc(cands, func(a, b int32) int { return cmpFloat(d[a]+v.base[a], d[b]+v.base[b]) })
+		slices.SortStableFunc(cands, func(a, b int32) int { return cmp.Compare(d[a]+v.base[a], d[b]+v.base[b]) })
 		cands = cands[:min(len(cands), oracleMaxTrace)]
 		for _, c := range cands {
 			s := 0.0
@@ -279,7 +332,24 @@ func (o *oracleModel) firstProbe(v *hostView) int32 {
 			best = c
 		}
 	}
-	return best
+	// E[#crawlers below best] = Σ_m π_m Σ_j P(floor_j < floor_best | m)
+	beat := 0.0
+	for m, pm := range v.pi {
+		d := v.d[m]
+		hi := d[best]*o.qHi + v.base[best]
+		for j := range d {
+			if int32(j) == best || d[j]+v.base[j] > hi {
+				continue
+			}
+			s := 0.0
+			for _, q := range o.q {
+				s += o.cdf(d[j], v.base[j], d[best]*q+v.base[best])
+			}
+			beat += pm * s / float64(len(o.q))
+		}
+	}
+	v.prior = &oraclePrior{choice: best, pNearest: p[best], beat: beat}
+	return v.prior
 }
 
 // posterior is the distribution of a probed crawler's floor RTT given its
@@ -342,8 +412,10 @@ func (o *oracleModel) posterior(d, base, y float64) posterior {
 
 // oracleTrace is one host's run of the Bayes rule, probe by probe: after
 // k+1 probes the choice is choice[k] and the expected number of unprobed
-// crawlers that beat it is sum[k].
+// crawlers that beat it is sum[k]; before any probe they are prior.choice and
+// prior.beat.
 type oracleTrace struct {
+	prior  oraclePrior
 	order  []int32
 	answer []float64
 	choice []int32
@@ -351,7 +423,9 @@ type oracleTrace struct {
 }
 
 // trace runs the Bayes rule on one host until the stop statistic falls
-// below epsMin or kMax crawlers were probed. probe returns one answer (ms).
+// below epsMin or kMax crawlers were probed; it always probes once (the
+// gated rule needs the first answer even where the prior alone would
+// stop). probe returns one answer (ms).
 func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
 	n, M := len(v.base), len(v.pi)
 	kMax = min(kMax, n)
@@ -364,7 +438,8 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 	}
 	pi := slices.Clone(v.pi)
 	upd := make([]float64, M)
-	next := o.firstProbe(v)
+	t.prior = *o.priorChoice(v)
+	next := t.prior.choice
 	for len(t.order) < kMax {
 		c := next
 		probed[c] = true
@@ -458,8 +533,17 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 	return t
 }
 
-// stopAt is how many probes the (eps, k) rule spends on a traced host.
+// stopAt is how many probes the (eps, k) rule spends on a traced host: none
+// when the prior's statistic is already below eps.
 func (t *oracleTrace) stopAt(eps float64, k int) int {
+	if t.prior.beat < eps {
+		return 0
+	}
+	return t.stopAfterFirst(eps, k)
+}
+
+// stopAfterFirst is stopAt for a rule that probes at least once.
+func (t *oracleTrace) stopAfterFirst(eps float64, k int) int {
 	for i := range t.sum {
 		if t.sum[i] < eps || i+1 >= k {
 			return i + 1
@@ -468,16 +552,36 @@ func (t *oracleTrace) stopAt(eps float64, k int) int {
 	return len(t.sum)
 }
 
+// decide is how many probes the setting spends on a traced host and which
+// crawler it chooses.
+func (t *oracleTrace) decide(st oracleSetting) (int, int32) {
+	var k int
+	switch st.rule {
+	case OracleRuleGate:
+		if t.prior.pNearest >= st.tau {
+			return 0, t.prior.choice
+		}
+		k = t.stopAfterFirst(st.eps, st.k)
+	default:
+		k = t.stopAt(st.eps, st.k)
+	}
+	if k == 0 {
+		return 0, t.prior.choice
+	}
+	return k, t.choice[k-1]
+}
+
 type oracleSetting struct {
 	rule string
 	eps  float64
+	tau  float64
 	k    int
 }
 
-// oracleSweepEps is the dense ε grid of the frontier (10^0 … 10^-5).
+// oracleSweepEps is the dense ε grid of the frontier (10^0.5 … 10^-5).
 func oracleSweepEps() []float64 {
 	var out []float64
-	for i := 0; i <= 50; i++ {
+	for i := -5; i <= 50; i++ {
 		out = append(out, math.Pow(10, -float64(i)/10))
 	}
 	return out
@@ -490,7 +594,8 @@ func oracleSweepEps() []float64 {
 func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*OracleReport, error) {
 	cfg = cfg.withDefaults()
 	rep := &OracleReport{Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: len(w.Hosts), Train: cfg.Train,
-		HostDist: cfg.HostDist, HostInfo: cmp.Or(oc.HostInfo, OracleHostPosition), At15: math.NaN(), ProbesFor95: math.NaN(), MaxPct: math.NaN()}
+		HostDist: cfg.HostDist, HostInfo: cmp.Or(oc.HostInfo, OracleHostPosition),
+		At15: math.NaN(), ProbesFor95: math.NaN(), At15All: math.NaN(), ProbesFor95All: math.NaN(), MaxPct: math.NaN()}
 	if rep.HostDist == "" {
 		rep.HostDist = HostsUniform
 	}
@@ -505,6 +610,11 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 	if eps == nil {
 		eps = OracleEps
 	}
+	for _, e := range eps {
+		if e < 0 || math.IsNaN(e) || math.IsInf(e, 0) {
+			return nil, fmt.Errorf("sim: oracle: stop threshold ε = %g: want a finite number ≥ 0", e)
+		}
+	}
 	ks := oc.Ks
 	if ks == nil {
 		ks = []int{2}
@@ -512,21 +622,35 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 	kAll := min(len(w.Crawlers), oracleMaxTrace)
 	sweepEps := append(oracleSweepEps(), eps...)
 	epsMin := slices.Min(sweepEps)
-	// printed rows, then the sweep
-	settings := []oracleSetting{{rule: OracleRuleNearest, k: 1}, {rule: OracleRuleFirst, k: 1}, {rule: OracleRuleTwoNearest, k: 2}}
-	for _, k := range append(slices.Clone(ks), kAll) {
-		for _, e := range eps {
-			settings = append(settings, oracleSetting{OracleRuleBayes, e, min(k, kAll)})
+	// printed rows, then the sweep; caps at or above kAll are the "all" row
+	settings := []oracleSetting{{rule: OracleRuleNearest}, {rule: OracleRulePrior}, {rule: OracleRuleTwoNearest, k: 2}}
+	var capped []int
+	for _, k := range ks {
+		if k >= 1 && k < kAll && !slices.Contains(capped, k) {
+			capped = append(capped, k)
 		}
 	}
-	printed := len(settings)
-	sweepKs := []int{2, 3, 4, 6, kAll}
-	for _, k := range sweepKs {
-		if k > kAll {
-			continue
+	for _, k := range append(capped, kAll) {
+		for _, e := range eps {
+			settings = append(settings, oracleSetting{rule: OracleRuleBayes, eps: e, k: k})
 		}
+	}
+	for _, g := range OracleGates {
+		settings = append(settings, oracleSetting{rule: OracleRuleGate, tau: g[0], eps: g[1], k: kAll})
+	}
+	printed := len(settings)
+	sweepKs := []int{kAll}
+	for _, k := range []int{1, 2, 3, 4, 6} {
+		if k < kAll {
+			sweepKs = append(sweepKs, k)
+		}
+	}
+	for _, k := range sweepKs {
 		for _, e := range sweepEps {
-			settings = append(settings, oracleSetting{OracleRuleBayes, e, k})
+			settings = append(settings, oracleSetting{rule: OracleRuleBayes, eps: e, k: k})
+			for _, tau := range oracleSweepTau {
+				settings = append(settings, oracleSetting{rule: OracleRuleGate, tau: tau, eps: e, k: k})
+			}
 		}
 	}
 
@@ -537,7 +661,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		o = newOracleModel(w, oracleCells, oraclePost)
 		view = func(i int) hostView { return o.view(&w.Hosts[i]) }
 	case OracleHostCountry:
-		o = newOracleModel(w, oracleCells/2, oraclePost/2)
+		o = newOracleModel(w, oracleCells, oraclePost)
 		priors, fallbacks, err := w.countryPriors(cfg, o, cmp.Or(oc.CountrySamples, 256), cmp.Or(oc.PoolDraws, oraclePoolDraws))
 		if err != nil {
 			return nil, err
@@ -545,7 +669,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		rep.CountryFallbacks, rep.PoolDraws = fallbacks, cmp.Or(oc.PoolDraws, oraclePoolDraws)
 		view = func(i int) hostView {
 			cp := priors[i]
-			return o.mixView(w.Hosts[i].AccessMs, cp.pi, cp.d, cp.first)
+			return o.mixView(w.Hosts[i].AccessMs, cp.pi, cp.d, cp.prior)
 		}
 	default:
 		return nil, fmt.Errorf("sim: oracle: unknown host information %q (want %s or %s)", oc.HostInfo, OracleHostPosition, OracleHostCountry)
@@ -562,6 +686,9 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		h := &w.Hosts[i]
 		v := view(i)
 		asker := func(tag uint64) func(c int32) (float64, bool) {
+			if oc.Answer != nil {
+				return func(c int32) (float64, bool) { return oc.Answer(i, c) }
+			}
 			pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed^tag, base^uint64(i))), host: i}
 			ids := []delegation.CrawlerID{""}
 			return func(c int32) (float64, bool) {
@@ -587,7 +714,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		}
 		exp := func(c int32) float64 { return dist[c]*o.meanS + v.base[c] }
 		byExp := slices.Clone(v.byLB)
-		slices.SortStableFunc(byExp, func(a, b int32) int { return cmpFloat(exp(a), exp(b)) })
+		slices.SortStableFunc(byExp, func(a, b int32) int { return cmp.Compare(exp(a), exp(b)) })
 		two := byExp[0]
 		if len(byExp) > 1 {
 			ask := asker(0x74776f)
@@ -605,14 +732,13 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 			var choice int32
 			switch st.rule {
 			case OracleRuleNearest:
-				k, choice = 1, nearest
-			case OracleRuleFirst:
-				k, choice = 1, t.order[0]
+				k, choice = 0, nearest
+			case OracleRulePrior:
+				k, choice = 0, t.prior.choice
 			case OracleRuleTwoNearest:
 				k, choice = min(2, len(byExp)), two
 			default:
-				k = t.stopAt(st.eps, st.k)
-				choice = t.choice[k-1]
+				k, choice = t.decide(st)
 			}
 			probes[i][s] = uint8(k)
 			hits[i][s] = choice == opt
@@ -640,9 +766,13 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		}
 		r := OracleRow{Rule: st.rule, K: st.k, OptimalPct: pct(hitE, eval), ProbesPerURL: float64(prE) / float64(max(1, eval)),
 			OptimalPctAll: pct(hitA, n), ProbesPerURLAll: float64(prA) / float64(n)}
-		if st.rule == OracleRuleBayes {
+		if st.rule == OracleRuleBayes || st.rule == OracleRuleGate {
 			e := st.eps
 			r.Eps = &e
+		}
+		if st.rule == OracleRuleGate {
+			tau := st.tau
+			r.Tau = &tau
 		}
 		rows[s] = r
 	}
@@ -651,27 +781,40 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 	return rep, nil
 }
 
-// summarise fills At15, ProbesFor95 and MaxPct from the upper concave hull
-// of every (probes/URL, % optimal) point on the evaluation hosts.
+// summarise fills At15, ProbesFor95 (evaluation hosts), their *All twins
+// (every host) and MaxPct from the upper concave hull of every (probes/URL,
+// % optimal) point.
 func (r *OracleReport) summarise() {
-	type pt struct{ x, y float64 }
-	var pts []pt
+	all := append(slices.Clone(r.Rows), r.Sweep...)
 	r.MaxPct = math.NaN()
-	for _, row := range append(slices.Clone(r.Rows), r.Sweep...) {
-		pts = append(pts, pt{row.ProbesPerURL, row.OptimalPct})
+	for _, row := range all {
 		if math.IsNaN(r.MaxPct) || row.OptimalPct > r.MaxPct {
 			r.MaxPct = row.OptimalPct
 		}
 	}
-	r.At15, r.ProbesFor95 = math.NaN(), math.NaN()
+	r.At15, r.ProbesFor95 = frontier(all, func(x OracleRow) (float64, float64) { return x.ProbesPerURL, x.OptimalPct })
+	r.At15All, r.ProbesFor95All = frontier(all, func(x OracleRow) (float64, float64) { return x.ProbesPerURLAll, x.OptimalPctAll })
+}
+
+// frontier reads the best % optimal at 1.5 probes/URL and the probes/URL
+// for 95 % off the upper concave hull of the rows' (probes, %) points; NaN
+// when out of the hull's range.
+func frontier(rows []OracleRow, xy func(OracleRow) (float64, float64)) (at15, for95 float64) {
+	type pt struct{ x, y float64 }
+	var pts []pt
+	for _, row := range rows {
+		x, y := xy(row)
+		pts = append(pts, pt{x, y})
+	}
+	at15, for95 = math.NaN(), math.NaN()
 	if len(pts) == 0 {
 		return
 	}
 	slices.SortFunc(pts, func(a, b pt) int {
-		if c := cmpFloat(a.x, b.x); c != 0 {
+		if c := cmp.Compare(a.x, b.x); c != 0 {
 			return c
 		}
-		return cmpFloat(b.y, a.y)
+		return cmp.Compare(b.y, a.y)
 	})
 	// Andrew's monotone chain, upper part, then keep the rising section
 	var hull []pt
@@ -710,18 +853,19 @@ func (r *OracleReport) summarise() {
 		}
 		return math.NaN()
 	}
-	r.At15 = at(1.5)
+	at15 = at(1.5)
 	for i, p := range hull {
 		if p.y >= 95 {
 			if i == 0 {
-				r.ProbesFor95 = p.x
+				for95 = p.x
 			} else {
 				a := hull[i-1]
-				r.ProbesFor95 = a.x + (p.x-a.x)*(95-a.y)/(p.y-a.y)
+				for95 = a.x + (p.x-a.x)*(95-a.y)/(p.y-a.y)
 			}
 			break
 		}
 	}
+	return
 }
 
 // AverageOracle is the mean of oracle reports of the same configuration
@@ -736,8 +880,13 @@ func AverageOracle(reps []*OracleReport) (*OracleReport, error) {
 		return &out, nil
 	}
 	for _, r := range reps[1:] {
+		if r.HostInfo != out.HostInfo || r.HostDist != out.HostDist || r.Crawlers != out.Crawlers || r.Hosts != out.Hosts || r.Train != out.Train || r.Skipped != "" {
+			return nil, fmt.Errorf("sim: oracle reports to average differ in configuration (%s/%s, %d crawlers vs %s/%s, %d)",
+				out.HostInfo, out.HostDist, out.Crawlers, r.HostInfo, r.HostDist, r.Crawlers)
+		}
 		out.CountryFallbacks += r.CountryFallbacks
 	}
+	same := func(a, b *float64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 	avg := func(get func(*OracleReport) []OracleRow) ([]OracleRow, error) {
 		first := get(reps[0])
 		acc := make([]OracleRow, len(first))
@@ -752,8 +901,8 @@ func AverageOracle(reps []*OracleReport) (*OracleReport, error) {
 				return nil, fmt.Errorf("sim: oracle reports to average differ in rows")
 			}
 			for i, x := range rows {
-				if x.Rule != acc[i].Rule || x.K != acc[i].K {
-					return nil, fmt.Errorf("sim: oracle reports to average differ in rows")
+				if x.Rule != acc[i].Rule || x.K != acc[i].K || !same(x.Eps, acc[i].Eps) || !same(x.Tau, acc[i].Tau) {
+					return nil, fmt.Errorf("sim: oracle reports to average differ in row %d (%s K=%d)", i, x.Rule, x.K)
 				}
 				acc[i].OptimalPct += x.OptimalPct / nf
 				acc[i].ProbesPerURL += x.ProbesPerURL / nf
@@ -779,10 +928,12 @@ func oracleLabel(r OracleRow) string {
 	switch r.Rule {
 	case OracleRuleNearest:
 		return "nearest crawler by (expected) distance"
-	case OracleRuleFirst:
-		return "first probe only (max P(nearest))"
+	case OracleRulePrior:
+		return "prior's choice, no probe (max P(nearest))"
 	case OracleRuleTwoNearest:
 		return "two lowest expected RTTs"
+	case OracleRuleGate:
+		return "blind iff P(nearest) ≥ " + strconv.FormatFloat(*r.Tau, 'g', -1, 64) + ", else Bayes ε = " + strconv.FormatFloat(*r.Eps, 'g', -1, 64)
 	}
 	return "Bayes stop, ε = " + strconv.FormatFloat(*r.Eps, 'g', -1, 64)
 }
@@ -829,10 +980,11 @@ func (r *OracleReport) WriteText(out io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nfrontier (upper concave hull of these rules and a dense sweep of ε × K ∈ {2, 3, 4, 6, all};\n")
-	fmt.Fprintf(out, "mixing two rules host by host reaches any point between them), evaluation hosts:\n")
-	fmt.Fprintf(out, "  best optimal %% at 1.5 probes/URL: %s\n", fmtMaybe(r.At15, "%.1f %%"))
-	fmt.Fprintf(out, "  probes/URL for 95 %% optimal:      %s\n", fmtMaybe(r.ProbesFor95, "%.2f"))
+	fmt.Fprintf(out, "\nfrontier (upper concave hull of these rules and a dense sweep of ε × τ × K ∈ {1, 2, 3, 4, 6, all},\n")
+	fmt.Fprintf(out, "0-probe decisions included; mixing two rules host by host reaches any point between them):\n")
+	fmt.Fprintf(out, "                                    evaluation hosts   all hosts\n")
+	fmt.Fprintf(out, "  best optimal %% at 1.5 probes/URL: %-17s  %s\n", fmtMaybe(r.At15, "%.1f %%"), fmtMaybe(r.At15All, "%.1f %%"))
+	fmt.Fprintf(out, "  probes/URL for 95 %% optimal:      %-17s  %s\n", fmtMaybe(r.ProbesFor95, "%.2f"), fmtMaybe(r.ProbesFor95All, "%.2f"))
 	fmt.Fprintf(out, "  best optimal %% of any rule:       %s\n", fmtMaybe(r.MaxPct, "%.1f %%"))
 	return nil
 }
@@ -866,7 +1018,8 @@ func (r *OracleReport) WriteJSON(out io.Writer) error {
 		return round3(x)
 	}
 	return enc.Encode(map[string]any{"oracle_summary": true, "seed": r.Seed, "seeds": r.Seeds, "host_dist": r.HostDist, "oracle_host_info": r.HostInfo,
-		"optimal_pct_at_1_5": num(r.At15), "probes_per_url_for_95": num(r.ProbesFor95), "max_optimal_pct": num(r.MaxPct)})
+		"optimal_pct_at_1_5": num(r.At15), "probes_per_url_for_95": num(r.ProbesFor95), "max_optimal_pct": num(r.MaxPct),
+		"optimal_pct_at_1_5_all": num(r.At15All), "probes_per_url_for_95_all": num(r.ProbesFor95All)})
 }
 
 // countryPrior is where the hosts of one country are: positions with
@@ -874,7 +1027,7 @@ func (r *OracleReport) WriteJSON(out io.Writer) error {
 type countryPrior struct {
 	pi    []float64
 	d     [][]float64
-	first int32
+	prior *oraclePrior
 }
 
 // oracleCountry is the registry country of s or of its nearest ancestor
@@ -889,7 +1042,9 @@ func oracleCountry(w *World, s hierarchy.NodeID) string {
 }
 
 // countryPriors gives every host the prior of its registry country: up to
-// per positions of addresses drawn like uniform hosts in that country.
+// per positions of addresses drawn like uniform hosts in that country (IPv4
+// addresses only: with --ipv6 the IPv6 hosts get their country's IPv4
+// positions).
 func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*countryPrior, int, error) {
 	pl, err := newPlacer(w.Tree, w.Model)
 	if err != nil {
@@ -916,7 +1071,7 @@ func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*co
 		if cp, ok := made[key]; ok {
 			return cp
 		}
-		cp := &countryPrior{pi: make([]float64, len(pos)), d: make([][]float64, len(pos)), first: -1}
+		cp := &countryPrior{pi: make([]float64, len(pos)), d: make([][]float64, len(pos))}
 		for m := range pos {
 			cp.pi[m] = 1 / float64(len(pos))
 			cp.d[m] = o.distances(&pos[m])
@@ -941,12 +1096,12 @@ func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*co
 			out[i] = prior("", global)
 		}
 	}
-	// the first probe depends on the country only (the host's own access
+	// the prior's choice depends on the country only (the host's own access
 	// delay shifts every floor alike)
 	parallel(cfg.Workers, len(keys), func(k int) {
 		cp := made[keys[k]]
-		v := o.mixView(0, cp.pi, cp.d, -1)
-		cp.first = o.firstProbe(&v)
+		v := o.mixView(0, cp.pi, cp.d, nil)
+		cp.prior = o.priorChoice(&v)
 	})
 	return out, fallbacks, nil
 }

@@ -59,6 +59,16 @@ func TestOracleModelMatchesWorld(t *testing.T) {
 			t.Errorf("CDF(Quantile(%g)) = %g", u, got)
 		}
 	}
+	// the atom at 1: every quantile below CDF(1) is exactly 1, none above
+	if a := o.atom; a <= 0 || w.Model.StretchQuantile(a/2) != 1 || w.Model.StretchQuantile(math.Min(1-1e-9, a+1e-6)) <= 1 {
+		t.Errorf("atom P(stretch = 1) = %g does not match the quantiles", a)
+	}
+	// the tabulated CDF the oracle integrates with
+	for s := 0.5; s < 40; s += 0.00731 {
+		if got, want := o.stretchCDF(s), w.Model.StretchCDF(s); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("stretchCDF(%g) = %.9f, StretchCDF %.9f", s, got, want)
+		}
+	}
 	// the density integrates to the CDF above 1
 	var integ float64
 	for s := 1.0; s < 30; s += 1e-3 {
@@ -124,7 +134,8 @@ func TestOracleAllProbesIsBruteForce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := orep.Rows[len(orep.Rows)-1]
+	bayes := rowsOf(orep, OracleRuleBayes, 0)
+	last := bayes[len(bayes)-1]
 	if last.Rule != OracleRuleBayes || *last.Eps != 0 || last.ProbesPerURLAll > float64(len(w.Crawlers)) || last.OptimalPctAll < brute-2.5 {
 		t.Fatalf("ε = 0, K = all row: %+v; brute force %.1f %% at %d probes/URL", last, brute, len(w.Crawlers))
 	}
@@ -163,10 +174,11 @@ func TestOracleFrontier(t *testing.T) {
 	if !strings.Contains(buf.String(), "ORACLE BOUND") || !strings.Contains(buf.String(), "Not a policy") {
 		t.Error("the oracle's table must be labelled as a bound that reads the world model")
 	}
-	for _, rule := range []string{OracleRuleNearest, OracleRuleFirst} {
+	// the fixed rules that never look at an answer cost nothing
+	for _, rule := range []string{OracleRuleNearest, OracleRulePrior} {
 		r := rowsOf(rep, rule, 0)[0]
-		if r.ProbesPerURL != 1 || r.ProbesPerURLAll != 1 {
-			t.Errorf("%s: %.3f probes/URL, want exactly 1", rule, r.ProbesPerURLAll)
+		if r.ProbesPerURL != 0 || r.ProbesPerURLAll != 0 {
+			t.Errorf("%s: %.3f probes/URL, want 0 (it looks at no answer)", rule, r.ProbesPerURLAll)
 		}
 	}
 	if r := rowsOf(rep, OracleRuleTwoNearest, 0)[0]; r.ProbesPerURLAll != 2 {
@@ -192,7 +204,7 @@ func TestOracleFrontier(t *testing.T) {
 		if last.OptimalPctAll < first.OptimalPctAll {
 			t.Errorf("K=%d: ε %g %.1f %% < ε %g %.1f %%", k, *last.Eps, last.OptimalPctAll, *first.Eps, first.OptimalPctAll)
 		}
-		if fp := rowsOf(rep, OracleRuleFirst, 0)[0]; last.OptimalPctAll < fp.OptimalPctAll+3 {
+		if fp := rowsOf(rep, OracleRulePrior, 0)[0]; last.OptimalPctAll < fp.OptimalPctAll+3 {
 			t.Errorf("K=%d ε %g: %.1f %% is hardly above the first probe alone (%.1f %%)", k, *last.Eps, last.OptimalPctAll, fp.OptimalPctAll)
 		}
 	}
@@ -204,7 +216,7 @@ func TestOracleFrontier(t *testing.T) {
 		prev := 0
 		for _, e := range append([]float64{math.Inf(1)}, OracleEps...) {
 			k := tr.stopAt(e, len(w.Crawlers))
-			if k < prev || k < 1 {
+			if k < prev || k < 0 {
 				t.Fatalf("host %d: ε %g stops after %d probes, a larger ε after %d", i, e, k, prev)
 			}
 			prev = k
@@ -215,8 +227,23 @@ func TestOracleFrontier(t *testing.T) {
 			}
 		}
 	}
-	if math.IsNaN(rep.At15) || rep.At15 < rowsOf(rep, OracleRuleFirst, 0)[0].OptimalPct {
+	if math.IsNaN(rep.At15) || rep.At15 < rowsOf(rep, OracleRulePrior, 0)[0].OptimalPct {
 		t.Errorf("best %% at 1.5 probes/URL = %v", rep.At15)
+	}
+	// the frontier starts at zero probes: knowing each host's position, a
+	// loose ε delegates most hosts blind, and the gated rule spends fewer
+	// probes than the Bayes rule it falls back to
+	loose := rowsOf(rep, OracleRuleBayes, len(w.Crawlers))[0]
+	if loose.ProbesPerURLAll >= 1 {
+		t.Errorf("ε = %g: %.2f probes/URL — the prior's statistic should let most hosts go without a probe", *loose.Eps, loose.ProbesPerURLAll)
+	}
+	if math.IsNaN(rep.ProbesFor95All) || rep.ProbesFor95All >= 1 {
+		t.Errorf("position oracle: 95 %% at %.2f probes/URL (all hosts), want below 1 with blind decisions", rep.ProbesFor95All)
+	}
+	for _, g := range rowsOf(rep, OracleRuleGate, 0) {
+		if g.Tau == nil || g.Eps == nil || g.ProbesPerURLAll > float64(len(w.Crawlers)) {
+			t.Errorf("gate row %+v", g)
+		}
 	}
 	// JSON: one object per row, then the summary
 	buf.Reset()
@@ -288,8 +315,8 @@ func TestOracleNeverReadsStretch(t *testing.T) {
 	oa, ob := newOracleModel(a, oracleCells, oraclePost), newOracleModel(b, oracleCells, oraclePost)
 	for i := range a.Hosts {
 		va, vb := oa.view(&a.Hosts[i]), ob.view(&b.Hosts[i])
-		if fa, fb := oa.firstProbe(&va), ob.firstProbe(&vb); fa != fb {
-			t.Fatalf("host %d: first probe %d in one world, %d in the other: the oracle read the stretch", i, fa, fb)
+		if fa, fb := oa.priorChoice(&va), ob.priorChoice(&vb); *fa != *fb {
+			t.Fatalf("host %d: prior decision %+v in one world, %+v in the other: the oracle read the stretch", i, *fa, *fb)
 		}
 		// scripted answers from world a, fed to both
 		answers := map[int32]float64{}
@@ -317,15 +344,15 @@ func TestOracleNeverReadsStretch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ra.Rows[1].ProbesPerURLAll != 1 || rb.Rows[1].ProbesPerURLAll != 1 {
-		t.Fatal("first-probe rows must spend one probe")
+	if ra.Rows[1].Rule != OracleRulePrior || ra.Rows[1].ProbesPerURLAll != 0 || rb.Rows[1].ProbesPerURLAll != 0 {
+		t.Fatal("the prior's choice spends no probe")
 	}
 }
 
 func TestOracleSummaryHull(t *testing.T) {
 	e := 0.1
 	rep := &OracleReport{Rows: []OracleRow{
-		{Rule: OracleRuleFirst, K: 1, ProbesPerURL: 1, OptimalPct: 80},
+		{Rule: OracleRulePrior, K: 0, ProbesPerURL: 1, OptimalPct: 80},
 		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 1.4, OptimalPct: 85}, // under the hull
 		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 2, OptimalPct: 96},
 		{Rule: OracleRuleBayes, Eps: &e, K: 12, ProbesPerURL: 3, OptimalPct: 95.5}, // past the top
@@ -339,6 +366,12 @@ func TestOracleSummaryHull(t *testing.T) {
 	}
 	if rep.MaxPct != 96 {
 		t.Errorf("max %v", rep.MaxPct)
+	}
+	// a zero-probe point lifts the hull below it
+	zero := append([]OracleRow{{Rule: OracleRulePrior, ProbesPerURL: 0, OptimalPct: 70}}, rep.Rows...)
+	at15, for95 := frontier(zero, func(x OracleRow) (float64, float64) { return x.ProbesPerURL, x.OptimalPct })
+	if want := 70 + 26*0.75; math.Abs(at15-want) > 1e-9 || math.Abs(for95-2*25.0/26) > 1e-9 {
+		t.Errorf("with (0, 70): at 1.5 %v, want %v; for 95 %v", at15, want, for95)
 	}
 	rep.Rows[2].OptimalPct = 94
 	rep.Rows[3].OptimalPct = 94.5
@@ -373,6 +406,36 @@ func TestOracleAverageAndMatrix(t *testing.T) {
 	}
 	if avg.Seeds != 2 {
 		t.Errorf("seeds %d", avg.Seeds)
+	}
+	// rows are matched by rule, K, ε and τ, and reports by host information
+	bad := *reps[1]
+	bad.Rows = slices.Clone(bad.Rows)
+	e := *bad.Rows[4].Eps * 2
+	bad.Rows[4].Eps = &e
+	if _, err := AverageOracle([]*OracleReport{reps[0], &bad}); err == nil {
+		t.Error("averaged rows of different ε")
+	}
+	other := *reps[1]
+	other.HostInfo = OracleHostCountry
+	if _, err := AverageOracle([]*OracleReport{reps[0], &other}); err == nil {
+		t.Error("averaged a position report with a country one")
+	}
+	// with two crawlers the K = 2 rows are the K = all rows: printed once
+	cfg2 := small(1)
+	cfg2.Crawlers = 2
+	w2, err := NewWorld(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := w2.Oracle(ctx, cfg2, OracleConfig{Eps: []float64{0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rowsOf(r2, OracleRuleBayes, 0)); n != 1 {
+		t.Errorf("2 crawlers: %d Bayes rows for one ε, want 1", n)
+	}
+	if _, err := w2.Oracle(ctx, cfg2, OracleConfig{Eps: []float64{math.NaN()}}); err == nil {
+		t.Error("ε = NaN accepted")
 	}
 
 	mx, err := world.LoadMatrixFiles("../world/testdata/sites.csv", "../world/testdata/rtt.csv")
@@ -420,9 +483,9 @@ func TestOracleCountryOnly(t *testing.T) {
 	if ra.HostInfo != OracleHostCountry || rp.HostInfo != OracleHostPosition {
 		t.Fatalf("host info %q / %q", ra.HostInfo, rp.HostInfo)
 	}
-	fc, fp := rowsOf(ra, OracleRuleFirst, 0)[0], rowsOf(rp, OracleRuleFirst, 0)[0]
+	fc, fp := rowsOf(ra, OracleRulePrior, 0)[0], rowsOf(rp, OracleRulePrior, 0)[0]
 	t.Logf("first probe: country only %.1f %%, exact position %.1f %%; at 1.5 probes/URL %.1f %% / %.1f %%", fc.OptimalPctAll, fp.OptimalPctAll, ra.At15, rp.At15)
-	if fc.ProbesPerURLAll != 1 || fc.OptimalPctAll > fp.OptimalPctAll+3 {
+	if fc.ProbesPerURLAll != 0 || fc.OptimalPctAll > fp.OptimalPctAll+3 {
 		t.Errorf("country-only first probe %.1f %% (%.2f probes/URL) vs exact position %.1f %%", fc.OptimalPctAll, fc.ProbesPerURLAll, fp.OptimalPctAll)
 	}
 	var buf bytes.Buffer
@@ -433,34 +496,34 @@ func TestOracleCountryOnly(t *testing.T) {
 		t.Error("the country-only table must say so")
 	}
 
-	o := newOracleModel(a, oracleCells/2, oraclePost/2)
+	o := newOracleModel(a, oracleCells, oraclePost)
 	pa, _, err := a.countryPriors(cfg, o, 32, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := rekey(t, a, 999)
-	ob := newOracleModel(b, oracleCells/2, oraclePost/2)
+	ob := newOracleModel(b, oracleCells, oraclePost)
 	pb, _, err := b.countryPriors(cfg, ob, 32, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := map[*countryPrior]int32{}
+	first := map[*countryPrior]oraclePrior{}
 	for i := range a.Hosts {
-		va := o.mixView(a.Hosts[i].AccessMs, pa[i].pi, pa[i].d, -1)
-		f := pa[i].first
-		if i < 40 { // uncached: the same as the country's
-			f = o.firstProbe(&va)
+		va := o.mixView(a.Hosts[i].AccessMs, pa[i].pi, pa[i].d, nil)
+		f := *pa[i].prior
+		if i < 40 { // uncached: the same as the country's (the host's access delay cancels)
+			f = *o.priorChoice(&va)
+			if f.choice != pa[i].prior.choice || math.Abs(f.pNearest-pa[i].prior.pNearest) > 1e-9 || math.Abs(f.beat-pa[i].prior.beat) > 1e-9 {
+				t.Fatalf("host %d: prior decision %+v, cached %+v for its country", i, f, *pa[i].prior)
+			}
 		}
-		if f != pa[i].first {
-			t.Fatalf("host %d: first probe %d, cached %d for its country", i, f, pa[i].first)
-		}
-		if g, ok := first[pa[i]]; ok && g != f {
-			t.Fatalf("host %d: first probe %d, another host of its country %d", i, f, g)
+		if g, ok := first[pa[i]]; ok && g.choice != f.choice {
+			t.Fatalf("host %d: prior decision %+v, another host of its country %+v", i, f, g)
 		}
 		first[pa[i]] = f
-		va.first = f
-		if pb[i].first != f {
-			t.Fatalf("host %d: first probe %d in one world, %d in a world that differs only in stretch", i, f, pb[i].first)
+		va.prior = pa[i].prior
+		if *pb[i].prior != *pa[i].prior {
+			t.Fatalf("host %d: prior decision %+v in one world, %+v in a world that differs only in stretch", i, *pa[i].prior, *pb[i].prior)
 		}
 		answers := map[int32]float64{}
 		ask := probeFunc(a, i, 1)
@@ -472,7 +535,7 @@ func TestOracleCountryOnly(t *testing.T) {
 			answers[c] = y
 			return y, ok
 		}
-		vb := ob.mixView(b.Hosts[i].AccessMs, pb[i].pi, pb[i].d, pb[i].first)
+		vb := ob.mixView(b.Hosts[i].AccessMs, pb[i].pi, pb[i].d, pb[i].prior)
 		ta := o.trace(&va, script, 1e-3, len(a.Crawlers))
 		tb := ob.trace(&vb, script, 1e-3, len(b.Crawlers))
 		if !slices.Equal(ta.order, tb.order) || !slices.Equal(ta.choice, tb.choice) {
@@ -481,5 +544,128 @@ func TestOracleCountryOnly(t *testing.T) {
 	}
 	if len(first) < 3 {
 		t.Errorf("only %d distinct country priors among %d hosts", len(first), len(a.Hosts))
+	}
+}
+
+// The prior's statistics are calibrated: over many hosts the mean
+// P(choice nearest) is the share of hosts whose prior choice is optimal, and
+// the mean expected number of crawlers below the choice is the mean count
+// (the test reads the world's floors; the oracle does not).
+func TestOraclePriorCalibrated(t *testing.T) {
+	cfg, _ := Preset("paper")
+	cfg.Logger = quiet()
+	w, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOracleModel(w, oracleCells, oraclePost)
+	var pSum, beatSum, hits, below float64
+	for i := range w.Hosts {
+		h := &w.Hosts[i]
+		v := o.view(h)
+		pr := o.priorChoice(&v)
+		pSum += pr.pNearest
+		beatSum += pr.beat
+		if pr.choice == w.Optimal[i] {
+			hits++
+		}
+		fc := w.Model.FloorRTT(&w.CrawlerE[pr.choice], h)
+		for c := range w.CrawlerE {
+			if w.Model.FloorRTT(&w.CrawlerE[c], h) < fc {
+				below++
+			}
+		}
+	}
+	n := float64(len(w.Hosts))
+	t.Logf("prior: mean P(nearest) %.3f, share optimal %.3f; mean E[#below] %.3f, mean #below %.3f", pSum/n, hits/n, beatSum/n, below/n)
+	if se := math.Sqrt(pSum / n * (1 - pSum/n) / n); math.Abs(pSum/n-hits/n) > 4*se+0.01 {
+		t.Errorf("mean P(nearest) %.3f vs share optimal %.3f (±%.3f)", pSum/n, hits/n, se)
+	}
+	if math.Abs(beatSum/n-below/n) > 0.05 {
+		t.Errorf("mean E[#below] %.3f vs mean #below %.3f", beatSum/n, below/n)
+	}
+}
+
+// moveWithinCountry returns a copy of w whose hosts sit elsewhere in their
+// registry country (another host's position of the same country, or the
+// country's centroid), with addresses, access delays and — so the scores are
+// comparable — the optimal crawlers kept; moved counts the hosts moved.
+func moveWithinCountry(t *testing.T, w *World) (*World, int) {
+	byCountry := map[string][]int{}
+	for i := range w.Hosts {
+		cc := oracleCountry(w, w.Tree.SmallestNonUnary(w.Hosts[i].Addr))
+		byCountry[cc] = append(byCountry[cc], i)
+	}
+	b := *w
+	b.Hosts = slices.Clone(w.Hosts)
+	moved := 0
+	for cc, hs := range byCountry {
+		for k, i := range hs {
+			loc := w.Hosts[hs[(k+1)%len(hs)]].Loc
+			if len(hs) == 1 {
+				p, ok := w.Model.Geo().CountryCentroid(cc)
+				if !ok || cc == "" {
+					continue
+				}
+				loc = p
+			}
+			if loc == w.Hosts[i].Loc {
+				continue
+			}
+			b.Hosts[i] = w.Model.EndpointAt(w.Hosts[i].Addr, loc)
+			b.Hosts[i].AccessMs = w.Hosts[i].AccessMs
+			moved++
+		}
+	}
+	if moved < len(w.Hosts)/2 {
+		t.Fatalf("moved only %d of %d hosts", moved, len(w.Hosts))
+	}
+	return &b, moved
+}
+
+// The country oracle never reads a host's position: moving every host
+// inside its country leaves all its decisions — hence, with the same answers
+// and the same optimal crawlers, every row — unchanged, while the position
+// oracle's rows do change.
+func TestOracleCountryHidesPosition(t *testing.T) {
+	ctx := context.Background()
+	cfg := small(5)
+	a, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, moved := moveWithinCountry(t, a)
+	// scripted answers: world a's floor plus a fixed jitter per pair
+	answer := func(host int, c int32) (float64, bool) {
+		f := a.Model.FloorRTT(&a.CrawlerE[c], &a.Hosts[host])
+		return f * (1 + 0.05*float64((host*31+int(c)*17)%7)/7), true
+	}
+	var rows [2][2][]OracleRow
+	for k, w := range []*World{a, b} {
+		for j, info := range []string{OracleHostCountry, OracleHostPosition} {
+			r, err := w.Oracle(ctx, cfg, OracleConfig{HostInfo: info, CountrySamples: 32, PoolDraws: 5000, Answer: answer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows[k][j] = append(r.Rows, r.Sweep...)
+		}
+	}
+	key := func(r OracleRow) string { b, _ := json.Marshal(r); return string(b) }
+	rowsEqual := func(x, y []OracleRow) int {
+		for i := range x {
+			if key(x[i]) != key(y[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	if len(rows[0][0]) < 100 || len(rows[0][0]) != len(rows[1][0]) {
+		t.Fatalf("%d / %d rows", len(rows[0][0]), len(rows[1][0]))
+	}
+	if i := rowsEqual(rows[0][0], rows[1][0]); i >= 0 {
+		t.Fatalf("country oracle: moving %d hosts inside their countries changed row %d: %s -> %s", moved, i, key(rows[0][0][i]), key(rows[1][0][i]))
+	}
+	if rowsEqual(rows[0][1], rows[1][1]) < 0 {
+		t.Error("position oracle: moving hosts changed nothing — the test would not see a leak")
 	}
 }
