@@ -121,9 +121,9 @@ type OracleRow struct {
 	ProbesPerURLAll float64 `json:"probes_per_url_all"`
 }
 
-// OracleReport is the oracle's frontier on one world (or the mean over
-// seeds).
-type OracleReport struct {
+// OracleSetup says which worlds an oracle report is about (printed with
+// every JSON row).
+type OracleSetup struct {
 	Seed     uint64 `json:"seed"`
 	Seeds    int    `json:"seeds"`
 	Crawlers int    `json:"crawlers"`
@@ -131,6 +131,12 @@ type OracleReport struct {
 	Train    int    `json:"train"`
 	HostDist string `json:"host_dist"`
 	HostInfo string `json:"oracle_host_info"`
+}
+
+// OracleReport is the oracle's frontier on one world (or the mean over
+// seeds).
+type OracleReport struct {
+	OracleSetup
 	// CountryFallbacks counts hosts whose country no pool address had (or
 	// that have none): their prior is the country's centroid or, without a
 	// country, the world's hosts (OracleHostCountry).
@@ -593,8 +599,8 @@ func oracleSweepEps() []float64 {
 // no "everything but the stretch" to know.
 func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*OracleReport, error) {
 	cfg = cfg.withDefaults()
-	rep := &OracleReport{Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: len(w.Hosts), Train: cfg.Train,
-		HostDist: cfg.HostDist, HostInfo: cmp.Or(oc.HostInfo, OracleHostPosition),
+	rep := &OracleReport{OracleSetup: OracleSetup{Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: len(w.Hosts), Train: cfg.Train,
+		HostDist: cfg.HostDist, HostInfo: cmp.Or(oc.HostInfo, OracleHostPosition)},
 		At15: math.NaN(), ProbesFor95: math.NaN(), At15All: math.NaN(), ProbesFor95All: math.NaN(), MaxPct: math.NaN()}
 	if rep.HostDist == "" {
 		rep.HostDist = HostsUniform
@@ -999,14 +1005,8 @@ func (r *OracleReport) WriteJSON(out io.Writer) error {
 		x.OptimalPct, x.ProbesPerURL, x.OptimalPctAll, x.ProbesPerURLAll = round3(x.OptimalPct), round3(x.ProbesPerURL), round3(x.OptimalPctAll), round3(x.ProbesPerURLAll)
 		obj := struct {
 			OracleRow
-			Seed     uint64 `json:"seed"`
-			Seeds    int    `json:"seeds"`
-			Crawlers int    `json:"crawlers"`
-			Hosts    int    `json:"hosts"`
-			Train    int    `json:"train"`
-			HostDist string `json:"host_dist"`
-			HostInfo string `json:"oracle_host_info"`
-		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist, r.HostInfo}
+			OracleSetup
+		}{x, r.OracleSetup}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}

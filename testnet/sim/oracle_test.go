@@ -155,21 +155,9 @@ func rowsOf(rep *OracleReport, rule string, k int) []OracleRow {
 // traces are shared), the fixed rules spend exactly their probes, and the
 // most careful rule is more accurate than the first probe alone.
 func TestOracleFrontier(t *testing.T) {
-	ctx := context.Background()
 	cfg, _ := Preset("paper")
 	cfg.Logger = quiet()
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := w.Oracle(ctx, cfg, OracleConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := rep.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	w, rep, buf := oracleOn(t, cfg)
 	t.Log("\n" + buf.String())
 	if !strings.Contains(buf.String(), "ORACLE BOUND") || !strings.Contains(buf.String(), "Not a policy") {
 		t.Error("the oracle's table must be labelled as a bound that reads the world model")
@@ -247,7 +235,7 @@ func TestOracleFrontier(t *testing.T) {
 	}
 	// JSON: one object per row, then the summary
 	buf.Reset()
-	if err := rep.WriteJSON(&buf); err != nil {
+	if err := rep.WriteJSON(buf); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -444,18 +432,7 @@ func TestOracleAverageAndMatrix(t *testing.T) {
 	}
 	cfg := small(1)
 	cfg.Matrix = mx
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := w.Oracle(ctx, cfg, OracleConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := r.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
+	_, r, buf := oracleOn(t, cfg)
 	if r.Skipped == "" || len(r.Rows) != 0 || !strings.Contains(buf.String(), "formula-only") {
 		t.Fatalf("matrix mode must skip the oracle and say so: %q", buf.String())
 	}
@@ -668,4 +645,23 @@ func TestOracleCountryHidesPosition(t *testing.T) {
 	if rowsEqual(rows[0][1], rows[1][1]) < 0 {
 		t.Error("position oracle: moving hosts changed nothing — the test would not see a leak")
 	}
+}
+
+// oracleOn builds cfg's world and returns it, the oracle's report on it and
+// its text table.
+func oracleOn(t *testing.T, cfg Config) (*World, *OracleReport, *bytes.Buffer) {
+	t.Helper()
+	w, err := NewWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.Oracle(context.Background(), cfg, OracleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return w, r, &buf
 }
