@@ -13,8 +13,10 @@ import (
 // crawlers holding subnets of each organisation). The simulator and the tests
 // use it; the overlay's DHT directory must behave the same way.
 //
-// Publish applies the Select rule (Better), so concurrent writers converge.
-// When Members is set, Lookup hides records whose owner is not live.
+// Publish applies the Select rule (Better), so competing writers converge.
+// When Members is set, Lookup hides records whose owner is not live. It is
+// not safe for concurrent use (even holder queries update it): engines that
+// share one serialise their calls, as the simulator's loops do.
 type MemDirectory struct {
 	tree    Tree
 	members Membership
