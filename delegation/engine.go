@@ -151,10 +151,20 @@ func (e *engine) now() time.Time {
 	return e.d.Clock.Now()
 }
 
+// membershipVersion is m's version when it is Versioned. Callers read it
+// before Live(): a change in between then makes the next call rebuild,
+// instead of caching the old live set under the new version.
+func membershipVersion(m Membership) (uint64, bool) {
+	if v, ok := m.(Versioned); ok {
+		return v.Version(), true
+	}
+	return 0, false
+}
+
 // members returns the live crawlers indexed by ID.
 func (e *engine) members() map[CrawlerID]Crawler {
-	v, versioned := e.d.Members.(Versioned)
-	if versioned && e.memValid && v.Version() == e.memVer {
+	ver, versioned := membershipVersion(e.d.Members)
+	if versioned && e.memValid && ver == e.memVer {
 		return e.byID
 	}
 	live := e.d.Members.Live()
@@ -167,7 +177,7 @@ func (e *engine) members() map[CrawlerID]Crawler {
 		e.byID[c.ID] = c
 	}
 	if versioned {
-		e.memVer, e.memValid = v.Version(), true
+		e.memVer, e.memValid = ver, true
 	}
 	return e.byID
 }
@@ -180,8 +190,8 @@ func (e *engine) live(c CrawlerID) bool {
 // liveIDs returns the live crawler IDs, sorted (deterministic order). The
 // slice is shared: do not modify it.
 func (e *engine) liveIDs() []CrawlerID {
-	v, versioned := e.d.Members.(Versioned)
-	if versioned && e.idsValid && v.Version() == e.idsVer {
+	ver, versioned := membershipVersion(e.d.Members)
+	if versioned && e.idsValid && ver == e.idsVer {
 		return e.ids
 	}
 	live := e.d.Members.Live()
@@ -192,19 +202,19 @@ func (e *engine) liveIDs() []CrawlerID {
 	slices.Sort(out)
 	e.ids = out
 	if versioned {
-		e.idsVer, e.idsValid = v.Version(), true
+		e.idsVer, e.idsValid = ver, true
 	}
 	return out
 }
 
 func (e *engine) hashRing() *Ring {
-	v, versioned := e.d.Members.(Versioned)
-	if versioned && e.ringValid && v.Version() == e.ringVer {
+	ver, versioned := membershipVersion(e.d.Members)
+	if versioned && e.ringValid && ver == e.ringVer {
 		return e.ring
 	}
 	e.ring = NewRing(e.d.Members.Live(), RingConfig{Replicas: e.c.HashReplicas, CapacityUnit: e.c.HashCapacityUnit, Probes: e.c.HashProbes})
 	if versioned {
-		e.ringVer, e.ringValid = v.Version(), true
+		e.ringVer, e.ringValid = ver, true
 	}
 	return e.ring
 }

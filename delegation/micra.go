@@ -542,8 +542,8 @@ func prefixCtx(a netip.Addr) (fine, coarse ctxKey) {
 }
 
 func (m *micraChooser) locate(e *engine) {
-	v, versioned := e.d.Members.(Versioned)
-	if versioned && m.locValid && v.Version() == m.locVer {
+	ver, versioned := membershipVersion(e.d.Members)
+	if versioned && m.locValid && ver == m.locVer {
 		return
 	}
 	for _, c := range m.locCtx {
@@ -552,20 +552,24 @@ func (m *micraChooser) locate(e *engine) {
 	m.locCtx = m.locCtx[:0]
 	var buf []ctxKey
 	var kbuf []int
+	m.geoCC = "" // a crawler may have moved
+	clear(m.geoTab)
 	for _, c := range e.liveIDs() {
-		s := e.d.Tree.SmallestNonUnary(e.members()[c].Addr)
-		if s == hierarchy.None || s == hierarchy.Root {
-			continue
-		}
+		// the position a crawler states now (none: unknown), whether or
+		// not its address is in the hierarchy
+		cr := e.members()[c]
 		ci := m.crawler.id(c)
 		for int(ci) >= len(m.pos) {
 			m.pos = append(m.pos, crawlerPos{})
 		}
-		if cr := e.members()[c]; cr.HasPos {
+		m.pos[ci] = crawlerPos{}
+		if cr.HasPos {
 			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
 		}
-		m.geoCC = "" // a crawler may have moved
-		clear(m.geoTab)
+		s := e.d.Tree.SmallestNonUnary(cr.Addr)
+		if s == hierarchy.None || s == hierarchy.Root {
+			continue
+		}
 		buf, kbuf, _ = contexts(e.d.Tree, s, buf, kbuf)
 		for i, k := range buf[:len(buf)-1] { // not global: everyone is there
 			c := m.info(k, kbuf[i])
@@ -588,7 +592,7 @@ func (m *micraChooser) locate(e *engine) {
 		m.liveCi[ci] = true
 	}
 	if versioned {
-		m.locVer, m.locValid = v.Version(), true
+		m.locVer, m.locValid = ver, true
 	}
 }
 
@@ -901,6 +905,9 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			// cold start: any live crawler, up to topK, from an offset
 			// that depends on the subnet (not the first names)
 			live := e.liveIDs()
+			if len(live) == 0 {
+				return nil, nil // nobody to ask: the engine falls back to hashing
+			}
 			off := int(mix64(uint64(s)^0x636f6c64) % uint64(len(live)))
 			for j := range live {
 				if len(ids) >= topK {

@@ -670,3 +670,98 @@ func TestReviewPairKernel(t *testing.T) {
 		}
 	}
 }
+
+// racyMembership removes a crawler right after Live() copied the list, as
+// the overlay's gossip goroutines may between a policy's Live() and
+// Version() reads.
+type racyMembership struct {
+	*MemMembership
+	victim CrawlerID
+	done   bool
+}
+
+func (m *racyMembership) Live() []Crawler {
+	live := slices.Clone(m.MemMembership.Live())
+	if !m.done {
+		m.done = true
+		m.Remove(m.victim)
+	}
+	return live
+}
+
+// TestMembershipChangeDuringLiveIsSeen: a change that lands between Live()
+// and Version() must not leave the old live set cached under the new
+// version — the next decision sees the crawler gone.
+func TestMembershipChangeDuringLiveIsSeen(t *testing.T) {
+	ctx := context.Background()
+	for _, mk := range []func(Deps, Config) Policy{NewIPMicra, NewMicra} {
+		w := newSmallWorld(t)
+		for _, c := range smallCrawlers {
+			w.members.Add(c)
+		}
+		rm := &racyMembership{MemMembership: w.members, victim: "c3"}
+		deps := w.deps(1)
+		deps.Members = rm
+		p := mk(deps, Config{})
+		// the first decision caches a live set that still holds c3
+		if _, err := p.Delegate(ctx, ip("10.1.2.7")); err != nil {
+			t.Fatal(err)
+		}
+		// c3 (6 ms) would be the nearest for 20.1.x; it is dead now
+		d, err := p.Delegate(ctx, ip("20.1.3.3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Owner == "c3" {
+			t.Fatalf("%s: the dead c3 got a subnet (stale membership cache): %v", p.Name(), d)
+		}
+		for _, pr := range d.Record.Probes {
+			if pr.Crawler == "c3" {
+				t.Fatalf("%s: the dead c3 was probed: %v", p.Name(), d)
+			}
+		}
+	}
+}
+
+// TestMicraForgetsWithdrawnPosition: a crawler that restarts without
+// stating a position has no distance feature any more, and one whose
+// address is outside the hierarchy still has its stated position used.
+func TestMicraForgetsWithdrawnPosition(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	p := NewMicra(w.deps(1), Config{})
+	cs := slices.Clone(smallCrawlers)
+	for i := range cs {
+		cs[i].Lat, cs[i].Lon, cs[i].HasPos = 50, 10, true
+	}
+	outside := Crawler{ID: "c4", Addr: netip.MustParseAddr("99.9.9.9"), Lat: 35.7, Lon: 139.7, HasPos: true}
+	w.join(t, p, cs...)
+	w.members.Add(outside)
+	m := p.(learningEngine).ch.(*micraChooser)
+	if _, err := p.Delegate(ctx, ip("10.1.2.7")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.geoX("DE", m.crawler.idx["c4"]); !ok {
+		t.Fatal("c4 (address outside the hierarchy) stated a position, but micra has none for it")
+	}
+	silent := cs[2]
+	silent.HasPos, silent.Lat, silent.Lon = false, 0, 0
+	w.members.Add(silent) // c3 restarts without a position
+	if _, err := p.Delegate(ctx, ip("10.2.2.9")); err != nil {
+		t.Fatal(err)
+	}
+	if x, ok := m.geoX("DE", m.crawler.idx["c3"]); ok {
+		t.Fatalf("c3 withdrew its position but still has a distance feature %v", x)
+	}
+}
+
+// TestMicraNoLiveCrawlers: with nobody live, micra does not panic; the
+// engine falls back as it does for every policy.
+func TestMicraNoLiveCrawlers(t *testing.T) {
+	w := newSmallWorld(t)
+	p := NewMicra(w.deps(1), Config{})
+	d, err := p.Delegate(context.Background(), ip("10.1.2.7"))
+	if d.Owner != "" && err == nil {
+		t.Fatalf("no crawler is live, yet %s owns the subnet: %v", d.Owner, d)
+	}
+}
