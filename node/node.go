@@ -136,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 			select {
 			case n.dead <- delegation.CrawlerID(ev.Peer.String()):
 			default:
-				n.log.Warn("too many deaths at once; a dead owner's hand-offs are not re-routed", "peer", ev.Peer.String())
+				n.log.Warn("too many deaths at once; the ledger sweep will re-route this owner's hand-offs", "peer", ev.Peer.String())
 			}
 		})
 	}

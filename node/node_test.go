@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/synthweb"
@@ -354,4 +356,35 @@ func counterValue(t *testing.T, nd *Node) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestLedgerSweepReroutesOwnersGone: URLs handed to an owner this node never
+// saw die (it was down, or the death events overflowed) are re-routed by
+// the ledger sweep once the membership has settled, and leave the ledger.
+func TestLedgerSweepReroutesOwnersGone(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 2, PagesPerHost: 5})
+	c := startCluster(t, web, 1)
+	nd := c.nodes[0]
+	ghost := delegation.CrawlerID("12D3KooWGhostOwnerThatDiedWhileThisNodeWasDown")
+	urls := web.Seeds()
+	if err := nd.recordHandoff(ghost, urls); err != nil {
+		t.Fatal(err)
+	}
+	if owners, err := nd.ledgerOwners(); err != nil || !slices.Contains(owners, ghost) {
+		t.Fatalf("ledger owners %v (%v), want %s among them", owners, err, ghost)
+	}
+	deadline := time.Now().Add(2*nd.cfg.Overlay.FailureTimeout + 10*time.Second)
+	for counterValue(t, nd) < float64(len(urls)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the sweep re-routed %v of %d URLs handed to a gone owner", 2*nd.cfg.Overlay.FailureTimeout+10*time.Second, counterValue(t, nd), len(urls))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	owners, err := nd.ledgerOwners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(owners, ghost) {
+		t.Fatalf("the gone owner's URLs are still in the ledger: %v", owners)
+	}
 }

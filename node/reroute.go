@@ -43,12 +43,25 @@ func (n *Node) recordHandoff(owner delegation.CrawlerID, urls []string) error {
 	return wb.Flush()
 }
 
-// rerouteLoop re-routes the ledger of every owner declared dead.
+// ledgerSweepEvery: how often the ledger's owners are checked against the
+// membership, besides the death events (see sweepLedger).
+const ledgerSweepEvery = 5 * time.Minute
+
+// rerouteLoop re-routes the ledger of every owner declared dead, and
+// sweeps the ledger for owners that are not live — deaths this node did
+// not see: it was down, or a burst of deaths overflowed the event queue.
+// The first sweep waits two failure timeouts, so that the membership of a
+// node that just started has heard every live member.
 func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID) {
+	sweep := time.NewTimer(2 * n.cfg.Overlay.FailureTimeout)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sweep.C:
+			n.sweepLedger(ctx)
+			sweep.Reset(ledgerSweepEvery)
 		case owner := <-dead:
 			// Let the failure detector settle everywhere before re-delegating
 			// (every peer declares the death within about one heartbeat).
@@ -67,6 +80,55 @@ func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID
 			n.log.Info("URLs handed to a dead owner re-routed", "owner", owner, "urls", moved, "took", time.Since(start))
 		}
 	}
+}
+
+// sweepLedger re-routes the ledger of every owner the membership does not
+// hold live.
+func (n *Node) sweepLedger(ctx context.Context) {
+	owners, err := n.ledgerOwners()
+	if err != nil {
+		n.log.Warn("hand-off ledger sweep", "err", err)
+		return
+	}
+	for _, owner := range owners {
+		if ctx.Err() != nil || n.peer.Members().IsLive(owner) {
+			continue
+		}
+		moved, err := n.reroute(ctx, owner)
+		if err != nil {
+			n.log.Warn("re-routing the URLs handed to an owner that is gone", "owner", owner, "urls", moved, "err", err)
+			continue
+		}
+		n.rerouted.Add(float64(moved))
+		n.log.Info("URLs handed to an owner that is gone re-routed", "owner", owner, "urls", moved)
+	}
+}
+
+// ledgerOwners lists the owners the ledger holds URLs for, one key read
+// per owner (the iterator seeks past each owner's entries).
+func (n *Node) ledgerOwners() ([]delegation.CrawlerID, error) {
+	if n.db == nil {
+		return nil, nil
+	}
+	var owners []delegation.CrawlerID
+	err := n.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pLedger})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); {
+			rest := it.Item().Key()[len(pLedger):]
+			i := bytes.IndexByte(rest, 0)
+			if i < 0 { // not a ledger key of ours: skip it
+				it.Next()
+				continue
+			}
+			owner := delegation.CrawlerID(rest[:i])
+			owners = append(owners, owner)
+			// past every key of this owner: prefix, owner, then 0x01
+			it.Seek(append(append(bytes.Clone(pLedger), owner...), 1))
+		}
+		return nil
+	})
+	return owners, err
 }
 
 // reroute routes the ledger of owner again, in chunks; each chunk leaves
