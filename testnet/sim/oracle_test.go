@@ -23,6 +23,20 @@ func probeFunc(w *World, i int, seed uint64) func(c int32) (float64, bool) {
 	}
 }
 
+// scriptedProbes answers each crawler once from ask and then repeats that
+// answer, so two oracles fed the same script see the same answers.
+func scriptedProbes(ask func(c int32) (float64, bool)) func(c int32) (float64, bool) {
+	answers := map[int32]float64{}
+	return func(c int32) (float64, bool) {
+		if y, ok := answers[c]; ok {
+			return y, true
+		}
+		y, ok := ask(c)
+		answers[c] = y
+		return y, ok
+	}
+}
+
 // The oracle's decomposition floor = distance × 2/fibre × stretch + access
 // delays must be the world's, and StretchCDF must describe the draws.
 func TestOracleModelMatchesWorld(t *testing.T) {
@@ -307,16 +321,7 @@ func TestOracleNeverReadsStretch(t *testing.T) {
 			t.Fatalf("host %d: prior decision %+v in one world, %+v in the other: the oracle read the stretch", i, *fa, *fb)
 		}
 		// scripted answers from world a, fed to both
-		answers := map[int32]float64{}
-		ask := probeFunc(a, i, 1)
-		script := func(c int32) (float64, bool) {
-			if y, ok := answers[c]; ok {
-				return y, true
-			}
-			y, ok := ask(c)
-			answers[c] = y
-			return y, ok
-		}
+		script := scriptedProbes(probeFunc(a, i, 1))
 		ta := oa.trace(&va, script, 1e-3, len(a.Crawlers))
 		tb := ob.trace(&vb, script, 1e-3, len(b.Crawlers))
 		if !slices.Equal(ta.order, tb.order) || !slices.Equal(ta.choice, tb.choice) {
@@ -502,16 +507,7 @@ func TestOracleCountryOnly(t *testing.T) {
 		if *pb[i].prior != *pa[i].prior {
 			t.Fatalf("host %d: prior decision %+v in one world, %+v in a world that differs only in stretch", i, *pa[i].prior, *pb[i].prior)
 		}
-		answers := map[int32]float64{}
-		ask := probeFunc(a, i, 1)
-		script := func(c int32) (float64, bool) {
-			if y, ok := answers[c]; ok {
-				return y, true
-			}
-			y, ok := ask(c)
-			answers[c] = y
-			return y, ok
-		}
+		script := scriptedProbes(probeFunc(a, i, 1))
 		vb := ob.mixView(b.Hosts[i].AccessMs, pb[i].pi, pb[i].d, pb[i].prior)
 		ta := o.trace(&va, script, 1e-3, len(a.Crawlers))
 		tb := ob.trace(&vb, script, 1e-3, len(b.Crawlers))
