@@ -368,12 +368,35 @@ func (p *Peer) learnMemberAddrs(id peer.ID) {
 	}
 }
 
-// dialMembers connects to the members queued by learnMemberAddrs.
+// livePeers returns the peers heard within the failure timeout (not this
+// one).
+func (m *Members) livePeers() []peer.ID {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]peer.ID, 0, len(m.byID))
+	for id, st := range m.byID {
+		if !st.dead {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// meshRepairEvery: how often a peer whose routing table is smaller than its
+// membership (up to one k-bucket) repairs it (repairRoutingTable).
+const meshRepairEvery = 2 * time.Second
+
+// dialMembers connects to the members queued by learnMemberAddrs and
+// repairs the routing table while it is smaller than the membership.
 func (p *Peer) dialMembers(ctx context.Context) {
+	repair := time.NewTicker(meshRepairEvery)
+	defer repair.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-repair.C:
+			p.repairRoutingTable()
 		case id := <-p.dialCh:
 			if p.h.Network().Connectedness(id) == network.Connected {
 				continue
@@ -384,6 +407,40 @@ func (p *Peer) dialMembers(ctx context.Context) {
 			if err != nil && ctx.Err() == nil {
 				p.log.Debug("overlay: member unreachable", "member", shortID(id), "err", err)
 			}
+		}
+	}
+}
+
+// repairRoutingTable adds live members to the DHT routing table while it
+// holds fewer peers than the membership (up to one k-bucket). kad-dht adds
+// a connected peer only after a FIND_NODE "lookup check" answered; when
+// that check fails (a loaded machine, a stream limit) the peer is dropped
+// and not retried while the connection lasts, and the table refills only
+// below 10 peers. A member has proven itself by signed heartbeats, so a
+// connected member that speaks the DHT protocol goes in directly;
+// an unconnected one is dialled.
+func (p *Peer) repairRoutingTable() {
+	rt := p.dht.RoutingTable()
+	members := p.members.livePeers()
+	if rt.Size() >= min(len(members), meshBelow) {
+		return
+	}
+	for _, id := range members {
+		if rt.Find(id) != "" {
+			continue
+		}
+		if p.h.Network().Connectedness(id) != network.Connected {
+			select {
+			case p.dialCh <- id:
+			default:
+			}
+			continue
+		}
+		if ps, err := p.h.Peerstore().SupportsProtocols(id, dhtProtocol); err != nil || len(ps) == 0 {
+			continue // identify has not told us yet, or it is no DHT server
+		}
+		if added, err := rt.TryAddPeer(id, true, false); err == nil && added {
+			p.log.Debug("overlay: member added to the routing table", "member", shortID(id))
 		}
 	}
 }

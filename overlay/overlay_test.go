@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"go.uber.org/goleak"
 
 	"github.com/micra-crawler/micra/delegation"
@@ -457,4 +458,28 @@ func TestHostConfig(t *testing.T) {
 		t.Fatal("peer without the PSK connected to a private network")
 	}
 	_ = errors.New
+}
+
+// TestRoutingTableRepair: a connected member missing from the DHT routing
+// table (kad-dht drops a peer whose FIND_NODE lookup check failed, and
+// refills only below 10 peers) is put back by the overlay's repair.
+func TestRoutingTableRepair(t *testing.T) {
+	tn := newTestNet(t, 13, nil)
+	p := tn.peers[0]
+	victim := tn.peers[5].ID()
+	rt := p.DHT().RoutingTable()
+	rt.RemovePeer(victim)
+	if rt.Find(victim) != "" {
+		t.Fatal("RemovePeer left the peer in the routing table")
+	}
+	if p.Host().Network().Connectedness(victim) != network.Connected {
+		t.Fatal("the member should still be connected")
+	}
+	deadline := time.Now().Add(3 * meshRepairEvery)
+	for rt.Find(victim) == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("member %s still missing from a routing table of %d after %v", shortID(victim), rt.Size(), 3*meshRepairEvery)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -19,11 +19,19 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// The DHT's protocol: kad-dht's /kad/1.0.0 under micra's prefix (the
+// /ipfs prefix refuses extra namespaces).
+const (
+	dhtPrefix               = "/micra"
+	dhtProtocol protocol.ID = dhtPrefix + "/kad/1.0.0"
 )
 
 // Services are the parts of a crawler the overlay calls into. Any may be
@@ -164,7 +172,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		return nil, err
 	}
 	dopts := []dht.Option{
-		dht.ProtocolPrefix("/micra"),
+		dht.ProtocolPrefix(dhtPrefix),
 		dht.Mode(dht.ModeServer),
 		dht.Validator(record.NamespacedValidator{DelegNamespace: p.validator}),
 		dht.MaxRecordAge(cfg.MaxRecordAge),
