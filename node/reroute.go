@@ -70,16 +70,22 @@ func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID
 				return
 			case <-time.After(n.cfg.Overlay.HeartbeatInterval):
 			}
-			start := time.Now()
-			moved, err := n.reroute(ctx, owner)
-			if err != nil {
-				n.log.Warn("re-routing the URLs handed to a dead owner", "owner", owner, "urls", moved, "err", err)
-				continue
-			}
-			n.rerouted.Add(float64(moved))
-			n.log.Info("URLs handed to a dead owner re-routed", "owner", owner, "urls", moved, "took", time.Since(start))
+			n.rerouteOwner(ctx, owner, "declared dead")
 		}
 	}
+}
+
+// rerouteOwner re-routes owner's ledger, counts and logs it; why says how
+// the owner was found gone.
+func (n *Node) rerouteOwner(ctx context.Context, owner delegation.CrawlerID, why string) {
+	start := time.Now()
+	moved, err := n.reroute(ctx, owner)
+	if err != nil {
+		n.log.Warn("re-routing the URLs handed to a gone owner", "owner", owner, "why", why, "urls", moved, "err", err)
+		return
+	}
+	n.rerouted.Add(float64(moved))
+	n.log.Info("URLs handed to a gone owner re-routed", "owner", owner, "why", why, "urls", moved, "took", time.Since(start))
 }
 
 // sweepLedger re-routes the ledger of every owner the membership does not
@@ -94,13 +100,7 @@ func (n *Node) sweepLedger(ctx context.Context) {
 		if ctx.Err() != nil || n.peer.Members().IsLive(owner) {
 			continue
 		}
-		moved, err := n.reroute(ctx, owner)
-		if err != nil {
-			n.log.Warn("re-routing the URLs handed to an owner that is gone", "owner", owner, "urls", moved, "err", err)
-			continue
-		}
-		n.rerouted.Add(float64(moved))
-		n.log.Info("URLs handed to an owner that is gone re-routed", "owner", owner, "urls", moved)
+		n.rerouteOwner(ctx, owner, "not live at the ledger sweep")
 	}
 }
 

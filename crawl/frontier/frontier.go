@@ -493,9 +493,14 @@ func (f *Frontier) Seen(u string) (bool, error) {
 	if f.seen.has(h) {
 		return true, nil
 	}
+	return f.hasKey(cat(pSeen, h[:]))
+}
+
+// hasKey reports whether key is in the store.
+func (f *Frontier) hasKey(key []byte) (bool, error) {
 	var found bool
 	err := f.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(cat(pSeen, h[:]))
+		_, err := txn.Get(key)
 		if err == nil {
 			found = true
 			return nil

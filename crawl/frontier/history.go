@@ -209,19 +209,7 @@ func (f *Frontier) MarkHandedOff(urls []string) error {
 // HandedOff reports whether the URL was handed off before (MarkHandedOff).
 func (f *Frontier) HandedOff(u string) (bool, error) {
 	h := HashURL(u)
-	var found bool
-	err := f.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(cat(pHandedOff, h[:]))
-		if err == nil {
-			found = true
-			return nil
-		}
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		return err
-	})
-	return found, err
+	return f.hasKey(cat(pHandedOff, h[:]))
 }
 
 // EachHistory calls fn for every page history (monitoring reports, tests).
