@@ -75,6 +75,11 @@ type MicraConfig struct {
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
 	Shift float64
+
+	// refineAll computes every candidate's pairwise estimate each round,
+	// as before the bounds pruned them: the tests check that the pruning
+	// changes no decision.
+	refineAll bool
 }
 
 func (m MicraConfig) withDefaults() MicraConfig {
@@ -446,6 +451,7 @@ type micraChooser struct {
 	// scratch space of one decision (an engine is not used concurrently)
 	candBuf []micraCand
 	psBuf   []candProb
+	remBuf  []float64
 	askBuf  []CrawlerID
 	nextBuf []int
 	ctxOK   bool // ctxS, ctxKs, ctxCC, ctxKinds, ctxInfos: the last subnet's contexts
@@ -465,8 +471,9 @@ type micraChooser struct {
 
 // candProb is a candidate (index) and its probability to beat the best answer.
 type candProb struct {
-	i int
-	p float64
+	i    int
+	p    float64
+	marg float64 // the marginal probability, an upper bound of p
 }
 
 // contexts lists s's contexts, specific first, with the kind of each (for
@@ -1013,7 +1020,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			// with predictions shifted by part of the best's surprise
 			lb := lnMs(best.RTT)
 			shift := m.cfg.Shift * (lb - bestPred)
-			total := 0.0
+			total, bound := 0.0, false // bound: total is an upper bound
 			ps := m.psBuf[:0]
 			// the three lowest answers, looked up once per round
 			var low [3]struct {
@@ -1027,6 +1034,14 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 					nlow++
 				}
 			}
+			// Marginals first: a pairwise estimate only ever lowers a
+			// candidate's probability, so their sum bounds the total from
+			// above, and a candidate's marginal bounds what it can still
+			// become. The pairwise estimates (most of a decision's cost)
+			// are then computed only where the bounds leave the outcome
+			// open — the stop and the next probe are those of refining
+			// every candidate.
+			margSum := 0.0
 			for i := range cands {
 				if cands[i].probed {
 					continue
@@ -1035,39 +1050,99 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				if !c.pOK || c.pLb != lb || c.pShift != shift {
 					c.pOK, c.pLb, c.pShift, c.pMarg = true, lb, shift, normCDF((lb-c.mu-shift)/c.sd)
 				}
-				p := c.pMarg
-				if !m.cfg.NoPairs && p > 1e-3 {
-					// every answer so far bounds c: keep the tightest
-					// (the lowest answers tell the most; three suffice)
-					prior := p
-					if !c.qOK || c.qLb != lb || c.qPrio != prior {
-						c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
+				ps = append(ps, candProb{i: i, p: c.pMarg, marg: c.pMarg})
+				margSum += c.pMarg
+			}
+			refine := func(k int) {
+				c := &cands[ps[k].i]
+				p := ps[k].marg
+				if m.cfg.NoPairs || p <= 1e-3 {
+					return
+				}
+				// every answer so far bounds c: keep the tightest (the
+				// lowest answers tell the most; three suffice)
+				prior := p
+				if !c.qOK || c.qLb != lb || c.qPrio != prior {
+					c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
+				}
+			answers:
+				for _, a := range low[:nlow] {
+					for j := range c.qN {
+						if c.qA[j] == a.ci {
+							p = min(p, c.qV[j])
+							continue answers
+						}
 					}
-				answers:
-					for _, a := range low[:nlow] {
-						for j := range c.qN {
-							if c.qA[j] == a.ci {
-								p = min(p, c.qV[j])
-								continue answers
-							}
+					q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
+					if c.qN < len(c.qA) {
+						c.qA[c.qN], c.qV[c.qN] = a.ci, q
+						c.qN++
+					}
+					p = min(p, q)
+				}
+				ps[k].p = p
+			}
+			bestK := -1 // the likeliest to beat the best answer (the first of the highest)
+			better := func(k int) bool {
+				return bestK < 0 || ps[k].p > ps[bestK].p || (ps[k].p == ps[bestK].p && ps[k].i < ps[bestK].i)
+			}
+			if m.cfg.Parallel > 1 || m.cfg.refineAll || margSum < m.cfg.Miss {
+				// several probes a round rank every candidate; a marginal
+				// sum under Miss stops at once
+				if margSum >= m.cfg.Miss || m.cfg.refineAll {
+					for k := range ps {
+						refine(k)
+						total += ps[k].p
+						if better(k) {
+							bestK = k
 						}
-						q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
-						if c.qN < len(c.qA) {
-							c.qA[c.qN], c.qV[c.qN] = a.ci, q
-							c.qN++
-						}
-						p = min(p, q)
+					}
+				} else {
+					total, bound = margSum, true
+				}
+			} else {
+				// largest marginals first: they decide both the stop and
+				// the next probe
+				slices.SortFunc(ps, func(a, b candProb) int {
+					if c := cmp.Compare(b.marg, a.marg); c != 0 {
+						return c
+					}
+					return cmp.Compare(a.i, b.i)
+				})
+				rem := m.remBuf[:0]
+				acc := 0.0
+				for k := len(ps) - 1; k >= 0; k-- {
+					acc += ps[k].marg
+					rem = append(rem, acc)
+				}
+				slices.Reverse(rem) // rem[k]: the marginals of ps[k:]
+				m.remBuf = rem
+				k := 0
+				for ; k < len(ps); k++ {
+					if total+rem[k] < m.cfg.Miss {
+						total, bound = total+rem[k], true
+						break // the rest cannot lift the total to Miss
+					}
+					if total >= m.cfg.Miss && bestK >= 0 && ps[k].marg < ps[bestK].p {
+						break // no stop, and nobody left can beat bestK
+					}
+					refine(k)
+					total += ps[k].p
+					if better(k) {
+						bestK = k
 					}
 				}
-				total += p
-				ps = append(ps, candProb{i, p})
 			}
 			m.psBuf = ps
 			if total < m.cfg.Miss {
 				// (strconv, not Sprintf: this note is written for most decisions)
 				b := append(stop, "P(unprobed beats "...)
 				b = append(b, best.Crawler...)
-				b = append(b, ")="...)
+				if bound {
+					b = append(b, ") ≤ "...)
+				} else {
+					b = append(b, ")="...)
+				}
 				b = strconv.AppendFloat(b, total, 'f', 3, 64)
 				b = append(b, " < "...)
 				b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
@@ -1077,15 +1152,8 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			}
 			// next: the likeliest nearest among those that may beat the best
 			if m.cfg.Parallel == 1 {
-				// the first of the highest (what the stable sort below gives)
-				bi := 0
-				for j := 1; j < len(ps); j++ {
-					if ps[j].p > ps[bi].p {
-						bi = j
-					}
-				}
-				if len(ps) > 0 {
-					next = append(next, ps[bi].i)
+				if bestK >= 0 {
+					next = append(next, ps[bestK].i)
 				}
 			} else {
 				slices.SortStableFunc(ps, func(a, b candProb) int { return cmp.Compare(b.p, a.p) })

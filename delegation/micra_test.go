@@ -2,6 +2,8 @@ package delegation
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -90,4 +92,49 @@ func TestMicraGeoPrior(t *testing.T) {
 	if len(countryCentroids) < 240 {
 		t.Errorf("%d centroids", len(countryCentroids))
 	}
+}
+
+// TestMicraPruningKeepsDecisions: computing a pairwise estimate only where
+// the marginal bounds leave the stop or the next probe open decides exactly
+// as computing every estimate each round.
+func TestMicraPruningKeepsDecisions(t *testing.T) {
+	bounded := 0 // stops the marginal bound decided (pruned run)
+	run := func(refineAll bool) []string {
+		w := newSynthWorld(t, 11, 12, 600)
+		members := NewMemMembership(w.crawlers...)
+		dir := NewMemDirectory(w.tree, members)
+		// the jittered prober: answers differ from the learned means
+		deps := Deps{Tree: w.tree, Dir: dir, Prober: w, Members: members, Rand: rand.New(rand.NewPCG(3, 1))}
+		p := NewMicra(deps, Config{Micra: MicraConfig{refineAll: refineAll}})
+		ctx := context.Background()
+		for _, c := range w.crawlers {
+			if _, err := p.Join(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out []string
+		for _, h := range w.hosts {
+			d, err := p.Delegate(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%v %s %s probes=%d", h, d.Owner, d.Reason, d.Probes))
+			for _, st := range d.Steps {
+				if !refineAll && strings.Contains(st.Note, ") ≤ ") {
+					bounded++
+				}
+			}
+		}
+		return out
+	}
+	pruned, all := run(false), run(true)
+	for i := range all {
+		if pruned[i] != all[i] {
+			t.Fatalf("decision %d differs:\npruned: %s\nall:    %s", i, pruned[i], all[i])
+		}
+	}
+	if bounded < len(all)/4 {
+		t.Fatalf("the marginal bound decided only %d of %d stops: the pruning was hardly exercised", bounded, len(all))
+	}
+	t.Logf("%d decisions identical; the bound decided %d stops", len(all), bounded)
 }
