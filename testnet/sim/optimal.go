@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/micra-crawler/micra/hierarchy"
 	"math"
 	"sync"
 
@@ -110,4 +111,39 @@ func parallel(workers, n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// SubnetCeiling is the share (%) of hosts from index from on that any
+// policy can at best delegate to their optimal crawler when every subnet
+// keeps one owner: hosts are delegated by their smallest non-unary subnet,
+// so the hosts of one subnet share an owner, and a subnet whose hosts have
+// different optimal crawlers loses all but its largest group. Hosts outside
+// the hierarchy (hashed) count as their own subnets. Policies that move
+// subnets between decisions (--balance) are not bound by it.
+func (w *World) SubnetCeiling(from int) float64 {
+	if from >= len(w.Hosts) {
+		return 0
+	}
+	type key struct {
+		s   hierarchy.NodeID
+		opt int32
+	}
+	groups := make(map[key]int)
+	best := make(map[hierarchy.NodeID]int)
+	alone := 0
+	for i := from; i < len(w.Hosts); i++ {
+		s := w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
+		if s == hierarchy.None {
+			alone++
+			continue
+		}
+		k := key{s, w.Optimal[i]}
+		groups[k]++
+		best[s] = max(best[s], groups[k])
+	}
+	hit := alone
+	for _, n := range best {
+		hit += n
+	}
+	return pct(hit, len(w.Hosts)-from)
 }

@@ -62,6 +62,9 @@ type Report struct {
 	Results     []Result `json:"policies"`
 	// OptimalMeanMs is the mean RTT of hosts to their optimal crawler.
 	OptimalMeanMs float64 `json:"optimal_mean_rtt_ms"`
+	// SubnetCeilingPct is the most any policy can reach on OptimalPct when
+	// every subnet keeps one owner (World.SubnetCeiling).
+	SubnetCeilingPct float64 `json:"subnet_ceiling_pct"`
 }
 
 func (w *World) score(cfg Config, runs []*run) *Report {
@@ -82,6 +85,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		rep.OptimalMeanMs += w.OptimalRTT[i]
 	}
 	rep.OptimalMeanMs /= float64(max(1, n))
+	rep.SubnetCeilingPct = round3(w.SubnetCeiling(cfg.Train))
 	cost := make([]float64, len(runs))
 	randomCost := 0.0
 	for k, r := range runs {
@@ -188,7 +192,8 @@ func (r *Report) WriteText(out io.Writer) error {
 	if r.IPv6Share > 0 {
 		fmt.Fprintf(out, "hosts at IPv6 addresses: %.0f %%\n", 100*r.IPv6Share)
 	}
-	fmt.Fprintf(out, "latency: %s; mean RTT to the optimal crawler %.1f ms\n\n", r.Latency, r.OptimalMeanMs)
+	fmt.Fprintf(out, "latency: %s; mean RTT to the optimal crawler %.1f ms\n", r.Latency, r.OptimalMeanMs)
+	fmt.Fprintf(out, "subnet ceiling: %.1f %% (no policy that gives each subnet one owner can put more evaluation URLs at their optimal crawler)\n\n", r.SubnetCeilingPct)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\toptimal %\tprobes/URL\tlast 50\texcess mean ms\texcess p95 ms\tcost vs random\tload max/mean\t")
 	for _, x := range r.Results {
@@ -224,12 +229,13 @@ func (r *Report) WriteJSON(out io.Writer) error {
 	for _, x := range r.Results {
 		obj := struct {
 			Result
-			Seed     uint64 `json:"seed"`
-			Seeds    int    `json:"seeds"`
-			Crawlers int    `json:"crawlers"`
-			Hosts    int    `json:"hosts"`
-			Train    int    `json:"train"`
-		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train}
+			Seed     uint64  `json:"seed"`
+			Seeds    int     `json:"seeds"`
+			Crawlers int     `json:"crawlers"`
+			Hosts    int     `json:"hosts"`
+			Train    int     `json:"train"`
+			Ceiling  float64 `json:"subnet_ceiling_pct"`
+		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.SubnetCeilingPct}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}
@@ -334,13 +340,15 @@ func Average(reps []*Report) (*Report, error) {
 	out.Results = nil
 	out.Seeds = len(reps)
 	n := float64(len(reps))
-	out.OptimalMeanMs = 0
+	out.OptimalMeanMs, out.SubnetCeilingPct = 0, 0
 	for _, r := range reps {
 		if len(r.Results) != len(reps[0].Results) || r.Hosts != reps[0].Hosts {
 			return nil, fmt.Errorf("sim: reports to average differ in policies or hosts")
 		}
 		out.OptimalMeanMs += r.OptimalMeanMs / n
+		out.SubnetCeilingPct += r.SubnetCeilingPct / n
 	}
+	out.SubnetCeilingPct = round3(out.SubnetCeilingPct)
 	for i, first := range reps[0].Results {
 		acc := Result{Policy: first.Policy, ThresholdMs: first.ThresholdMs, URLs: first.URLs, Reasons: map[string]int{}, Curve: make([]float64, len(first.Curve))}
 		for _, r := range reps {

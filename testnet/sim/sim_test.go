@@ -299,3 +299,29 @@ func TestProbesDoNotScaleWithCrawlers(t *testing.T) {
 		t.Fatalf("probes/URL grew with the crawlers: %v", per)
 	}
 }
+
+// TestSubnetCeiling: the ceiling bounds every policy that keeps one owner
+// per subnet, brute force included; zipf hosts share subnets whose hosts
+// have different optimal crawlers, so it is below 100 %, and it is 100 %
+// once every host has the same optimal crawler.
+func TestSubnetCeiling(t *testing.T) {
+	cfg := Config{Seed: 7, Crawlers: 12, Hosts: 1000, HostDist: HostsZipf, Threshold: 50 * time.Millisecond, Logger: quiet()}
+	rep, w, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.SubnetCeilingPct >= 100 || rep.SubnetCeilingPct <= 50 {
+		t.Fatalf("zipf hosts: ceiling %.1f %%, want in (50, 100)", rep.SubnetCeilingPct)
+	}
+	for _, r := range rep.Results {
+		if r.OptimalPct > rep.SubnetCeilingPct+1e-9 {
+			t.Errorf("%s: %.1f %% optimal above the subnet ceiling %.1f %%", r.Policy, r.OptimalPct, rep.SubnetCeilingPct)
+		}
+	}
+	same := *w
+	same.Optimal = make([]int32, len(w.Optimal))
+	if c := same.SubnetCeiling(cfg.Train); c != 100 {
+		t.Fatalf("one optimal crawler for every host: ceiling %.1f %%, want 100", c)
+	}
+	t.Logf("zipf ceiling %.1f %%", rep.SubnetCeilingPct)
+}
