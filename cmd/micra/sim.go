@@ -40,12 +40,12 @@ func parseThresholds(s string) ([]time.Duration, error) {
 
 func simCmd() *cobra.Command {
 	var (
-		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names string
-		crawlers, hosts, train, seeds, traceN                                                                        int
-		seed                                                                                                         uint64
-		asJSON, worldStats, oracle                                                                                   bool
-		oracleEps, oracleHost                                                                                        string
-		capacityFactor, ipv6Share                                                                                    float64
+		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
+		crawlers, hosts, train, seeds, traceN                                                                                 int
+		seed                                                                                                                  uint64
+		asJSON, worldStats, oracle                                                                                            bool
+		oracleEps, oracleHost                                                                                                 string
+		capacityFactor, ipv6Share                                                                                             float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -118,6 +118,18 @@ seed print the same report. See docs/simulator.md.`,
 			}
 			if (sitesPath == "") != (rttPath == "") {
 				return fmt.Errorf("--sites and --rtt go together")
+			}
+			switch latency {
+			case "formula":
+			case "hubs":
+				if sitesPath != "" {
+					return fmt.Errorf("--latency hubs and --sites/--rtt exclude each other")
+				}
+				if cfg.Matrix, err = world.HubMatrix(1, 0.08); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("--latency %q: want formula or hubs", latency)
 			}
 			if sitesPath != "" {
 				if cfg.Matrix, err = world.LoadMatrixFiles(sitesPath, rttPath); err != nil {
@@ -251,6 +263,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")
 	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
 	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")
+	f.StringVar(&latency, "latency", "formula", "latency without --sites/--rtt: formula (distance × per-pair stretch + access + jitter) or hubs (a synthetic matrix routed through regional transit hubs, world.HubMatrix: near on the map is not always near on the network)")
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")
 	f.StringVar(&rttPath, "rtt", "", "measured latency: RTT CSV (src,dst,rtt_ms), directed")
 	f.StringVar(&plotPath, "plot", "", "write the probes/URL curve as SVG to this file")

@@ -77,7 +77,11 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
 		t.Fatalf("world stats: %v\n%s", err, out)
 	}
-	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"}} {
+	if out, err := runSim(t, "--latency", "hubs", "--crawlers", "6", "--hosts", "200", "--policies", "micra"); err != nil || !strings.Contains(out, "synthetic hub-routed matrix (90 sites") {
+		t.Fatalf("--latency hubs: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--latency", "nope"},
+		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"}} {
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}

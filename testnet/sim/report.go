@@ -77,7 +77,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		HostDist: cmp.Or(cfg.HostDist, HostsUniform), IPv6Share: cfg.IPv6Share,
 	}
 	if mx := w.Model.Matrix(); mx != nil {
-		rep.Latency = fmt.Sprintf("measured matrix (%d sites, %d directed pairs; formula for missing pairs)", len(mx.Sites), mx.Pairs())
+		rep.Latency = fmt.Sprintf("%s (%d sites, %d directed pairs; formula for missing pairs)", cmp.Or(mx.Label, "measured matrix"), len(mx.Sites), mx.Pairs())
 	}
 	var optCost float64
 	for i := range w.Hosts {

@@ -13,6 +13,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -562,7 +563,7 @@ func WriteWorldStats(cfg Config, out io.Writer) error {
 	st := w.Model.SampleStats(w.Hosts)
 	st.WriteText(out, fmt.Sprintf("formula over %d placed hosts (seed %d)", min(len(w.Hosts), 2000), cfg.Seed))
 	if mx != nil {
-		mx.Stats(w.Model.Config().FibreKmPerMs).WriteText(out, fmt.Sprintf("measured matrix (%d sites)", len(mx.Sites)))
+		mx.Stats(w.Model.Config().FibreKmPerMs).WriteText(out, fmt.Sprintf("%s (%d sites)", cmp.Or(mx.Label, "measured matrix"), len(mx.Sites)))
 	}
 	return nil
 }

@@ -27,6 +27,8 @@ type Site struct {
 // missing pair falls back to the formula between the two sites' positions.
 type Matrix struct {
 	Sites []Site
+	// Label names the matrix in reports; empty: a measured one.
+	Label string
 	byID  map[string]int
 	rtt   map[uint64]float64 // src<<32 | dst → ms
 }
