@@ -118,7 +118,8 @@ func parallel(workers, n int, fn func(i int)) {
 // keeps one owner: hosts are delegated by their smallest non-unary subnet,
 // so the hosts of one subnet share an owner, and a subnet whose hosts have
 // different optimal crawlers loses all but its largest group. Hosts outside
-// the hierarchy (hashed) count as their own subnets. Policies that move
+// the hierarchy (smallest non-unary subnet None or Root: the engine hashes
+// each by its address) count as their own subnets. Policies that move
 // subnets between decisions (--balance) are not bound by it.
 func (w *World) SubnetCeiling(from int) float64 {
 	if from >= len(w.Hosts) {
@@ -133,7 +134,7 @@ func (w *World) SubnetCeiling(from int) float64 {
 	alone := 0
 	for i := from; i < len(w.Hosts); i++ {
 		s := w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
-		if s == hierarchy.None {
+		if s == hierarchy.None || s == hierarchy.Root {
 			alone++
 			continue
 		}

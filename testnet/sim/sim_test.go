@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/testnet/world"
 	"go.uber.org/goleak"
 )
@@ -322,6 +324,19 @@ func TestSubnetCeiling(t *testing.T) {
 	same.Optimal = make([]int32, len(w.Optimal))
 	if c := same.SubnetCeiling(cfg.Train); c != 100 {
 		t.Fatalf("one optimal crawler for every host: ceiling %.1f %%, want 100", c)
+	}
+	// hosts outside the hierarchy (under no node but the root) are hashed
+	// one by one, not delegated as one subnet: different optimal crawlers
+	// cost them nothing
+	out := *w
+	out.Hosts = []world.Endpoint{w.Hosts[0], w.Hosts[1]}
+	out.Hosts[0].Addr, out.Hosts[1].Addr = netip.MustParseAddr("fc00::1"), netip.MustParseAddr("fc00::2")
+	out.Optimal = []int32{0, 1}
+	if s := w.Tree.SmallestNonUnary(out.Hosts[0].Addr); s != hierarchy.Root {
+		t.Fatalf("fc00::1 is under node %d, want only the root", s)
+	}
+	if c := out.SubnetCeiling(0); c != 100 {
+		t.Fatalf("two hosts outside the hierarchy: ceiling %.1f %%, want 100", c)
 	}
 	t.Logf("zipf ceiling %.1f %%", rep.SubnetCeilingPct)
 }
