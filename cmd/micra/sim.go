@@ -52,8 +52,8 @@ func simCmd() *cobra.Command {
 		Short: "simulate delegation policies on the emulated Internet and print the paper's table",
 		Long: `sim places crawlers and web hosts at real addresses of the embedded IP hierarchy,
 gives them positions (DB-IP City Lite) and latencies (fibre × path stretch + access +
-jitter, or a measured matrix with --sites/--rtt), delegates every host with each policy
-and scores it against the optimal crawler (lowest modelled mean RTT).
+jitter; or a measured matrix with --sites/--rtt; or the synthetic hub-routed one with
+--latency hubs), delegates every host with each policy and scores it against the optimal crawler (lowest modelled mean RTT).
 
 With no flags: the paper's preset — 12 crawlers, 1000 hosts, the first 650 delegations
 train and the last 350 evaluate, 50 ms threshold. Deterministic: the same flags and

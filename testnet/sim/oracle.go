@@ -606,7 +606,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		rep.HostDist = HostsUniform
 	}
 	if w.Model.Matrix() != nil {
-		rep.Skipped = "the oracle bound is formula-only: with a measured matrix (--sites/--rtt) a pair's RTT is a measurement, not distance × stretch, so an oracle that knows everything but the stretch cannot be defined honestly"
+		rep.Skipped = "the oracle bound is formula-only: with a matrix (--sites/--rtt or --latency hubs) a pair's RTT is a measurement, not distance × stretch, so an oracle that knows everything but the stretch cannot be defined honestly"
 		return rep, nil
 	}
 	if len(w.Crawlers) == 0 || len(w.Hosts) == 0 {

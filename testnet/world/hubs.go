@@ -65,7 +65,7 @@ func HubMatrixCSV(seed uint64, missing float64) (sitesCSV, rttCSV string) {
 	}
 	rb.WriteString("src,dst,rtt_ms\n")
 	for a, sa := range hubSites {
-		for b, sb := range hubSites {
+		for b, sd := range hubSites {
 			if a == b {
 				continue
 			}
@@ -77,7 +77,7 @@ func HubMatrixCSV(seed uint64, missing float64) (sitesCSV, rttCSV string) {
 			congestion := 0.95 + 0.15*rng.Float64()
 			var ms float64
 			switch {
-			case sa.region != sb.region:
+			case sa.region != sd.region:
 				ms = viaHubs(a, b)
 			case trombone < hubRegions[sa.region].trombone:
 				ms = viaHubs(a, b) // both ends reach the same hub
@@ -86,7 +86,7 @@ func HubMatrixCSV(seed uint64, missing float64) (sitesCSV, rttCSV string) {
 			}
 			ms = (ms + extra[a] + extra[b]) * congestion
 			if !skip {
-				fmt.Fprintf(&rb, "%s,%s,%.1f\n", sa.id, sb.id, ms)
+				fmt.Fprintf(&rb, "%s,%s,%.1f\n", sa.id, sd.id, ms)
 			}
 		}
 	}
