@@ -29,7 +29,7 @@ type micraStats struct {
 	GlobalSum float64
 	GlobalN   int
 	Pooled    [ctxKinds]struct{ m2, dof float64 }
-	Geo       struct{ n, sx, sy, sxx, sxy, syy float64 }
+	Geo       geoSums
 	Pairs     *pairModel
 	Crawlers  []CrawlerID
 }

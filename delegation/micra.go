@@ -291,6 +291,19 @@ func (m *micraChooser) geoPrior(x float64) (mu, vr float64, ok bool) {
 	return f.a + f.b*x, f.resid * (1 + 1/g.n + dx*dx/(g.n*f.vx)), true
 }
 
+// geoSums are the running sums of the distance prior's least squares (x:
+// distance feature, y: ln RTT).
+type geoSums struct{ n, sx, sy, sxx, sxy, syy float64 }
+
+func (g *geoSums) add(x, y float64) {
+	g.n++
+	g.sx += x
+	g.sy += y
+	g.sxx += x * x
+	g.sxy += x * y
+	g.syy += y * y
+}
+
 // geoFit is the distance prior's least-squares fit at n observations.
 type geoFit struct {
 	valid, ok              bool
@@ -445,7 +458,7 @@ type micraChooser struct {
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
-	geo    struct{ n, sx, sy, sxx, sxy, syy float64 }
+	geo    geoSums
 	geoFit geoFit
 
 	// scratch space of one decision (an engine is not used concurrently)
@@ -680,13 +693,7 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 		}
 		x, ci := xs[pi], cis[pi]
 		if gx, ok := m.geoX(cc, ci); ok {
-			g := &m.geo
-			g.n++
-			g.sx += gx
-			g.sy += x
-			g.sxx += gx * gx
-			g.sxy += gx * x
-			g.syy += x * x
+			m.geo.add(gx, x)
 		}
 		for j, c := range infos {
 			st, _ := c.addStat(ci)

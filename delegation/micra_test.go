@@ -71,14 +71,7 @@ func TestMicraGeoPrior(t *testing.T) {
 	// ln RTT = 0.5 + 0.6·x exactly: the fit recovers it with a small spread
 	for i := range 100 {
 		x := 4.6 + float64(i%40)*0.1
-		y := 0.5 + 0.6*x
-		g := &m.geo
-		g.n++
-		g.sx += x
-		g.sy += y
-		g.sxx += x * x
-		g.sxy += x * y
-		g.syy += y * y
+		m.geo.add(x, 0.5+0.6*x)
 	}
 	mu, vr, ok := m.geoPrior(7)
 	if !ok || mu < 4.699 || mu > 4.701 || vr > 0.011 {

@@ -249,7 +249,7 @@ type canonStats struct {
 	GlobalSum float64
 	GlobalN   int
 	Pooled    [ctxKinds]struct{ m2, dof float64 }
-	Geo       struct{ n, sx, sy, sxx, sxy, syy float64 }
+	Geo       geoSums
 	Pairs     map[[2]CrawlerID][2][]float32
 	Pos       map[CrawlerID]crawlerPos
 }

@@ -138,7 +138,7 @@ func newSynthWorld(tb testing.TB, seed uint64, nCrawlers, nHosts int) *synthWorl
 				}
 				dmin := math.Inf(1)
 				for u := range used {
-					dmin = math.Min(dmin, gcKm(cand.lat, cand.lon, u.lat, u.lon))
+					dmin = math.Min(dmin, greatCircleKm(cand.lat, cand.lon, u.lat, u.lon))
 				}
 				if dmin > bestD {
 					bestD, c = dmin, cand
@@ -170,14 +170,6 @@ func add(tb testing.TB, b *hierarchy.Builder, p netip.Prefix, org, cc string) {
 	}
 }
 
-func gcKm(lat1, lon1, lat2, lon2 float64) float64 {
-	const r = 6371.0
-	p1, p2 := lat1*math.Pi/180, lat2*math.Pi/180
-	dp, dl := p2-p1, (lon2-lon1)*math.Pi/180
-	a := math.Sin(dp/2)*math.Sin(dp/2) + math.Cos(p1)*math.Cos(p2)*math.Sin(dl/2)*math.Sin(dl/2)
-	return 2 * r * math.Asin(math.Min(1, math.Sqrt(a)))
-}
-
 func (w *synthWorld) addrLoc(a netip.Addr) [2]float64 {
 	b := a.As4()
 	return w.loc[netip.AddrFrom4([4]byte{b[0], b[1], b[2], 0})]
@@ -186,7 +178,7 @@ func (w *synthWorld) addrLoc(a netip.Addr) [2]float64 {
 // meanRTT is the model's RTT without jitter, in ms.
 func (w *synthWorld) meanRTT(c Crawler, h netip.Addr) float64 {
 	l1, l2 := w.addrLoc(c.Addr), w.addrLoc(h)
-	km := gcKm(l1[0], l1[1], l2[0], l2[1])
+	km := greatCircleKm(l1[0], l1[1], l2[0], l2[1])
 	hb := h.As16()
 	z := mix64(hashString(string(c.ID)) ^ hashBytes(hb[:]))
 	u := (float64(z>>11) + 0.5) / (1 << 53)
