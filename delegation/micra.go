@@ -71,6 +71,14 @@ type MicraConfig struct {
 	// learned distance prior replaces the crawler's overall mean as the base
 	// of its prediction. Default 30.
 	GeoAfter float64
+	// ReviewMiss is the risk of a review (Reviewer): the owner's timing of a
+	// further host of its subnet is a free answer, and other crawlers are
+	// probed only while the probability that one of them beats it is at
+	// least ReviewMiss. Default 0.3 (a review is a free answer for a host
+	// whose subnet is already delegated: it only has to catch large
+	// errors); negative: no review probes (the tally then only counts the
+	// owner).
+	ReviewMiss float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -118,6 +126,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.PairSamples <= 0 {
 		m.PairSamples = 128
+	}
+	if m.ReviewMiss == 0 {
+		m.ReviewMiss = 0.3
 	}
 	if m.GeoAfter <= 0 {
 		m.GeoAfter = 30
@@ -460,6 +471,9 @@ type micraChooser struct {
 	// between a subnet's country centroid and a crawler's stated position
 	geo    geoSums
 	geoFit geoFit
+
+	// per reviewed subnet: who was nearest for its hosts (Reviewer)
+	tally map[hierarchy.NodeID]subnetTally
 
 	// scratch space of one decision (an engine is not used concurrently)
 	candBuf []micraCand
@@ -883,6 +897,13 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
+	return m.rankWith(ctx, e, ip, s, d, nil, m.cfg.Miss)
+}
+
+// rankWith is rank with answers already known for ip (given: they cost no
+// probe, like an owner's own crawl timing) and the risk miss of its stop
+// rule. With given answers it never decides blind and never walks.
+func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision, given []ProbeResult, miss float64) ([]ProbeResult, error) {
 	_, cc := m.subnetContexts(e.d.Tree, s)
 	m.locate(e)
 	infos := m.subnetInfos(false) // nil: nothing known there
@@ -989,7 +1010,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	}
 
 	step := Step{Kind: StepPredict, Node: s}
-	if m.cfg.Blind > 0 && cands[0].n >= m.cfg.BlindMinObs {
+	if m.cfg.Blind > 0 && len(given) == 0 && cands[0].n >= m.cfg.BlindMinObs {
 		x := cands[0]
 		risk := 0.0
 		for _, c := range cands[1:] {
@@ -1013,6 +1034,22 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	step.Probes = make([]ProbeResult, 0, 4) // most decisions probe ≤ 4 times
 	var best ProbeResult
 	bestPred := 0.0
+	for _, g := range given {
+		all = append(all, g)
+		pred, known := lnMs(g.RTT), false
+		for i := range cands {
+			if cands[i].id == g.Crawler {
+				cands[i].probed, pred, known = true, cands[i].mu, true
+			}
+		}
+		if !known {
+			pred = lnMs(g.RTT) // not a candidate: no surprise to share
+		}
+		if g.OK && g.RTT > 0 && (!best.OK || g.RTT < best.RTT) {
+			best, bestPred = g, pred
+		}
+	}
+	sortRanked(all)
 	stop := m.stopBuf[:0]
 	for d.Probes < m.cfg.MaxProbes {
 		next := m.nextBuf[:0]
@@ -1093,10 +1130,10 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 			better := func(k int) bool {
 				return bestK < 0 || ps[k].p > ps[bestK].p || (ps[k].p == ps[bestK].p && ps[k].i < ps[bestK].i)
 			}
-			if m.cfg.Parallel > 1 || m.cfg.refineAll || margSum < m.cfg.Miss {
+			if m.cfg.Parallel > 1 || m.cfg.refineAll || margSum < miss {
 				// several probes a round rank every candidate; a marginal
 				// sum under Miss stops at once
-				if margSum >= m.cfg.Miss || m.cfg.refineAll {
+				if margSum >= miss || m.cfg.refineAll {
 					for k := range ps {
 						refine(k)
 						total += ps[k].p
@@ -1126,11 +1163,11 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				m.remBuf = rem
 				k := 0
 				for ; k < len(ps); k++ {
-					if total+rem[k] < m.cfg.Miss {
+					if total+rem[k] < miss {
 						total, bound = total+rem[k], true
 						break // the rest cannot lift the total to Miss
 					}
-					if total >= m.cfg.Miss && bestK >= 0 && ps[k].marg < ps[bestK].p {
+					if total >= miss && bestK >= 0 && ps[k].marg < ps[bestK].p {
 						break // no stop, and nobody left can beat bestK
 					}
 					refine(k)
@@ -1141,7 +1178,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				}
 			}
 			m.psBuf = ps
-			if total < m.cfg.Miss {
+			if total < miss {
 				// (strconv, not Sprintf: this note is written for most decisions)
 				b := append(stop, "P(unprobed beats "...)
 				b = append(b, best.Crawler...)
@@ -1152,7 +1189,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 				}
 				b = strconv.AppendFloat(b, total, 'f', 3, 64)
 				b = append(b, " < "...)
-				b = strconv.AppendFloat(b, m.cfg.Miss, 'f', 3, 64)
+				b = strconv.AppendFloat(b, miss, 'f', 3, 64)
 				stop, m.stopBuf = b, b
 				d.Reason = ReasonConfident
 				break
@@ -1216,7 +1253,7 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 	// region. Fall back to IPMicra's walk (crawlers holding subnets under
 	// each ancestor, in random order) until one answers under the
 	// threshold or the walk budget is spent.
-	if m.cfg.Walk > 0 && (!best.OK || best.RTT > e.c.Threshold) && len(e.liveIDs()) > 4*m.cfg.MaxProbes {
+	if m.cfg.Walk > 0 && len(given) == 0 && (!best.OK || best.RTT > e.c.Threshold) && len(e.liveIDs()) > 4*m.cfg.MaxProbes {
 		asked := make(map[CrawlerID]struct{}, len(all))
 		for _, a := range all {
 			asked[a.Crawler] = struct{}{}

@@ -167,6 +167,8 @@ const (
 	ReasonConfident               // our policy: no unprobed crawler is likely to beat the best answer
 	ReasonAllProbed               // our policy: every plausible candidate probed, lowest wins
 	ReasonPredicted               // our policy: the learned statistics leave no doubt; no probe
+	ReasonKept                    // review: the owner stays (nearest, or nearest for most of the subnet's hosts)
+	ReasonHandedOver              // review: another crawler was nearest for most of the subnet's reviewed hosts
 )
 
 var reasonNames = [...]string{
@@ -184,6 +186,8 @@ var reasonNames = [...]string{
 	ReasonConfident:        "confident",
 	ReasonAllProbed:        "all-candidates-probed",
 	ReasonPredicted:        "predicted-no-probe",
+	ReasonKept:             "review-kept",
+	ReasonHandedOver:       "review-handed-over",
 }
 
 func (r Reason) String() string {

@@ -43,7 +43,7 @@ func simCmd() *cobra.Command {
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
 		crawlers, hosts, train, seeds, traceN                                                                                 int
 		seed                                                                                                                  uint64
-		asJSON, worldStats, oracle                                                                                            bool
+		asJSON, worldStats, oracle, review                                                                                    bool
 		oracleEps, oracleHost                                                                                                 string
 		capacityFactor, ipv6Share                                                                                             float64
 	)
@@ -149,6 +149,7 @@ seed print the same report. See docs/simulator.md.`,
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
 			}
 			cfg.IPv6Share = ipv6Share
+			cfg.NoReview = !review
 			// the oracle's flags are checked before anything runs, so a typo
 			// does not throw a long run away
 			oc, oracleInfos, err := parseOracleFlags(oracle, f.Changed("oracle-eps"), f.Changed("oracle-host"), oracleEps, oracleHost)
@@ -273,8 +274,9 @@ seed print the same report. See docs/simulator.md.`,
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
 	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
+	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review")
 	return cmd
 }
 
@@ -350,8 +352,10 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			m.PairSamples = int(x)
 		case "bandwidth":
 			m.PairBandwidth = x
+		case "review":
+			m.ReviewMiss = x
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review)", k)
 		}
 	}
 	return m, nil

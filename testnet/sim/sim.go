@@ -99,6 +99,10 @@ type Config struct {
 	// HostDist is how hosts are spread over the hierarchy's leaf ranges:
 	// HostsUniform (default) or HostsZipf.
 	HostDist string
+	// NoReview withholds from policies that review delegations
+	// (delegation.Reviewer: micra) the owner's crawl timing of each further
+	// host of a subnet, so they cannot re-examine it.
+	NoReview bool
 	// IPv6Share is the fraction of hosts placed at IPv6 addresses (0..1).
 	IPv6Share float64
 	// CrawlerNames is how crawlers are named: NamesRandom (default; names
@@ -333,9 +337,11 @@ func (w *World) endpoint(a netip.Addr) (*world.Endpoint, bool) {
 // prober implements delegation.Prober from the world model: one jittered
 // RTT sample per crawler asked, counted.
 type prober struct {
-	w      *World
-	rng    *rand.Rand
-	probes int64
+	w        *World
+	rng      *rand.Rand
+	probes   int64
+	seed     uint64
+	crawlRng *rand.Rand // crawlTime's stream
 	// the engine probes one target several times per decision
 	lastAddr netip.Addr
 	lastHost *world.Endpoint
@@ -365,6 +371,20 @@ func (w *World) crawler(id delegation.CrawlerID) (int32, bool) {
 	}
 	i, ok := w.crawlerIdx[id]
 	return i, ok
+}
+
+// crawlTime is the owner's timing of its first fetch from host h: a sample
+// of the same RTT distribution as a probe, but no probe (the crawler fetches
+// the host anyway). It draws from its own stream, so reviews do not shift
+// the probe samples.
+func (p *prober) crawlTime(h int, ci int32) time.Duration {
+	if p.crawlRng == nil {
+		p.crawlRng = rand.New(rand.NewPCG(p.seed, seedOf("crawl-time")))
+	}
+	if f, ok := p.w.floorOf(h, ci); ok {
+		return world.Duration(p.w.Model.SampleAbove(f, p.crawlRng))
+	}
+	return world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], &p.w.Hosts[h], p.crawlRng))
 }
 
 func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
@@ -429,7 +449,7 @@ func seedOf(s string) uint64 {
 func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*run, error) {
 	members := delegation.NewMemMembership(w.Crawlers...)
 	dir := delegation.NewMemDirectory(w.Tree, members)
-	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name))), host: -1}
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name))), host: -1, seed: cfg.Seed}
 	clock := &Clock{t: simEpoch}
 	ec := cfg.Engine
 	ec.Threshold = cfg.Threshold
@@ -464,6 +484,16 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 		ci, ok := w.crawler(d.Owner)
 		if !ok {
 			return nil, fmt.Errorf("sim: %s: host %v delegated to unknown crawler %q (%v)", spec.Name, w.Hosts[i].Addr, d.Owner, d)
+		}
+		if rv, ok := pol.(delegation.Reviewer); ok && !cfg.NoReview && d.Cached && d.Reason == delegation.ReasonCached {
+			// the owner crawls the host: its fetch is timed (free), and
+			// the policy may re-examine the subnet
+			if d, err = rv.Review(ctx, w.Hosts[i].Addr, d.Owner, pr.crawlTime(i, ci)); err != nil {
+				return nil, fmt.Errorf("sim: %s: review host %v: %w", spec.Name, w.Hosts[i].Addr, err)
+			}
+			if ci, ok = w.crawler(d.Owner); !ok {
+				return nil, fmt.Errorf("sim: %s: host %v handed over to unknown crawler %q (%v)", spec.Name, w.Hosts[i].Addr, d.Owner, d)
+			}
 		}
 		r.owner[i] = ci
 		subnets[i] = d.Subnet

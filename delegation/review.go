@@ -1,0 +1,164 @@
+package delegation
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// Reviewer is implemented by the policies that re-examine a delegation when
+// its owner crawls another host of the subnet (NewMicra).
+//
+// A subnet is delegated on its first host, but hosts of one subnet can sit
+// in different places, and the first may not be typical. The owner times
+// every host it crawls anyway: Review takes that timing (took, its first
+// fetch's round trip) as a free answer, and probes other crawlers only when
+// the learned statistics say one of them is likely nearer for this host. The
+// subnet changes hands when another crawler has been nearest for more of its
+// reviewed hosts than the owner (the owner counts the host that decided it,
+// and every host it was confidently nearest for).
+//
+// Review accounts no page (Delegate did). It is a no-op, returning the
+// current record, when ip's subnet is not delegated to owner, when owner is
+// dead, or when took is not positive. Like every policy call it must be
+// serialised with Delegate, Join, Redelegate and Learn.
+type Reviewer interface {
+	Review(ctx context.Context, ip netip.Addr, owner CrawlerID, took time.Duration) (Decision, error)
+}
+
+// reviewChooser is implemented by choosers that can review: they return the
+// answers for ip (given ones included), best first, and the crawler the
+// subnet should go to (empty: it stays).
+type reviewChooser interface {
+	review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) (ranked []ProbeResult, handTo CrawlerID, err error)
+}
+
+// Review implements Reviewer.
+func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner CrawlerID, took time.Duration) (Decision, error) {
+	e := le.engine
+	d := Decision{IP: ip, Subnet: hierarchy.None, Owner: owner}
+	if err := ctx.Err(); err != nil {
+		return d, err
+	}
+	s := e.d.Tree.SmallestNonUnary(ip)
+	if s == hierarchy.None || s == hierarchy.Root {
+		return d, nil // hashed, not delegated: nothing to review
+	}
+	d.Subnet = s
+	rec, ok, err := e.d.Dir.Lookup(ctx, s)
+	if err != nil {
+		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
+	}
+	if ok {
+		d.Owner, d.OwnerRTT, d.Record = rec.Owner, rec.OwnerRTT, rec
+	}
+	rc, can := e.ch.(reviewChooser)
+	if !ok || !can || rec.Owner != owner || !e.live(owner) || took <= 0 {
+		d.Cached, d.Reason = ok, ReasonCached
+		return d, nil
+	}
+	d.Steps = append(make([]Step, 0, 2), Step{Kind: StepLookup, Node: s, Note: "review: owner " + string(owner) + " timed the host at " + took.Round(time.Microsecond).String()})
+	ranked, handTo, err := rc.review(ctx, e, ip, s, rec, took, &d)
+	if err != nil {
+		return d, err
+	}
+	if handTo == "" || (e.c.Balance != BalanceOff && !e.hasRoom(handTo, e.loads.Pages(s))) {
+		d.Cached, d.Reason = true, ReasonKept
+		if d.Probes > 0 {
+			// answers no record carries: learn them here
+			if l, ok := e.ch.(learner); ok {
+				l.learn(e, s, Record{Subnet: s, Snapshot: e.d.Tree.ID(), Owner: rec.Owner, Probes: okOnly(ranked)})
+			}
+		}
+		return d, nil
+	}
+	var win ProbeResult
+	for _, r := range ranked {
+		if r.Crawler == handTo {
+			win = r
+		}
+	}
+	nr := Record{
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
+		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
+	}
+	pub, err := e.d.Dir.Publish(ctx, nr)
+	if err != nil {
+		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
+	}
+	e.loads.Move(s, pub.Owner)
+	e.learnOnce(s, pub)
+	d.Record, d.Owner, d.OwnerRTT, d.Reason = pub, pub.Owner, pub.OwnerRTT, ReasonHandedOver
+	return d, nil
+}
+
+func okOnly(rs []ProbeResult) []ProbeResult {
+	out := make([]ProbeResult, 0, len(rs))
+	for _, r := range rs {
+		if r.OK {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// subnetTally counts, per crawler, the reviewed hosts of one subnet it was
+// nearest for.
+type subnetTally []struct {
+	ci uint32
+	n  uint32
+}
+
+func (t *subnetTally) add(ci uint32) {
+	for i := range *t {
+		if (*t)[i].ci == ci {
+			(*t)[i].n++
+			return
+		}
+	}
+	*t = append(*t, struct{ ci, n uint32 }{ci, 1})
+}
+
+func (t subnetTally) count(ci uint32) uint32 {
+	for _, e := range t {
+		if e.ci == ci {
+			return e.n
+		}
+	}
+	return 0
+}
+
+// review runs the decision procedure for ip with the owner's timing as a
+// free answer and MicraConfig.ReviewMiss as its risk, and tallies the
+// nearest crawler for this host.
+func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) ([]ProbeResult, CrawlerID, error) {
+	given := [1]ProbeResult{{Crawler: rec.Owner, RTT: took, OK: true}}
+	if m.tally == nil {
+		m.tally = make(map[hierarchy.NodeID]subnetTally)
+	}
+	t, seen := m.tally[s]
+	owner := m.crawler.id(rec.Owner)
+	if !seen {
+		t.add(owner) // the host that decided the subnet
+	}
+	ranked := given[:]
+	if m.cfg.ReviewMiss > 0 {
+		var err error
+		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss); err != nil {
+			return nil, "", err
+		}
+	}
+	win := owner
+	if len(ranked) > 0 && ranked[0].OK {
+		win = m.crawler.id(ranked[0].Crawler)
+	}
+	t.add(win)
+	m.tally[s] = t
+	if win != owner && (t.count(win) > t.count(owner)) {
+		return ranked, ranked[0].Crawler, nil
+	}
+	return ranked, "", nil
+}
