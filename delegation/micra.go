@@ -31,7 +31,9 @@ type MicraConfig struct {
 	// negative: never.
 	PooledAfter float64
 	// MinCandidates: contexts are widened until at least this many
-	// candidates are known. Default 8.
+	// candidates are known (with fewer live crawlers: all of them).
+	// Default 16 (topK): at 8, the nearest crawler was often never a
+	// candidate (docs/delegation.md).
 	MinCandidates int
 	// Parallel probes this many top candidates per round. Default 1.
 	Parallel int
@@ -104,7 +106,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 		m.PooledAfter = 20
 	}
 	if m.MinCandidates <= 0 {
-		m.MinCandidates = 8
+		m.MinCandidates = topK
 	}
 	if m.Parallel <= 0 {
 		m.Parallel = 1
