@@ -1,0 +1,433 @@
+package delegation
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// reviewWorld is a hand-built world for the Reviewer tests:
+//
+//	30.0.0.0/8 T (DE)
+//	  30.1.0.0/16 S     the reviewed subnet: its first host 30.1.0.1, later
+//	                    hosts 30.1.N.1 (N ≥ 1) with other latencies
+//	  30.2.0.0/16 U     never delegated
+//	40.0.0.0/8 K (DE)   where the crawlers sit
+//	  40.1.0.0/16 a, 40.2.0.0/16 b, 40.3.0.0/16 c
+type reviewWorld struct {
+	tree    *hierarchy.Tree
+	members *MemMembership
+	dir     *MemDirectory
+	loads   *MemLoadBook
+	prober  *tableProber
+	pol     Policy
+	rv      Reviewer
+	first   map[CrawlerID]time.Duration // RTTs to S's first host (and to U)
+	later   map[CrawlerID]time.Duration // RTTs to S's later hosts
+}
+
+var reviewCrawlers = []Crawler{
+	{ID: "a", Addr: netip.MustParseAddr("40.1.0.5")},
+	{ID: "b", Addr: netip.MustParseAddr("40.2.0.5")},
+	{ID: "c", Addr: netip.MustParseAddr("40.3.0.5")},
+}
+
+// newReviewWorld builds the world, a micra policy over it (cfg) and joins
+// every crawler. dirMembers false gives a directory that takes every owner
+// as live (so only the policy's own liveness check sees a dead owner).
+func newReviewWorld(t testing.TB, cfg Config, later map[CrawlerID]time.Duration, dirMembers bool) *reviewWorld {
+	t.Helper()
+	tr := mustBuild(t,
+		pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"),
+		pfx(t, "40.0.0.0/8", "K", "DE"), pfx(t, "40.1.0.0/16", "KA", "DE"), pfx(t, "40.2.0.0/16", "KB", "DE"), pfx(t, "40.3.0.0/16", "KC", "DE"),
+	)
+	w := &reviewWorld{tree: tr, members: NewMemMembership(), loads: NewMemLoadBook(), later: later,
+		first: map[CrawlerID]time.Duration{"a": 5 * time.Millisecond, "b": 20 * time.Millisecond, "c": 150 * time.Millisecond}}
+	if dirMembers {
+		w.dir = NewMemDirectory(tr, w.members)
+	} else {
+		w.dir = NewMemDirectory(tr, nil)
+	}
+	w.prober = &tableProber{rtt: func(c CrawlerID, a netip.Addr) (time.Duration, bool) {
+		b := a.As4()
+		if b[0] == 30 && b[1] == 1 && b[2] > 0 {
+			d, ok := w.later[c]
+			return d, ok
+		}
+		d, ok := w.first[c]
+		return d, ok
+	}}
+	deps := Deps{Tree: tr, Dir: w.dir, Prober: w.prober, Members: w.members, Loads: w.loads,
+		Clock: &FixedClock{T: time.Unix(1_700_000_000, 0)}, Rand: rand.New(rand.NewPCG(5, 7))}
+	w.pol = NewMicra(deps, cfg)
+	rv, ok := w.pol.(Reviewer)
+	if !ok {
+		t.Fatal("NewMicra does not implement Reviewer")
+	}
+	w.rv = rv
+	ctx := context.Background()
+	for _, c := range reviewCrawlers {
+		w.members.Add(c)
+		if _, err := w.pol.Join(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// subnetS is the reviewed subnet's node.
+func (w *reviewWorld) subnetS(t testing.TB) hierarchy.NodeID {
+	t.Helper()
+	s := w.tree.SmallestNonUnary(ip("30.1.0.1"))
+	if s == hierarchy.None || s == hierarchy.Root || s == w.tree.SmallestNonUnary(ip("30.2.0.1")) {
+		t.Fatalf("30.1.0.1 is under node %d: the test tree is not what it says", s)
+	}
+	return s
+}
+
+// delegateFirst delegates S on its first host and checks it went to want.
+func (w *reviewWorld) delegateFirst(t testing.TB, want CrawlerID) Decision {
+	t.Helper()
+	d, err := w.pol.Delegate(context.Background(), ip("30.1.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != want || d.Cached || d.Record.Owner != want {
+		t.Fatalf("first host of S: want a fresh delegation to %s, got %v", want, d)
+	}
+	return d
+}
+
+// review calls Review and checks that the decision's probe count is the
+// prober's.
+func (w *reviewWorld) review(t testing.TB, host netip.Addr, owner CrawlerID, took time.Duration) Decision {
+	t.Helper()
+	before := w.prober.count
+	d, err := w.rv.Review(context.Background(), host, owner, took)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.prober.count - before; got != d.Probes {
+		t.Fatalf("review of %v: decision says %d probes, the prober saw %d: %v", host, d.Probes, got, d)
+	}
+	return d
+}
+
+func laterHost(n int) netip.Addr { return netip.AddrFrom4([4]byte{30, 1, byte(n), 1}) }
+
+// TestReviewerHandsOverToMajority: S's first host is nearest a, its later
+// hosts nearest b. The first review keeps a (b's tally 1 does not exceed
+// a's 1: the host that decided S counts for a); the second hands S to b
+// with the next epoch and b's answer in the record, everywhere.
+func TestReviewerHandsOverToMajority(t *testing.T) {
+	w := newReviewWorld(t, Config{}, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	first := w.delegateFirst(t, "a")
+	epoch := first.Record.Epoch
+
+	d1 := w.review(t, laterHost(1), "a", w.later["a"])
+	t.Logf("review 1: %v", d1)
+	if d1.Reason != ReasonKept || d1.Owner != "a" || !d1.Cached || d1.Subnet != s {
+		t.Fatalf("first review: b nearest for 1 host, a for 1: want a kept, got %v", d1)
+	}
+	if d1.Probes == 0 || !probed(d1, "b") {
+		t.Fatalf("first review: a timed the host at 90 ms, b was 6 ms for the first host: b should be probed: %v", d1)
+	}
+	if rec, _ := w.dir.Get(s); rec.Owner != "a" || rec.Epoch != epoch {
+		t.Fatalf("after a kept review the directory holds %+v", rec)
+	}
+
+	d2 := w.review(t, laterHost(2), "a", w.later["a"])
+	t.Logf("review 2: %v", d2)
+	if d2.Reason != ReasonHandedOver || d2.Owner != "b" || d2.Subnet != s {
+		t.Fatalf("second review: b nearest for 2 hosts, a for 1: want S handed to b, got %v", d2)
+	}
+	r := d2.Record
+	if r.Owner != "b" || r.Epoch != epoch+1 || r.Subnet != s || r.Snapshot != w.tree.ID() || r.OwnerRTT != w.later["b"] || r.At.IsZero() {
+		t.Fatalf("hand-over record %+v: want owner b at %v, epoch %d", r, w.later["b"], epoch+1)
+	}
+	if !slices.Contains(r.Probes, ProbeResult{Crawler: "b", RTT: w.later["b"], OK: true}) ||
+		!slices.Contains(r.Probes, ProbeResult{Crawler: "a", RTT: w.later["a"], OK: true}) {
+		t.Fatalf("hand-over record should carry b's answer and a's timing: %+v", r.Probes)
+	}
+	for _, p := range r.Probes {
+		if !p.OK {
+			t.Fatalf("hand-over record carries a failed answer: %+v", r.Probes)
+		}
+	}
+	if rec, ok, err := w.dir.Lookup(ctx, s); err != nil || !ok || !reflect.DeepEqual(rec, r) {
+		t.Fatalf("directory holds %+v (%v, %v), want the hand-over record %+v", rec, ok, err, r)
+	}
+	if o, ok := w.loads.Owner(s); !ok || o != "b" {
+		t.Fatalf("load book: S owned by %q (%v), want b", o, ok)
+	}
+	if l, ok := w.pol.(Learner); !ok || l.Learn(r) {
+		t.Fatal("the hand-over record should already have been learned")
+	}
+
+	// the subnet now answers b, without probes
+	before := w.prober.count
+	d3, err := w.pol.Delegate(ctx, laterHost(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d3.Owner != "b" || d3.Reason != ReasonCached || !d3.Cached || d3.Record.Epoch != epoch+1 || w.prober.count != before {
+		t.Fatalf("after the hand-over: want b cached, got %v", d3)
+	}
+	// and a, no longer its owner, cannot review it
+	if d := w.review(t, laterHost(4), "a", w.later["a"]); d.Reason != ReasonCached || d.Owner != "b" || d.Probes != 0 {
+		t.Fatalf("a reviewing b's subnet: %v", d)
+	}
+	// b, nearest, keeps it
+	if d := w.review(t, laterHost(5), "b", w.later["b"]); d.Reason != ReasonKept || d.Owner != "b" || d.Record.Epoch != epoch+1 {
+		t.Fatalf("b reviewing its own subnet: %v", d)
+	}
+}
+
+func probed(d Decision, c CrawlerID) bool {
+	for _, st := range d.Steps {
+		for _, p := range st.Probes {
+			if p.Crawler == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestReviewerKeepsNearestOwner: when the owner stays the nearest for S's
+// later hosts, reviews keep it, whatever they probe: same record, same
+// epoch, no publication.
+func TestReviewerKeepsNearestOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		later map[CrawlerID]time.Duration
+	}{
+		{"owner fast", map[CrawlerID]time.Duration{"a": 6 * time.Millisecond, "b": 25 * time.Millisecond, "c": 150 * time.Millisecond}},
+		// a's timings are far above its first answer (so b is worth a
+		// probe), but b is slower still
+		{"owner slow, others slower", map[CrawlerID]time.Duration{"a": 60 * time.Millisecond, "b": 140 * time.Millisecond, "c": 150 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newReviewWorld(t, Config{}, tc.later, true)
+			s := w.subnetS(t)
+			first := w.delegateFirst(t, "a")
+			probes := 0
+			for n := 1; n <= 6; n++ {
+				d := w.review(t, laterHost(n), "a", tc.later["a"])
+				probes += d.Probes
+				if d.Reason != ReasonKept || d.Owner != "a" || !d.Cached || !reflect.DeepEqual(d.Record, first.Record) {
+					t.Fatalf("review %d: a is nearest: want kept with the first record, got %v", n, d)
+				}
+				if rec, _ := w.dir.Get(s); !reflect.DeepEqual(rec, first.Record) {
+					t.Fatalf("review %d changed the directory: %+v", n, rec)
+				}
+			}
+			t.Logf("%s: %d review probes over 6 hosts", tc.name, probes)
+			if o, _ := w.loads.Owner(s); o != "a" {
+				t.Fatalf("load book: S owned by %q", o)
+			}
+		})
+	}
+}
+
+// TestReviewerNoOps: Review changes nothing and probes nobody when the host
+// is outside the hierarchy, its subnet is not delegated, the caller is not
+// the owner, the owner is dead or the timing is not positive. Each case
+// would otherwise probe (a's 90 ms timing invites a probe of b).
+func TestReviewerNoOps(t *testing.T) {
+	later := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		host   netip.Addr
+		owner  CrawlerID
+		took   time.Duration
+		kill   CrawlerID // removed from the membership before the review
+		cached bool      // the decision reports S's record
+	}{
+		{name: "zero timing", host: laterHost(1), owner: "a", took: 0, cached: true},
+		{name: "negative timing", host: laterHost(1), owner: "a", took: -time.Millisecond, cached: true},
+		{name: "not the owner", host: laterHost(1), owner: "b", took: 90 * time.Millisecond, cached: true},
+		{name: "unknown caller", host: laterHost(1), owner: "zz", took: 90 * time.Millisecond, cached: true},
+		{name: "dead owner", host: laterHost(1), owner: "a", took: 90 * time.Millisecond, kill: "a", cached: true},
+		{name: "undelegated subnet", host: ip("30.2.0.1"), owner: "a", took: 90 * time.Millisecond},
+		{name: "outside the hierarchy", host: ip("50.0.0.1"), owner: "a", took: 90 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// the directory takes every owner as live: the dead owner is
+			// the policy's own check
+			w := newReviewWorld(t, Config{}, later, false)
+			s := w.subnetS(t)
+			first := w.delegateFirst(t, "a")
+			if tc.kill != "" {
+				w.members.Remove(tc.kill)
+			}
+			recs := w.dir.Records()
+			for rep := range 3 { // repeated: a tally must not build up either
+				d := w.review(t, tc.host, tc.owner, tc.took)
+				if d.Probes != 0 || len(d.Moved) != 0 {
+					t.Fatalf("review %d probed or moved: %v", rep, d)
+				}
+				if d.Reason == ReasonKept || d.Reason == ReasonHandedOver {
+					t.Fatalf("review %d: no review should have run: %v", rep, d)
+				}
+				if tc.cached {
+					if d.Reason != ReasonCached || !d.Cached || d.Owner != "a" || d.Subnet != s || !reflect.DeepEqual(d.Record, first.Record) {
+						t.Fatalf("review %d: want S's current record, cached: %v", rep, d)
+					}
+				} else if d.Cached || d.Record.Owner != "" {
+					t.Fatalf("review %d: nothing is delegated there: %v", rep, d)
+				}
+				if tc.name == "undelegated subnet" && (d.Reason != ReasonCached || d.Subnet == hierarchy.None || d.Subnet == s) {
+					t.Fatalf("review %d: want the undelegated subnet, reason cached: %v", rep, d)
+				}
+				if tc.name == "outside the hierarchy" && d.Subnet != hierarchy.None {
+					t.Fatalf("review %d: want no subnet: %v", rep, d)
+				}
+			}
+			if got := w.dir.Records(); !reflect.DeepEqual(got, recs) {
+				t.Fatalf("the directory changed:\nbefore %+v\nafter  %+v", recs, got)
+			}
+			if o, _ := w.loads.Owner(s); o != "a" {
+				t.Fatalf("load book: S owned by %q", o)
+			}
+			if tc.kill != "" {
+				return
+			}
+			// the no-ops left no tally behind: a real review now keeps a
+			// first (b 1, a 1), as on a fresh subnet
+			if d := w.review(t, laterHost(2), "a", 90*time.Millisecond); d.Reason != ReasonKept {
+				t.Fatalf("first real review after the no-ops: %v", d)
+			}
+		})
+	}
+}
+
+// TestReviewerNegativeMissNeverProbes: with ReviewMiss negative a review
+// only tallies the owner's own timing: no probe, never a hand-over, even
+// where default reviews hand the subnet over.
+func TestReviewerNegativeMissNeverProbes(t *testing.T) {
+	later := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	w := newReviewWorld(t, Config{Micra: MicraConfig{ReviewMiss: -1}}, later, true)
+	s := w.subnetS(t)
+	first := w.delegateFirst(t, "a")
+	before := w.prober.count
+	for n := 1; n <= 8; n++ {
+		d := w.review(t, laterHost(n), "a", later["a"])
+		if d.Probes != 0 || d.Reason != ReasonKept || d.Owner != "a" || !reflect.DeepEqual(d.Record, first.Record) {
+			t.Fatalf("review %d with ReviewMiss < 0: %v", n, d)
+		}
+	}
+	if w.prober.count != before {
+		t.Fatalf("reviews probed %d times", w.prober.count-before)
+	}
+	if rec, _ := w.dir.Get(s); !reflect.DeepEqual(rec, first.Record) {
+		t.Fatalf("the directory changed: %+v", rec)
+	}
+	// the same world with default reviews hands S over: the test above
+	// is not vacuous
+	w = newReviewWorld(t, Config{}, later, true)
+	w.delegateFirst(t, "a")
+	handed := false
+	for n := 1; n <= 8 && !handed; n++ {
+		handed = w.review(t, laterHost(n), "a", later["a"]).Reason == ReasonHandedOver
+	}
+	if !handed {
+		t.Fatal("default reviews never handed S over")
+	}
+}
+
+// TestReviewerDeterministic: the same world, stream and seed give the same
+// decisions, Delegate and Review mixed, hand-overs included.
+func TestReviewerDeterministic(t *testing.T) {
+	run := func() (out []string, kept, handed, reviewProbes int) {
+		w := newSynthWorld(t, 4, 12, 500)
+		// every host and two more of its /24 (same subnet, same place,
+		// another stretch), in a seeded order: subnets repeat
+		var stream []netip.Addr
+		for _, h := range w.hosts {
+			stream = append(stream, h)
+			for _, flip := range []byte{0x80, 0x40} {
+				b := h.As4()
+				b[3] ^= flip
+				sib := netip.AddrFrom4(b)
+				if _, ok := w.access[sib]; !ok {
+					w.access[sib] = w.access[h] + 1
+				}
+				stream = append(stream, sib)
+			}
+		}
+		order := rand.New(rand.NewPCG(4, 3))
+		order.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
+
+		members := NewMemMembership(w.crawlers...)
+		dir := NewMemDirectory(w.tree, members)
+		deps := Deps{Tree: w.tree, Dir: dir, Prober: w, Members: members, Clock: &FixedClock{T: time.Unix(1_700_000_000, 0)}, Rand: rand.New(rand.NewPCG(4, 1))}
+		p := NewMicra(deps, Config{})
+		rv := p.(Reviewer)
+		ctx := context.Background()
+		for _, c := range w.crawlers {
+			if _, err := p.Join(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		timing := rand.New(rand.NewPCG(4, 9)) // the owners' crawl timings
+		line := func(kind string, d Decision) string {
+			return fmt.Sprintf("%s %v subnet=%d owner=%s rtt=%v epoch=%d probes=%d %v reason=%s", kind, d.IP, d.Subnet, d.Owner, d.OwnerRTT, d.Record.Epoch, d.Probes, d.Record.Probes, d.Reason)
+		}
+		for _, h := range stream {
+			d, err := p.Delegate(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, line("delegate", d))
+			if d.Reason != ReasonCached {
+				continue
+			}
+			ms := w.meanRTT(w.crawler(d.Owner), h) * (1 + w.jitter*timing.ExpFloat64())
+			before := w.probes
+			if d, err = rv.Review(ctx, h, d.Owner, time.Duration(ms*float64(time.Millisecond))); err != nil {
+				t.Fatal(err)
+			}
+			if w.probes-before != d.Probes {
+				t.Fatalf("review of %v: decision says %d probes, the prober saw %d", h, d.Probes, w.probes-before)
+			}
+			out = append(out, line("review", d))
+			reviewProbes += d.Probes
+			switch d.Reason {
+			case ReasonKept:
+				kept++
+			case ReasonHandedOver:
+				handed++
+				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.Owner {
+					t.Fatalf("handed over to %s, the directory holds %+v", d.Owner, rec)
+				}
+			default:
+				t.Fatalf("review of an owner's own subnet: %v", d)
+			}
+		}
+		return out, kept, handed, reviewProbes
+	}
+	a, kept, handed, probes := run()
+	b, _, _, _ := run()
+	t.Logf("%d decisions: %d reviews kept, %d handed over, %d review probes", len(a), kept, handed, probes)
+	if kept == 0 || handed == 0 || probes == 0 {
+		t.Fatalf("the stream should exercise kept and handed-over reviews with probes: %d kept, %d handed over, %d probes", kept, handed, probes)
+	}
+	if len(a) != len(b) {
+		t.Fatalf("%d decisions, then %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("decision %d differs:\n%s\n%s", i, a[i], b[i])
+		}
+	}
+}
