@@ -22,8 +22,9 @@ import (
 // and every host it was confidently nearest for).
 //
 // Review accounts no page (Delegate did). It is a no-op, returning the
-// current record, when ip's subnet is not delegated to owner, when owner is
-// dead, or when took is not positive. Like every policy call it must be
+// current record (reason cached), when ip's subnet is not delegated to
+// owner, when owner is dead, or when took is not positive; for an IP outside
+// the hierarchy it answers as Delegate does (the hashed owner). Like every policy call it must be
 // serialised with Delegate, Join, Redelegate and Learn.
 type Reviewer interface {
 	Review(ctx context.Context, ip netip.Addr, owner CrawlerID, took time.Duration) (Decision, error)
@@ -45,7 +46,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	}
 	s := e.d.Tree.SmallestNonUnary(ip)
 	if s == hierarchy.None || s == hierarchy.Root {
-		return d, nil // hashed, not delegated: nothing to review
+		return e.hashed(ip, ReasonOutsideHierarchy, d) // hashed, not delegated: nothing to review
 	}
 	d.Subnet = s
 	rec, ok, err := e.d.Dir.Lookup(ctx, s)
@@ -106,24 +107,26 @@ func okOnly(rs []ProbeResult) []ProbeResult {
 }
 
 // subnetTally counts, per crawler, the reviewed hosts of one subnet it was
-// nearest for.
-type subnetTally []struct {
-	ci uint32
-	n  uint32
+// nearest for, under one record epoch: every new record (a hand-over, a
+// re-delegation after the owner died, a calibration event, load balancing)
+// starts a new tally, in which its owner has the host that decided it.
+type subnetTally struct {
+	epoch  uint64
+	counts []struct{ ci, n uint32 }
 }
 
 func (t *subnetTally) add(ci uint32) {
-	for i := range *t {
-		if (*t)[i].ci == ci {
-			(*t)[i].n++
+	for i := range t.counts {
+		if t.counts[i].ci == ci {
+			t.counts[i].n++
 			return
 		}
 	}
-	*t = append(*t, struct{ ci, n uint32 }{ci, 1})
+	t.counts = append(t.counts, struct{ ci, n uint32 }{ci, 1})
 }
 
-func (t subnetTally) count(ci uint32) uint32 {
-	for _, e := range t {
+func (t *subnetTally) count(ci uint32) uint32 {
+	for _, e := range t.counts {
 		if e.ci == ci {
 			return e.n
 		}
@@ -141,7 +144,8 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	}
 	t, seen := m.tally[s]
 	owner := m.crawler.id(rec.Owner)
-	if !seen {
+	if !seen || t.epoch != rec.Epoch {
+		t = subnetTally{epoch: rec.Epoch}
 		t.add(owner) // the host that decided the subnet
 	}
 	ranked := given[:]
@@ -157,7 +161,10 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	}
 	t.add(win)
 	m.tally[s] = t
-	if win != owner && (t.count(win) > t.count(owner)) {
+	if win != owner && t.count(win) > t.count(owner) {
+		// the record the engine now publishes starts a new tally; its
+		// owner leads the old one by exactly one host, as it will lead
+		// the new one
 		return ranked, ranked[0].Crawler, nil
 	}
 	return ranked, "", nil

@@ -289,8 +289,14 @@ func TestReviewerNoOps(t *testing.T) {
 				if tc.name == "undelegated subnet" && (d.Reason != ReasonCached || d.Subnet == hierarchy.None || d.Subnet == s) {
 					t.Fatalf("review %d: want the undelegated subnet, reason cached: %v", rep, d)
 				}
-				if tc.name == "outside the hierarchy" && d.Subnet != hierarchy.None {
-					t.Fatalf("review %d: want no subnet: %v", rep, d)
+				if tc.name == "outside the hierarchy" && (d.Subnet != hierarchy.None || d.Reason != ReasonOutsideHierarchy || d.Owner == "") {
+					t.Fatalf("review %d: want no subnet and the hashed owner, as Delegate answers: %v", rep, d)
+				}
+				if tc.name == "outside the hierarchy" {
+					dd, err := w.pol.Delegate(context.Background(), tc.host)
+					if err != nil || dd.Owner != d.Owner {
+						t.Fatalf("review %d: owner %s, Delegate says %v (%v)", rep, d.Owner, dd, err)
+					}
 				}
 			}
 			if got := w.dir.Records(); !reflect.DeepEqual(got, recs) {
@@ -429,5 +435,52 @@ func TestReviewerDeterministic(t *testing.T) {
 		if a[i] != b[i] {
 			t.Fatalf("decision %d differs:\n%s\n%s", i, a[i], b[i])
 		}
+	}
+}
+
+// TestReviewerTallyRestartsWithForeignRecord: the tally belongs to a record.
+// S goes to b by review (tally a 1, b 2); b dies and a decision gives S back
+// to a; b returns. One review where b is nearest must not hand S over at
+// once on the old record's counts: under the new record a has the host that
+// decided it, so b needs two.
+func TestReviewerTallyRestartsWithForeignRecord(t *testing.T) {
+	later := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	w := newReviewWorld(t, Config{}, later, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	w.delegateFirst(t, "a")
+	w.review(t, laterHost(1), "a", later["a"])
+	if d := w.review(t, laterHost(2), "a", later["a"]); d.Reason != ReasonHandedOver || d.Owner != "b" {
+		t.Fatalf("setup: want S handed to b, got %v", d)
+	}
+	w.members.Remove("b")
+	d, err := w.pol.Delegate(ctx, ip("30.1.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cached || d.Owner != "a" {
+		t.Fatalf("b dead: want S decided again, for a: %v", d)
+	}
+	epoch := d.Record.Epoch
+	w.members.Add(reviewCrawlers[1])
+	d1 := w.review(t, laterHost(3), "a", later["a"])
+	if d1.Reason != ReasonKept || d1.Owner != "a" {
+		t.Fatalf("first review under a's new record: b nearest for 1 host, a for 1 (its deciding host): want kept, got %v", d1)
+	}
+	if rec, _ := w.dir.Get(s); rec.Owner != "a" || rec.Epoch != epoch {
+		t.Fatalf("directory: %+v", rec)
+	}
+	d2 := w.review(t, laterHost(4), "a", later["a"])
+	if d2.Reason != ReasonHandedOver || d2.Owner != "b" || d2.Record.Epoch != epoch+1 {
+		t.Fatalf("second review: b nearest for 2 hosts under this record: want S handed to b, got %v", d2)
+	}
+	// the hand-over record starts a tally too (b 1): a needs two hosts to
+	// win S back, as b needed two
+	w.later = map[CrawlerID]time.Duration{"a": 5 * time.Millisecond, "b": 60 * time.Millisecond, "c": 150 * time.Millisecond}
+	if d := w.review(t, laterHost(5), "b", w.later["b"]); d.Reason != ReasonKept || d.Owner != "b" {
+		t.Fatalf("a nearest for 1 host, b for its deciding host: want b kept, got %v", d)
+	}
+	if d := w.review(t, laterHost(6), "b", w.later["b"]); d.Reason != ReasonHandedOver || d.Owner != "a" || d.Record.Epoch != epoch+2 {
+		t.Fatalf("a nearest for 2 hosts against b's 1: want S handed back to a, got %v", d)
 	}
 }
