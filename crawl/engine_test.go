@@ -519,3 +519,52 @@ func TestFileAndHTTPTogether(t *testing.T) {
 		t.Error("a file-root URL was fetched over HTTP")
 	}
 }
+
+// observingRouter owns every URL and records the engine's fetch timings.
+type observingRouter struct {
+	LocalRouter
+	mu   sync.Mutex
+	seen map[string][]fetch.Timing // by URL
+	took map[string]time.Duration
+}
+
+func (r *observingRouter) Fetched(_ context.Context, u *url.URL, t fetch.Timing, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen[u.String()] = append(r.seen[u.String()], t)
+	r.took[u.String()] = took
+}
+
+// TestFetchObserverSeesEveryFetch: a Router that implements FetchObserver
+// gets the timing of every page fetched, once, with the time to the first
+// byte (a round trip plus the server's time: what delegation reviews use as
+// the owner's RTT when the connection was already open, for robots.txt).
+func TestFetchObserverSeesEveryFetch(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 2, PagesPerHost: 8})
+	r := &observingRouter{seen: map[string][]fetch.Timing{}, took: map[string]time.Duration{}}
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: web.Seeds(), Fetch: synthFetchConfig(web), Router: r,
+		Concurrency: 4, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	st := eng.Stats()
+	if st.Fetched != int64(web.TotalPages()) {
+		t.Fatalf("fetched %d of %d pages", st.Fetched, web.TotalPages())
+	}
+	if len(r.seen) != int(st.Fetched) {
+		t.Fatalf("observer saw %d URLs, the engine fetched %d pages", len(r.seen), st.Fetched)
+	}
+	hosts := map[string]int{}
+	for u, ts := range r.seen {
+		if len(ts) != 1 {
+			t.Errorf("%s observed %d times", u, len(ts))
+		}
+		if ts[0].FirstByte <= 0 || ts[0].Total < ts[0].FirstByte || r.took[u] < ts[0].Total {
+			t.Errorf("%s: timing %+v, took %v", u, ts[0], r.took[u])
+		}
+		pu, _ := url.Parse(u)
+		hosts[pu.Hostname()]++
+	}
+	for _, h := range web.Hosts() {
+		if hosts[h] != 8 {
+			t.Errorf("host %s: %d pages observed, want 8", h, hosts[h])
+		}
+	}
+}

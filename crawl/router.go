@@ -4,6 +4,9 @@ import (
 	"context"
 	"net/netip"
 	"net/url"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
 )
 
 // Router is how the overlay tells a crawler which URLs are its own (the host's
@@ -20,6 +23,17 @@ type Router interface {
 	// NeedsIP reports whether Owns wants the resolved address; the engine
 	// resolves only then (delegation is by subnet, local crawls need none).
 	NeedsIP() bool
+}
+
+// FetchObserver is implemented by Routers that want this crawler's timing
+// of every HTTP fetch that got an answer: delegation learns from a crawler's
+// own crawl timings (calibration events for pages that became slow, reviews
+// of a subnet's delegation on the first fetch from each new host). u is the
+// URL of the final hop, whose timing t is; took sums every hop (Elapsed).
+// It is called from the worker that fetched, after the fetch; it must not
+// block for long.
+type FetchObserver interface {
+	Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took time.Duration)
 }
 
 // LocalRouter owns every URL in scope: a single crawler on its own.

@@ -188,6 +188,11 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 	}
 	e.robotsRetry.forget(it.Host)
 	e.backoffs.forget(it.URL)
+	if obs, ok := e.router.(FetchObserver); ok {
+		if fu, err := url.Parse(resp.FinalURL); err == nil {
+			obs.Fetched(ctx, fu, resp.Timing, resp.Elapsed)
+		}
+	}
 	f := fetched{
 		finalURL: resp.FinalURL, status: resp.Status, body: resp.Body, wire: resp.WireBytes,
 		contentType: resp.ContentType, etag: resp.ETag, lm: resp.LastModified, fetchedAt: now,
