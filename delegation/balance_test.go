@@ -283,3 +283,33 @@ func TestMigration(t *testing.T) {
 		t.Fatalf("after migration: %v", d)
 	}
 }
+
+// TestCalibrationMinDelta: times that triple but stay within a few
+// milliseconds (loopback, a LAN, a loaded machine) are jitter, not a path
+// change; the same ratio at network scale is an event.
+func TestCalibrationMinDelta(t *testing.T) {
+	host := ip("10.1.2.7")
+	at := time.Unix(0, 0)
+	for _, tc := range []struct {
+		name       string
+		cfg        Config
+		base, slow time.Duration
+		want       bool
+	}{
+		{"sub-millisecond jitter", Config{}, 300 * time.Microsecond, 900 * time.Microsecond, false},
+		{"tripled but only 8 ms more", Config{}, 4 * time.Millisecond, 12 * time.Millisecond, false},
+		{"tripled, 20 ms more", Config{}, 10 * time.Millisecond, 30 * time.Millisecond, true},
+		{"floor off", Config{CalibrationMinDelta: -1}, 300 * time.Microsecond, 900 * time.Microsecond, true},
+		{"floor raised", Config{CalibrationMinDelta: 50 * time.Millisecond}, 10 * time.Millisecond, 30 * time.Millisecond, false},
+	} {
+		cal := NewCalibrator(nil, tc.cfg)
+		for range 5 {
+			cal.Observe("http://h/a", host, tc.base, at)
+		}
+		cal.Observe("http://h/a", host, tc.slow, at)
+		_, got := cal.Observe("http://h/a", host, tc.slow, at)
+		if got != tc.want {
+			t.Errorf("%s: %v → %v twice: event %v, want %v", tc.name, tc.base, tc.slow, got, tc.want)
+		}
+	}
+}

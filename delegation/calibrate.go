@@ -27,11 +27,12 @@ type CalibrationEvent struct {
 // the history's median by Config.CalibrationFactor CalibrationStreak times in
 // a row. It issues no probes: when nothing changes it costs nothing.
 type Calibrator struct {
-	tree   Tree
-	factor float64
-	streak int
-	keep   int
-	pages  map[string]*pageHistory
+	tree     Tree
+	factor   float64
+	minDelta time.Duration
+	streak   int
+	keep     int
+	pages    map[string]*pageHistory
 }
 
 type pageHistory struct {
@@ -43,7 +44,7 @@ type pageHistory struct {
 // NewCalibrator returns a calibrator with c's calibration settings.
 func NewCalibrator(tree Tree, c Config) *Calibrator {
 	c = c.withDefaults()
-	return &Calibrator{tree: tree, factor: c.CalibrationFactor, streak: c.CalibrationStreak, keep: c.CalibrationHistory, pages: make(map[string]*pageHistory)}
+	return &Calibrator{tree: tree, factor: c.CalibrationFactor, minDelta: c.CalibrationMinDelta, streak: c.CalibrationStreak, keep: c.CalibrationHistory, pages: make(map[string]*pageHistory)}
 }
 
 // Observe records one fetch time of page (hosted at ip) and returns an
@@ -61,7 +62,7 @@ func (c *Calibrator) Observe(page string, ip netip.Addr, took time.Duration, at 
 		return CalibrationEvent{}, false
 	}
 	base := h.median()
-	if float64(took) <= c.factor*float64(base) {
+	if float64(took) <= c.factor*float64(base) || took-base <= c.minDelta {
 		h.slow = 0
 		h.add(took, c.keep)
 		return CalibrationEvent{}, false

@@ -103,6 +103,11 @@ type Config struct {
 	CalibrationStreak int
 	// CalibrationHistory is how many past times per page are kept. Default 8.
 	CalibrationHistory int
+	// CalibrationMinDelta: a slow time must also exceed the history's
+	// median by this much — a page going from 0.3 to 0.8 ms (loopback, a
+	// LAN, a loaded machine) has not moved away. Default 10 ms; negative:
+	// none.
+	CalibrationMinDelta time.Duration
 }
 
 // DefaultConfig returns the paper's settings.
@@ -126,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CalibrationHistory <= 0 {
 		c.CalibrationHistory = 8
+	}
+	if c.CalibrationMinDelta == 0 {
+		c.CalibrationMinDelta = 10 * time.Millisecond
 	}
 	c.Micra = c.Micra.withDefaults()
 	return c
