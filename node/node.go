@@ -81,7 +81,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if n.tree, err = loadTree(cfg); err != nil {
 		return n, err
 	}
-	if n.router, err = newRouter(n.tree, cfg.AddrMapper, cfg.resolver(), n.reg); err != nil {
+	if n.router, err = newRouter(n.tree, cfg.AddrMapper, cfg.resolver(), delegation.Config{}, n.log, n.reg); err != nil {
 		return n, err
 	}
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,6 +34,8 @@ type owner interface {
 	Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error)
 	Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error
 	CrawlerID() delegation.CrawlerID
+	Review(ctx context.Context, ip netip.Addr, took time.Duration) (delegation.Decision, bool, error)
+	ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error)
 }
 
 var _ owner = (*overlay.Peer)(nil)
@@ -47,25 +51,43 @@ type Router struct {
 
 	mu    sync.Mutex
 	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
+	// the crawler's own fetch timings (Fetched): hosts whose first fetch
+	// went to a review (bounded), and each page's time history
+	reviewed map[string]struct{}
+	calib    *delegation.Calibrator
+	newCalib func() *delegation.Calibrator
+	log      *slog.Logger
 
 	// ledger records URLs handed to an owner (nil: not recorded).
 	ledger func(owner delegation.CrawlerID, urls []string) error
 
 	owned, foreign, handedURLs, handoffCalls prometheus.Counter
+	reviews                                  *prometheus.CounterVec
+	slowPages                                prometheus.Counter
 }
 
 var _ crawl.Router = (*Router)(nil)
 
 const maxRememberedHosts = 1 << 16
 
-func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, reg prometheus.Registerer) (*Router, error) {
+// maxCalibratedPages bounds the calibrator's page histories (about 100
+// bytes each): past it they start afresh, which delays an event by a few
+// fetches, no more.
+const maxCalibratedPages = 1 << 18
+
+func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc delegation.Config, log *slog.Logger, reg prometheus.Registerer) (*Router, error) {
 	if mapAddr == nil {
 		mapAddr = Identity
 	}
 	if res == nil {
 		res = net.DefaultResolver
 	}
-	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr)}
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[string]struct{}), log: log,
+		newCalib: func() *delegation.Calibrator { return delegation.NewCalibrator(tree, dc) }}
+	r.calib = r.newCalib()
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_" + name, Help: help})
 	}
@@ -73,8 +95,11 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, reg
 	r.foreign = c("urls_foreign_total", "Discovered URLs owned by another crawler.")
 	r.handedURLs = c("handoff_urls_total", "URLs handed to the overlay's durable hand-off.")
 	r.handoffCalls = c("handoff_groups_total", "Per-subnet groups handed to the overlay.")
+	r.slowPages = c("calibration_events_total", "Pages whose fetch times exceeded their history (calibration events announced, subnet re-delegated).")
+	r.reviews = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "micra_node_reviews_total",
+		Help: "First fetches from a host given to the policy's review, by outcome (kept, handed-over, other)."}, []string{"outcome"})
 	if reg != nil {
-		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.handedURLs, r.handoffCalls} {
+		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.handedURLs, r.handoffCalls, r.slowPages, r.reviews} {
 			if err := reg.Register(m); err != nil {
 				return nil, fmt.Errorf("node: register metrics: %w", err)
 			}
@@ -159,6 +184,69 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+var _ crawl.FetchObserver = (*Router)(nil)
+
+// Fetched implements crawl.FetchObserver: this crawler's own fetch timings
+// feed delegation. The first fetch from each host goes to the policy's
+// review of the host's subnet (delegation.Reviewer; a no-op unless the
+// subnet is this crawler's and the policy reviews) with its round trip —
+// the connect time of a new connection, else the time to first byte (the
+// connection robots.txt opened is usually reused). Every page's total time
+// goes to the calibrator; a calibration event is announced and re-delegates
+// the page's subnet. Hosts this router never resolved (redirect targets
+// fetched before anyone asked it) are skipped: their address is unknown
+// here.
+func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took time.Duration) {
+	host := u.Hostname()
+	r.mu.Lock()
+	a, known := r.hosts[host]
+	_, done := r.reviewed[host]
+	first := known && !done
+	if first {
+		if len(r.reviewed) >= maxRememberedHosts {
+			clear(r.reviewed) // a host reviewed twice costs a no-op review
+		}
+		r.reviewed[host] = struct{}{}
+	}
+	var ev delegation.CalibrationEvent
+	slow := false
+	if known && took > 0 {
+		if r.calib.Pages() >= maxCalibratedPages {
+			r.calib = r.newCalib()
+		}
+		ev, slow = r.calib.Observe(u.String(), a, took, time.Now())
+	}
+	r.mu.Unlock()
+	if first {
+		rtt := t.FirstByte
+		if !t.Reused && t.Connect > 0 {
+			rtt = t.Connect
+		}
+		d, reviewed, err := r.peer.Review(ctx, a, rtt)
+		switch {
+		case err != nil:
+			r.reviews.WithLabelValues("other").Inc()
+			if ctx.Err() == nil {
+				r.log.Warn("node: review failed", "host", host, "addr", a, "err", err)
+			}
+		case !reviewed:
+		case d.Reason == delegation.ReasonHandedOver:
+			r.reviews.WithLabelValues("handed-over").Inc()
+			r.log.Info("node: subnet handed over after review", "host", host, "subnet", d.Subnet, "to", d.Owner, "rtt", rtt)
+		case d.Reason == delegation.ReasonKept:
+			r.reviews.WithLabelValues("kept").Inc()
+		default:
+			r.reviews.WithLabelValues("other").Inc()
+		}
+	}
+	if slow {
+		r.slowPages.Inc()
+		if _, err := r.peer.ReportSlowPage(ctx, a, ev.Page, ev.Last, ev.Baseline); err != nil && ctx.Err() == nil {
+			r.log.Warn("node: calibration failed", "page", ev.Page, "addr", a, "err", err)
+		}
+	}
 }
 
 func (r *Router) remember(host string, a netip.Addr) {

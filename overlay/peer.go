@@ -378,6 +378,28 @@ func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, ob
 	return d, err
 }
 
+// Review gives this crawler's timing of its first fetch from a host at ip
+// (a subnet it owns) to the policy, when the policy reviews delegations
+// (delegation.Reviewer: micra). The policy may probe peers and hand the
+// subnet over to a crawler nearer most of its hosts; the new record is
+// published like any decision. reviewed is false when the policy does not
+// review (nothing happened).
+func (p *Peer) Review(ctx context.Context, ip netip.Addr, took time.Duration) (d delegation.Decision, reviewed bool, err error) {
+	p.polMu.Lock()
+	defer p.polMu.Unlock()
+	if p.policy == nil {
+		return delegation.Decision{}, false, errNoPolicy
+	}
+	rv, ok := p.policy.(delegation.Reviewer)
+	if !ok {
+		return delegation.Decision{}, false, nil
+	}
+	p.drainLearnLocked()
+	d, err = rv.Review(ctx, ip, p.CrawlerID(), took)
+	p.drainLearnLocked()
+	return d, true, err
+}
+
 // announce publishes a calibration event (filling version, snapshot, time).
 func (p *Peer) announce(ctx context.Context, ev *pb.CalibrationEvent) {
 	ev.Version, ev.Snapshot, ev.AtUnixNano = wireVersion, p.snap[:], time.Now().UnixNano()

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+)
+
+// timingOwner is an owner that owns everything and records what the
+// router's fetch observer gives it.
+type timingOwner struct {
+	mu      sync.Mutex
+	reviews []timedCall
+	slow    []timedCall
+}
+
+type timedCall struct {
+	ip             netip.Addr
+	url            string
+	took, baseline time.Duration
+}
+
+func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
+	return delegation.Decision{IP: ip, Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
+}
+func (o *timingOwner) Handoff(context.Context, hierarchy.NodeID, netip.Addr, ...string) error {
+	return nil
+}
+func (o *timingOwner) CrawlerID() delegation.CrawlerID { return "self" }
+func (o *timingOwner) Review(_ context.Context, ip netip.Addr, took time.Duration) (delegation.Decision, bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reviews = append(o.reviews, timedCall{ip: ip, took: took})
+	return delegation.Decision{IP: ip, Owner: "self", Cached: true, Reason: delegation.ReasonKept}, true, nil
+}
+func (o *timingOwner) ReportSlowPage(_ context.Context, ip netip.Addr, u string, observed, expected time.Duration) (delegation.Decision, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.slow = append(o.slow, timedCall{ip: ip, url: u, took: observed, baseline: expected})
+	return delegation.Decision{IP: ip, Owner: "self"}, nil
+}
+
+// TestRouterFeedsOwnTimings: the router (a crawl.FetchObserver) gives the
+// first fetch from each host it routed to a review, with the connect time of
+// a new connection or else the time to first byte, at the mapped address;
+// later fetches from the host are not reviewed again; hosts it never routed
+// are ignored; a page whose time doubles (and grows by more than the
+// calibration floor) twice in a row is reported slow once.
+func TestRouterFeedsOwnTimings(t *testing.T) {
+	ctx := context.Background()
+	mapped := func(a netip.Addr) netip.Addr { // 127.0.0.x → 198.51.100.x
+		b := a.As4()
+		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
+	}
+	reg := prometheus.NewRegistry()
+	r, err := newRouter(nil, mapped, nil, delegation.Config{}, quiet, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = own
+	mustURL := func(s string) *url.URL {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	for _, h := range []struct {
+		host string
+		ip   string
+	}{{"a.test", "127.0.0.1"}, {"b.test", "127.0.0.2"}} {
+		if mine, err := r.Owns(ctx, mustURL("http://"+h.host+"/"), netip.MustParseAddr(h.ip)); err != nil || !mine {
+			t.Fatalf("Owns %s: %v %v", h.host, mine, err)
+		}
+	}
+	ms := time.Millisecond
+	// a.test: a new connection, then reused ones
+	r.Fetched(ctx, mustURL("http://a.test/1"), fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms}, 12*ms)
+	r.Fetched(ctx, mustURL("http://a.test/2"), fetch.Timing{Reused: true, FirstByte: 7 * ms, Total: 9 * ms}, 9*ms)
+	// b.test: the connection robots.txt opened is reused
+	r.Fetched(ctx, mustURL("http://b.test/1"), fetch.Timing{Reused: true, FirstByte: 7 * ms, Total: 8 * ms}, 8*ms)
+	r.Fetched(ctx, mustURL("http://b.test/2"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
+	// never routed: its address is unknown here
+	r.Fetched(ctx, mustURL("http://c.test/1"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
+
+	want := []timedCall{{ip: netip.MustParseAddr("198.51.100.1"), took: 5 * ms}, {ip: netip.MustParseAddr("198.51.100.2"), took: 7 * ms}}
+	if len(own.reviews) != len(want) {
+		t.Fatalf("reviews %+v, want %+v", own.reviews, want)
+	}
+	for i := range want {
+		if own.reviews[i] != want[i] {
+			t.Fatalf("review %d: %+v, want %+v", i, own.reviews[i], want[i])
+		}
+	}
+	if got := counterOf(t, r.reviews.WithLabelValues("kept")); got != 2 {
+		t.Fatalf("kept reviews counted %v, want 2", got)
+	}
+
+	// calibration: a page steady at 40 ms, then 200 ms twice in a row
+	page := mustURL("http://a.test/monitored")
+	for range 5 {
+		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+	}
+	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+	if len(own.slow) != 0 {
+		t.Fatalf("one slow time reported: %+v", own.slow)
+	}
+	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+	if len(own.slow) != 1 || own.slow[0] != (timedCall{ip: netip.MustParseAddr("198.51.100.1"), url: page.String(), took: 200 * ms, baseline: 40 * ms}) {
+		t.Fatalf("slow pages %+v, want one for %s at 200 ms over 40 ms", own.slow, page)
+	}
+	// loopback-scale jitter (0.3 → 0.9 ms) is no path change
+	jit := mustURL("http://b.test/jitter")
+	for range 5 {
+		r.Fetched(ctx, jit, fetch.Timing{Reused: true, FirstByte: 200 * time.Microsecond, Total: 300 * time.Microsecond}, 300*time.Microsecond)
+	}
+	for range 3 {
+		r.Fetched(ctx, jit, fetch.Timing{Reused: true, FirstByte: 800 * time.Microsecond, Total: 900 * time.Microsecond}, 900*time.Microsecond)
+	}
+	if len(own.slow) != 1 || counterOf(t, r.slowPages) != 1 {
+		t.Fatalf("sub-millisecond jitter reported slow: %+v", own.slow)
+	}
+	if len(own.reviews) != 2 {
+		t.Fatalf("later fetches reviewed again: %+v", own.reviews)
+	}
+}
+
+func counterOf(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
