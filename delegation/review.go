@@ -154,6 +154,10 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss); err != nil {
 			return nil, "", err
 		}
+		if err := ctx.Err(); err != nil {
+			// probes cut short answer "no answer": the owner did not win
+			return nil, "", err
+		}
 	}
 	win := owner
 	if len(ranked) > 0 && ranked[0].OK {

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -482,5 +483,38 @@ func TestReviewerTallyRestartsWithForeignRecord(t *testing.T) {
 	}
 	if d := w.review(t, laterHost(6), "b", w.later["b"]); d.Reason != ReasonHandedOver || d.Owner != "a" || d.Record.Epoch != epoch+2 {
 		t.Fatalf("a nearest for 2 hosts against b's 1: want S handed back to a, got %v", d)
+	}
+}
+
+// TestReviewerCancelledCountsNothing: a review whose context is cancelled
+// while it probes (the overlay's prober then answers "no answer" at once)
+// returns the context's error and tallies nothing — not a host "won" by the
+// owner because nobody else could answer. b is nearest for S's later hosts:
+// after the cancelled review, two real ones hand S to b, as on a fresh
+// tally (a 1 for its deciding host, b 2).
+func TestReviewerCancelledCountsNothing(t *testing.T) {
+	later := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	w := newReviewWorld(t, Config{}, later, true)
+	s := w.subnetS(t)
+	first := w.delegateFirst(t, "a")
+	ctx, cancel := context.WithCancel(context.Background())
+	answer := w.prober.rtt
+	w.prober.rtt = func(CrawlerID, netip.Addr) (time.Duration, bool) {
+		cancel() // the caller gave up while the probe was out
+		return 0, false
+	}
+	d, err := w.rv.Review(ctx, laterHost(1), "a", later["a"])
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled review: want context.Canceled, got %v (%v)", err, d)
+	}
+	if rec, _ := w.dir.Get(s); !reflect.DeepEqual(rec, first.Record) {
+		t.Fatalf("a cancelled review changed the directory: %+v", rec)
+	}
+	w.prober.rtt = answer
+	if d := w.review(t, laterHost(2), "a", later["a"]); d.Reason != ReasonKept {
+		t.Fatalf("first real review (b 1, a 1): want kept, got %v", d)
+	}
+	if d := w.review(t, laterHost(3), "a", later["a"]); d.Reason != ReasonHandedOver || d.Owner != "b" {
+		t.Fatalf("second real review (b 2, a 1): want S handed to b — the cancelled review must not count for a: got %v", d)
 	}
 }
