@@ -195,13 +195,25 @@ var _ crawl.FetchObserver = (*Router)(nil)
 // the connect time of a new connection, else the time to first byte (the
 // connection robots.txt opened is usually reused). Every page's total time
 // goes to the calibrator; a calibration event is announced and re-delegates
-// the page's subnet. Hosts this router never resolved (redirect targets
-// fetched before anyone asked it) are skipped: their address is unknown
-// here.
+// the page's subnet. A host the router has not seen (handed-off URLs reach
+// the engine through Accept, not Owns) is resolved as the engine resolved
+// it; one that does not resolve is skipped.
 func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took time.Duration) {
 	host := u.Hostname()
 	r.mu.Lock()
 	a, known := r.hosts[host]
+	r.mu.Unlock()
+	if !known {
+		// URLs handed to this crawler by its peers reach the engine
+		// through Accept, not Owns: resolve their host as the engine did
+		var err error
+		if a, err = r.addrOf(ctx, host); err != nil {
+			r.log.Debug("node: fetch timing of an unresolvable host ignored", "host", host, "err", err)
+			return
+		}
+		known = true
+	}
+	r.mu.Lock()
 	_, done := r.reviewed[host]
 	first := known && !done
 	if first {

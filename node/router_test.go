@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"sync"
@@ -63,7 +64,8 @@ func TestRouterFeedsOwnTimings(t *testing.T) {
 		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
 	}
 	reg := prometheus.NewRegistry()
-	r, err := newRouter(nil, mapped, nil, delegation.Config{}, quiet, reg)
+	// a.test and b.test are routed (Owns); c.test resolves nowhere
+	r, err := newRouter(nil, mapped, mapResolver{"a.test": netip.MustParseAddr("127.0.0.1"), "b.test": netip.MustParseAddr("127.0.0.2")}, delegation.Config{}, quiet, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestRouterFeedsOwnTimings(t *testing.T) {
 	// b.test: the connection robots.txt opened is reused
 	r.Fetched(ctx, mustURL("http://b.test/1"), fetch.Timing{Reused: true, FirstByte: 7 * ms, Total: 8 * ms}, 8*ms)
 	r.Fetched(ctx, mustURL("http://b.test/2"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
-	// never routed: its address is unknown here
+	// never routed and not resolvable: its address is unknown here
 	r.Fetched(ctx, mustURL("http://c.test/1"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
 
 	want := []timedCall{{ip: netip.MustParseAddr("198.51.100.1"), took: 5 * ms}, {ip: netip.MustParseAddr("198.51.100.2"), took: 7 * ms}}
@@ -143,4 +145,53 @@ func counterOf(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// mapResolver resolves the hosts it lists, and no other (no DNS traffic).
+type mapResolver map[string]netip.Addr
+
+func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := m[host]; ok {
+		return []netip.Addr{a}, nil
+	}
+	return nil, fmt.Errorf("mapResolver: no address for %s", host)
+}
+
+// TestRouterReviewsHandedOffHosts: URLs handed to this crawler by other
+// peers reach its engine through Accept, not Owns, so the router has not
+// seen their hosts when it fetches them — yet they are this crawler's
+// subnets (most of them, in a network of many peers), and their first fetch
+// must be reviewed and their pages calibrated like any other: the router
+// resolves the host as the engine did.
+func TestRouterReviewsHandedOffHosts(t *testing.T) {
+	ctx := context.Background()
+	mapped := func(a netip.Addr) netip.Addr { // 127.0.0.x → 198.51.100.x
+		b := a.As4()
+		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
+	}
+	r, err := newRouter(nil, mapped, mapResolver{"handed.test": netip.MustParseAddr("127.0.0.3")}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = own
+	ms := time.Millisecond
+	page, _ := url.Parse("http://handed.test/p")
+	r.Fetched(ctx, page, fetch.Timing{Connect: 4 * ms, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+	want := timedCall{ip: netip.MustParseAddr("198.51.100.3"), took: 4 * ms}
+	if len(own.reviews) != 1 || own.reviews[0] != want {
+		t.Fatalf("handed-off host: reviews %+v, want %+v", own.reviews, want)
+	}
+	for range 4 {
+		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+	}
+	for range 2 {
+		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+	}
+	if len(own.slow) != 1 || own.slow[0].ip != want.ip {
+		t.Fatalf("handed-off host's page slow twice in a row: reported %+v", own.slow)
+	}
+	if len(own.reviews) != 1 {
+		t.Fatalf("later fetches reviewed again: %+v", own.reviews)
+	}
 }
