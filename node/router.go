@@ -123,6 +123,13 @@ func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, err
 		return false, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
 	}
 	mine := d.Owner == r.peer.CrawlerID()
+	if mine && !d.Cached && d.Record.Owner == d.Owner {
+		// this host decided the subnet: the decision counts it already
+		// (a review tally starts with it), only further hosts are reviewed
+		r.mu.Lock()
+		r.markReviewedLocked(u.Hostname())
+		r.mu.Unlock()
+	}
 	if mine {
 		r.owned.Inc()
 	} else {
@@ -217,10 +224,7 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took t
 	_, done := r.reviewed[host]
 	first := known && !done
 	if first {
-		if len(r.reviewed) >= maxRememberedHosts {
-			clear(r.reviewed) // a host reviewed twice costs a no-op review
-		}
-		r.reviewed[host] = struct{}{}
+		r.markReviewedLocked(host)
 	}
 	var ev delegation.CalibrationEvent
 	slow := false
@@ -259,6 +263,15 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took t
 			r.log.Warn("node: calibration failed", "page", ev.Page, "addr", a, "err", err)
 		}
 	}
+}
+
+// markReviewedLocked records that host's first fetch needs no review. The
+// caller holds r.mu.
+func (r *Router) markReviewedLocked(host string) {
+	if len(r.reviewed) >= maxRememberedHosts {
+		clear(r.reviewed) // a host reviewed twice costs a no-op review
+	}
+	r.reviewed[host] = struct{}{}
 }
 
 func (r *Router) remember(host string, a netip.Addr) {

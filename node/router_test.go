@@ -195,3 +195,49 @@ func TestRouterReviewsHandedOffHosts(t *testing.T) {
 		t.Fatalf("later fetches reviewed again: %+v", own.reviews)
 	}
 }
+
+// decidingOwner is a timingOwner whose Delegate decides the subnet of the
+// hosts in fresh now (a new record for itself), as the first host of a
+// subnet does.
+type decidingOwner struct {
+	*timingOwner
+	fresh map[netip.Addr]bool
+}
+
+func (o decidingOwner) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error) {
+	if !o.fresh[ip] {
+		return o.timingOwner.Delegate(ctx, ip)
+	}
+	rec := delegation.Record{Subnet: 7, Owner: o.CrawlerID(), OwnerRTT: 5 * time.Millisecond, Epoch: 1, DecidedBy: o.CrawlerID()}
+	return delegation.Decision{IP: ip, Subnet: 7, Owner: o.CrawlerID(), OwnerRTT: rec.OwnerRTT, Record: rec, Reason: delegation.ReasonConfident}, nil
+}
+
+// TestRouterSkipsReviewOfDecidingHost: the host whose Owns decided its
+// subnet for this crawler is the one the decision counts already (its tally
+// starts with that host for the owner); reviewing its first fetch would count
+// it twice and probe again for what was just probed. Only further hosts of
+// the subnet are reviewed, as in the simulator.
+func TestRouterSkipsReviewOfDecidingHost(t *testing.T) {
+	ctx := context.Background()
+	r, err := newRouter(nil, nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = decidingOwner{timingOwner: own, fresh: map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true}}
+	for _, h := range []struct{ host, ip string }{{"first.test", "127.0.0.1"}, {"further.test", "127.0.0.2"}} {
+		u, _ := url.Parse("http://" + h.host + "/")
+		if mine, err := r.Owns(ctx, u, netip.MustParseAddr(h.ip)); err != nil || !mine {
+			t.Fatalf("Owns %s: %v %v", h.host, mine, err)
+		}
+	}
+	ms := time.Millisecond
+	for _, h := range []string{"first.test", "further.test"} {
+		u, _ := url.Parse("http://" + h + "/")
+		r.Fetched(ctx, u, fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms}, 12*ms)
+	}
+	want := []timedCall{{ip: netip.MustParseAddr("127.0.0.2"), took: 5 * ms}}
+	if len(own.reviews) != 1 || own.reviews[0] != want[0] {
+		t.Fatalf("reviews %+v, want only the further host's %+v", own.reviews, want)
+	}
+}
