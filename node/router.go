@@ -200,12 +200,13 @@ var _ crawl.FetchObserver = (*Router)(nil)
 // review of the host's subnet (delegation.Reviewer; a no-op unless the
 // subnet is this crawler's and the policy reviews) with its round trip —
 // the connect time of a new connection, else the time to first byte (the
-// connection robots.txt opened is usually reused). Every page's total time
-// goes to the calibrator; a calibration event is announced and re-delegates
+// connection robots.txt opened is usually reused). Every page's request
+// time (the final hop's total without DNS, connect and TLS) goes to the
+// calibrator; a calibration event is announced and re-delegates
 // the page's subnet. A host the router has not seen (handed-off URLs reach
 // the engine through Accept, not Owns) is resolved as the engine resolved
 // it; one that does not resolve is skipped.
-func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took time.Duration) {
+func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time.Duration) {
 	host := u.Hostname()
 	r.mu.Lock()
 	a, known := r.hosts[host]
@@ -228,11 +229,14 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, took t
 	}
 	var ev delegation.CalibrationEvent
 	slow := false
-	if known && took > 0 {
+	// the request's own time: a revisit on a new connection (DNS, connect,
+	// TLS: up to three round trips more than a kept-alive one) is no
+	// slower path
+	if req := t.Total - t.DNS - t.Connect - t.TLS; known && req > 0 {
 		if r.calib.Pages() >= maxCalibratedPages {
 			r.calib = r.newCalib()
 		}
-		ev, slow = r.calib.Observe(u.String(), a, took, time.Now())
+		ev, slow = r.calib.Observe(u.String(), a, req, time.Now())
 	}
 	r.mu.Unlock()
 	if first {

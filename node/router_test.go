@@ -241,3 +241,39 @@ func TestRouterSkipsReviewOfDecidingHost(t *testing.T) {
 		t.Fatalf("reviews %+v, want only the further host's %+v", own.reviews, want)
 	}
 }
+
+// TestRouterCalibratesRequestTimes: a page first fetched over a kept-alive
+// connection and revisited later over new ones (the idle connection is long
+// gone by then) pays DNS, connect and TLS on every revisit — three round
+// trips where the first fetch paid one. That is no slower path: calibration
+// judges the request's own time, not the connection's set-up, and reports
+// nothing. A request that really became slow is still reported.
+func TestRouterCalibratesRequestTimes(t *testing.T) {
+	ctx := context.Background()
+	r, err := newRouter(nil, nil, mapResolver{"tls.test": netip.MustParseAddr("127.0.0.4")}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = own
+	ms := time.Millisecond
+	page, _ := url.Parse("https://tls.test/monitored")
+	// first pass: the connection robots.txt opened is reused
+	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 25 * ms, Total: 30 * ms}, 30*ms)
+	// revisits, hours apart: DNS, a new connection and a TLS handshake each
+	for range 3 {
+		tm := fetch.Timing{DNS: 3 * ms, Connect: 20 * ms, TLS: 40 * ms, FirstByte: 88 * ms, Total: 93 * ms}
+		r.Fetched(ctx, page, tm, tm.Total)
+	}
+	if len(own.slow) != 0 {
+		t.Fatalf("revisits over new connections reported slow: %+v", own.slow)
+	}
+	// the request itself slows down (a new path): 30 → 150 ms
+	for range 2 {
+		tm := fetch.Timing{DNS: 3 * ms, Connect: 20 * ms, TLS: 40 * ms, FirstByte: 208 * ms, Total: 213 * ms}
+		r.Fetched(ctx, page, tm, tm.Total)
+	}
+	if len(own.slow) != 1 || own.slow[0].took != 150*ms || own.slow[0].baseline != 30*ms {
+		t.Fatalf("a request slowed from 30 to 150 ms twice: reported %+v", own.slow)
+	}
+}
