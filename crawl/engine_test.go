@@ -537,8 +537,7 @@ func (r *observingRouter) Fetched(_ context.Context, u *url.URL, t fetch.Timing,
 
 // TestFetchObserverSeesEveryFetch: a Router that implements FetchObserver
 // gets the timing of every page fetched, once, with the time to the first
-// byte (a round trip plus the server's time: what delegation reviews use as
-// the owner's RTT when the connection was already open, for robots.txt).
+// byte (a round trip plus the server's time) and the total.
 func TestFetchObserverSeesEveryFetch(t *testing.T) {
 	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 2, PagesPerHost: 8})
 	r := &observingRouter{seen: map[string][]fetch.Timing{}, took: map[string]time.Duration{}}

@@ -196,11 +196,12 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 var _ crawl.FetchObserver = (*Router)(nil)
 
 // Fetched implements crawl.FetchObserver: this crawler's own fetch timings
-// feed delegation. The first fetch from each host goes to the policy's
-// review of the host's subnet (delegation.Reviewer; a no-op unless the
-// subnet is this crawler's and the policy reviews) with its round trip —
-// the connect time of a new connection, else the time to first byte (the
-// connection robots.txt opened is usually reused). Every page's request
+// feed delegation. The first fetch from each host that opens a connection
+// goes to the policy's review of the host's subnet (delegation.Reviewer; a
+// no-op unless the subnet is this crawler's and the policy reviews) with
+// its connect time, a round trip as probes measure it (fetches on the
+// connection robots.txt opened wait for a later one: their time to first
+// byte includes the server's). Every page's request
 // time (the final hop's total without DNS, connect and TLS) goes to the
 // calibrator; a calibration event is announced and re-delegates
 // the page's subnet. A host the router has not seen (handed-off URLs reach
@@ -223,7 +224,10 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 	}
 	r.mu.Lock()
 	_, done := r.reviewed[host]
-	first := known && !done
+	// only a new connection's connect time is a round trip, as probes
+	// (TCP connect) measure it: a reused connection's time to first byte
+	// adds the server's time, which would make the owner look far
+	first := known && !done && !t.Reused && t.Connect > 0
 	if first {
 		r.markReviewedLocked(host)
 	}
@@ -240,10 +244,7 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 	}
 	r.mu.Unlock()
 	if first {
-		rtt := t.FirstByte
-		if !t.Reused && t.Connect > 0 {
-			rtt = t.Connect
-		}
+		rtt := t.Connect
 		d, reviewed, err := r.peer.Review(ctx, a, rtt)
 		switch {
 		case err != nil:
