@@ -274,7 +274,10 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 // caller holds r.mu.
 func (r *Router) markReviewedLocked(host string) {
 	if len(r.reviewed) >= maxRememberedHosts {
-		clear(r.reviewed) // a host reviewed twice costs a no-op review
+		// a host reviewed again after this is one more vote in its
+		// subnet's tally (and may probe): rare, and bounded memory is
+		// worth it
+		clear(r.reviewed)
 	}
 	r.reviewed[host] = struct{}{}
 }
