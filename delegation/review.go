@@ -23,7 +23,8 @@ import (
 //
 // Review accounts no page (Delegate did). It is a no-op, returning the
 // current record (reason cached), when ip's subnet is not delegated to
-// owner, when owner is dead, or when took is not positive; for an IP outside
+// owner, when owner is dead, when took is not positive, or when owner sits
+// in the subnet (placement: a crawler owns its own subnet); for an IP outside
 // the hierarchy it answers as Delegate does (the hashed owner). Like every policy call it must be
 // serialised with Delegate, Join, Redelegate and Learn.
 type Reviewer interface {
@@ -57,7 +58,9 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 		d.Owner, d.OwnerRTT, d.Record = rec.Owner, rec.OwnerRTT, rec
 	}
 	rc, can := e.ch.(reviewChooser)
-	if !ok || !can || rec.Owner != owner || !e.live(owner) || took <= 0 {
+	if !ok || !can || rec.Owner != owner || !e.live(owner) || took <= 0 || e.d.Tree.Contains(s, e.members()[owner].Addr) {
+		// (a crawler owns the subnet it sits in: placement, not a
+		// decision a review could improve)
 		d.Cached, d.Reason = ok, ReasonCached
 		return d, nil
 	}

@@ -417,8 +417,13 @@ func TestReviewerDeterministic(t *testing.T) {
 				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.Owner {
 					t.Fatalf("handed over to %s, the directory holds %+v", d.Owner, rec)
 				}
+			case ReasonCached:
+				// only a crawler's own subnet (placement) is not reviewed
+				if !w.tree.Contains(d.Subnet, w.crawler(d.Owner).Addr) {
+					t.Fatalf("review did nothing outside a placement: %v", d)
+				}
 			default:
-				t.Fatalf("review of an owner's own subnet: %v", d)
+				t.Fatalf("review: %v", d)
 			}
 		}
 		return out, kept, handed, reviewProbes
@@ -516,5 +521,26 @@ func TestReviewerCancelledCountsNothing(t *testing.T) {
 	}
 	if d := w.review(t, laterHost(3), "a", later["a"]); d.Reason != ReasonHandedOver || d.Owner != "b" {
 		t.Fatalf("second real review (b 2, a 1): want S handed to b — the cancelled review must not count for a: got %v", d)
+	}
+}
+
+// TestReviewerKeepsPlacement: a crawler owns the subnet it sits in
+// (placement); reviews of that subnet's hosts never probe or hand it over,
+// however slow the owner's timings.
+func TestReviewerKeepsPlacement(t *testing.T) {
+	w := newReviewWorld(t, Config{}, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	home := w.tree.SmallestNonUnary(reviewCrawlers[0].Addr) // a's own subnet
+	rec, ok := w.dir.Get(home)
+	if !ok || rec.Owner != "a" {
+		t.Fatalf("a's own subnet %d: %+v %v", home, rec, ok)
+	}
+	for n := 1; n <= 4; n++ {
+		d := w.review(t, netip.AddrFrom4([4]byte{40, 1, byte(n), 9}), "a", 300*time.Millisecond)
+		if d.Probes != 0 || d.Reason != ReasonCached || d.Owner != "a" || d.Subnet != home {
+			t.Fatalf("review %d of a's own subnet: %v", n, d)
+		}
+	}
+	if got, _ := w.dir.Get(home); !reflect.DeepEqual(got, rec) {
+		t.Fatalf("a's own subnet changed: %+v", got)
 	}
 }
