@@ -263,6 +263,11 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 		}
 	}
 	if slow {
+		// only the owner's path says anything about the delegation: a
+		// foreign host fetched here (a redirect target) is not reported
+		if d, err := r.peer.Delegate(ctx, a); err != nil || d.Owner != r.peer.CrawlerID() {
+			return
+		}
 		r.slowPages.Inc()
 		if _, err := r.peer.ReportSlowPage(ctx, a, ev.Page, ev.Last, ev.Baseline); err != nil && ctx.Err() == nil {
 			r.log.Warn("node: calibration failed", "page", ev.Page, "addr", a, "err", err)

@@ -23,6 +23,7 @@ type timingOwner struct {
 	mu      sync.Mutex
 	reviews []timedCall
 	slow    []timedCall
+	foreign map[netip.Addr]bool // owned by "other"
 }
 
 type timedCall struct {
@@ -32,6 +33,9 @@ type timedCall struct {
 }
 
 func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
+	if o.foreign[ip] {
+		return delegation.Decision{IP: ip, Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
+	}
 	return delegation.Decision{IP: ip, Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
 }
 func (o *timingOwner) Handoff(context.Context, hierarchy.NodeID, netip.Addr, ...string) error {
@@ -279,5 +283,29 @@ func TestRouterCalibratesRequestTimes(t *testing.T) {
 	}
 	if len(own.slow) != 1 || own.slow[0].took != 150*ms || own.slow[0].baseline != 30*ms {
 		t.Fatalf("a request slowed from 30 to 150 ms twice: reported %+v", own.slow)
+	}
+}
+
+// TestRouterCalibratesOwnHostsOnly: a page on a host owned by another
+// crawler (a redirect target fetched here) that slows down says nothing
+// about that owner's path: no calibration event.
+func TestRouterCalibratesOwnHostsOnly(t *testing.T) {
+	ctx := context.Background()
+	mine, theirs := netip.MustParseAddr("127.0.0.5"), netip.MustParseAddr("127.0.0.6")
+	r, err := newRouter(nil, nil, mapResolver{"mine.test": mine, "theirs.test": theirs}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{foreign: map[netip.Addr]bool{theirs: true}}
+	r.peer = own
+	ms := time.Millisecond
+	for _, host := range []string{"theirs.test", "mine.test"} {
+		page, _ := url.Parse("http://" + host + "/p")
+		for _, d := range []time.Duration{30 * ms, 30 * ms, 30 * ms, 150 * ms, 150 * ms} {
+			r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: d - ms, Total: d}, d)
+		}
+	}
+	if len(own.slow) != 1 || own.slow[0].ip != mine || counterOf(t, r.slowPages) != 1 {
+		t.Fatalf("slow pages reported %+v: want only mine.test's", own.slow)
 	}
 }
