@@ -81,6 +81,11 @@ type MicraConfig struct {
 	// errors); negative: no review probes (the tally then only counts the
 	// owner).
 	ReviewMiss float64
+	// ReviewEvery: every host of a subnet is reviewed until its tally
+	// (under the current record) has counted this many; after that only
+	// the 2^k-th host is — the majority is settled, and each further vote
+	// moves it less. Default 16; negative: every host.
+	ReviewEvery int
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -131,6 +136,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.ReviewMiss == 0 {
 		m.ReviewMiss = 0.3
+	}
+	if m.ReviewEvery == 0 {
+		m.ReviewEvery = 16
 	}
 	if m.GeoAfter <= 0 {
 		m.GeoAfter = 30

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"strconv"
 	"context"
 	"fmt"
 	"net/netip"
@@ -115,6 +116,7 @@ func okOnly(rs []ProbeResult) []ProbeResult {
 // starts a new tally, in which its owner has the host that decided it.
 type subnetTally struct {
 	epoch  uint64
+	hosts  uint32 // hosts of the subnet under this record, the deciding one included
 	counts []struct{ ci, n uint32 }
 }
 
@@ -148,10 +150,18 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	t, seen := m.tally[s]
 	owner := m.crawler.id(rec.Owner)
 	if !seen || t.epoch != rec.Epoch {
-		t = subnetTally{epoch: rec.Epoch}
+		t = subnetTally{epoch: rec.Epoch, hosts: 1}
 		t.add(owner) // the host that decided the subnet
 	}
 	ranked := given[:]
+	t.hosts++
+	if n := int(t.hosts); m.cfg.ReviewEvery > 0 && n > m.cfg.ReviewEvery && n&(n-1) != 0 {
+		// the tally is settled: past ReviewEvery hosts only the 2^k-th
+		// host votes (the owner keeps the subnet, nothing is counted)
+		m.tally[s] = t
+		d.Steps = append(d.Steps, Step{Kind: StepPredict, Node: s, Note: "review skipped: host " + strconv.Itoa(n) + " of the subnet, only powers of two vote past " + strconv.Itoa(m.cfg.ReviewEvery)})
+		return ranked, "", nil
+	}
 	if m.cfg.ReviewMiss > 0 {
 		var err error
 		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss); err != nil {

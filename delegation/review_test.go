@@ -544,3 +544,35 @@ func TestReviewerKeepsPlacement(t *testing.T) {
 		t.Fatalf("a's own subnet changed: %+v", got)
 	}
 }
+
+// TestReviewerThinsOutSettledSubnets: past ReviewEvery hosts under one
+// record only the 2^k-th host is reviewed (and votes). With ReviewEvery 2,
+// S's 3rd host is skipped — no probe, no vote — so b, nearest for the later
+// hosts, takes S at the 4th; reviewing every host, it takes S at the 3rd.
+func TestReviewerThinsOutSettledSubnets(t *testing.T) {
+	later := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	for _, tc := range []struct {
+		every    int
+		handedAt int // host number (the deciding host is 1)
+	}{{2, 4}, {-1, 3}} {
+		w := newReviewWorld(t, Config{Micra: MicraConfig{ReviewEvery: tc.every}}, later, true)
+		w.delegateFirst(t, "a")
+		for host := 2; host <= tc.handedAt; host++ {
+			d := w.review(t, laterHost(host), "a", later["a"])
+			switch {
+			case host == tc.handedAt:
+				if d.Reason != ReasonHandedOver || d.Owner != "b" {
+					t.Fatalf("every %d, host %d: want S handed to b, got %v", tc.every, host, d)
+				}
+			case tc.every == 2 && host == 3:
+				if d.Reason != ReasonKept || d.Probes != 0 || d.Owner != "a" {
+					t.Fatalf("every 2, host 3: want the review skipped, got %v", d)
+				}
+			default:
+				if d.Reason != ReasonKept || d.Probes == 0 || d.Owner != "a" {
+					t.Fatalf("every %d, host %d: want a probed, kept review, got %v", tc.every, host, d)
+				}
+			}
+		}
+	}
+}
