@@ -1,10 +1,10 @@
 package delegation
 
 import (
-	"strconv"
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
