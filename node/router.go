@@ -53,7 +53,7 @@ type Router struct {
 	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
 	// the crawler's own fetch timings (Fetched): hosts whose first fetch
 	// went to a review (bounded), and each page's time history
-	reviewed map[string]struct{}
+	reviewed map[netip.Addr]struct{} // by mapped address: a round trip is the address's, not the site's
 	calib    *delegation.Calibrator
 	newCalib func() *delegation.Calibrator
 	log      *slog.Logger
@@ -85,7 +85,7 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[string]struct{}), log: log,
+	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[netip.Addr]struct{}), log: log,
 		newCalib: func() *delegation.Calibrator { return delegation.NewCalibrator(tree, dc) }}
 	r.calib = r.newCalib()
 	c := func(name, help string) prometheus.Counter {
@@ -127,7 +127,7 @@ func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, err
 		// this host decided the subnet: the decision counts it already
 		// (a review tally starts with it), only further hosts are reviewed
 		r.mu.Lock()
-		r.markReviewedLocked(u.Hostname())
+		r.markReviewedLocked(a)
 		r.mu.Unlock()
 	}
 	if mine {
@@ -196,8 +196,8 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 var _ crawl.FetchObserver = (*Router)(nil)
 
 // Fetched implements crawl.FetchObserver: this crawler's own fetch timings
-// feed delegation. The first fetch from each host that opens a connection
-// goes to the policy's review of the host's subnet (delegation.Reviewer; a
+// feed delegation. The first fetch from each (mapped) host address that
+// opens a connection goes to the policy's review of the host's subnet (delegation.Reviewer; a
 // no-op unless the subnet is this crawler's and the policy reviews) with
 // its connect time, a round trip as probes measure it (fetches on the
 // connection robots.txt opened wait for a later one: their time to first
@@ -223,13 +223,13 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 		known = true
 	}
 	r.mu.Lock()
-	_, done := r.reviewed[host]
+	_, done := r.reviewed[a]
 	// only a new connection's connect time is a round trip, as probes
 	// (TCP connect) measure it: a reused connection's time to first byte
 	// adds the server's time, which would make the owner look far
 	first := known && !done && !t.Reused && t.Connect > 0
 	if first {
-		r.markReviewedLocked(host)
+		r.markReviewedLocked(a)
 	}
 	var ev delegation.CalibrationEvent
 	slow := false
@@ -275,16 +275,17 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 	}
 }
 
-// markReviewedLocked records that host's first fetch needs no review. The
-// caller holds r.mu.
-func (r *Router) markReviewedLocked(host string) {
+// markReviewedLocked records that the first fetch from address a needs no
+// review (one vote per address: the many sites of a shared-hosting address
+// share its round trip). The caller holds r.mu.
+func (r *Router) markReviewedLocked(a netip.Addr) {
 	if len(r.reviewed) >= maxRememberedHosts {
 		// a host reviewed again after this is one more vote in its
 		// subnet's tally (and may probe): rare, and bounded memory is
 		// worth it
 		clear(r.reviewed)
 	}
-	r.reviewed[host] = struct{}{}
+	r.reviewed[a] = struct{}{}
 }
 
 func (r *Router) remember(host string, a netip.Addr) {

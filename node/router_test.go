@@ -309,3 +309,23 @@ func TestRouterCalibratesOwnHostsOnly(t *testing.T) {
 		t.Fatalf("slow pages reported %+v: want only mine.test's", own.slow)
 	}
 }
+
+// TestRouterReviewsAnAddressOnce: the sites of a shared-hosting address share
+// its round trip, so only the first fetch from the address is reviewed.
+func TestRouterReviewsAnAddressOnce(t *testing.T) {
+	ctx := context.Background()
+	shared := netip.MustParseAddr("127.0.0.9")
+	r, err := newRouter(nil, nil, mapResolver{"one.test": shared, "two.test": shared, "three.test": netip.MustParseAddr("127.0.0.10")}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = own
+	for _, h := range []string{"one.test", "two.test", "three.test"} {
+		u, _ := url.Parse("http://" + h + "/")
+		r.Fetched(ctx, u, fetch.Timing{Connect: 4 * time.Millisecond, FirstByte: 9 * time.Millisecond, Total: 12 * time.Millisecond}, 12*time.Millisecond)
+	}
+	if len(own.reviews) != 2 || own.reviews[0].ip != shared || own.reviews[1].ip != netip.MustParseAddr("127.0.0.10") {
+		t.Fatalf("reviews %+v: want one for the shared address, one for three.test", own.reviews)
+	}
+}
