@@ -81,10 +81,10 @@ type MicraConfig struct {
 	// errors); negative: no review probes (the tally then only counts the
 	// owner).
 	ReviewMiss float64
-	// ReviewEvery: every host of a subnet is reviewed until its tally
-	// (under the current record) has counted this many; after that only
-	// the 2^k-th host is — the majority is settled, and each further vote
-	// moves it less. Default 16; negative: every host.
+	// ReviewEvery: the first ReviewEvery hosts of a subnet under its
+	// current record (the deciding host included) are reviewed; after
+	// that only the 2^k-th host is — the majority is settled, and each
+	// further vote moves it less. Default 16; negative: every host.
 	ReviewEvery int
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
