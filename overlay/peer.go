@@ -396,6 +396,9 @@ func (p *Peer) Review(ctx context.Context, ip netip.Addr, took time.Duration) (d
 	}
 	p.drainLearnLocked()
 	d, err = rv.Review(ctx, ip, p.CrawlerID(), took)
+	if err == nil && d.Reason == delegation.ReasonHandedOver {
+		p.metrics.delegations.Inc() // a new record, decided here
+	}
 	p.drainLearnLocked()
 	return d, true, err
 }

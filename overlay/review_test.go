@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/micra-crawler/micra/delegation"
 )
 
@@ -63,9 +66,13 @@ func TestReviewHandsOverOnTheOverlay(t *testing.T) {
 	if d1.Reason != delegation.ReasonKept || d1.Owner != p0.CrawlerID() || d1.Probes == 0 {
 		t.Fatalf("review 1: crawler 1 nearest for 1 host, 0 for 1: want kept after probing, got %v", d1)
 	}
+	decided := counterValue(t, p0.metrics.delegations)
 	d2, _, err := p0.Review(ctx, netip.MustParseAddr("127.5.2.12"), table[0][1])
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := counterValue(t, p0.metrics.delegations); got != decided+1 {
+		t.Fatalf("a hand-over is a decision of this peer: delegations %v → %v", decided, got)
 	}
 	if d2.Reason != delegation.ReasonHandedOver || d2.Owner != p1.CrawlerID() || d2.Record.Epoch != epoch+1 {
 		t.Fatalf("review 2: crawler 1 nearest for 2 hosts: want the subnet handed to it, got %v", d2)
@@ -87,4 +94,13 @@ func TestReviewHandsOverOnTheOverlay(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
