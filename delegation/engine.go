@@ -296,12 +296,7 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 			return d, err
 		}
 	}
-	probes := make([]ProbeResult, 0, len(ranked))
-	for _, r := range ranked {
-		if r.OK {
-			probes = append(probes, r)
-		}
-	}
+	probes := okOnly(ranked)
 	rec := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
 		Probes: probes, Epoch: prevEpoch + 1, DecidedBy: e.c.Self, At: e.now(),

@@ -340,7 +340,6 @@ type prober struct {
 	w        *World
 	rng      *rand.Rand
 	probes   int64
-	seed     uint64
 	crawlRng *rand.Rand // crawlTime's stream
 	// the engine probes one target several times per decision
 	lastAddr netip.Addr
@@ -378,9 +377,6 @@ func (w *World) crawler(id delegation.CrawlerID) (int32, bool) {
 // the host anyway). It draws from its own stream, so reviews do not shift
 // the probe samples.
 func (p *prober) crawlTime(h int, ci int32) time.Duration {
-	if p.crawlRng == nil {
-		p.crawlRng = rand.New(rand.NewPCG(p.seed, seedOf("crawl-time")))
-	}
 	if f, ok := p.w.floorOf(h, ci); ok {
 		return world.Duration(p.w.Model.SampleAbove(f, p.crawlRng))
 	}
@@ -449,7 +445,8 @@ func seedOf(s string) uint64 {
 func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*run, error) {
 	members := delegation.NewMemMembership(w.Crawlers...)
 	dir := delegation.NewMemDirectory(w.Tree, members)
-	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name))), host: -1, seed: cfg.Seed}
+	pr := &prober{w: w, rng: rand.New(rand.NewPCG(cfg.Seed, seedOf("probe/"+spec.Name))), host: -1,
+		crawlRng: rand.New(rand.NewPCG(cfg.Seed, seedOf("crawl-time")))}
 	clock := &Clock{t: simEpoch}
 	ec := cfg.Engine
 	ec.Threshold = cfg.Threshold
