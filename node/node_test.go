@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
@@ -350,13 +349,7 @@ func TestKillNodeMidCrawl(t *testing.T) {
 	}
 }
 
-func counterValue(t *testing.T, nd *Node) float64 {
-	var m dto.Metric
-	if err := nd.rerouted.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
+func counterValue(t *testing.T, nd *Node) float64 { return counterOf(t, nd.rerouted) }
 
 // TestLedgerSweepReroutesOwnersGone: URLs handed to an owner this node never
 // saw die (it was down, or the death events overflowed) are re-routed by

@@ -68,14 +68,8 @@ func TestRouterFeedsOwnTimings(t *testing.T) {
 		b := a.As4()
 		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
 	}
-	reg := prometheus.NewRegistry()
 	// a.test and b.test are routed (Owns); c.test resolves nowhere
-	r, err := newRouter(nil, mapped, mapResolver{"a.test": netip.MustParseAddr("127.0.0.1"), "b.test": netip.MustParseAddr("127.0.0.2")}, delegation.Config{}, quiet, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{}
-	r.peer = own
+	r, own := newTimingRouter(t, mapped, mapResolver{"a.test": netip.MustParseAddr("127.0.0.1"), "b.test": netip.MustParseAddr("127.0.0.2")})
 	mustURL := func(s string) *url.URL {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -155,6 +149,18 @@ func counterOf(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// newTimingRouter is a router over a timingOwner, resolving only res.
+func newTimingRouter(t *testing.T, mapAddr AddrMapper, res mapResolver) (*Router, *timingOwner) {
+	t.Helper()
+	r, err := newRouter(nil, mapAddr, res, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &timingOwner{}
+	r.peer = own
+	return r, own
+}
+
 // mapResolver resolves the hosts it lists, and no other (no DNS traffic).
 type mapResolver map[string]netip.Addr
 
@@ -177,12 +183,7 @@ func TestRouterReviewsHandedOffHosts(t *testing.T) {
 		b := a.As4()
 		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
 	}
-	r, err := newRouter(nil, mapped, mapResolver{"handed.test": netip.MustParseAddr("127.0.0.3")}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{}
-	r.peer = own
+	r, own := newTimingRouter(t, mapped, mapResolver{"handed.test": netip.MustParseAddr("127.0.0.3")})
 	ms := time.Millisecond
 	page, _ := url.Parse("http://handed.test/p")
 	r.Fetched(ctx, page, fetch.Timing{Connect: 4 * ms, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
@@ -227,11 +228,7 @@ func (o decidingOwner) Delegate(ctx context.Context, ip netip.Addr) (delegation.
 // the subnet are reviewed, as in the simulator.
 func TestRouterSkipsReviewOfDecidingHost(t *testing.T) {
 	ctx := context.Background()
-	r, err := newRouter(nil, nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{}
+	r, own := newTimingRouter(t, nil, mapResolver{})
 	r.peer = decidingOwner{timingOwner: own, fresh: map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true}}
 	for _, h := range []struct{ host, ip string }{{"first.test", "127.0.0.1"}, {"further.test", "127.0.0.2"}} {
 		u, _ := url.Parse("http://" + h.host + "/")
@@ -258,12 +255,7 @@ func TestRouterSkipsReviewOfDecidingHost(t *testing.T) {
 // nothing. A request that really became slow is still reported.
 func TestRouterCalibratesRequestTimes(t *testing.T) {
 	ctx := context.Background()
-	r, err := newRouter(nil, nil, mapResolver{"tls.test": netip.MustParseAddr("127.0.0.4")}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{}
-	r.peer = own
+	r, own := newTimingRouter(t, nil, mapResolver{"tls.test": netip.MustParseAddr("127.0.0.4")})
 	ms := time.Millisecond
 	page, _ := url.Parse("https://tls.test/monitored")
 	// first pass: the connection robots.txt opened is reused
@@ -292,12 +284,8 @@ func TestRouterCalibratesRequestTimes(t *testing.T) {
 func TestRouterCalibratesOwnHostsOnly(t *testing.T) {
 	ctx := context.Background()
 	mine, theirs := netip.MustParseAddr("127.0.0.5"), netip.MustParseAddr("127.0.0.6")
-	r, err := newRouter(nil, nil, mapResolver{"mine.test": mine, "theirs.test": theirs}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{foreign: map[netip.Addr]bool{theirs: true}}
-	r.peer = own
+	r, own := newTimingRouter(t, nil, mapResolver{"mine.test": mine, "theirs.test": theirs})
+	own.foreign = map[netip.Addr]bool{theirs: true}
 	ms := time.Millisecond
 	for _, host := range []string{"theirs.test", "mine.test"} {
 		page, _ := url.Parse("http://" + host + "/p")
@@ -315,12 +303,7 @@ func TestRouterCalibratesOwnHostsOnly(t *testing.T) {
 func TestRouterReviewsAnAddressOnce(t *testing.T) {
 	ctx := context.Background()
 	shared := netip.MustParseAddr("127.0.0.9")
-	r, err := newRouter(nil, nil, mapResolver{"one.test": shared, "two.test": shared, "three.test": netip.MustParseAddr("127.0.0.10")}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &timingOwner{}
-	r.peer = own
+	r, own := newTimingRouter(t, nil, mapResolver{"one.test": shared, "two.test": shared, "three.test": netip.MustParseAddr("127.0.0.10")})
 	for _, h := range []string{"one.test", "two.test", "three.test"} {
 		u, _ := url.Parse("http://" + h + "/")
 		r.Fetched(ctx, u, fetch.Timing{Connect: 4 * time.Millisecond, FirstByte: 9 * time.Millisecond, Total: 12 * time.Millisecond}, 12*time.Millisecond)
