@@ -134,6 +134,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.PairSamples <= 0 {
 		m.PairSamples = 128
 	}
+	m.PairSamples = min(m.PairSamples, math.MaxUint16) // pairSamples counts in uint16
 	if m.ReviewMiss == 0 {
 		m.ReviewMiss = 0.3
 	}
@@ -473,6 +474,7 @@ type micraChooser struct {
 	locCtx   []*ctxInfo           // contexts with located crawlers
 	pos      []crawlerPos         // by crawler index: the position it states
 	liveCi   []bool               // by crawler index: live now
+	liveOrd  []uint32             // crawler indexes of liveIDs, in its (sorted) order
 	geoCC    string               // country of geoRow
 	geoRow   []float64            // by crawler index: distance feature to geoCC
 	geoTab   map[string][]float64 // geoRow of every country seen
@@ -627,13 +629,14 @@ func (m *micraChooser) locate(e *engine) {
 	for _, c := range m.locCtx {
 		slices.Sort(c.sits)
 	}
-	m.liveCi = m.liveCi[:0]
+	m.liveCi, m.liveOrd = m.liveCi[:0], m.liveOrd[:0]
 	for _, c := range e.liveIDs() {
 		ci := m.crawler.id(c)
 		for int(ci) >= len(m.liveCi) {
 			m.liveCi = append(m.liveCi, false)
 		}
 		m.liveCi[ci] = true
+		m.liveOrd = append(m.liveOrd, ci)
 	}
 	if versioned {
 		m.locVer, m.locValid = ver, true
@@ -949,7 +952,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		if ki == len(infos)-1 && len(ids) < m.cfg.MinCandidates {
 			// cold start: any live crawler, up to topK, from an offset
 			// that depends on the subnet (not the first names)
-			live := e.liveIDs()
+			// (indexes in liveIDs' order, kept by locate: no lookup by
+			// name per crawler and decision)
+			live := m.liveOrd
 			if len(live) == 0 {
 				return nil, nil // nobody to ask: the engine falls back to hashing
 			}
@@ -958,7 +963,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				if len(ids) >= topK {
 					break
 				}
-				add(m.crawler.id(live[(off+j)%len(live)]))
+				add(live[(off+j)%len(live)])
 			}
 		}
 	}
