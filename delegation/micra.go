@@ -157,8 +157,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 //   - every published record's probe answers are folded into statistics of
 //     ln RTT per (context, crawler); the contexts of a subnet are, specific
 //     to general: the subnet, its organisation, its ancestors below the
-//     registry blocks, its /16 neighbourhood, its country, its /12
-//     neighbourhood, its IANA /8 block, its registry, everything;
+//     IANA blocks, its country, its registry, everything;
 //   - a distance prior: the registry country's centroid (countryCentroids)
 //     to the position a crawler states for itself (Crawler.Lat/Lon), with
 //     ln RTT on ln distance fitted from the probe answers, is the base of a
@@ -200,8 +199,6 @@ const (
 	ctxCountry
 	ctxRegistry
 	ctxGlobal
-	ctxPfxFine   // the /16 (IPv4) or /32 (IPv6) around the subnet's start
-	ctxPfxCoarse // the /12 (IPv4) or /24 (IPv6)
 )
 
 func mkCtx(kind ctxKey, id uint32) ctxKey { return kind<<32 | ctxKey(id) }
@@ -211,8 +208,6 @@ const (
 	kindOrg = 16 + iota
 	kindCountry
 	kindRegistry
-	kindPfxFine
-	kindPfxCoarse
 	kindAll
 	ctxKinds
 )
@@ -434,7 +429,7 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
-		// most contexts (a new subnet, organisation, /16) hold a few
+		// most contexts (a new subnet, organisation) hold a few
 		// crawlers for ever: allocate them in slabs, with room for four
 		if len(m.slab) == 0 {
 			m.slab = make([]ctxSlab, 256)
@@ -528,9 +523,6 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, 
 	}
 	country := n.Country
 	dt, _ := t.(interface{ Depth(hierarchy.NodeID) int })
-	var topBuf [4]ctxKey
-	var topKind [4]int
-	top := topBuf[:0]
 	for a := t.Parent(s); a != hierarchy.None && a != hierarchy.Root; a = t.Parent(a) {
 		var depth int
 		if country == "" || dt == nil {
@@ -542,49 +534,21 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, 
 		} else {
 			depth = dt.Depth(a)
 		}
-		if depth <= 1 {
-			if len(top) < len(topKind) {
-				topKind[len(top)] = depth
-			}
-			top = append(top, mkCtx(ctxNode, uint32(a)))
-			continue
+		// The IANA blocks (depth 1) are no context: a /8 spans
+		// continents, and with the registry and the country beside it, it
+		// (like the /16 and /12 address neighbourhoods once kept) added
+		// nothing measurable but cost (docs/delegation.md).
+		if depth > 1 {
+			buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
 		}
-		buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
 	}
-	// address neighbourhoods: registries hand out neighbouring blocks to
-	// neighbouring networks more often than not
-	fine, coarse := prefixCtx(n.Start)
-	buf, kinds = append(buf, fine), append(kinds, kindPfxFine)
 	if len(country) == 2 {
 		buf, kinds = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1]))), append(kinds, kindCountry)
-	}
-	buf, kinds = append(buf, coarse), append(kinds, kindPfxCoarse)
-	for i, k := range top {
-		kind := 0
-		if i < len(topKind) {
-			kind = topKind[i]
-		} else {
-			kind = int(t.Node(hierarchy.NodeID(uint32(k))).Depth)
-		}
-		buf, kinds = append(buf, k), append(kinds, kind)
 	}
 	if n.Registry != hierarchy.RegistryUnknown {
 		buf, kinds = append(buf, mkCtx(ctxRegistry, uint32(n.Registry))), append(kinds, kindRegistry)
 	}
 	return append(buf, mkCtx(ctxGlobal, 0)), append(kinds, kindAll), country
-}
-
-func prefixCtx(a netip.Addr) (fine, coarse ctxKey) {
-	if a.Is4() {
-		b := a.As4()
-		v := uint32(b[0])<<8 | uint32(b[1])
-		return mkCtx(ctxPfxFine, v), mkCtx(ctxPfxCoarse, v>>4)
-	}
-	b := a.As16()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	// IPv6 ids live above the IPv4 ones (bit 31 set; collisions between
-	// distant /32s only merge statistics)
-	return mkCtx(ctxPfxFine, 1<<31|v>>1), mkCtx(ctxPfxCoarse, 1<<31|v>>9)
 }
 
 func (m *micraChooser) locate(e *engine) {
@@ -828,7 +792,6 @@ var kindNames = func() [ctxKinds]string {
 		k[d] = "depth-" + strconv.Itoa(d)
 	}
 	k[kindOrg], k[kindCountry], k[kindRegistry], k[kindAll] = "org", "country", "registry", "all"
-	k[kindPfxFine], k[kindPfxCoarse] = "prefix-16", "prefix-12"
 	return k
 }()
 
