@@ -53,22 +53,48 @@ func (x *crawlerIndex) tieKey(ci uint32, s uint64) uint64 { return mix64(x.hash[
 
 // pairSamples are kept sorted by x, so a query reads only its window. When
 // full, every other sample is dropped: the distribution stays, the count
-// halves.
+// halves. x and y sit side by side: a window is one stream of memory.
 type pairSamples struct {
-	x, y []float32
+	s []pairSample
+}
+
+// pairSample is one host probed by both crawlers of a pair (a, b): x = ln
+// RTT(a), y = ln RTT(b) − ln RTT(a).
+type pairSample struct{ x, y float32 }
+
+// lowerBound is the index of the first sample whose x is at least v (no
+// NaN): a binary search, branch-free because its comparisons are coin flips
+// for the branch predictor — base only ever moves past samples below v.
+func (s *pairSamples) lowerBound(v float32) int {
+	ss := s.s
+	n := len(ss)
+	if n == 0 {
+		return 0
+	}
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		if ss[base+half].x < v {
+			base += half
+		}
+		n -= half
+	}
+	if ss[base].x < v {
+		base++
+	}
+	return base
 }
 
 func (s *pairSamples) add(x, y float32, capacity int) {
-	if len(s.x) >= capacity {
+	if len(s.s) >= capacity {
 		j := 0
-		for i := 0; i < len(s.x); i += 2 {
-			s.x[j], s.y[j] = s.x[i], s.y[i]
+		for i := 0; i < len(s.s); i += 2 {
+			s.s[j] = s.s[i]
 			j++
 		}
-		s.x, s.y = s.x[:j], s.y[:j]
+		s.s = s.s[:j]
 	}
-	i := lowerBound(s.x, x)
-	s.x, s.y = slices.Insert(s.x, i, x), slices.Insert(s.y, i, y)
+	s.s = slices.Insert(s.s, s.lowerBound(x), pairSample{x, y})
 }
 
 // denseN: pairs of the first denseN crawler indexes live in a flat table
@@ -89,7 +115,7 @@ func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
 		if s == nil && create {
 			// pairs of the first crawlers meet often: room for a full
 			// set at once (growing by doubling cost more)
-			s = &pairSamples{x: make([]float32, 0, p.cap), y: make([]float32, 0, p.cap)}
+			s = &pairSamples{s: make([]pairSample, 0, p.cap)}
 			p.dense[a*denseN+b] = s
 		}
 		return s
@@ -136,13 +162,11 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	t := float32(lnT - xa)
 	// Epanechnikov kernel of half-width 2·bw around xa
 	hw := 2 * p.bw
-	lo := lowerBound(s.x, float32(xa-hw))
+	lo := s.lowerBound(float32(xa - hw))
 	var hit float64
-	xs, ys := s.x[lo:], s.y[lo:len(s.y)]
-	ys = ys[:len(xs)]
 	top := xa + hw
-	for i, x32 := range xs {
-		x := float64(x32)
+	for _, sm := range s.s[lo:] {
+		x := float64(sm.x)
 		if x > top {
 			break
 		}
@@ -156,35 +180,12 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 		// branch predictor; kw·1 is kw and kw·0 is +0, which leaves hit
 		// exactly as skipping would
 		var beats uint64
-		if ys[i] < t {
+		if sm.y < t {
 			beats = 1
 		}
 		hit += kw * float64(beats)
 	}
 	return (hit + p.alpha*prior) / (w + p.alpha), w
-}
-
-// lowerBound is the first index of xs (ascending, no NaN) whose value is at
-// least v: slices.BinarySearch without its NaN ordering, on the hot path.
-// Branch-free (the comparisons are coin flips for the branch predictor):
-// base only ever moves past elements below v.
-func lowerBound(xs []float32, v float32) int {
-	n := len(xs)
-	if n == 0 {
-		return 0
-	}
-	base := 0
-	for n > 1 {
-		half := n >> 1
-		if xs[base+half] < v {
-			base += half
-		}
-		n -= half
-	}
-	if xs[base] < v {
-		base++
-	}
-	return base
 }
 
 func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }

@@ -288,8 +288,12 @@ func canonOf(t *testing.T, p Policy) canonStats {
 		out.Ctx[k] = cc
 	}
 	add := func(a, b uint32, s *pairSamples) {
-		if s != nil && len(s.x) > 0 {
-			out.Pairs[[2]CrawlerID{ids[a], ids[b]}] = [2][]float32{slices.Clone(s.x), slices.Clone(s.y)}
+		if s != nil && len(s.s) > 0 {
+			var xs, ys []float32
+			for _, sm := range s.s {
+				xs, ys = append(xs, sm.x), append(ys, sm.y)
+			}
+			out.Pairs[[2]CrawlerID{ids[a], ids[b]}] = [2][]float32{xs, ys}
 		}
 	}
 	for i, s := range m.pairs.dense {
@@ -627,7 +631,7 @@ func TestReviewMemDirectoryHolders(t *testing.T) {
 	}
 }
 
-// TestReviewPairKernel: the branch-free lowerBound is sort.Search's lower
+// TestReviewPairKernel: the bucketed lowerBound is sort.Search's lower
 // bound, and beat's branch-free hit sum equals the plain kernel estimate.
 func TestReviewPairKernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
@@ -637,9 +641,13 @@ func TestReviewPairKernel(t *testing.T) {
 			xs[i] = float32(rng.IntN(12)) / 4 // duplicates
 		}
 		slices.Sort(xs)
+		var ps pairSamples
+		for _, x := range xs {
+			ps.add(x, 0, 1000)
+		}
 		for _, v := range []float32{-1, 0, 0.25, 1, 1.1, 2.75, 3, 5} {
 			want := sort.Search(len(xs), func(i int) bool { return xs[i] >= v })
-			if got := lowerBound(xs, v); got != want {
+			if got := ps.lowerBound(v); got != want {
 				t.Fatalf("lowerBound(%v, %v) = %d, want %d", xs, v, got, want)
 			}
 		}
@@ -654,11 +662,11 @@ func TestReviewPairKernel(t *testing.T) {
 		xa, lnT, prior := rng.NormFloat64()+3, rng.NormFloat64()+3, rng.Float64()
 		var hit, w float64
 		hw := 2 * pm.bw
-		for i, x32 := range s.x {
-			d := (float64(x32) - xa) / hw
+		for _, sm := range s.s {
+			d := (float64(sm.x) - xa) / hw
 			if kw := 1 - d*d; kw > 0 {
 				w += kw
-				if s.y[i] < float32(lnT-xa) {
+				if sm.y < float32(lnT-xa) {
 					hit += kw
 				}
 			}
