@@ -663,7 +663,7 @@ func TestReviewPairKernel(t *testing.T) {
 		var hit, w float64
 		hw := 2 * pm.bw
 		for _, sm := range s.s {
-			d := (float64(sm.x) - xa) / hw
+			d := (float64(sm.x) - xa) * (1 / hw)
 			if kw := 1 - d*d; kw > 0 {
 				w += kw
 				if sm.y < float32(lnT-xa) {
