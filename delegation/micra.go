@@ -134,6 +134,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.PairSamples <= 0 {
 		m.PairSamples = 128
 	}
+	m.PairSamples = min(m.PairSamples, math.MaxUint16) // pairSamples counts in uint16
 	if m.ReviewMiss == 0 {
 		m.ReviewMiss = 0.3
 	}

@@ -54,37 +54,71 @@ func (x *crawlerIndex) tieKey(ci uint32, s uint64) uint64 { return mix64(x.hash[
 // pairSamples are kept sorted by x, so a query reads only its window. When
 // full, every other sample is dropped: the distribution stays, the count
 // halves. x and y sit side by side: a window is one stream of memory.
+//
+// below finds a window's start without a binary search: below[b] counts the
+// samples with x < xBucketEdge[b] (fixed edges every xBucketWidth ln ms), so
+// the samples before below[b] all lie left of any v ≥ that edge, and a
+// query scans forward from there — the binary search's answer, read from
+// the cache line the window starts in instead of a dozen.
 type pairSamples struct {
-	s []pairSample
+	s     []pairSample
+	below [xBuckets]uint16
 }
 
 // pairSample is one host probed by both crawlers of a pair (a, b): x = ln
 // RTT(a), y = ln RTT(b) − ln RTT(a).
 type pairSample struct{ x, y float32 }
 
-// lowerBound is the index of the first sample whose x is at least v (no
-// NaN): a binary search, branch-free because its comparisons are coin flips
-// for the branch predictor — base only ever moves past samples below v.
-func (s *pairSamples) lowerBound(v float32) int {
-	ss := s.s
-	n := len(ss)
-	if n == 0 {
+const (
+	xBuckets     = 48
+	xBucketLo    = -4.0 // ln ms: 0.018 ms
+	xBucketWidth = 0.25 // the last edge, 7.75, is 2.3 s
+)
+
+// xBucketEdge[b] is the lower edge of bucket b.
+var xBucketEdge = func() (e [xBuckets]float32) {
+	for b := range e {
+		e[b] = float32(xBucketLo + float64(b)*xBucketWidth)
+	}
+	return e
+}()
+
+// bucketOf is the last bucket whose lower edge is ≤ v (0 when v is below
+// every edge or NaN).
+func bucketOf(v float32) int {
+	f := (float64(v) - xBucketLo) / xBucketWidth
+	switch {
+	case !(f > 0):
 		return 0
+	case f >= xBuckets-1: // also +Inf
+		return xBuckets - 1
 	}
-	base := 0
-	for n > 1 {
-		half := n >> 1
-		if ss[base+half].x < v {
-			base += half
-		}
-		n -= half
+	b := int(f)
+	// rounding of f may land one bucket off: the edges decide
+	for b > 0 && xBucketEdge[b] > v {
+		b--
 	}
-	if ss[base].x < v {
-		base++
+	for b+1 < xBuckets && xBucketEdge[b+1] <= v {
+		b++
 	}
-	return base
+	return b
 }
 
+// lowerBound is the index of the first sample whose x is at least v.
+func (s *pairSamples) lowerBound(v float32) int {
+	b := bucketOf(v)
+	i := 0
+	if xBucketEdge[b] <= v {
+		i = int(s.below[b])
+	}
+	ss := s.s
+	for i < len(ss) && ss[i].x < v {
+		i++
+	}
+	return i
+}
+
+// add inserts a sample (capacity ≤ math.MaxUint16: below counts in uint16).
 func (s *pairSamples) add(x, y float32, capacity int) {
 	if len(s.s) >= capacity {
 		j := 0
@@ -93,8 +127,23 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 			j++
 		}
 		s.s = s.s[:j]
+		s.recount()
 	}
 	s.s = slices.Insert(s.s, s.lowerBound(x), pairSample{x, y})
+	for b := xBuckets - 1; b >= 0 && xBucketEdge[b] > x; b-- {
+		s.below[b]++
+	}
+}
+
+// recount rebuilds below from the samples.
+func (s *pairSamples) recount() {
+	i := 0
+	for b, edge := range xBucketEdge {
+		for i < len(s.s) && s.s[i].x < edge {
+			i++
+		}
+		s.below[b] = uint16(i)
+	}
 }
 
 // denseN: pairs of the first denseN crawler indexes live in a flat table

@@ -8,18 +8,21 @@ import (
 )
 
 // TestPairSamplesSearch: samples stay sorted and within their cap through
-// inserts and decimation, and the window search is sort.Search's lower
-// bound for every query (duplicates, sub-millisecond values as on a
-// loopback testnet, far outliers, ±Inf).
+// inserts and decimation, and the bucketed window search is sort.Search's
+// lower bound for every query (duplicates, values on and just below bucket
+// edges, sub-millisecond values as on a loopback testnet, far outliers,
+// ±Inf).
 func TestPairSamplesSearch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, capacity := range []int{2, 7, 128, 300} {
 		var s pairSamples
 		for n := range 2000 {
 			var x float32
-			switch rng.IntN(5) {
+			switch rng.IntN(6) {
 			case 0: // duplicates
 				x = float32(rng.IntN(12)) / 4
+			case 4: // on a bucket edge
+				x = xBucketEdge[rng.IntN(xBuckets)]
 			case 1:
 				x = float32(rng.NormFloat64()*20 + 2)
 			case 2:
@@ -36,12 +39,35 @@ func TestPairSamplesSearch(t *testing.T) {
 					t.Fatalf("cap %d, step %d: samples not sorted at %d", capacity, n, i)
 				}
 			}
-			for _, v := range []float32{x, x - 0.6, x + 0.6, float32(math.Inf(-1)), float32(math.Inf(1)), -100, 100, 0.25, float32(rng.NormFloat64()*3 + 3)} {
+			for _, v := range []float32{x, x - 0.6, x + 0.6, float32(math.Inf(-1)), float32(math.Inf(1)), -100, 100, 0.25, float32(rng.NormFloat64()*3 + 3),
+				xBucketEdge[0], xBucketEdge[xBuckets-1], xBucketEdge[rng.IntN(xBuckets)], math.Nextafter32(xBucketEdge[rng.IntN(xBuckets)], -10)} {
 				want := sort.Search(len(s.s), func(i int) bool { return s.s[i].x >= v })
 				if got := s.lowerBound(v); got != want {
 					t.Fatalf("cap %d, step %d: lowerBound(%v) = %d, sort.Search says %d (%d samples)", capacity, n, v, got, want, len(s.s))
 				}
 			}
 		}
+	}
+}
+
+// TestBucketOf: a value's bucket has its lower edge at or below the value
+// and the next edge above it.
+func TestBucketOf(t *testing.T) {
+	for v := float32(-6); v < 10; v += 0.0173 {
+		b := bucketOf(v)
+		if b > 0 && xBucketEdge[b] > v {
+			t.Fatalf("bucketOf(%v) = %d: edge %v above v", v, b, xBucketEdge[b])
+		}
+		if b+1 < xBuckets && xBucketEdge[b+1] <= v {
+			t.Fatalf("bucketOf(%v) = %d: next edge %v not above v", v, b, xBucketEdge[b+1])
+		}
+	}
+	for _, v := range xBucketEdge {
+		if b := bucketOf(v); xBucketEdge[b] != v {
+			t.Fatalf("bucketOf(edge %v) = %d (edge %v)", v, b, xBucketEdge[b])
+		}
+	}
+	if b := bucketOf(float32(math.NaN())); b != 0 {
+		t.Fatalf("bucketOf(NaN) = %d", b)
 	}
 }
