@@ -51,7 +51,7 @@ type learnedKey struct {
 	decider CrawlerID
 }
 
-// learnedSet is the dedup memory of one subnet, held in the map by value
+// learnedSet is the dedup memory of one subnet, held in a slice by value
 // (no allocation per subnet learned).
 type learnedSet struct {
 	n uint8
@@ -79,11 +79,17 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	if !ok {
 		return false
 	}
-	if e.learned == nil {
-		e.learned = make(map[hierarchy.NodeID]learnedSet)
+	if e.learnedAt == nil {
+		e.learnedAt = make(map[hierarchy.NodeID]int32)
 	}
 	k := learnedKey{rec.Epoch, rec.DecidedBy}
-	set := e.learned[s]
+	at, ok := e.learnedAt[s]
+	if !ok {
+		at = int32(len(e.learnedSets))
+		e.learnedSets = append(e.learnedSets, learnedSet{})
+		e.learnedAt[s] = at
+	}
+	set := &e.learnedSets[at]
 	seen := set.k[:set.n]
 	if slices.Contains(seen, k) {
 		return false
@@ -100,7 +106,6 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	}
 	seen = append(seen, k)
 	set.n = uint8(len(seen))
-	e.learned[s] = set
 	l.learn(e, s, rec)
 	return true
 }
@@ -127,9 +132,12 @@ type engine struct {
 	idsVer   uint64
 	idsValid bool
 
-	// learned: per subnet, the records already folded into the chooser
-	// (Learner's idempotence)
-	learned map[hierarchy.NodeID]learnedSet
+	// learnedSets[learnedAt[s]]: per subnet, the records already folded
+	// into the chooser (Learner's idempotence). The map holds an index, not
+	// the set: a decision inserts a new subnet, and small map slots made
+	// that a third as costly.
+	learnedAt   map[hierarchy.NodeID]int32
+	learnedSets []learnedSet
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {

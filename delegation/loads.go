@@ -8,19 +8,25 @@ import (
 
 // MemLoadBook is an in-memory LoadBook.
 type MemLoadBook struct {
-	pages map[hierarchy.NodeID]int
-	owner map[hierarchy.NodeID]CrawlerID
-	load  map[CrawlerID]int
-	subs  map[CrawlerID]map[hierarchy.NodeID]struct{}
+	subnet map[hierarchy.NodeID]subnetLoad
+	load   map[CrawlerID]int
+	subs   map[CrawlerID]map[hierarchy.NodeID]struct{}
+}
+
+// subnetLoad is one subnet's pages and owner (one map entry: a decision
+// reads and writes both).
+type subnetLoad struct {
+	pages int
+	owner CrawlerID
+	owned bool // owner is set
 }
 
 // NewMemLoadBook returns an empty book.
 func NewMemLoadBook() *MemLoadBook {
 	return &MemLoadBook{
-		pages: make(map[hierarchy.NodeID]int),
-		owner: make(map[hierarchy.NodeID]CrawlerID),
-		load:  make(map[CrawlerID]int),
-		subs:  make(map[CrawlerID]map[hierarchy.NodeID]struct{}),
+		subnet: make(map[hierarchy.NodeID]subnetLoad),
+		load:   make(map[CrawlerID]int),
+		subs:   make(map[CrawlerID]map[hierarchy.NodeID]struct{}),
 	}
 }
 
@@ -28,41 +34,49 @@ func NewMemLoadBook() *MemLoadBook {
 func (b *MemLoadBook) Load(c CrawlerID) int { return b.load[c] }
 
 // Pages implements LoadBook.
-func (b *MemLoadBook) Pages(s hierarchy.NodeID) int { return b.pages[s] }
+func (b *MemLoadBook) Pages(s hierarchy.NodeID) int { return b.subnet[s].pages }
 
 // Owner implements LoadBook.
 func (b *MemLoadBook) Owner(s hierarchy.NodeID) (CrawlerID, bool) {
-	c, ok := b.owner[s]
-	return c, ok
+	sl := b.subnet[s]
+	return sl.owner, sl.owned
 }
 
 // AddPages implements LoadBook. If s had another owner, it moves first.
 func (b *MemLoadBook) AddPages(s hierarchy.NodeID, owner CrawlerID, n int) {
-	if cur, ok := b.owner[s]; !ok || cur != owner {
-		b.Move(s, owner)
+	sl := b.subnet[s]
+	if !sl.owned || sl.owner != owner {
+		sl = b.move(s, sl, owner)
 	}
-	b.pages[s] += n
+	sl.pages += n
+	b.subnet[s] = sl
 	b.load[owner] += n
 }
 
 // Move implements LoadBook.
 func (b *MemLoadBook) Move(s hierarchy.NodeID, to CrawlerID) {
-	p := b.pages[s]
-	if cur, ok := b.owner[s]; ok {
-		if cur == to {
-			return
-		}
-		b.load[cur] -= p
-		delete(b.subs[cur], s)
+	sl := b.subnet[s]
+	if sl.owned && sl.owner == to {
+		return
 	}
-	b.owner[s] = to
-	b.load[to] += p
+	b.subnet[s] = b.move(s, sl, to)
+}
+
+// move gives s (whose entry is sl) to another owner and returns its entry.
+func (b *MemLoadBook) move(s hierarchy.NodeID, sl subnetLoad, to CrawlerID) subnetLoad {
+	if sl.owned {
+		b.load[sl.owner] -= sl.pages
+		delete(b.subs[sl.owner], s)
+	}
+	sl.owner, sl.owned = to, true
+	b.load[to] += sl.pages
 	m, ok := b.subs[to]
 	if !ok {
 		m = make(map[hierarchy.NodeID]struct{})
 		b.subs[to] = m
 	}
 	m[s] = struct{}{}
+	return sl
 }
 
 // Subnets implements LoadBook.
