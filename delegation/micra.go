@@ -536,10 +536,12 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, 
 		} else {
 			depth = dt.Depth(a)
 		}
-		// The IANA blocks (depth 1) are no context: a /8 spans
-		// continents, and with the registry and the country beside it, it
-		// (like the /16 and /12 address neighbourhoods once kept) added
-		// nothing measurable but cost (docs/delegation.md).
+		// The top-level blocks (depth 1: IANA's /8s in the default
+		// snapshot; in a tree built without the IANA files, the first
+		// registry allocations) are no context: a /8 spans continents,
+		// and with the registry and the country beside it, it (like the
+		// /16 and /12 address neighbourhoods once kept) added nothing
+		// measurable but cost (docs/delegation.md).
 		if depth > 1 {
 			buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
 		}
@@ -944,7 +946,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	}
 	// spreads per context, once per decision (the global one is kindAll's)
 	var sigBuf [16]float64
-	sig := sigBuf[:len(kinds)]
+	sig := sigBuf[:]
+	if len(kinds) > len(sig) { // a tree deeper than the default snapshot's
+		sig = make([]float64, len(kinds))
+	}
+	sig = sig[:len(kinds)]
 	for i, k := range kinds {
 		sig[i] = m.sigma0(k)
 	}

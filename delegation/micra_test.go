@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/hierarchy"
 )
 
 // TestMicraExplains: a micra decision says what it probed and why it stopped.
@@ -130,4 +134,40 @@ func TestMicraPruningKeepsDecisions(t *testing.T) {
 		t.Fatalf("the marginal bound decided only %d of %d stops: the pruning was hardly exercised", bounded, len(all))
 	}
 	t.Logf("%d decisions identical; the bound decided %d stops", len(all), bounded)
+}
+
+// TestMicraDeepSubnet: a subnet with more contexts than the scratch room of
+// a decision (a tree much deeper than the default snapshot's four levels:
+// hierarchy.MaxDepth allows 255) is decided, not a panic.
+func TestMicraDeepSubnet(t *testing.T) {
+	var rs []hierarchy.Range
+	for bits := 8; bits <= 30; bits++ {
+		rs = append(rs, pfx(t, netip.PrefixFrom(ip("10.0.0.0"), bits).String(), fmt.Sprintf("org%d", bits), "DE"))
+	}
+	rs = append(rs, pfx(t, "40.1.0.0/16", "far", "US"))
+	tree := mustBuild(t, rs...)
+	crawlers := []Crawler{{ID: "near", Addr: ip("10.0.0.9")}, {ID: "far", Addr: ip("40.1.0.1")}}
+	members := NewMemMembership(crawlers...)
+	prober := &tableProber{rtt: func(c CrawlerID, _ netip.Addr) (time.Duration, bool) {
+		if c == "near" {
+			return 2 * time.Millisecond, true
+		}
+		return 90 * time.Millisecond, true
+	}}
+	p := NewMicra(Deps{Tree: tree, Dir: NewMemDirectory(tree, members), Prober: prober, Members: members}, Config{})
+	for _, c := range crawlers {
+		if _, err := p.Join(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := tree.Node(tree.SmallestNonUnary(ip("10.0.0.1"))).Depth; d < 20 {
+		t.Fatalf("the test wants a deep subnet, got depth %d", d)
+	}
+	d, err := p.Delegate(context.Background(), ip("10.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != "near" {
+		t.Fatalf("the crawler 2 ms away should own it: %v", d)
+	}
 }

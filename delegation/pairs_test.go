@@ -51,21 +51,32 @@ func TestPairSamplesSearch(t *testing.T) {
 }
 
 // TestBucketOf: a value's bucket has its lower edge at or below the value
-// and the next edge above it.
+// and the next edge above it (bucket 0 for values below every edge) —
+// swept, on and next to every edge, past both ends, ±Inf and NaN.
 func TestBucketOf(t *testing.T) {
-	for v := float32(-6); v < 10; v += 0.0173 {
+	check := func(v float32) {
+		t.Helper()
 		b := bucketOf(v)
-		if b > 0 && xBucketEdge[b] > v {
-			t.Fatalf("bucketOf(%v) = %d: edge %v above v", v, b, xBucketEdge[b])
+		if b < 0 || b >= xBuckets {
+			t.Fatalf("bucketOf(%v) = %d: no such bucket", v, b)
+		}
+		if xBucketEdge[b] > v && b != 0 {
+			t.Fatalf("bucketOf(%v) = %d: its edge %v is above v", v, b, xBucketEdge[b])
 		}
 		if b+1 < xBuckets && xBucketEdge[b+1] <= v {
-			t.Fatalf("bucketOf(%v) = %d: next edge %v not above v", v, b, xBucketEdge[b+1])
+			t.Fatalf("bucketOf(%v) = %d: the next edge %v is not above v", v, b, xBucketEdge[b+1])
 		}
 	}
-	for _, v := range xBucketEdge {
-		if b := bucketOf(v); xBucketEdge[b] != v {
-			t.Fatalf("bucketOf(edge %v) = %d (edge %v)", v, b, xBucketEdge[b])
-		}
+	for v := float32(-6); v < 10; v += 0.0173 {
+		check(v)
+	}
+	for _, e := range xBucketEdge {
+		check(e)
+		check(math.Nextafter32(e, 100))
+		check(math.Nextafter32(e, -100))
+	}
+	for _, v := range []float32{8, 100, 1e30, float32(math.Inf(1)), -1e-30, 1e-30, xBucketLo - 1e-3, -1e30, float32(math.Inf(-1))} {
+		check(v)
 	}
 	if b := bucketOf(float32(math.NaN())); b != 0 {
 		t.Fatalf("bucketOf(NaN) = %d", b)
