@@ -134,8 +134,8 @@ type engine struct {
 
 	// learnedSets[learnedAt[s]]: per subnet, the records already folded
 	// into the chooser (Learner's idempotence). The map holds an index, not
-	// the set: a decision inserts a new subnet, and small map slots made
-	// that a third as costly.
+	// the 104-byte set: nearly every decision inserts a new subnet, and
+	// small map slots keep the insert and the map's growth cheap.
 	learnedAt   map[hierarchy.NodeID]int32
 	learnedSets []learnedSet
 }
