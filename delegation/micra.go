@@ -61,8 +61,8 @@ type MicraConfig struct {
 	// the pairwise estimate. Default 0.3.
 	PairPrior float64
 	// PairSamples caps the samples kept per ordered pair, at most 65535.
-	// Default 96 (128 until 24 Nov: the same accuracy over 80 seed runs, a
-	// quarter more kernel work; docs/delegation.md).
+	// Default 96 (128 until 24 Nov: the same accuracy over 80 seed runs
+	// with a third more samples to scan; docs/delegation.md).
 	PairSamples int
 	// FirstByWins probes first the likeliest winner by the learned win
 	// counts per context instead of the candidate with the lowest predicted
