@@ -471,6 +471,10 @@ type micraChooser struct {
 	locCtx   []*ctxInfo           // contexts with located crawlers
 	pos      []crawlerPos         // by crawler index: the position it states
 	liveCi   []bool               // by crawler index: live now
+	// candidate dedup: candMark[ci] == candEpoch when ci is already a
+	// candidate of this decision (no scan of the list per addition)
+	candMark  []uint32
+	candEpoch uint32
 	liveOrd  []uint32             // crawler indexes of liveIDs, in its (sorted) order
 	geoCC    string               // country of geoRow
 	geoRow   []float64            // by crawler index: distance feature to geoCC
@@ -892,10 +896,21 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	// candidates: widen contexts until enough are known
 	var idBuf [4 * topK]uint32
 	ids := idBuf[:0]
+	if len(m.candMark) < len(m.liveCi) {
+		m.candMark = make([]uint32, len(m.liveCi))
+		m.candEpoch = 0
+	}
+	m.candEpoch++
+	if m.candEpoch == 0 { // wrapped: forget every old mark
+		clear(m.candMark)
+		m.candEpoch = 1
+	}
+	mark, epoch := m.candMark, m.candEpoch
 	add := func(ci uint32) {
-		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || slices.Contains(ids, ci) {
+		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || mark[ci] == epoch {
 			return
 		}
+		mark[ci] = epoch
 		ids = append(ids, ci)
 	}
 	for ki, info := range infos {
