@@ -471,10 +471,6 @@ type micraChooser struct {
 	locCtx   []*ctxInfo           // contexts with located crawlers
 	pos      []crawlerPos         // by crawler index: the position it states
 	liveCi   []bool               // by crawler index: live now
-	// candidate dedup: candMark[ci] == candEpoch when ci is already a
-	// candidate of this decision (no scan of the list per addition)
-	candMark  []uint32
-	candEpoch uint32
 	liveOrd  []uint32             // crawler indexes of liveIDs, in its (sorted) order
 	geoCC    string               // country of geoRow
 	geoRow   []float64            // by crawler index: distance feature to geoCC
@@ -507,6 +503,11 @@ type micraChooser struct {
 	allBuf  []ProbeResult
 	candIdx []int
 	rawBuf  []micraCand
+
+	// candidate dedup: candMark[ci] == candEpoch when ci is already a
+	// candidate of this decision (no scan of the list per addition)
+	candMark  []uint32
+	candEpoch uint32
 }
 
 // candProb is a candidate (index) and its probability to beat the best answer.
