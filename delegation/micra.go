@@ -1076,7 +1076,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			nlow := 0
 			for _, a := range all[:min(len(all), 3)] {
 				if a.OK && a.RTT > 0 {
-					low[nlow].ci, low[nlow].x = m.crawler.id(a.Crawler), lnMs(a.RTT)
+					low[nlow].ci, low[nlow].x = m.candCi(cands, a.Crawler), lnMs(a.RTT)
 					nlow++
 				}
 			}
@@ -1305,6 +1305,18 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	}
 	sortRanked(all)
 	return all, nil
+}
+
+// candCi is crawler c's index: that of its candidate entry (answers come
+// from the first candidates, so the scan is short and skips hashing c), or
+// the index's when c is no candidate.
+func (m *micraChooser) candCi(cands []micraCand, c CrawlerID) uint32 {
+	for i := range cands {
+		if cands[i].id == c {
+			return cands[i].ci
+		}
+	}
+	return m.crawler.id(c)
 }
 
 func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }

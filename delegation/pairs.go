@@ -3,7 +3,6 @@ package delegation
 import (
 	"hash/fnv"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -119,7 +118,11 @@ func (s *pairSamples) lowerBound(v float32) int {
 }
 
 // add inserts a sample (capacity ≤ math.MaxUint16: below counts in uint16).
+// A NaN x has no place in the order and is dropped.
 func (s *pairSamples) add(x, y float32, capacity int) {
+	if x != x {
+		return
+	}
 	if len(s.s) >= capacity {
 		j := 0
 		for i := 0; i < len(s.s); i += 2 {
@@ -129,8 +132,23 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 		s.s = s.s[:j]
 		s.recount()
 	}
-	s.s = slices.Insert(s.s, s.lowerBound(x), pairSample{x, y})
-	for b := xBuckets - 1; b >= 0 && xBucketEdge[b] > x; b-- {
+	b := bucketOf(x)
+	i := 0
+	if xBucketEdge[b] <= x {
+		i = int(s.below[b])
+		b++ // buckets b+1… have edges above x
+	} // else x lies below every edge (b is 0): every bucket counts it
+	ss := s.s
+	for i < len(ss) && ss[i].x < x {
+		i++
+	}
+	// insert at i by hand: slices.Insert's generality (several values,
+	// overlap checks) cost more than the move itself
+	ss = append(ss, pairSample{})
+	copy(ss[i+1:], ss[i:])
+	ss[i] = pairSample{x, y}
+	s.s = ss
+	for ; b < xBuckets; b++ {
 		s.below[b]++
 	}
 }
