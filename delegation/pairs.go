@@ -221,38 +221,45 @@ func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64) {
 // beat estimates P(ln RTT(b) < lnT) given that a answered ln RTT = xa,
 // shrunk towards prior with the weight of one observation, and returns the
 // effective number of samples behind it.
+//
+// The kernel is Epanechnikov's, of half-width hw = 2·bw around xa: a sample
+// at x weighs 1 − d², d = (x − xa)/hw. The sums are taken apart — Σ kw =
+// n − Σ d² over the window, and the hits' Σ kw = n_beat − Σ_beat d² — so a
+// sample costs a square and three additions, with no weight of its own to
+// compute and test (the window's edges, where a weight would round to
+// slightly below zero, add at most a rounding error).
 func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	s := p.samples(a, b, false)
 	if s == nil {
 		return prior, 0
 	}
 	t := float32(lnT - xa)
-	// Epanechnikov kernel of half-width 2·bw around xa
 	hw := 2 * p.bw
-	lo := s.lowerBound(float32(xa - hw))
-	var hit float64
+	ss := s.s[s.lowerBound(float32(xa-hw)):]
 	top := xa + hw
 	inv := 1 / hw // a multiplication per sample instead of a division
-	for _, sm := range s.s[lo:] {
-		x := float64(sm.x)
+	var sd2, nBeat, sBeat float64
+	n := 0
+	for ; n < len(ss); n++ {
+		x := float64(ss[n].x)
 		if x > top {
 			break
 		}
 		d := (x - xa) * inv
-		kw := 1 - d*d
-		if kw <= 0 {
-			continue
-		}
-		w += kw
+		d2 := d * d
+		sd2 += d2
 		// branch-free: whether a sample beats t is a coin flip for the
-		// branch predictor; kw·1 is kw and kw·0 is +0, which leaves hit
-		// exactly as skipping would
+		// branch predictor
 		var beats uint64
-		if sm.y < t {
+		if ss[n].y < t {
 			beats = 1
 		}
-		hit += kw * float64(beats)
+		f := float64(beats)
+		nBeat += f
+		sBeat += f * d2
 	}
+	w = float64(n) - sd2
+	hit := nBeat - sBeat
 	return (hit + p.alpha*prior) / (w + p.alpha), w
 }
 
