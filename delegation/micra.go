@@ -1189,9 +1189,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				} else {
 					b = append(b, ")="...)
 				}
-				b = strconv.AppendFloat(b, total, 'f', 3, 64)
+				b = appendFixed3(b, total)
 				b = append(b, " < "...)
-				b = strconv.AppendFloat(b, miss, 'f', 3, 64)
+				b = appendFixed3(b, miss)
 				stop, m.stopBuf = b, b
 				d.Reason = ReasonConfident
 				break
@@ -1243,7 +1243,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	b = append(b, " predicted from "...)
 	b = append(b, top.from...)
 	b = append(b, " (n="...)
-	b = strconv.AppendFloat(b, top.n, 'f', 0, 64)
+	if n := top.n; n >= 0 && n < 1<<53 && n == math.Trunc(n) {
+		b = strconv.AppendInt(b, int64(n), 10) // counts: what 'f', 0 prints, cheaper
+	} else {
+		b = strconv.AppendFloat(b, n, 'f', 0, 64)
+	}
 	b = append(b, "); "...)
 	b = append(b, stop...)
 	m.noteBuf = b
@@ -1317,6 +1321,26 @@ func (m *micraChooser) candCi(cands []micraCand, c CrawlerID) uint32 {
 		}
 	}
 	return m.crawler.id(c)
+}
+
+// appendFixed3 appends v as strconv's 'f' format with 3 decimals would,
+// which most decisions' notes print twice: for 0 ≤ v < 1 away from a
+// rounding tie it rounds v·1000 itself (the product's error is far below
+// the 1e-9 margin); anything else goes to strconv.
+func appendFixed3(b []byte, v float64) []byte {
+	if !(v >= 0 && v < 0.9995) {
+		return strconv.AppendFloat(b, v, 'f', 3, 64)
+	}
+	k := math.Floor(v * 1000)
+	frac := v*1000 - k
+	if math.Abs(frac-0.5) < 1e-9 {
+		return strconv.AppendFloat(b, v, 'f', 3, 64)
+	}
+	if frac > 0.5 {
+		k++
+	}
+	d := int(k) // 0…999
+	return append(b, '0', '.', byte('0'+d/100), byte('0'+d/10%10), byte('0'+d%10))
 }
 
 func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }

@@ -61,7 +61,34 @@ func (x *crawlerIndex) tieKey(ci uint32, s uint64) uint64 { return mix64(x.hash[
 // the cache line the window starts in instead of a dozen.
 type pairSamples struct {
 	s     []pairSample
-	below [xBuckets]uint16
+	below belowCounts
+}
+
+// belowCounts are the 48 bucket counts, four uint16 lanes to a word: an
+// insert adds one to every bucket above its own, a word (four buckets) at
+// a time. A lane never carries into the next: counts stay ≤ capacity ≤
+// math.MaxUint16.
+type belowCounts [xBuckets / 4]uint64
+
+const laneOnes = 0x0001_0001_0001_0001
+
+func (c *belowCounts) get(b int) int { return int(uint16(c[b>>2] >> (16 * (b & 3)))) }
+
+func (c *belowCounts) set(b, v int) {
+	sh := 16 * (b & 3)
+	c[b>>2] = c[b>>2]&^(0xffff<<sh) | uint64(uint16(v))<<sh
+}
+
+// incFrom adds one to the counts of buckets b and above.
+func (c *belowCounts) incFrom(b int) {
+	if b >= xBuckets {
+		return
+	}
+	w := b >> 2
+	c[w] += laneOnes << (16 * (b & 3)) // lanes below b shift out
+	for w++; w < len(c); w++ {
+		c[w] += laneOnes
+	}
 }
 
 // pairSample is one host probed by both crawlers of a pair (a, b): x = ln
@@ -108,7 +135,7 @@ func (s *pairSamples) lowerBound(v float32) int {
 	b := bucketOf(v)
 	i := 0
 	if xBucketEdge[b] <= v {
-		i = int(s.below[b])
+		i = s.below.get(b)
 	}
 	ss := s.s
 	for i < len(ss) && ss[i].x < v {
@@ -135,7 +162,7 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 	b := bucketOf(x)
 	i := 0
 	if xBucketEdge[b] <= x {
-		i = int(s.below[b])
+		i = s.below.get(b)
 		b++ // buckets b+1… have edges above x
 	} // else x lies below every edge (b is 0): every bucket counts it
 	ss := s.s
@@ -148,9 +175,7 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 	copy(ss[i+1:], ss[i:])
 	ss[i] = pairSample{x, y}
 	s.s = ss
-	for ; b < xBuckets; b++ {
-		s.below[b]++
-	}
+	s.below.incFrom(b)
 }
 
 // recount rebuilds below from the samples.
@@ -160,7 +185,7 @@ func (s *pairSamples) recount() {
 		for i < len(s.s) && s.s[i].x < edge {
 			i++
 		}
-		s.below[b] = uint16(i)
+		s.below.set(b, i)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 )
 
@@ -80,5 +81,66 @@ func TestBucketOf(t *testing.T) {
 	}
 	if b := bucketOf(float32(math.NaN())); b != 0 {
 		t.Fatalf("bucketOf(NaN) = %d", b)
+	}
+}
+
+// TestAppendFixed3: the decision notes' fast formatting prints what
+// strconv's 'f', 3 prints — on ties, next to ties, at the ends, and for
+// values it hands to strconv.
+func TestAppendFixed3(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	vals := []float64{0, 1e-300, 0.0005, 0.0015, 0.0125, 0.02, 0.05, 0.1, 0.9994, 0.9995, 0.9996, 1, 1.5, 123.4565, -0.0, -1e-17, -0.3, math.Inf(1), math.NaN()}
+	for k := range 1000 { // every tie k+0.5 thousandths and its neighbours
+		v := (float64(k) + 0.5) / 1000
+		vals = append(vals, v, math.Nextafter(v, 0), math.Nextafter(v, 1), float64(k)/1000)
+	}
+	for range 100000 {
+		vals = append(vals, rng.Float64(), rng.Float64()*0.05)
+	}
+	for _, v := range vals {
+		want := strconv.FormatFloat(v, 'f', 3, 64)
+		if got := string(appendFixed3([]byte("x"), v)); got != "x"+want {
+			t.Fatalf("appendFixed3(%v) = %q, strconv says %q", v, got[1:], want)
+		}
+	}
+}
+
+// TestBelowCounts: the packed bucket counts read back what was set and
+// incremented, lane by lane, up to the largest count a capacity allows,
+// with no carry into a neighbouring bucket.
+func TestBelowCounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	var c belowCounts
+	var want [xBuckets]int
+	for step := range 20000 {
+		switch b := rng.IntN(xBuckets + 1); rng.IntN(3) {
+		case 0:
+			v := rng.IntN(math.MaxUint16 + 1)
+			if b == xBuckets {
+				b--
+			}
+			c.set(b, v)
+			want[b] = v
+		default:
+			if b < xBuckets && want[b] == math.MaxUint16 {
+				continue // a capacity ≤ MaxUint16 never counts past it
+			}
+			ok := true
+			for i := b; i < xBuckets; i++ {
+				ok = ok && want[i] < math.MaxUint16
+			}
+			if !ok {
+				continue
+			}
+			c.incFrom(b)
+			for i := b; i < xBuckets; i++ {
+				want[i]++
+			}
+		}
+		for i := range want {
+			if got := c.get(i); got != want[i] {
+				t.Fatalf("step %d: bucket %d reads %d, want %d", step, i, got, want[i])
+			}
+		}
 	}
 }
