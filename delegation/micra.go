@@ -510,6 +510,43 @@ type micraChooser struct {
 	candEpoch uint32
 }
 
+// lowAnswer is one of a round's lowest answers: its crawler index and ln RTT.
+type lowAnswer struct {
+	ci uint32
+	x  float64
+}
+
+// refine is candidate c's probability to beat the best answer lb (ln ms),
+// from its marginal p and the pairwise estimates given each low answer:
+// the smallest of them, as each answer bounds c. Estimates are kept in c
+// while the best answer, hence the threshold and the prior, is unchanged.
+func (m *micraChooser) refine(c *micraCand, p float64, low []lowAnswer, lb float64) float64 {
+	if m.cfg.NoPairs || p <= 1e-3 {
+		return p
+	}
+	// (the lowest answers tell the most; three suffice)
+	prior := p
+	if !c.qOK || c.qLb != lb || c.qPrio != prior {
+		c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
+	}
+answers:
+	for _, a := range low {
+		for j := range c.qN {
+			if c.qA[j] == a.ci {
+				p = min(p, c.qV[j])
+				continue answers
+			}
+		}
+		q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
+		if c.qN < len(c.qA) {
+			c.qA[c.qN], c.qV[c.qN] = a.ci, q
+			c.qN++
+		}
+		p = min(p, q)
+	}
+	return p
+}
+
 // candProb is a candidate (index) and its probability to beat the best answer.
 type candProb struct {
 	i    int
@@ -1069,10 +1106,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			total, bound := 0.0, false // bound: total is an upper bound
 			ps := m.psBuf[:0]
 			// the three lowest answers, looked up once per round
-			var low [3]struct {
-				ci uint32
-				x  float64
-			}
+			var low [3]lowAnswer
 			nlow := 0
 			for _, a := range all[:min(len(all), 3)] {
 				if a.OK && a.RTT > 0 {
@@ -1099,35 +1133,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				ps = append(ps, candProb{i: i, p: c.pMarg, marg: c.pMarg})
 				margSum += c.pMarg
 			}
-			refine := func(k int) {
-				c := &cands[ps[k].i]
-				p := ps[k].marg
-				if m.cfg.NoPairs || p <= 1e-3 {
-					return
-				}
-				// every answer so far bounds c: keep the tightest (the
-				// lowest answers tell the most; three suffice)
-				prior := p
-				if !c.qOK || c.qLb != lb || c.qPrio != prior {
-					c.qOK, c.qLb, c.qPrio, c.qN = true, lb, prior, 0
-				}
-			answers:
-				for _, a := range low[:nlow] {
-					for j := range c.qN {
-						if c.qA[j] == a.ci {
-							p = min(p, c.qV[j])
-							continue answers
-						}
-					}
-					q, _ := m.pairs.beat(a.ci, c.ci, a.x, lb, prior)
-					if c.qN < len(c.qA) {
-						c.qA[c.qN], c.qV[c.qN] = a.ci, q
-						c.qN++
-					}
-					p = min(p, q)
-				}
-				ps[k].p = p
-			}
+			refine := func(k int) { ps[k].p = m.refine(&cands[ps[k].i], ps[k].marg, low[:nlow], lb) }
 			bestK := -1 // the likeliest to beat the best answer (the first of the highest)
 			better := func(k int) bool {
 				return bestK < 0 || ps[k].p > ps[bestK].p || (ps[k].p == ps[bestK].p && ps[k].i < ps[bestK].i)
