@@ -890,8 +890,8 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 			cand := &cands[k]
 			mu, vr := cand.mu, cand.sd
 			if st := info.stat(cand.ci); st != nil && st.n > 0 {
-				tau2 := max(vr-w2, 0.01) // spread of context means around mu (builtin max: inline, math.Max is a call)
-				pv := 1 / (1/tau2 + st.n/w2)  // variance of this context's mean
+				tau2 := max(vr-w2, 0.01)     // spread of context means around mu (builtin max: inline, math.Max is a call)
+				pv := 1 / (1/tau2 + st.n/w2) // variance of this context's mean
 				cand.mu = pv * (mu/tau2 + st.n*st.mean/w2)
 				cand.sd = pv + w2
 				cand.n, cand.from = st.n, kindNames[kind]
