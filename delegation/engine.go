@@ -138,6 +138,8 @@ type engine struct {
 	// small map slots keep the insert and the map's growth cheap.
 	learnedAt   map[hierarchy.NodeID]int32
 	learnedSets []learnedSet
+
+	ranking Decision // the decision being ranked (see decide)
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {
@@ -290,7 +292,12 @@ func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error
 }
 
 func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prevEpoch uint64, d Decision) (Decision, error) {
-	ranked, err := e.ch.rank(ctx, e, ip, s, &d)
+	// rank is an interface call: &d would move every decision to the
+	// heap; the engine's own room does not (engines are not shared)
+	dp := &e.ranking
+	*dp = d
+	ranked, err := e.ch.rank(ctx, e, ip, s, dp)
+	d, *dp = *dp, Decision{}
 	if err != nil {
 		return d, err
 	}

@@ -20,9 +20,14 @@ import (
 type MemDirectory struct {
 	tree    Tree
 	members Membership
-	recs    map[hierarchy.NodeID]Record
-	under   map[hierarchy.NodeID]*holderSet
-	org     map[hierarchy.OrgID]*holderSet
+	// recs[recAt[s]] is s's record: the map holds an index, as a Record
+	// (over 128 bytes) in a map slot is a heap object of its own, one
+	// allocation per new subnet; free lists the slots of deleted records
+	recAt map[hierarchy.NodeID]int32
+	recs  []Record
+	free  []int32
+	under map[hierarchy.NodeID]*holderSet
+	org   map[hierarchy.OrgID]*holderSet
 	// pending holder-set changes, applied in order by the next holder
 	// query: a policy that never asks (micra below 4·MaxProbes crawlers)
 	// does not pay for an index walk of every ancestor per publish
@@ -100,7 +105,7 @@ func NewMemDirectory(tree Tree, members Membership) *MemDirectory {
 	return &MemDirectory{
 		tree:    tree,
 		members: members,
-		recs:    make(map[hierarchy.NodeID]Record),
+		recAt:   make(map[hierarchy.NodeID]int32),
 		under:   make(map[hierarchy.NodeID]*holderSet),
 		org:     make(map[hierarchy.OrgID]*holderSet),
 	}
@@ -108,7 +113,7 @@ func NewMemDirectory(tree Tree, members Membership) *MemDirectory {
 
 // Lookup implements Directory.
 func (m *MemDirectory) Lookup(_ context.Context, s hierarchy.NodeID) (Record, bool, error) {
-	r, ok := m.recs[s]
+	r, ok := m.Get(s)
 	if !ok {
 		return Record{}, false, nil
 	}
@@ -120,33 +125,47 @@ func (m *MemDirectory) Lookup(_ context.Context, s hierarchy.NodeID) (Record, bo
 
 // Get returns the stored record for s whether or not its owner is live.
 func (m *MemDirectory) Get(s hierarchy.NodeID) (Record, bool) {
-	r, ok := m.recs[s]
-	return r, ok
+	i, ok := m.recAt[s]
+	if !ok {
+		return Record{}, false
+	}
+	return m.recs[i], true
 }
 
 // Publish implements Directory with the Select rule.
 func (m *MemDirectory) Publish(_ context.Context, rec Record) (Record, error) {
-	old, had := m.recs[rec.Subnet]
-	if had && !Better(rec, old) {
-		return old, nil
-	}
-	if had && old.Owner == rec.Owner {
-		m.recs[rec.Subnet] = rec
+	i, had := m.recAt[rec.Subnet]
+	if !had {
+		if n := len(m.free); n > 0 {
+			i, m.free = m.free[n-1], m.free[:n-1]
+		} else {
+			i = int32(len(m.recs))
+			m.recs = append(m.recs, Record{})
+		}
+		m.recAt[rec.Subnet] = i
+		m.recs[i] = rec
+		m.index(rec, +1)
 		return rec, nil
 	}
-	if had {
-		m.index(old, -1)
+	old := &m.recs[i]
+	if !Better(rec, *old) {
+		return *old, nil
 	}
-	m.recs[rec.Subnet] = rec
-	m.index(rec, +1)
+	if old.Owner != rec.Owner {
+		m.index(*old, -1)
+		m.index(rec, +1)
+	}
+	*old = rec
 	return rec, nil
 }
 
 // Delete removes the record of s (used by migration of a whole directory).
 func (m *MemDirectory) Delete(s hierarchy.NodeID) {
-	if old, ok := m.recs[s]; ok {
-		m.index(old, -1)
-		delete(m.recs, s)
+	if i, ok := m.recAt[s]; ok {
+		m.index(m.recs[i], -1)
+		delete(m.recAt, s)
+		m.recs[i] = Record{} // drop its strings and probes
+		m.free = append(m.free, i)
 	}
 }
 
@@ -220,13 +239,13 @@ func (m *MemDirectory) HoldersOfOrg(_ context.Context, o hierarchy.OrgID) ([]Cra
 }
 
 // Len is the number of records held.
-func (m *MemDirectory) Len() int { return len(m.recs) }
+func (m *MemDirectory) Len() int { return len(m.recAt) }
 
 // Records returns every record, ordered by subnet.
 func (m *MemDirectory) Records() []Record {
-	out := make([]Record, 0, len(m.recs))
-	for _, r := range m.recs {
-		out = append(out, r)
+	out := make([]Record, 0, len(m.recAt))
+	for _, i := range m.recAt {
+		out = append(out, m.recs[i])
 	}
 	slices.SortFunc(out, func(a, b Record) int { return int64cmp(int64(a.Subnet), int64(b.Subnet)) })
 	return out

@@ -603,6 +603,9 @@ func TestReviewMemDirectoryHolders(t *testing.T) {
 				queryUnder()
 			}
 		}
+		if dir.Len() != len(latest) || len(dir.Records()) != len(latest) {
+			t.Fatalf("round %d: %d records (Records: %d), want %d", round, dir.Len(), len(dir.Records()), len(latest))
+		}
 		under, org := want()
 		for _, s := range subnets {
 			got, _ := dir.HoldersUnder(ctx, s)
