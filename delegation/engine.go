@@ -85,11 +85,10 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	k := learnedKey{rec.Epoch, rec.DecidedBy}
 	at, ok := e.learnedAt[s]
 	if !ok {
-		at = int32(len(e.learnedSets))
-		e.learnedSets = append(e.learnedSets, learnedSet{})
+		at = e.learnedSets.add()
 		e.learnedAt[s] = at
 	}
-	set := &e.learnedSets[at]
+	set := e.learnedSets.at(at)
 	seen := set.k[:set.n]
 	if slices.Contains(seen, k) {
 		return false
@@ -137,7 +136,7 @@ type engine struct {
 	// the 104-byte set: nearly every decision inserts a new subnet, and
 	// small map slots keep the insert and the map's growth cheap.
 	learnedAt   map[hierarchy.NodeID]int32
-	learnedSets []learnedSet
+	learnedSets chunked[learnedSet]
 
 	ranking Decision // the decision being ranked (see decide)
 }

@@ -24,7 +24,7 @@ type MemDirectory struct {
 	// (over 128 bytes) in a map slot is a heap object of its own, one
 	// allocation per new subnet; free lists the slots of deleted records
 	recAt map[hierarchy.NodeID]int32
-	recs  []Record
+	recs  chunked[Record]
 	free  []int32
 	under map[hierarchy.NodeID]*holderSet
 	org   map[hierarchy.OrgID]*holderSet
@@ -129,7 +129,7 @@ func (m *MemDirectory) Get(s hierarchy.NodeID) (Record, bool) {
 	if !ok {
 		return Record{}, false
 	}
-	return m.recs[i], true
+	return *m.recs.at(i), true
 }
 
 // Publish implements Directory with the Select rule.
@@ -139,15 +139,14 @@ func (m *MemDirectory) Publish(_ context.Context, rec Record) (Record, error) {
 		if n := len(m.free); n > 0 {
 			i, m.free = m.free[n-1], m.free[:n-1]
 		} else {
-			i = int32(len(m.recs))
-			m.recs = append(m.recs, Record{})
+			i = m.recs.add()
 		}
 		m.recAt[rec.Subnet] = i
-		m.recs[i] = rec
+		*m.recs.at(i) = rec
 		m.index(rec, +1)
 		return rec, nil
 	}
-	old := &m.recs[i]
+	old := m.recs.at(i)
 	if !Better(rec, *old) {
 		return *old, nil
 	}
@@ -162,9 +161,10 @@ func (m *MemDirectory) Publish(_ context.Context, rec Record) (Record, error) {
 // Delete removes the record of s (used by migration of a whole directory).
 func (m *MemDirectory) Delete(s hierarchy.NodeID) {
 	if i, ok := m.recAt[s]; ok {
-		m.index(m.recs[i], -1)
+		r := m.recs.at(i)
+		m.index(*r, -1)
 		delete(m.recAt, s)
-		m.recs[i] = Record{} // drop its strings and probes
+		*r = Record{} // drop its strings and probes
 		m.free = append(m.free, i)
 	}
 }
@@ -245,7 +245,7 @@ func (m *MemDirectory) Len() int { return len(m.recAt) }
 func (m *MemDirectory) Records() []Record {
 	out := make([]Record, 0, len(m.recAt))
 	for _, i := range m.recAt {
-		out = append(out, m.recs[i])
+		out = append(out, *m.recs.at(i))
 	}
 	slices.SortFunc(out, func(a, b Record) int { return int64cmp(int64(a.Subnet), int64(b.Subnet)) })
 	return out
