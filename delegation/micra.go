@@ -1026,22 +1026,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		order = append(order, i)
 	}
 	m.candIdx = order
-	slices.SortFunc(order, func(i, j int) int {
-		a, b := &raw[i], &raw[j]
-		if c := cmp.Compare(b.win, a.win); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.mu, b.mu); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.n, a.n); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.tie, b.tie); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.id, b.id)
-	})
+	sortCands(order, raw)
 	cands := slices.Grow(m.candBuf[:0], len(raw))[:len(raw)]
 	m.candBuf = cands
 	for i, j := range order {
@@ -1327,6 +1312,47 @@ func (m *micraChooser) candCi(cands []micraCand, c CrawlerID) uint32 {
 		}
 	}
 	return m.crawler.id(c)
+}
+
+// candFirst orders candidates: the likeliest nearest first (learned wins,
+// then the lowest predicted RTT, the most observations, the tie key, the
+// name). The order is total: names are unique (predictions are never NaN:
+// they are means and logs of positive RTTs).
+func candFirst(a, b *micraCand) bool {
+	switch {
+	case a.win != b.win:
+		return a.win > b.win
+	case a.mu != b.mu:
+		return a.mu < b.mu
+	case a.n != b.n:
+		return a.n > b.n
+	case a.tie != b.tie:
+		return a.tie < b.tie
+	}
+	return a.id < b.id
+}
+
+// sortCands sorts the candidate indexes order by candFirst: an insertion
+// sort, as a decision ranks a few (MinCandidates, 16 by default); beyond
+// 32 a general sort. Both give the one total order.
+func sortCands(order []int, raw []micraCand) {
+	if len(order) > 32 {
+		slices.SortFunc(order, func(i, j int) int {
+			if candFirst(&raw[i], &raw[j]) {
+				return -1
+			}
+			return 1 // (never equal: the order is total)
+		})
+		return
+	}
+	for i := 1; i < len(order); i++ {
+		x := order[i]
+		j := i
+		for ; j > 0 && candFirst(&raw[x], &raw[order[j-1]]); j-- {
+			order[j] = order[j-1]
+		}
+		order[j] = x
+	}
 }
 
 // appendFixed3 appends v as strconv's 'f' format with 3 decimals would,
