@@ -1140,12 +1140,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			} else {
 				// largest marginals first: they decide both the stop and
 				// the next probe
-				slices.SortFunc(ps, func(a, b candProb) int {
-					if c := cmp.Compare(b.marg, a.marg); c != 0 {
-						return c
-					}
-					return cmp.Compare(a.i, b.i)
-				})
+				sortByMarginal(ps)
 				rem := m.remBuf[:0]
 				acc := 0.0
 				for k := len(ps) - 1; k >= 0; k-- {
@@ -1352,6 +1347,36 @@ func sortCands(order []int, raw []micraCand) {
 			order[j] = order[j-1]
 		}
 		order[j] = x
+	}
+}
+
+// sortByMarginal sorts ps by marginal, largest first (cmp.Compare's order,
+// NaN last), then by candidate index: an insertion sort with the
+// comparison inlined, as a round holds a few candidates (beyond 32, a
+// general sort: the same total order).
+func sortByMarginal(ps []candProb) {
+	before := func(a, b *candProb) bool {
+		if c := cmp.Compare(b.marg, a.marg); c != 0 {
+			return c < 0
+		}
+		return a.i < b.i
+	}
+	if len(ps) > 32 {
+		slices.SortFunc(ps, func(a, b candProb) int {
+			if before(&a, &b) {
+				return -1
+			}
+			return 1 // (indexes are unique: never equal)
+		})
+		return
+	}
+	for i := 1; i < len(ps); i++ {
+		x := ps[i]
+		j := i
+		for ; j > 0 && before(&x, &ps[j-1]); j-- {
+			ps[j] = ps[j-1]
+		}
+		ps[j] = x
 	}
 }
 

@@ -1,8 +1,10 @@
 package delegation
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -140,6 +142,67 @@ func TestBelowCounts(t *testing.T) {
 		for i := range want {
 			if got := c.get(i); got != want[i] {
 				t.Fatalf("step %d: bucket %d reads %d, want %d", step, i, got, want[i])
+			}
+		}
+	}
+}
+
+// TestCandidateSorts: the hand-written sorts of a decision (candidates by
+// candFirst, a round's candidates by marginal) give the order of a general
+// sort with the comparisons they replaced, for few and many candidates,
+// with ties on every key but the last.
+func TestCandidateSorts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	pick := func(vals ...float64) float64 { return vals[rng.IntN(len(vals))] }
+	for n := range 80 {
+		raw := make([]micraCand, n)
+		for i := range raw {
+			raw[i] = micraCand{id: CrawlerID(strconv.Itoa(rng.IntN(1000000))) + CrawlerID(strconv.Itoa(i)),
+				win: pick(0, 0, 0.5, 1), mu: pick(1, 2, 2, math.Copysign(0, -1), 0), n: pick(0, 3, 3), tie: uint64(rng.IntN(3))}
+		}
+		order, want := make([]int, n), make([]int, n)
+		for i := range order {
+			order[i], want[i] = i, i
+		}
+		rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+		copy(want, order)
+		slices.SortFunc(want, func(i, j int) int {
+			a, b := &raw[i], &raw[j]
+			if c := cmp.Compare(b.win, a.win); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.mu, b.mu); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(b.n, a.n); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.tie, b.tie); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.id, b.id)
+		})
+		sortCands(order, raw)
+		if !slices.Equal(order, want) {
+			t.Fatalf("%d candidates: sortCands gives %v, want %v", n, order, want)
+		}
+
+		ps := make([]candProb, n)
+		for i := range ps {
+			ps[i] = candProb{i: i, marg: pick(0, 0.1, 0.1, 0.5, math.NaN())}
+		}
+		rng.Shuffle(n, func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+		wantPs := slices.Clone(ps)
+		slices.SortFunc(wantPs, func(a, b candProb) int {
+			if c := cmp.Compare(b.marg, a.marg); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.i, b.i)
+		})
+		sortByMarginal(ps)
+		for i := range ps {
+			if ps[i].i != wantPs[i].i {
+				t.Fatalf("%d candidates: sortByMarginal puts %d at %d, want %d", n, ps[i].i, i, wantPs[i].i)
 			}
 		}
 	}
