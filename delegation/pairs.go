@@ -15,8 +15,12 @@ import (
 // from), learned without knowing where anything is.
 type pairModel struct {
 	crawler *crawlerIndex
-	pairs   map[uint64]*pairSamples // pairs with a crawler index ≥ denseN
-	dense   []*pairSamples          // [a*denseN+b] for the first denseN crawlers
+	dense   []*pairSamples // [a*denseN+b] for the first denseN crawlers
+	// rows[a][b]: the other pairs, a small map per first crawler — a
+	// decision reads the pairs of its few lowest answers with every
+	// candidate, so the rows it touches stay in cache (one map of every
+	// pair missed it on nearly every lookup at 1000 crawlers)
+	rows []map[uint32]*pairSamples
 	cap     int
 	bw      float64 // kernel bandwidth on x (ln ms)
 	alpha   float64 // weight of the prior, in samples
@@ -212,17 +216,41 @@ func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
 		}
 		return s
 	}
-	k := uint64(a)<<32 | uint64(b)
-	s := p.pairs[k]
+	if int(a) >= len(p.rows) {
+		if !create {
+			return nil
+		}
+		p.rows = append(p.rows, make([]map[uint32]*pairSamples, int(a)+1-len(p.rows))...)
+	}
+	row := p.rows[a]
+	s := row[b]
 	if s == nil && create {
+		if row == nil {
+			row = make(map[uint32]*pairSamples)
+			p.rows[a] = row
+		}
 		s = &pairSamples{}
-		p.pairs[k] = s
+		row[b] = s
 	}
 	return s
 }
 
+// each calls f with every pair that has samples.
+func (p *pairModel) each(f func(a, b uint32, s *pairSamples)) {
+	for i, s := range p.dense {
+		if s != nil {
+			f(uint32(i/denseN), uint32(i%denseN), s)
+		}
+	}
+	for a, row := range p.rows {
+		for b, s := range row {
+			f(uint32(a), b, s)
+		}
+	}
+}
+
 func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pairModel {
-	return &pairModel{crawler: ci, pairs: make(map[uint64]*pairSamples), cap: capacity, bw: bandwidth, alpha: alpha}
+	return &pairModel{crawler: ci, cap: capacity, bw: bandwidth, alpha: alpha}
 }
 
 // learn adds every ordered pair of the answers of one host; cis and xs are

@@ -181,15 +181,16 @@ func TestReviewManyCrawlersMasks(t *testing.T) {
 	}
 	// pairs beyond the dense table are kept and read like the others
 	high := 0
-	for k, s := range m.pairs.pairs {
-		a, b := uint32(k>>32), uint32(k)
-		if a < denseN && b < denseN {
-			t.Fatalf("pair (%d,%d) in the map, belongs to the dense table", a, b)
+	for a, row := range m.pairs.rows {
+		for b, s := range row {
+			if a < denseN && b < denseN {
+				t.Fatalf("pair (%d,%d) in the rows, belongs to the dense table", a, b)
+			}
+			if m.pairs.samples(uint32(a), b, false) != s {
+				t.Fatalf("pair (%d,%d) not found", a, b)
+			}
+			high++
 		}
-		if m.pairs.samples(a, b, false) != s {
-			t.Fatalf("pair (%d,%d) not found", a, b)
-		}
-		high++
 	}
 	if high == 0 {
 		t.Fatal("no pair beyond index 63 learned")
@@ -296,12 +297,7 @@ func canonOf(t *testing.T, p Policy) canonStats {
 			out.Pairs[[2]CrawlerID{ids[a], ids[b]}] = [2][]float32{xs, ys}
 		}
 	}
-	for i, s := range m.pairs.dense {
-		add(uint32(i/denseN), uint32(i%denseN), s)
-	}
-	for k, s := range m.pairs.pairs {
-		add(uint32(k>>32), uint32(k), s)
-	}
+	m.pairs.each(add)
 	for ci, ps := range m.pos {
 		if ps.ok {
 			out.Pos[ids[ci]] = ps
