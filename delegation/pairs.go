@@ -20,10 +20,10 @@ type pairModel struct {
 	// decision reads the pairs of its few lowest answers with every
 	// candidate, so the rows it touches stay in cache (one map of every
 	// pair missed it on nearly every lookup at 1000 crawlers)
-	rows []map[uint32]*pairSamples
-	cap     int
-	bw      float64 // kernel bandwidth on x (ln ms)
-	alpha   float64 // weight of the prior, in samples
+	rows  []map[uint32]*pairSamples
+	cap   int
+	bw    float64 // kernel bandwidth on x (ln ms)
+	alpha float64 // weight of the prior, in samples
 }
 
 // crawlerIndex gives crawlers small dense numbers for compact keys.
