@@ -1309,10 +1309,29 @@ func (m *micraChooser) candCi(cands []micraCand, c CrawlerID) uint32 {
 	return m.crawler.id(c)
 }
 
-// candFirst orders candidates: the likeliest nearest first (learned wins,
-// then the lowest predicted RTT, the most observations, the tie key, the
-// name). The order is total: names are unique (predictions are never NaN:
-// they are means and logs of positive RTTs).
+// candCompare orders candidates: the likeliest nearest first (learned
+// wins, then the lowest predicted RTT, the most observations, the tie key,
+// the name). Floats compare as cmp.Compare does (NaN below every number,
+// so a degenerate prediction sorts the same way every time); the order is
+// total, as names are unique.
+func candCompare(a, b *micraCand) int {
+	if c := cmp.Compare(b.win, a.win); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.mu, b.mu); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.n, a.n); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.tie, b.tie); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// candFirst is candCompare(a, b) < 0 for candidates without NaN, in plain
+// comparisons that inline.
 func candFirst(a, b *micraCand) bool {
 	switch {
 	case a.win != b.win:
@@ -1327,17 +1346,20 @@ func candFirst(a, b *micraCand) bool {
 	return a.id < b.id
 }
 
-// sortCands sorts the candidate indexes order by candFirst: an insertion
-// sort, as a decision ranks a few (MinCandidates, 16 by default); beyond
-// 32 a general sort. Both give the one total order.
+// sortCands sorts the candidate indexes order by candCompare: an insertion
+// sort on candFirst, as a decision ranks a few (MinCandidates, 16 by
+// default); a general sort on candCompare beyond 32 candidates or when a
+// prediction is NaN. The order is total, so both give the same result.
 func sortCands(order []int, raw []micraCand) {
-	if len(order) > 32 {
-		slices.SortFunc(order, func(i, j int) int {
-			if candFirst(&raw[i], &raw[j]) {
-				return -1
-			}
-			return 1 // (never equal: the order is total)
-		})
+	plain := len(order) <= 32
+	for i := range raw {
+		if c := &raw[i]; c.win != c.win || c.mu != c.mu || c.n != c.n {
+			plain = false
+			break
+		}
+	}
+	if !plain {
+		slices.SortFunc(order, func(i, j int) int { return candCompare(&raw[i], &raw[j]) })
 		return
 	}
 	for i := 1; i < len(order); i++ {
@@ -1385,7 +1407,7 @@ func sortByMarginal(ps []candProb) {
 // rounding tie it rounds v·1000 itself (the product's error is far below
 // the 1e-9 margin); anything else goes to strconv.
 func appendFixed3(b []byte, v float64) []byte {
-	if !(v >= 0 && v < 0.9995) {
+	if !(v >= 0 && v < 0.9995) || math.Signbit(v) { // (-0 prints "-0.000")
 		return strconv.AppendFloat(b, v, 'f', 3, 64)
 	}
 	k := math.Floor(v * 1000)

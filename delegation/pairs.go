@@ -279,8 +279,9 @@ func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64) {
 // at x weighs 1 − d², d = (x − xa)/hw. The sums are taken apart — Σ kw =
 // n − Σ d² over the window, and the hits' Σ kw = n_beat − Σ_beat d² — so a
 // sample costs a square and three additions, with no weight of its own to
-// compute and test (the window's edges, where a weight would round to
-// slightly below zero, add at most a rounding error).
+// compute and test. The result equals the plain kernel's up to rounding
+// (at the top edge a weight may round to −1e-16 where the plain kernel
+// skips it).
 func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	s := p.samples(a, b, false)
 	if s == nil {
@@ -288,8 +289,13 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	}
 	t := float32(lnT - xa)
 	hw := 2 * p.bw
-	ss := s.s[s.lowerBound(float32(xa-hw)):]
-	top := xa + hw
+	bottom, top := xa-hw, xa+hw
+	ss := s.s[s.lowerBound(float32(bottom)):]
+	// the float32 edge may round below xa − hw: samples there would weigh
+	// 1 − d² < 0 (the plain kernel skips them)
+	for len(ss) > 0 && float64(ss[0].x) < bottom {
+		ss = ss[1:]
+	}
 	inv := 1 / hw // a multiplication per sample instead of a division
 	var sd2, nBeat, sBeat float64
 	n := 0

@@ -91,7 +91,7 @@ func TestBucketOf(t *testing.T) {
 // values it hands to strconv.
 func TestAppendFixed3(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	vals := []float64{0, 1e-300, 0.0005, 0.0015, 0.0125, 0.02, 0.05, 0.1, 0.9994, 0.9995, 0.9996, 1, 1.5, 123.4565, -0.0, -1e-17, -0.3, math.Inf(1), math.NaN()}
+	vals := []float64{0, 1e-300, 0.0005, 0.0015, 0.0125, 0.02, 0.05, 0.1, 0.9994, 0.9995, 0.9996, 1, 1.5, 123.4565, math.Copysign(0, -1), -1e-17, -0.3, math.Inf(1), math.NaN()}
 	for k := range 1000 { // every tie k+0.5 thousandths and its neighbours
 		v := (float64(k) + 0.5) / 1000
 		vals = append(vals, v, math.Nextafter(v, 0), math.Nextafter(v, 1), float64(k)/1000)
@@ -104,6 +104,20 @@ func TestAppendFixed3(t *testing.T) {
 		if got := string(appendFixed3([]byte("x"), v)); got != "x"+want {
 			t.Fatalf("appendFixed3(%v) = %q, strconv says %q", v, got[1:], want)
 		}
+	}
+}
+
+// TestPairSamplesDropNaN: a sample with a NaN x has no place in the order
+// and is dropped; the samples and the bucket index stay as they were.
+func TestPairSamplesDropNaN(t *testing.T) {
+	var s pairSamples
+	for _, x := range []float32{1, 2, 3} {
+		s.add(x, 0, 96)
+	}
+	before, below := slices.Clone(s.s), s.below
+	s.add(float32(math.NaN()), 0, 96)
+	if !slices.Equal(s.s, before) || s.below != below {
+		t.Fatalf("a NaN sample changed the pair: %v (was %v)", s.s, before)
 	}
 }
 
@@ -150,7 +164,8 @@ func TestBelowCounts(t *testing.T) {
 // TestCandidateSorts: the hand-written sorts of a decision (candidates by
 // candFirst, a round's candidates by marginal) give the order of a general
 // sort with the comparisons they replaced, for few and many candidates,
-// with ties on every key but the last.
+// with ties on every key but the last, signed zeros and NaN (a degenerate
+// prediction).
 func TestCandidateSorts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	pick := func(vals ...float64) float64 { return vals[rng.IntN(len(vals))] }
@@ -158,7 +173,8 @@ func TestCandidateSorts(t *testing.T) {
 		raw := make([]micraCand, n)
 		for i := range raw {
 			raw[i] = micraCand{id: CrawlerID(strconv.Itoa(rng.IntN(1000000))) + CrawlerID(strconv.Itoa(i)),
-				win: pick(0, 0, 0.5, 1), mu: pick(1, 2, 2, math.Copysign(0, -1), 0), n: pick(0, 3, 3), tie: uint64(rng.IntN(3))}
+				win: pick(0, 0, 0.5, 1, math.NaN()), mu: pick(1, 2, 2, math.Copysign(0, -1), 0, math.NaN(), math.Inf(1)),
+				n: pick(0, 3, 3, math.NaN()), tie: uint64(rng.IntN(3))}
 		}
 		order, want := make([]int, n), make([]int, n)
 		for i := range order {

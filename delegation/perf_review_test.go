@@ -658,6 +658,21 @@ func TestReviewPairKernel(t *testing.T) {
 	for range 300 {
 		s.add(float32(rng.NormFloat64()+3), float32(rng.NormFloat64()*0.5), pm.cap)
 	}
+	// a second pair whose samples sit on the window's lower edge as a
+	// float32 rounds it: below xa − hw, where the plain kernel weighs
+	// nothing
+	edge := pm.samples(3, 4, true)
+	edgeXa := 3.0000001
+	lo := float32(edgeXa - 2*pm.bw)
+	if float64(lo) >= edgeXa-2*pm.bw {
+		t.Fatalf("test setup: float32(%v) = %v does not round below the edge", edgeXa-2*pm.bw, lo)
+	}
+	for i := range 40 {
+		edge.add(lo, float32(i%2), pm.cap)
+	}
+	if got, w := pm.beat(3, 4, edgeXa, edgeXa+0.5, 0.5); got != 0.5 || w != 0 {
+		t.Fatalf("samples below the window's edge count: beat = %v with weight %v, want the prior 0.5 with weight 0", got, w)
+	}
 	for range 200 {
 		xa, lnT, prior := rng.NormFloat64()+3, rng.NormFloat64()+3, rng.Float64()
 		var hit, w float64
