@@ -214,12 +214,19 @@ const (
 	ctxKinds
 )
 
+// minSigma is the smallest spread of ln RTT sigma0 gives: 0.1 % of an RTT,
+// far below any measured jitter.
+const minSigma = 1e-3
+
 // sigma0 is the spread expected for one observation in a context of k's
 // kind: learned across all such contexts once there is enough data.
 func (m *micraChooser) sigma0(kind int) float64 {
 	p := m.pooled[kind]
 	if m.cfg.PooledAfter > 0 && p.dof >= m.cfg.PooledAfter {
-		return math.Sqrt(p.m2 / p.dof)
+		// at least minSigma: with every repeated observation identical
+		// (constant latencies) a zero spread made the shrinkage 0/0 and
+		// every prediction NaN
+		return max(math.Sqrt(p.m2/p.dof), minSigma)
 	}
 	return m.cfg.PriorSigma
 }

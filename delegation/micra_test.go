@@ -3,6 +3,7 @@ package delegation
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -169,5 +170,69 @@ func TestMicraDeepSubnet(t *testing.T) {
 	}
 	if d.Owner != "near" {
 		t.Fatalf("the crawler 2 ms away should own it: %v", d)
+	}
+}
+
+// TestMicraConstantLatencies: with every repeated observation identical
+// (every crawler answers every host in 50 ms: ties, so micra keeps
+// probing and learning), the pooled spreads stay positive and every
+// prediction finite — a zero spread made the shrinkage 0/0 and every
+// prediction NaN.
+func TestMicraConstantLatencies(t *testing.T) {
+	rs := []hierarchy.Range{pfx(t, "10.0.0.0/8", "A", "DE")}
+	for i := range 120 {
+		rs = append(rs, pfx(t, fmt.Sprintf("10.%d.%d.0/24", 1+i/100, i%100), fmt.Sprintf("O%d", i), "DE"))
+	}
+	tr := mustBuild(t, rs...)
+	members := NewMemMembership()
+	rtt := map[CrawlerID]time.Duration{"c1": 50 * time.Millisecond, "c2": 50 * time.Millisecond, "c3": 50 * time.Millisecond}
+	deps := Deps{Tree: tr, Dir: NewMemDirectory(tr, members), Members: members, Clock: &FixedClock{T: time.Unix(1_700_000_000, 0)},
+		Rand:   rand.New(rand.NewPCG(1, 1)),
+		Prober: &tableProber{rtt: func(c CrawlerID, _ netip.Addr) (time.Duration, bool) { d, ok := rtt[c]; return d, ok }}}
+	p := NewMicra(deps, Config{Self: "c1"})
+	ctx := context.Background()
+	for i, c := range []CrawlerID{"c1", "c2", "c3"} {
+		cr := Crawler{ID: c, Addr: netip.AddrFrom4([4]byte{20, 0, 0, byte(i + 1)})} // outside the tree
+		members.Add(cr)
+		if _, err := p.Join(ctx, cr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 120 {
+		ip := netip.AddrFrom4([4]byte{10, byte(1 + i/100), byte(i % 100), 7})
+		d, err := p.Delegate(ctx, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := rtt[d.Owner]; !ok || (d.OwnerRTT != 0 && d.OwnerRTT != 50*time.Millisecond) {
+			t.Fatalf("host %v: owner %q at %v (%v)", ip, d.Owner, d.OwnerRTT, d)
+		}
+	}
+	m := p.(learningEngine).ch.(*micraChooser)
+	e := p.(learningEngine).engine
+	ip := netip.MustParseAddr("10.1.50.9")
+	var d Decision
+	if _, err := m.rank(ctx, e, ip, tr.SmallestNonUnary(ip), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.candBuf) == 0 {
+		t.Fatal("no candidates ranked")
+	}
+	for _, c := range m.candBuf {
+		if math.IsNaN(c.mu) || math.IsNaN(c.sd) || math.IsInf(c.mu, 0) {
+			t.Fatalf("candidate %s predicted %v ± %v (%v)", c.id, c.mu, c.sd, d)
+		}
+	}
+	pooled := 0
+	for k := range ctxKinds {
+		if s := m.sigma0(k); !(s > 0) {
+			t.Fatalf("kind %d: spread %v", k, s)
+		}
+		if m.pooled[k].dof >= m.cfg.PooledAfter {
+			pooled++
+		}
+	}
+	if pooled == 0 {
+		t.Fatalf("no kind of context has a pooled spread yet: the test exercises nothing (%v, after %v)", m.pooled, m.cfg.PooledAfter)
 	}
 }
