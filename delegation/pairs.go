@@ -290,12 +290,14 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	t := float32(lnT - xa)
 	hw := 2 * p.bw
 	bottom, top := xa-hw, xa+hw
-	ss := s.s[s.lowerBound(float32(bottom)):]
-	// the float32 edge may round below xa − hw: samples there would weigh
-	// 1 − d² < 0 (the plain kernel skips them)
-	for len(ss) > 0 && float64(ss[0].x) < bottom {
-		ss = ss[1:]
+	// the window starts at the first sample x ≥ xa − hw: for a float32 x,
+	// x ≥ the smallest float32 ≥ xa − hw (rounded down, the edge would let
+	// in samples that weigh 1 − d² < 0, which the plain kernel skips)
+	lo := float32(bottom)
+	if float64(lo) < bottom {
+		lo = nextUp32(lo)
 	}
+	ss := s.s[s.lowerBound(lo):]
 	inv := 1 / hw // a multiplication per sample instead of a division
 	var sd2, nBeat, sBeat float64
 	n := 0
@@ -320,6 +322,21 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	w = float64(n) - sd2
 	hit := nBeat - sBeat
 	return (hit + p.alpha*prior) / (w + p.alpha), w
+}
+
+// nextUp32 is the next float32 above f (math.Nextafter32(f, +Inf) for the
+// finite f and -Inf beat passes it, inlined: half of all windows need it).
+func nextUp32(f float32) float32 {
+	b := math.Float32bits(f)
+	switch {
+	case f > 0:
+		b++
+	case f < 0:
+		b--
+	default: // ±0
+		return math.SmallestNonzeroFloat32
+	}
+	return math.Float32frombits(b)
 }
 
 func lnMs(d time.Duration) float64 { return math.Log(float64(d)/float64(time.Millisecond) + 1e-3) }
