@@ -106,7 +106,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.MaxProbes <= 0 {
 		m.MaxProbes = 12
 	}
-	if m.PriorSigma <= 0 {
+	if !(m.PriorSigma > 0) { // (NaN too)
 		m.PriorSigma = 0.45
 	}
 	if m.PooledAfter == 0 {
@@ -221,14 +221,14 @@ const minSigma = 1e-3
 // sigma0 is the spread expected for one observation in a context of k's
 // kind: learned across all such contexts once there is enough data.
 func (m *micraChooser) sigma0(kind int) float64 {
+	// at least minSigma: with every repeated observation identical
+	// (constant latencies), or a tiny configured PriorSigma, a zero spread
+	// made the shrinkage 0/0 and every prediction NaN
 	p := m.pooled[kind]
 	if m.cfg.PooledAfter > 0 && p.dof >= m.cfg.PooledAfter {
-		// at least minSigma: with every repeated observation identical
-		// (constant latencies) a zero spread made the shrinkage 0/0 and
-		// every prediction NaN
 		return max(math.Sqrt(p.m2/p.dof), minSigma)
 	}
-	return m.cfg.PriorSigma
+	return max(m.cfg.PriorSigma, minSigma)
 }
 
 // lnStat is Welford's running mean and M2 of ln(RTT in ms).

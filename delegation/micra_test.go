@@ -177,8 +177,16 @@ func TestMicraDeepSubnet(t *testing.T) {
 // (every crawler answers every host in 50 ms: ties, so micra keeps
 // probing and learning), the pooled spreads stay positive and every
 // prediction finite — a zero spread made the shrinkage 0/0 and every
-// prediction NaN.
+// prediction NaN. The same with a configured PriorSigma that squares to
+// zero and no pooling.
 func TestMicraConstantLatencies(t *testing.T) {
+	t.Run("pooled", func(t *testing.T) { testMicraConstantLatencies(t, MicraConfig{}, true) })
+	t.Run("tiny-prior", func(t *testing.T) {
+		testMicraConstantLatencies(t, MicraConfig{PriorSigma: 1e-200, PooledAfter: -1}, false)
+	})
+}
+
+func testMicraConstantLatencies(t *testing.T, mc MicraConfig, wantPooled bool) {
 	rs := []hierarchy.Range{pfx(t, "10.0.0.0/8", "A", "DE")}
 	for i := range 120 {
 		rs = append(rs, pfx(t, fmt.Sprintf("10.%d.%d.0/24", 1+i/100, i%100), fmt.Sprintf("O%d", i), "DE"))
@@ -189,7 +197,7 @@ func TestMicraConstantLatencies(t *testing.T) {
 	deps := Deps{Tree: tr, Dir: NewMemDirectory(tr, members), Members: members, Clock: &FixedClock{T: time.Unix(1_700_000_000, 0)},
 		Rand:   rand.New(rand.NewPCG(1, 1)),
 		Prober: &tableProber{rtt: func(c CrawlerID, _ netip.Addr) (time.Duration, bool) { d, ok := rtt[c]; return d, ok }}}
-	p := NewMicra(deps, Config{Self: "c1"})
+	p := NewMicra(deps, Config{Self: "c1", Micra: mc})
 	ctx := context.Background()
 	for i, c := range []CrawlerID{"c1", "c2", "c3"} {
 		cr := Crawler{ID: c, Addr: netip.AddrFrom4([4]byte{20, 0, 0, byte(i + 1)})} // outside the tree
@@ -232,7 +240,7 @@ func TestMicraConstantLatencies(t *testing.T) {
 			pooled++
 		}
 	}
-	if pooled == 0 {
+	if wantPooled && pooled == 0 {
 		t.Fatalf("no kind of context has a pooled spread yet: the test exercises nothing (%v, after %v)", m.pooled, m.cfg.PooledAfter)
 	}
 }

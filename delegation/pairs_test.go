@@ -169,13 +169,23 @@ func TestBelowCounts(t *testing.T) {
 func TestCandidateSorts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	pick := func(vals ...float64) float64 { return vals[rng.IntN(len(vals))] }
-	for n := range 80 {
-		raw := make([]micraCand, n)
-		for i := range raw {
-			raw[i] = micraCand{id: CrawlerID(strconv.Itoa(rng.IntN(1000000))) + CrawlerID(strconv.Itoa(i)),
-				win: pick(0, 0, 0.5, 1, math.NaN()), mu: pick(1, 2, 2, math.Copysign(0, -1), 0, math.NaN(), math.Inf(1)),
-				n: pick(0, 3, 3, math.NaN()), tie: uint64(rng.IntN(3))}
+	for n := range 160 {
+		// NaN in one field at most (none, win, mu or n), so that each
+		// field's NaN check is what sends the slice to the general sort
+		nanIn := n % 4
+		nan := func(field int, vals ...float64) float64 {
+			if field == nanIn {
+				vals = append(vals, math.NaN())
+			}
+			return pick(vals...)
 		}
+		raw := make([]micraCand, n/2)
+		for i := range raw {
+			raw[i] = micraCand{id: CrawlerID(strconv.Itoa(rng.IntN(1000000)) + "-" + strconv.Itoa(i)), // unique
+				win: nan(1, 0, 0, 0.5, 1), mu: nan(2, 1, 2, 2, math.Copysign(0, -1), 0, math.Inf(1)),
+				n: nan(3, 0, 3, 3), tie: uint64(rng.IntN(3))}
+		}
+		n := n / 2
 		order, want := make([]int, n), make([]int, n)
 		for i := range order {
 			order[i], want[i] = i, i

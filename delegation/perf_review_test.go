@@ -673,6 +673,24 @@ func TestReviewPairKernel(t *testing.T) {
 	if got, w := pm.beat(3, 4, edgeXa, edgeXa+0.5, 0.5); got != 0.5 || w != 0 {
 		t.Fatalf("samples below the window's edge count: beat = %v with weight %v, want the prior 0.5 with weight 0", got, w)
 	}
+	// and where the float32 rounds the edge up, samples on it are inside
+	// (x ≥ xa − hw) and weigh a little
+	up := pm.samples(5, 6, true)
+	upXa := 0.0
+	for f := 3.0; upXa == 0; f += 1e-7 {
+		if float64(float32(f-2*pm.bw)) > f-2*pm.bw {
+			upXa = f
+		}
+	}
+	upLo := float32(upXa - 2*pm.bw)
+	for i := range 40 {
+		up.add(upLo, float32(i%2), pm.cap)
+	}
+	d := (float64(upLo) - upXa) / (2 * pm.bw)
+	wantW := 40 * (1 - d*d)
+	if _, w := pm.beat(5, 6, upXa, upXa+0.5, 0.5); !(wantW > 0) || math.Abs(w-wantW) > 1e-12 { // (n − Σd² cancels: an absolute error)
+		t.Fatalf("samples on the window's edge (rounded up): weight %v, want %v", w, wantW)
+	}
 	for range 200 {
 		xa, lnT, prior := rng.NormFloat64()+3, rng.NormFloat64()+3, rng.Float64()
 		var hit, w float64
