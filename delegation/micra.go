@@ -1236,7 +1236,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	b = append(b, " predicted from "...)
 	b = append(b, top.from...)
 	b = append(b, " (n="...)
-	if n := top.n; n >= 0 && n < 1<<53 && n == math.Trunc(n) {
+	if n := top.n; n >= 0 && n < 1<<53 && n == math.Trunc(n) && !math.Signbit(n) {
 		b = strconv.AppendInt(b, int64(n), 10) // counts: what 'f', 0 prints, cheaper
 	} else {
 		b = strconv.AppendFloat(b, n, 'f', 0, 64)
