@@ -235,20 +235,6 @@ func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
 	return s
 }
 
-// each calls f with every pair that has samples.
-func (p *pairModel) each(f func(a, b uint32, s *pairSamples)) {
-	for i, s := range p.dense {
-		if s != nil {
-			f(uint32(i/denseN), uint32(i%denseN), s)
-		}
-	}
-	for a, row := range p.rows {
-		for b, s := range row {
-			f(uint32(a), b, s)
-		}
-	}
-}
-
 func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pairModel {
 	return &pairModel{crawler: ci, cap: capacity, bw: bandwidth, alpha: alpha}
 }

@@ -297,7 +297,7 @@ func canonOf(t *testing.T, p Policy) canonStats {
 			out.Pairs[[2]CrawlerID{ids[a], ids[b]}] = [2][]float32{xs, ys}
 		}
 	}
-	m.pairs.each(add)
+	eachPair(m.pairs, add)
 	for ci, ps := range m.pos {
 		if ps.ok {
 			out.Pos[ids[ci]] = ps
@@ -805,5 +805,19 @@ func TestMicraNoLiveCrawlers(t *testing.T) {
 	d, err := p.Delegate(context.Background(), ip("10.1.2.7"))
 	if d.Owner != "" && err == nil {
 		t.Fatalf("no crawler is live, yet %s owns the subnet: %v", d.Owner, d)
+	}
+}
+
+// eachPair calls f with every pair of p that has samples.
+func eachPair(p *pairModel, f func(a, b uint32, s *pairSamples)) {
+	for i, s := range p.dense {
+		if s != nil {
+			f(uint32(i/denseN), uint32(i%denseN), s)
+		}
+	}
+	for a, row := range p.rows {
+		for b, s := range row {
+			f(uint32(a), b, s)
+		}
 	}
 }
