@@ -88,6 +88,14 @@ type MicraConfig struct {
 	// that only the 2^k-th host is — the majority is settled, and each
 	// further vote moves it less. Default 16; negative: every host.
 	ReviewEvery int
+	// ReviewProbeUpTo: the reviews of a subnet's 2nd, 4th, 8th … host, up
+	// to this one, probe at least one other crawler (the likeliest to beat
+	// the owner) even when the statistics call none likely. A review sees
+	// the subnet through the statistics that decided it, so a crawler the
+	// first decision wrongly ruled out stays ruled out host after host
+	// (docs/delegation.md: zipf hosts, +0.5 points for 0.06 probes/URL).
+	// Default 2 (the second host only); negative: never.
+	ReviewProbeUpTo int
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0.5.
@@ -142,6 +150,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.ReviewEvery == 0 {
 		m.ReviewEvery = 16
+	}
+	if m.ReviewProbeUpTo == 0 {
+		m.ReviewProbeUpTo = 2
 	}
 	if m.GeoAfter <= 0 {
 		m.GeoAfter = 30
@@ -926,13 +937,14 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 }
 
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
-	return m.rankWith(ctx, e, ip, s, d, nil, m.cfg.Miss)
+	return m.rankWith(ctx, e, ip, s, d, nil, m.cfg.Miss, 0)
 }
 
 // rankWith is rank with answers already known for ip (given: they cost no
-// probe, like an owner's own crawl timing) and the risk miss of its stop
-// rule. With given answers it never decides blind and never walks.
-func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision, given []ProbeResult, miss float64) ([]ProbeResult, error) {
+// probe, like an owner's own crawl timing), the risk miss of its stop rule
+// and the probes it sends at least (while a candidate is left to ask).
+// With given answers it never decides blind and never walks.
+func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision, given []ProbeResult, miss float64, minProbes int) ([]ProbeResult, error) {
 	_, cc := m.subnetContexts(e.d.Tree, s)
 	m.locate(e)
 	infos := m.subnetInfos(false) // nil: nothing known there
@@ -1130,10 +1142,13 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			better := func(k int) bool {
 				return bestK < 0 || ps[k].p > ps[bestK].p || (ps[k].p == ps[bestK].p && ps[k].i < ps[bestK].i)
 			}
-			if m.cfg.Parallel > 1 || m.cfg.refineAll || margSum < miss {
+			// a probe that must go out needs the likeliest candidate, so
+			// every candidate's estimate
+			mustProbe := d.Probes < minProbes
+			if m.cfg.Parallel > 1 || m.cfg.refineAll || mustProbe || margSum < miss {
 				// several probes a round rank every candidate; a marginal
 				// sum under Miss stops at once
-				if margSum >= miss || m.cfg.refineAll {
+				if margSum >= miss || m.cfg.refineAll || mustProbe {
 					for k := range ps {
 						refine(k)
 						total += ps[k].p
@@ -1173,7 +1188,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				}
 			}
 			m.psBuf = ps
-			if total < miss {
+			if total < miss && (!mustProbe || bestK < 0) {
 				// (strconv, not Sprintf: this note is written for most decisions)
 				b := append(stop, "P(unprobed beats "...)
 				b = append(b, best.Crawler...)

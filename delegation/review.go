@@ -17,7 +17,8 @@ import (
 // in different places, and the first may not be typical. The owner times
 // every host it crawls anyway: Review takes that timing (took, its first
 // fetch's round trip) as a free answer, and probes other crawlers only when
-// the learned statistics say one of them is likely nearer for this host. The
+// the learned statistics say one of them is likely nearer for this host (and
+// at least one on the subnet's early hosts: MicraConfig.ReviewProbeUpTo). The
 // subnet changes hands when another crawler has been nearest for more of its
 // reviewed hosts than the owner (the owner counts the host that decided it,
 // and every host it was confidently nearest for).
@@ -163,8 +164,14 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		return ranked, "", nil
 	}
 	if m.cfg.ReviewMiss > 0 {
+		minProbes := 0
+		if n := int(t.hosts); n <= m.cfg.ReviewProbeUpTo && n&(n-1) == 0 {
+			// (n ≥ 2: the deciding host is the first)
+			minProbes = 1
+			d.Steps = append(d.Steps, Step{Kind: StepPredict, Node: s, Note: "review of host " + strconv.Itoa(n) + " of the subnet: at least one probe (up to host " + strconv.Itoa(m.cfg.ReviewProbeUpTo) + ")"})
+		}
 		var err error
-		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss); err != nil {
+		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss, minProbes); err != nil {
 			return nil, "", err
 		}
 		if err := ctx.Err(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -574,5 +575,42 @@ func TestReviewerThinsOutSettledSubnets(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReviewerProbesEarlyHosts: reviews of a subnet's 2nd, 4th, … host up
+// to ReviewProbeUpTo probe at least one other crawler, even where the owner
+// is so fast that the statistics call no other likely (which is when a
+// crawler the first decision ruled out would stay ruled out); the other
+// hosts' reviews do not, and ReviewProbeUpTo < 0 turns it off.
+func TestReviewerProbesEarlyHosts(t *testing.T) {
+	fast := map[CrawlerID]time.Duration{"a": 5 * time.Millisecond, "b": 20 * time.Millisecond, "c": 150 * time.Millisecond}
+	for _, tc := range []struct {
+		upTo   int
+		forced []int // host numbers (the deciding host is 1) whose review must probe
+	}{{0, []int{2}}, {2, []int{2}}, {8, []int{2, 4, 8}}, {-1, nil}} {
+		t.Run(fmt.Sprint("upTo=", tc.upTo), func(t *testing.T) {
+			w := newReviewWorld(t, Config{Micra: MicraConfig{ReviewProbeUpTo: tc.upTo}}, fast, true)
+			first := w.delegateFirst(t, "a")
+			for host := 2; host <= 10; host++ {
+				d := w.review(t, laterHost(host), "a", fast["a"])
+				if d.Reason != ReasonKept || d.Owner != "a" || !reflect.DeepEqual(d.Record, first.Record) {
+					t.Fatalf("host %d: a is nearest: want kept with the first record, got %v", host, d)
+				}
+				note := false
+				for _, st := range d.Steps {
+					note = note || strings.Contains(st.Note, "at least one probe")
+				}
+				if slices.Contains(tc.forced, host) {
+					// one probe, to the likeliest: b (20 ms for the first
+					// host), not c (150 ms)
+					if d.Probes != 1 || !probed(d, "b") || !note {
+						t.Fatalf("host %d: want exactly one probe, to b, and the note: %v", host, d)
+					}
+				} else if d.Probes != 0 || note {
+					t.Fatalf("host %d: a at 5 ms leaves no doubt: want no probe, got %v", host, d)
+				}
+			}
+		})
 	}
 }
