@@ -192,6 +192,8 @@ func TestCandidateSorts(t *testing.T) {
 		}
 		rng.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
 		copy(want, order)
+		// the reference order, spelled out rather than candCompare: with a
+		// NaN sortCands sorts by candCompare itself, which it cannot check
 		slices.SortFunc(want, func(i, j int) int {
 			a, b := &raw[i], &raw[j]
 			if c := cmp.Compare(b.win, a.win); c != 0 {
