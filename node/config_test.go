@@ -108,8 +108,11 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(rctx) }()
+	// Wait for the frontier to drain too: the web counts a page when it
+	// serves it, the frontier records its history only when the crawler
+	// has processed the response, and cancelling in between loses it.
 	deadline := time.Now().Add(20 * time.Second)
-	for web.Stats().UniquePages < int64(web.TotalPages()) && time.Now().Before(deadline) {
+	for (web.Stats().UniquePages < int64(web.TotalPages()) || a.Engine().Frontier().Stats().Queued > 0) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel()
