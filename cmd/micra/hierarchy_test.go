@@ -10,11 +10,14 @@ import (
 	"testing"
 
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // runMicra runs the CLI in-process with fresh flag values.
 func runMicra(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	resetFlags(t, rootCmd)
 	var out bytes.Buffer
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&out)
@@ -95,8 +98,34 @@ func TestHierarchyCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "1 skipped") {
 		t.Errorf("lenient build: %v\n%s", err, out)
 	}
-	// Reset flags that persist on the shared command tree.
-	_, _ = runMicra(t, "hierarchy", "build", "--lenient=false", "--ranges", bad, "-o", filepath.Join(dir, "y.bin"))
+}
+
+// resetFlags puts every flag of c and its subcommands back to its default:
+// the command tree is a package variable, and pflag keeps the values of a
+// previous Execute (with -count=2 a run inherited the last run's --ranges).
+func resetFlags(t *testing.T, c *cobra.Command) {
+	t.Helper()
+	reset := func(f *pflag.Flag) {
+		var err error
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			var def []string
+			if d := strings.Trim(f.DefValue, "[]"); d != "" {
+				def = strings.Split(d, ",")
+			}
+			err = sv.Replace(def)
+		} else {
+			err = f.Value.Set(f.DefValue)
+		}
+		if err != nil {
+			t.Fatalf("reset --%s to %q: %v", f.Name, f.DefValue, err)
+		}
+		f.Changed = false
+	}
+	c.Flags().VisitAll(reset)
+	c.PersistentFlags().VisitAll(reset)
+	for _, sub := range c.Commands() {
+		resetFlags(t, sub)
+	}
 }
 
 func TestHierarchyLookupDefault(t *testing.T) {

@@ -16,6 +16,7 @@ func TestNodeCommand(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte("{\"data_dir\": \"n\",\n \"min_dely\": \"1s\"}"), 0o644)
+	resetFlags(t, rootCmd)
 	rootCmd.SetArgs([]string{"node", "--config", bad})
 	if err := rootCmd.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "bad.json:2:") {
 		t.Fatalf("bad config: %v", err)
@@ -24,6 +25,7 @@ func TestNodeCommand(t *testing.T) {
 	// A loopback node runs until its context ends, then closes cleanly.
 	cfg := filepath.Join(dir, "node.json")
 	os.WriteFile(cfg, []byte(`{"data_dir": "n", "testnet": true, "listen": ["/ip4/127.0.0.1/tcp/0"], "crawler_addr": "1.1.1.1"}`), 0o644)
+	resetFlags(t, rootCmd)
 	rootCmd.SetArgs([]string{"node", "--config", cfg, "--concurrency", "2"})
 	if err := rootCmd.ExecuteContext(ctx); err != nil {
 		t.Fatalf("node: %v", err)
