@@ -239,11 +239,12 @@ func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pai
 	return &pairModel{crawler: ci, cap: capacity, bw: bandwidth, alpha: alpha}
 }
 
-// learn adds every ordered pair of the answers of one host; cis and xs are
-// each answer's crawler index and ln RTT (valid where OK and RTT > 0).
-func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64) {
+// learn adds the ordered pairs of the answers of one host whose first
+// answer is at most cut (ln ms; +Inf: every pair); cis and xs are each
+// answer's crawler index and ln RTT (valid where OK and RTT > 0).
+func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64, cut float64) {
 	for i, a := range ps {
-		if !a.OK || a.RTT <= 0 {
+		if !a.OK || a.RTT <= 0 || xs[i] > cut {
 			continue
 		}
 		xa, ia := xs[i], cis[i]

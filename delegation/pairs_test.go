@@ -2,12 +2,14 @@ package delegation
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestPairSamplesSearch: samples stay sorted and within their cap through
@@ -251,6 +253,54 @@ func TestNextUp32(t *testing.T) {
 		want := math.Nextafter32(v, float32(math.Inf(1)))
 		if got := nextUp32(v); math.Float32bits(got) != math.Float32bits(want) {
 			t.Fatalf("nextUp32(%v) = %v, Nextafter32 says %v", v, got, want)
+		}
+	}
+}
+
+// TestPairFromLowest: with PairFromLowest k, a record's pairs (a, b) are
+// learned only for a among its k lowest answers (failed answers neither
+// count nor pair), b being any answer; 0 or negative learns every pair.
+func TestPairFromLowest(t *testing.T) {
+	const n = 10
+	var ps []ProbeResult
+	for i := range n {
+		// answers out of order, so the cut is not the first k in the record
+		rtt := time.Duration((i*7)%n+1) * time.Millisecond
+		ps = append(ps, ProbeResult{Crawler: CrawlerID(fmt.Sprintf("c%d", i)), RTT: rtt, OK: true})
+	}
+	ps = append(ps, ProbeResult{Crawler: "down", OK: false})
+	for _, tc := range []struct{ k, wantFirst int }{{8, 8}, {0, n}, {-1, n}, {n, n}, {3, 3}} {
+		m := &micraChooser{cfg: MicraConfig{PairFromLowest: tc.k}.withDefaults(), crawler: newCrawlerIndex()}
+		m.pairs = newPairModel(m.crawler, 96, 0.3, 0.3)
+		cis, xs := make([]uint32, len(ps)), make([]float64, len(ps))
+		for i, p := range ps {
+			cis[i] = m.crawler.id(p.Crawler)
+			if p.OK {
+				xs[i] = lnMs(p.RTT)
+			}
+		}
+		m.pairs.learn(ps, cis, xs, m.pairCut(ps, xs))
+		firsts := 0
+		for i, a := range ps[:n] {
+			learned := 0
+			for j := range ps {
+				if i != j && m.pairs.samples(cis[i], cis[j], false) != nil {
+					learned++
+				}
+			}
+			rank := int(a.RTT / time.Millisecond) // 1 = lowest
+			switch {
+			case rank <= tc.wantFirst && learned != n-1:
+				t.Errorf("k=%d: answer of rank %d is first of %d pairs, want %d (every other valid answer)", tc.k, rank, learned, n-1)
+			case rank > tc.wantFirst && learned != 0:
+				t.Errorf("k=%d: answer of rank %d is first of %d pairs, want none", tc.k, rank, learned)
+			}
+			if rank <= tc.wantFirst {
+				firsts++
+			}
+		}
+		if firsts != tc.wantFirst {
+			t.Errorf("k=%d: %d answers learned as first, want %d", tc.k, firsts, tc.wantFirst)
 		}
 	}
 }
