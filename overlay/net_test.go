@@ -111,7 +111,7 @@ func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *
 			}
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, slowdown*30*time.Second)
 	defer cancel()
 	for _, p := range tn.peers {
 		p.DHT().RefreshRoutingTable()
