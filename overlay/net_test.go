@@ -117,8 +117,20 @@ func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *
 		p.DHT().RefreshRoutingTable()
 	}
 	for _, p := range tn.peers {
-		if err := p.WaitMembers(wctx, n); err != nil {
-			t.Fatal(err)
+		// A refresh that ran before the last peers joined leaves a routing
+		// table short until the next periodic one: refresh again every
+		// few seconds while waiting (it matters on a loaded machine).
+		for {
+			rctx, rcancel := context.WithTimeout(wctx, 5*time.Second)
+			err := p.WaitMembers(rctx, n)
+			rcancel()
+			if err == nil {
+				break
+			}
+			if wctx.Err() != nil {
+				t.Fatal(err)
+			}
+			p.DHT().RefreshRoutingTable()
 		}
 	}
 	return tn
