@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 
 func TestConcurrentDiscoverersAgree(t *testing.T) {
 	tn := newTestNet(t, 20, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*60*time.Second)
 	defer cancel()
 	var jwg sync.WaitGroup
 	for _, p := range tn.peers {
