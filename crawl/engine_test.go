@@ -274,13 +274,22 @@ func TestRouterHandsOffForeignURLs(t *testing.T) {
 
 func TestFileSystemCrawl(t *testing.T) {
 	root := t.TempDir()
+	// write replaces a file atomically (a temporary file renamed into
+	// place): the crawler revisits every 50-100 ms, and one that read
+	// between a truncate and the write saw an empty "changed" page.
 	write := func(name, body string, mod time.Time) {
 		p := filepath.Join(root, name)
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		tmp := filepath.Join(filepath.Dir(p), ".tmp-"+filepath.Base(p))
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		os.Chtimes(p, mod, mod)
+		if err := os.Chtimes(tmp, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	write("index.html", `<title>Home of the archive</title><a href="docs/a.html">a</a> archive pages`, t0)

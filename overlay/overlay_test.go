@@ -111,7 +111,7 @@ func TestKilledPeerDeclaredDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	timeout := tn.peers[0].cfg.FailureTimeout
-	deadline := killed.Add(timeout + tn.peers[0].cfg.HeartbeatInterval + time.Second)
+	deadline := killed.Add(slowdown * (timeout + tn.peers[0].cfg.HeartbeatInterval + time.Second))
 	for {
 		mu.Lock()
 		n := len(declared)
@@ -182,7 +182,13 @@ func TestHandoffFollowsOwnership(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, func() bool { return len(tn.sinks[ownerIdx].got()) == 10 })
+	// The sender counts a message once it has read the owner's answer, a
+	// moment after the owner's sink has the URLs: wait for both. (The first
+	// hand-off waits for the membership to form, ~2 s after start: 10 s
+	// leave room on a loaded machine.)
+	waitFor(t, slowdown*10*time.Second, func() bool {
+		return len(tn.sinks[ownerIdx].got()) == 10 && sender.HandoffStats().URLs == 10
+	})
 	st := sender.HandoffStats()
 	if st.Messages == 0 || st.Messages > 2 || st.URLs != 10 {
 		t.Fatalf("hand-off stats %+v: want 10 URLs in at most 2 messages", st)
