@@ -127,6 +127,11 @@ type engine struct {
 	ringVer   uint64
 	ringValid bool
 
+	// redelegating is set while Redelegate decides: a calibration event
+	// says the owner is slow, which the statistics that made the decision
+	// do not know, so the decision must probe (no blind guess)
+	redelegating bool
+
 	ids      []CrawlerID
 	idsVer   uint64
 	idsValid bool
@@ -234,6 +239,14 @@ func (e *engine) probe(ctx context.Context, ip netip.Addr, cs []CrawlerID, step 
 		return nil
 	}
 	res := e.d.Prober.Probe(ctx, ip, cs)
+	for i := range res {
+		// A negative time is no measurement (a clock step, a broken
+		// prober): counted as an answer it won the subnet and made every
+		// statistic of the decision NaN.
+		if res[i].RTT < 0 {
+			res[i].OK = false
+		}
+	}
 	d.Probes += len(cs)
 	step.Probes = append(step.Probes, res...)
 	return res
@@ -287,6 +300,8 @@ func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error
 		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
 	}
 	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
+	e.redelegating = true
+	defer func() { e.redelegating = false }()
 	return e.decide(ctx, ip, s, rec.Epoch, d)
 }
 
@@ -364,10 +379,17 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "subnet already placed with " + string(rec.Owner)})
 		return d, nil
 	}
-	pub, err := e.d.Dir.Publish(ctx, Record{
+	place := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
 		Probes: []ProbeResult{{Crawler: c.ID, OK: true}},
-	})
+	}
+	pub, err := e.d.Dir.Publish(ctx, place)
+	if err == nil && pub.Owner != c.ID && !e.live(pub.Owner) {
+		// as in decide: a directory that hides dead owners' records may
+		// not have told us their epoch
+		place.Epoch = pub.Epoch + 1
+		pub, err = e.d.Dir.Publish(ctx, place)
+	}
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish placement of %s: %w", c.ID, err)
 	}

@@ -106,7 +106,10 @@ type MicraConfig struct {
 	PairFromLowest int
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
-	// access delay is shared by all crawlers. Default 0.5.
+	// access delay is shared by all crawlers. Default 0 (off; the doc said
+	// 0.5 until 24 Nov, but the code never set it, and every figure in
+	// docs/delegation.md is measured with 0). 0.5 buys 0.3–0.4 points for
+	// 0.1–0.2 more probes/URL (docs/delegation.md). Outside 0..1: 0.
 	Shift float64
 
 	// refineAll computes every candidate's pairwise estimate each round,
@@ -165,8 +168,8 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.GeoAfter <= 0 {
 		m.GeoAfter = 30
 	}
-	if m.Shift < 0 || m.Shift > 1 {
-		m.Shift = 0.5
+	if !(m.Shift >= 0 && m.Shift <= 1) { // (NaN too)
+		m.Shift = 0
 	}
 	return m
 }
@@ -384,6 +387,7 @@ type ctxInfo struct {
 	// come from these, so a decision's cost does not grow with the number
 	// of crawlers
 	top      []topEntry
+	topVer   uint64 // counts changes of st's means (the key of liveTops' cache)
 	winTotal float64
 	located  []uint32 // live crawlers sitting here, in membership order
 	sits     []uint32 // the same, sorted
@@ -494,13 +498,19 @@ type micraChooser struct {
 	// changes
 	locVer   uint64
 	locValid bool
-	locCtx   []*ctxInfo           // contexts with located crawlers
-	pos      []crawlerPos         // by crawler index: the position it states
-	liveCi   []bool               // by crawler index: live now
-	liveOrd  []uint32             // crawler indexes of liveIDs, in its (sorted) order
-	geoCC    string               // country of geoRow
-	geoRow   []float64            // by crawler index: distance feature to geoCC
-	geoTab   map[string][]float64 // geoRow of every country seen
+	locCtx   []*ctxInfo   // contexts with located crawlers
+	pos      []crawlerPos // by crawler index: the position it states
+	liveCi   []bool       // by crawler index: live now
+	// liveGen counts changes of the live set (the other key of liveTops)
+	liveGen uint64
+	// liveTops: for contexts whose top list holds departed crawlers, the
+	// topK live crawlers with the lowest mean there (liveTop)
+	liveTops  map[*ctxInfo]*liveTop
+	liveOrd   []uint32             // crawler indexes of liveIDs, in its (sorted) order
+	liveSpare []uint32             // the previous liveOrd's storage
+	geoCC     string               // country of geoRow
+	geoRow    []float64            // by crawler index: distance feature to geoCC
+	geoTab    map[string][]float64 // geoRow of every country seen
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
@@ -666,7 +676,11 @@ func (m *micraChooser) locate(e *engine) {
 	for _, c := range m.locCtx {
 		slices.Sort(c.sits)
 	}
-	m.liveCi, m.liveOrd = m.liveCi[:0], m.liveOrd[:0]
+	// (two buffers, swapped: locate runs for every decision when the
+	// membership has no version)
+	before := m.liveOrd
+	m.liveOrd = m.liveSpare[:0]
+	clear(m.liveCi)
 	for _, c := range e.liveIDs() {
 		ci := m.crawler.id(c)
 		for int(ci) >= len(m.liveCi) {
@@ -675,6 +689,10 @@ func (m *micraChooser) locate(e *engine) {
 		m.liveCi[ci] = true
 		m.liveOrd = append(m.liveOrd, ci)
 	}
+	if !slices.Equal(before, m.liveOrd) {
+		m.liveGen++
+	}
+	m.liveSpare = before
 	if versioned {
 		m.locVer, m.locValid = ver, true
 	}
@@ -804,15 +822,62 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 
 const topK = 16
 
-// rankTop re-ranks crawler ci in context k's top list after its mean there
-// changed.
 // topEntry is one crawler of a context's top list, with its mean there.
 type topEntry struct {
 	ci   uint32
 	mean float64
 }
 
+// liveTop is the topK live crawlers with the lowest mean in a context, as
+// of the live set liveGen and the context's statistics topVer.
+type liveTop struct {
+	gen, ver uint64
+	ci       []uint32
+}
+
+// liveTopOf lists the topK live crawlers with the lowest mean in c, for a
+// context whose top list holds departed crawlers. The top lists themselves
+// keep them (they are learned state, the same on every peer whatever its
+// view of the membership); without this, once the fastest crawlers had
+// left, no live crawler past the 16th of a context was ever a candidate.
+func (m *micraChooser) liveTopOf(c *ctxInfo) []uint32 {
+	lt := m.liveTops[c]
+	if lt == nil {
+		if m.liveTops == nil {
+			m.liveTops = make(map[*ctxInfo]*liveTop)
+		}
+		lt = &liveTop{}
+		m.liveTops[c] = lt
+	} else if lt.gen == m.liveGen && lt.ver == c.topVer {
+		return lt.ci
+	}
+	lt.gen, lt.ver = m.liveGen, c.topVer
+	var best [topK]topEntry
+	n := 0
+	for i := range c.st {
+		st := &c.st[i]
+		if st.n == 0 || int(st.ci) >= len(m.liveCi) || !m.liveCi[st.ci] {
+			continue
+		}
+		j, _ := slices.BinarySearchFunc(best[:n], st.mean, func(e topEntry, v float64) int { return cmp.Compare(e.mean, v) })
+		if j < topK {
+			if n < topK {
+				n++
+			}
+			copy(best[j+1:n], best[j:n-1])
+			best[j] = topEntry{st.ci, st.mean}
+		}
+	}
+	lt.ci = lt.ci[:0]
+	for _, e := range best[:n] {
+		lt.ci = append(lt.ci, e.ci)
+	}
+	return lt.ci
+}
+
+// rankTop re-ranks crawler ci in c's top list after its mean there changed.
 func (c *ctxInfo) rankTop(ci uint32, mean float64) {
+	c.topVer++
 	t := c.top
 	if i := slices.IndexFunc(t, func(e topEntry) bool { return e.ci == ci }); i >= 0 {
 		// already listed: move it to the first place whose mean is ≥ its
@@ -994,12 +1059,16 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		m.candEpoch = 1
 	}
 	mark, epoch := m.candMark, m.candEpoch
-	add := func(ci uint32) {
-		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || mark[ci] == epoch {
-			return
+	// add makes ci a candidate; false if it is not live
+	add := func(ci uint32) bool {
+		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] {
+			return false
 		}
-		mark[ci] = epoch
-		ids = append(ids, ci)
+		if mark[ci] != epoch {
+			mark[ci] = epoch
+			ids = append(ids, ci)
+		}
+		return true
 	}
 	for ki, info := range infos {
 		if len(ids) >= m.cfg.MinCandidates {
@@ -1015,8 +1084,16 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 					add(loc[(off+j)%len(loc)])
 				}
 			}
+			departed := false
 			for _, te := range info.top {
-				add(te.ci)
+				if !add(te.ci) {
+					departed = true
+				}
+			}
+			if departed {
+				for _, ci := range m.liveTopOf(info) {
+					add(ci)
+				}
 			}
 		}
 		if ki == len(infos)-1 && len(ids) < m.cfg.MinCandidates {
@@ -1030,7 +1107,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			}
 			off := int(mix64(uint64(s)^0x636f6c64) % uint64(len(live)))
 			for j := range live {
-				if len(ids) >= topK {
+				if len(ids) >= max(topK, m.cfg.MinCandidates) {
 					break
 				}
 				add(live[(off+j)%len(live)])
@@ -1084,7 +1161,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	}
 
 	step := Step{Kind: StepPredict, Node: s}
-	if m.cfg.Blind > 0 && len(given) == 0 && cands[0].n >= m.cfg.BlindMinObs {
+	if m.cfg.Blind > 0 && len(given) == 0 && !e.redelegating && cands[0].n >= m.cfg.BlindMinObs {
 		x := cands[0]
 		risk := 0.0
 		for _, c := range cands[1:] {
@@ -1248,6 +1325,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 					}
 				}
 			}
+		}
+		if room := m.cfg.MaxProbes - d.Probes; len(next) > room {
+			next = next[:room] // a round of Parallel probes must not pass the cap
 		}
 		m.nextBuf = next
 		if len(next) == 0 {
