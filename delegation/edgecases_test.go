@@ -3,6 +3,7 @@ package delegation
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -265,5 +266,16 @@ func TestParallelKeepsMaxProbes(t *testing.T) {
 	}
 	if d.Probes > 12 {
 		t.Errorf("MaxProbes 12, Parallel 5: %d probes", d.Probes)
+	}
+}
+
+// learnedKey's decider hash is FNV-1a, as hash/fnv computes it.
+func TestLearnedKeyHash(t *testing.T) {
+	for _, s := range []CrawlerID{"", "c1", "12D3KooWGVBkxQsSRdEyWSLqHD7uqgJ7Z9wf9U2Hf4uqSNAz3otW"} {
+		h := fnv.New64a()
+		h.Write([]byte(s))
+		if got, want := fnv64a(s), h.Sum64(); got != want {
+			t.Errorf("fnv64a(%q) = %x, want %x", s, got, want)
+		}
 	}
 }

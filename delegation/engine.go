@@ -46,9 +46,23 @@ type Learner interface {
 // subnet re-delegated that often does not mind.
 const learnedPerSubnet = 4
 
+// learnedKey names one record of a subnet: its epoch and a 64-bit FNV-1a
+// hash of its decider. Not the decider's name: a node that decodes every
+// record afresh kept a copy of a 52-byte peer ID per key (up to four per
+// subnet learned); two deciders colliding in one subnet's epoch would need
+// odds of 2^-64.
 type learnedKey struct {
 	epoch   uint64
-	decider CrawlerID
+	decider uint64
+}
+
+func fnv64a(s CrawlerID) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // learnedSet is the dedup memory of one subnet, held in a slice by value
@@ -82,7 +96,7 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	if e.learnedAt == nil {
 		e.learnedAt = make(map[hierarchy.NodeID]int32)
 	}
-	k := learnedKey{rec.Epoch, rec.DecidedBy}
+	k := learnedKey{rec.Epoch, fnv64a(rec.DecidedBy)}
 	at, ok := e.learnedAt[s]
 	if !ok {
 		at = e.learnedSets.add()

@@ -1,7 +1,6 @@
 package delegation
 
 import (
-	"hash/fnv"
 	"math"
 	"time"
 )
@@ -41,9 +40,7 @@ func (x *crawlerIndex) id(c CrawlerID) uint32 {
 		i = uint32(len(x.ids))
 		x.idx[c] = i
 		x.ids = append(x.ids, c)
-		h := fnv.New64a()
-		h.Write([]byte(c))
-		x.hash = append(x.hash, h.Sum64())
+		x.hash = append(x.hash, fnv64a(c))
 	}
 	return i
 }
