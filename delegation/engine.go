@@ -344,22 +344,26 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
 		Probes: probes, Epoch: prevEpoch + 1, DecidedBy: e.c.Self, At: e.now(),
 	}
-	pub, err := e.d.Dir.Publish(ctx, rec)
+	pub, err := e.publish(ctx, rec)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
-	}
-	if pub.Owner != rec.Owner && !e.live(pub.Owner) {
-		// a directory that hides dead owners' records may not have told
-		// us their epoch: outbid the dead record
-		rec.Epoch = pub.Epoch + 1
-		if pub, err = e.d.Dir.Publish(ctx, rec); err != nil {
-			return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
-		}
 	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
 	e.loads.AddPages(s, pub.Owner, 1)
 	e.learnOnce(s, pub)
 	return d, nil
+}
+
+// publish publishes rec and returns the record the directory kept. A
+// directory that hides dead owners' records may not have told us their
+// epoch: when a dead owner's record wins, rec is published again above it.
+func (e *engine) publish(ctx context.Context, rec Record) (Record, error) {
+	pub, err := e.d.Dir.Publish(ctx, rec)
+	if err == nil && pub.Owner != rec.Owner && !e.live(pub.Owner) {
+		rec.Epoch = pub.Epoch + 1
+		pub, err = e.d.Dir.Publish(ctx, rec)
+	}
+	return pub, err
 }
 
 // hashed answers with the consistent-hash owner of ip, publishing nothing.
@@ -397,13 +401,7 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
 		Probes: []ProbeResult{{Crawler: c.ID, OK: true}},
 	}
-	pub, err := e.d.Dir.Publish(ctx, place)
-	if err == nil && pub.Owner != c.ID && !e.live(pub.Owner) {
-		// as in decide: a directory that hides dead owners' records may
-		// not have told us their epoch
-		place.Epoch = pub.Epoch + 1
-		pub, err = e.d.Dir.Publish(ctx, place)
-	}
+	pub, err := e.publish(ctx, place)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish placement of %s: %w", c.ID, err)
 	}

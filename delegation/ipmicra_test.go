@@ -194,18 +194,31 @@ func (f forgetfulDir) Lookup(ctx context.Context, s hierarchy.NodeID) (Record, b
 	return r, ok, err
 }
 
+// TestDeadOwnerOutbidWhenEpochUnknown: a decision, and a crawler joining
+// the subnet (placement), outbid a dead owner's record whose epoch the
+// directory hid.
 func TestDeadOwnerOutbidWhenEpochUnknown(t *testing.T) {
-	ctx := context.Background()
-	w := newSmallWorld(t)
-	deps := w.deps(1)
-	deps.Dir = forgetfulDir{w.dir}
-	p := NewIPMicra(deps, Config{})
-	w.join(t, p, smallCrawlers...)
-	s := w.tree.SmallestNonUnary(ip("10.1.2.7"))
-	w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: 7})
-	w.members.Remove("c1")
-	d, err := p.Delegate(ctx, ip("10.1.2.7"))
-	if err != nil || !w.members.IsLive(d.Owner) || d.Record.Epoch != 8 {
-		t.Fatalf("must outbid the dead owner's epoch 7: %v (epoch %d) %v", d, d.Record.Epoch, err)
+	for _, join := range []bool{false, true} {
+		ctx := context.Background()
+		w := newSmallWorld(t)
+		deps := w.deps(1)
+		deps.Dir = forgetfulDir{w.dir}
+		p := NewIPMicra(deps, Config{})
+		w.join(t, p, smallCrawlers...)
+		s := w.tree.SmallestNonUnary(ip("10.1.2.7"))
+		w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: 7})
+		w.members.Remove("c1")
+		var d Decision
+		var err error
+		if join {
+			c4 := Crawler{ID: "c4", Addr: ip("10.1.2.9")}
+			w.members.Add(c4)
+			d, err = p.Join(ctx, c4)
+		} else {
+			d, err = p.Delegate(ctx, ip("10.1.2.7"))
+		}
+		if err != nil || !w.members.IsLive(d.Owner) || d.Record.Epoch != 8 {
+			t.Fatalf("join=%v: must outbid the dead owner's epoch 7: %v (epoch %d) %v", join, d, d.Record.Epoch, err)
+		}
 	}
 }
