@@ -100,9 +100,10 @@ type MicraConfig struct {
 	// answer is among its PairFromLowest lowest (b may be any answer); 0 or
 	// negative: every pair. A decision conditions on its few lowest answers,
 	// and a record's pairs grow as its answers squared. Off by default: 8
-	// gives 1000 crawlers 17 % more decisions per second at the same
-	// accuracy, but costs 12 crawlers 0.2–0.5 points on the hub-matrix
-	// worlds (docs/delegation.md).
+	// gives 1000 crawlers 1.2–1.5× the decisions per second at the same
+	// accuracy (BenchmarkDecisions prints micra-pairfrom8 beside micra),
+	// but costs 12 crawlers 0.2–0.5 points on the hub-matrix worlds
+	// (docs/delegation.md).
 	PairFromLowest int
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,14 @@ func BenchmarkDecisions(b *testing.B) {
 		if run.hosts != HostsUniform {
 			name += "/hosts=" + run.hosts
 		}
-		for _, spec := range Policies {
+		specs := Policies
+		if crawlers > 100 {
+			// the pair-learning cap meant for large overlays, beside micra
+			// (docs/delegation.md: MicraConfig.PairFromLowest)
+			specs = append(slices.Clip(Policies), PolicySpec{Name: "micra-pairfrom8", New: delegation.NewMicra,
+				Tweak: func(c *delegation.Config) { c.Micra.PairFromLowest = 8 }})
+		}
+		for _, spec := range specs {
 			if spec.Brute && crawlers > 100 {
 				continue
 			}
