@@ -313,3 +313,40 @@ func TestCalibrationMinDelta(t *testing.T) {
 		}
 	}
 }
+
+// TestBalanceProbedForRoomInRecord: when no ranked crawler has room, the
+// engine probes the crawlers that have; the new owner's answer belongs in
+// the record, or learners never see why it owns the subnet.
+func TestBalanceProbedForRoomInRecord(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	p := NewIPMicra(w.deps(1), Config{Balance: BalanceSecondBest})
+	cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+	cs[0].Capacity = 1
+	w.join(t, p, cs...)
+	if d, _ := p.Delegate(ctx, ip("10.1.1.9")); d.Owner != "c1" || !d.Cached {
+		t.Fatalf("c1's own subnet, one page: %v", d)
+	}
+	// same organisation: c1 answers 5 ms, under the threshold, and is the
+	// only ranked answer; it is full, so c2 and c3 are probed for room
+	d, err := p.Delegate(ctx, ip("10.1.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != "c2" || d.Probes != 3 {
+		t.Fatalf("c2 (25 ms) is the nearest with room, after 3 probes: %v", d)
+	}
+	got := map[CrawlerID]time.Duration{}
+	for _, r := range d.Record.Probes {
+		got[r.Crawler] = r.RTT
+	}
+	want := map[CrawlerID]time.Duration{"c1": 5 * time.Millisecond, "c2": 25 * time.Millisecond}
+	if len(got) != len(want) || got["c1"] != want["c1"] || got["c2"] != want["c2"] {
+		t.Fatalf("record probes %v, want the ranked answer and the owner's %v", d.Record.Probes, want)
+	}
+	for i := 1; i < len(d.Record.Probes); i++ {
+		if d.Record.Probes[i].RTT < d.Record.Probes[i-1].RTT {
+			t.Fatalf("record probes not lowest first: %v", d.Record.Probes)
+		}
+	}
+}

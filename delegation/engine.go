@@ -340,6 +340,15 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		}
 	}
 	probes := okOnly(ranked)
+	if !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
+		// the owner came from crawlers probed for room: its answer is in
+		// the record too, so a record always shows why its owner owns it
+		// (learners, a later release's next best). Only its answer: the
+		// others of that round, learned as well, cost accuracy under
+		// tight capacities (docs/delegation.md, load balancing).
+		probes = append(probes, win)
+		slices.SortStableFunc(probes, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
+	}
 	rec := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
 		Probes: probes, Epoch: prevEpoch + 1, DecidedBy: e.c.Self, At: e.now(),
