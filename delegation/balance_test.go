@@ -350,3 +350,60 @@ func TestBalanceProbedForRoomInRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestBalanceRoomProbesBounded: when no ranked crawler has room, the
+// crawlers probed for room are at most Config.RoomProbes, whatever the
+// number of crawlers (before the cap, every crawler with room was probed:
+// 144 probes/URL at 1000 crawlers in the simulator), and the lowest of
+// them takes the subnet.
+func TestBalanceRoomProbesBounded(t *testing.T) {
+	w := newSynthWorld(t, 3, 60, 600)
+	ctx := context.Background()
+	for _, mk := range []struct {
+		name string
+		new  func(Deps, Config) Policy
+	}{{"ipmicra", NewIPMicra}, {"micra", NewMicra}} {
+		t.Run(mk.name, func(t *testing.T) {
+			members := NewMemMembership()
+			dir := NewMemDirectory(w.tree, members)
+			p := mk.new(Deps{Tree: w.tree, Dir: dir, Prober: w, Members: members, Rand: rand.New(rand.NewPCG(1, 1)), Loads: NewMemLoadBook()},
+				Config{Balance: BalanceSecondBest, RoomProbes: 5})
+			for _, c := range w.crawlers {
+				c.Capacity = 600/60 + 2
+				members.Add(c)
+				if _, err := p.Join(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			roomRounds := 0
+			for _, h := range w.hosts {
+				d, err := p.Delegate(ctx, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, st := range d.Steps {
+					if st.Kind != StepBalance || len(st.Probes) == 0 {
+						continue
+					}
+					roomRounds++
+					if len(st.Probes) > 5 {
+						t.Fatalf("%d crawlers probed for room, cap 5: %v", len(st.Probes), d)
+					}
+					var low ProbeResult
+					for _, r := range st.Probes {
+						if r.OK && (!low.OK || r.RTT < low.RTT) {
+							low = r
+						}
+					}
+					if low.OK && d.Owner != low.Crawler {
+						t.Fatalf("owner %s, but %s answered lowest among those with room: %v", d.Owner, low.Crawler, d)
+					}
+				}
+			}
+			if roomRounds < 10 {
+				t.Fatalf("only %d decisions probed for room: the test does not exercise the cap", roomRounds)
+			}
+			t.Logf("%d decisions probed for room", roomRounds)
+		})
+	}
+}

@@ -20,6 +20,13 @@ type chooser interface {
 	rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error)
 }
 
+// roomOrderer is implemented by choosers that can rank any crawlers for a
+// subnet without probing (micra's predictions): load balancing's last
+// resort then probes the likeliest nearest of those with room first.
+type roomOrderer interface {
+	roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID)
+}
+
 // learner is implemented by choosers that learn from published records.
 type learner interface {
 	learn(e *engine, s hierarchy.NodeID, rec Record)
@@ -459,7 +466,10 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 			return r, nil
 		}
 	}
-	pick := e.probeRoom(ctx, ip, pages, ranked, &step, d)
+	pick, err := e.probeRoom(ctx, ip, s, pages, ranked, &step, d)
+	if err != nil {
+		return best, err
+	}
 	if !pick.OK {
 		step.Note = "nobody has room: best takes it over capacity"
 		d.Steps = append(d.Steps, step)
@@ -470,13 +480,34 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 	return pick, nil
 }
 
-// probeRoom probes the live crawlers (not in skip) that have room for pages
-// more and returns the lowest answer.
-func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, pages int, skip []ProbeResult, step *Step, d *Decision) ProbeResult {
+// probeRoom probes live crawlers (not in skip) that have room for pages
+// more and returns the lowest answer. At most Config.RoomProbes are asked,
+// so the fallback does not grow with the overlay: a chooser that predicts
+// (roomOrderer) names them; otherwise the holders of subnets nearest s in
+// the hierarchy (IPMicra's notion of near: the walk from s's parent up),
+// then others drawn from Deps.Rand.
+func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, pages int, skip []ProbeResult, step *Step, d *Decision) (ProbeResult, error) {
+	skipped := func(c CrawlerID) bool {
+		return slices.ContainsFunc(skip, func(r ProbeResult) bool { return r.Crawler == c })
+	}
 	var room []CrawlerID
 	for _, c := range e.liveIDs() {
-		if e.hasRoom(c, pages) && !slices.ContainsFunc(skip, func(r ProbeResult) bool { return r.Crawler == c }) {
+		if e.hasRoom(c, pages) && !skipped(c) {
 			room = append(room, c)
+		}
+	}
+	if n := e.c.RoomProbes; len(room) > n {
+		if ro, ok := e.ch.(roomOrderer); ok {
+			ro.roomOrder(e, s, room)
+			room = room[:n]
+		} else {
+			near, err := e.nearHolders(ctx, s, n, func(c CrawlerID) bool { return e.live(c) && e.hasRoom(c, pages) && !skipped(c) })
+			if err != nil {
+				return ProbeResult{}, err
+			}
+			rest := slices.DeleteFunc(room, func(c CrawlerID) bool { return slices.Contains(near, c) })
+			e.d.Rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+			room = append(near, rest[:n-len(near)]...)
 		}
 	}
 	var pick ProbeResult
@@ -485,7 +516,29 @@ func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, pages int, skip [
 			pick = r
 		}
 	}
-	return pick
+	return pick, nil
+}
+
+// nearHolders returns up to n crawlers accepted by ok, holders of subnets
+// under s's ancestors, the nearest ancestor first (the root, holders of
+// everything, excluded).
+func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok func(CrawlerID) bool) ([]CrawlerID, error) {
+	var near []CrawlerID
+	for _, a := range e.d.Tree.Ancestors(s) {
+		if len(near) == n || a == hierarchy.Root {
+			break
+		}
+		holders, err := e.d.Dir.HoldersUnder(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("delegation: holders under %d: %w", a, err)
+		}
+		for _, c := range holders {
+			if len(near) < n && ok(c) && !slices.Contains(near, c) {
+				near = append(near, c)
+			}
+		}
+	}
+	return near, nil
 }
 
 // rebalanceCached handles a delegated subnet whose owner is full when one
@@ -518,7 +571,11 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 		if n == 0 {
 			// no recorded alternative has room: ask those who have
 			pages := e.loads.Pages(s) + 1
-			if pick := e.probeRoom(ctx, d.IP, pages, rec.Probes, &step, d); pick.OK {
+			pick, err := e.probeRoom(ctx, d.IP, s, pages, rec.Probes, &step, d)
+			if err != nil {
+				return err
+			}
+			if pick.OK {
 				nr := rec
 				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
 				nr.Probes = append(slices.Clone(rec.Probes), pick)

@@ -1033,6 +1033,49 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 	}
 }
 
+// roomOrder implements roomOrderer: room sorted by predicted RTT to
+// subnet s, nearest first (ties by the subnet's tie key, as candidates).
+func (m *micraChooser) roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID) {
+	_, cc := m.subnetContexts(e.d.Tree, s)
+	m.locate(e)
+	infos, kinds := m.subnetInfos(false), m.ctxKind
+	if m.cfg.NoGeo {
+		cc = ""
+	}
+	ids := make([]uint32, len(room))
+	for i, c := range room {
+		ids[i] = m.crawler.id(c)
+	}
+	cands := make([]micraCand, len(room))
+	m.predict(cands, ids, infos, kinds, m.spreads(kinds), m.globalMean(), cc)
+	for i := range cands {
+		cands[i].tie = m.crawler.tieKey(cands[i].ci, uint64(s))
+	}
+	slices.SortFunc(cands, func(a, b micraCand) int { return candCompare(&a, &b) })
+	for i := range cands {
+		room[i] = cands[i].id
+	}
+}
+
+// globalMean is the mean ln RTT over every crawler's overall mean.
+func (m *micraChooser) globalMean() float64 {
+	if m.globalN > 0 {
+		return m.globalSum / float64(m.globalN)
+	}
+	return math.Log(100)
+}
+
+// spreads returns the pooled spread of each context kind (the global one
+// is kindAll's).
+func (m *micraChooser) spreads(kinds []int) []float64 {
+	sig := make([]float64, len(kinds))
+	for i, k := range kinds {
+		sig[i] = m.sigma0(k)
+	}
+	sig[len(sig)-1] = m.sigma0(kindAll)
+	return sig
+}
+
 func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
 	return m.rankWith(ctx, e, ip, s, d, nil, m.cfg.Miss, 0)
 }
@@ -1121,10 +1164,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	if m.cfg.NoGeo {
 		cc = ""
 	}
-	globalMean := math.Log(100)
-	if m.globalN > 0 {
-		globalMean = m.globalSum / float64(m.globalN)
-	}
+	globalMean := m.globalMean()
 	// spreads per context, once per decision (the global one is kindAll's)
 	var sigBuf [16]float64
 	sig := sigBuf[:]

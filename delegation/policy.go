@@ -95,6 +95,10 @@ type Config struct {
 	Micra MicraConfig
 	// Balance selects the load-balancing option. Default BalanceOff.
 	Balance BalanceMode
+	// RoomProbes caps the crawlers probed for room when no ranked or
+	// recorded alternative has any (load balancing's last resort): the
+	// nearest holders in the hierarchy first, then random ones. Default 12.
+	RoomProbes int
 	// CalibrationFactor: a page time larger than this factor × its history
 	// (median) counts as slow. Default 2.
 	CalibrationFactor float64
@@ -122,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HashProbes <= 0 {
 		c.HashProbes = 21
+	}
+	if c.RoomProbes <= 0 {
+		c.RoomProbes = 12
 	}
 	if c.CalibrationFactor <= 1 {
 		c.CalibrationFactor = 2
