@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -252,6 +253,37 @@ func TestLearnedKeyHash(t *testing.T) {
 		h.Write([]byte(s))
 		if got, want := fnv64a(s), h.Sum64(); got != want {
 			t.Errorf("fnv64a(%q) = %x, want %x", s, got, want)
+		}
+	}
+}
+
+// A crawler stating an impossible position (NaN, off the globe) has no
+// position: its NaN distance once entered the shared distance fit, whose
+// sums stayed NaN for good and switched the distance prior off for every
+// crawler. The overlay filters such positions (plausiblePos); the engine
+// must not depend on it.
+func TestImpossiblePositionIgnored(t *testing.T) {
+	for _, bad := range [][2]float64{{math.NaN(), 10}, {48, math.Inf(1)}, {91, 0}, {0, -181}} {
+		w := newSmallWorld(t)
+		cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+		cs[0].Lat, cs[0].Lon, cs[0].HasPos = bad[0], bad[1], true // c1 in 10.1, states nonsense
+		cs[1].Lat, cs[1].Lon, cs[1].HasPos = 48.8, 2.3, true
+		cs[2].Lat, cs[2].Lon, cs[2].HasPos = 38.9, -77.0, true
+		p := NewMicra(w.deps(1), Config{})
+		w.join(t, p, cs...)
+		for _, h := range []string{"10.1.0.1", "10.2.0.1", "20.1.0.9", "20.2.0.1", "10.1.2.1", "10.2.2.1"} {
+			if _, err := p.Delegate(context.Background(), ip(h)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := p.(learningEngine).ch.(*micraChooser).geo
+		if g.n == 0 {
+			t.Fatalf("%v: the distance fit learned nothing from the positioned crawlers", bad)
+		}
+		for _, v := range []float64{g.sx, g.sy, g.sxx, g.sxy, g.syy} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("position %v poisoned the distance fit: %+v", bad, g)
+			}
 		}
 	}
 }

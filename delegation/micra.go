@@ -278,6 +278,11 @@ const geoKm0 = 100
 
 // geoX is the distance feature between a subnet's country and crawler ci,
 // ok false when either position is unknown.
+// validPos reports whether lat, lon is a place on the globe.
+func validPos(lat, lon float64) bool {
+	return lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 // false for NaN
+}
+
 func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
 	if m.cfg.NoGeo || int(ci) >= len(m.pos) || !m.pos[ci].ok {
 		return 0, false
@@ -657,7 +662,9 @@ func (m *micraChooser) locate(e *engine) {
 			m.pos = append(m.pos, crawlerPos{})
 		}
 		m.pos[ci] = crawlerPos{}
-		if cr.HasPos {
+		if cr.HasPos && validPos(cr.Lat, cr.Lon) {
+			// an impossible position (NaN, off the globe) is no position:
+			// a NaN distance would poison the shared distance fit for good
 			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
 		}
 		s := e.d.Tree.SmallestNonUnary(cr.Addr)
