@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,18 +26,35 @@ func parseThresholds(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if ms, err := strconv.ParseFloat(f, 64); err == nil && ms > 0 {
-			out = append(out, time.Duration(ms*float64(time.Millisecond)))
-			continue
-		}
-		d, err := time.ParseDuration(f)
-		if err != nil || d <= 0 {
+		var d time.Duration
+		if ms, err := strconv.ParseFloat(f, 64); err == nil {
+			if math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 || ms > float64(maxThreshold/time.Millisecond) {
+				d = -1 // out of range, below
+			} else {
+				d = time.Duration(ms * float64(time.Millisecond))
+			}
+		} else if d, err = time.ParseDuration(f); err != nil {
 			return nil, fmt.Errorf("bad threshold %q: want milliseconds (50), a duration (50ms) or a list (25,50,75)", f)
+		}
+		// whole microseconds: the report prints thresholds in ms with three
+		// decimals, and a threshold it cannot print is not one a user meant
+		if d < minThreshold || d > maxThreshold || d%time.Microsecond != 0 {
+			return nil, fmt.Errorf("threshold %q out of range: want whole microseconds from %v to %v", f, minThreshold, maxThreshold)
 		}
 		out = append(out, d)
 	}
 	return out, nil
 }
+
+// Thresholds a simulation accepts: a probe answer is at least a few
+// microseconds, and nothing on Earth is an hour away.
+const (
+	minThreshold = time.Microsecond
+	maxThreshold = time.Hour
+)
+
+// finite reports whether x is a number other than ±Inf.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 func simCmd() *cobra.Command {
 	var (
@@ -136,16 +154,25 @@ seed print the same report. See docs/simulator.md.`,
 					return err
 				}
 			}
+			// capacity = factor × hosts / crawlers pages; NaN, ±Inf or a
+			// factor that overflows it once became capacity 1 (maximal
+			// balancing) — the opposite of what a huge factor asks for
+			if !finite(capacityFactor) || capacityFactor <= 0 || capacityFactor*float64(cfg.Hosts) > math.MaxInt32 {
+				return fmt.Errorf("--capacity-factor %g: want a positive number with factor × hosts below 2^31 (balancing off: --balance off)", capacityFactor)
+			}
 			cfg.CapacityFactor = capacityFactor
 			if traceN > 0 {
 				if _, ok := sim.LookupPolicy(tracePolicy); !ok {
 					return fmt.Errorf("--trace-policy %q: unknown policy", tracePolicy)
 				}
+				if len(cfg.Policies) > 0 && !slices.Contains(cfg.Policies, tracePolicy) {
+					return fmt.Errorf("--trace-policy %q is not among --policies %s: nothing would be traced", tracePolicy, policies)
+				}
 				cfg.Trace, cfg.TracePolicy, cfg.TraceN = cmd.ErrOrStderr(), tracePolicy, traceN
 			}
 			cfg.HostDist = hostDist
 			cfg.CrawlerNames = names
-			if ipv6Share < 0 || ipv6Share > 1 {
+			if !(ipv6Share >= 0 && ipv6Share <= 1) { // NaN too
 				return fmt.Errorf("--ipv6 %g must be in [0, 1]", ipv6Share)
 			}
 			cfg.IPv6Share = ipv6Share
@@ -155,6 +182,15 @@ seed print the same report. See docs/simulator.md.`,
 			oc, oracleInfos, err := parseOracleFlags(oracle, f.Changed("oracle-eps"), f.Changed("oracle-host"), oracleEps, oracleHost)
 			if err != nil {
 				return err
+			}
+			// the plot's file is created before anything runs, so a bad
+			// path does not throw a long run away
+			var plot *os.File
+			if plotPath != "" && !worldStats {
+				if plot, err = os.Create(plotPath); err != nil {
+					return err
+				}
+				defer plot.Close() // a second Close after the one below is harmless
 			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
@@ -231,16 +267,11 @@ seed print the same report. See docs/simulator.md.`,
 					}
 				}
 			}
-			if plotPath != "" {
-				pf, err := os.Create(plotPath)
-				if err != nil {
+			if plot != nil {
+				if err := sim.WriteSVG(plot, reps); err != nil {
 					return err
 				}
-				if err := sim.WriteSVG(pf, reps); err != nil {
-					pf.Close()
-					return err
-				}
-				if err := pf.Close(); err != nil {
+				if err := plot.Close(); err != nil {
 					return err
 				}
 				if !asJSON {

@@ -29,7 +29,7 @@ func TestParseThresholds(t *testing.T) {
 	if got, _ := parseThresholds("paper"); len(got) != 5 {
 		t.Fatalf("paper thresholds: %v", got)
 	}
-	for _, bad := range []string{"", "x", "-5", "0"} {
+	for _, bad := range []string{"", "x", "-5", "0", "inf", "NaN", "1e300", "1e-9", "0.5us", "0.0005", "2h"} {
 		if _, err := parseThresholds(bad); err == nil {
 			t.Errorf("threshold %q accepted", bad)
 		}
@@ -59,6 +59,10 @@ func TestSimCLI(t *testing.T) {
 			t.Fatalf("bad line %q: %v", l, err)
 		}
 	}
+	// a plot path that cannot be written fails before the run, not after
+	if out, err := runSim(t, "--crawlers", "4", "--hosts", "100", "--plot", filepath.Join(t.TempDir(), "no", "such", "dir.svg")); err == nil || strings.Contains(out, "optimal %") {
+		t.Fatalf("bad plot path: %v, output %q", err, out)
+	}
 	svg, err := os.ReadFile(plot)
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Fatalf("plot: %v", err)
@@ -81,7 +85,9 @@ func TestSimCLI(t *testing.T) {
 		t.Fatalf("--latency hubs: %v\n%s", err, out)
 	}
 	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--latency", "nope"},
-		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"}} {
+		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"},
+		{"--capacity-factor", "NaN"}, {"--capacity-factor", "-1"}, {"--capacity-factor", "1e30"}, {"--capacity-factor", "0"},
+		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"}} {
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}

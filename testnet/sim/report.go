@@ -69,7 +69,9 @@ type Report struct {
 
 func (w *World) score(cfg Config, runs []*run) *Report {
 	n := len(w.Hosts)
-	win := max(1, n/cfg.CurvePoints)
+	// windows of ⌈n/points⌉ URLs, the last one possibly shorter: every URL
+	// is in the curve (n/points once left the last n mod points out)
+	win := max(1, (n+cfg.CurvePoints-1)/cfg.CurvePoints)
 	rep := &Report{
 		Seed: cfg.Seed, Seeds: 1, Crawlers: len(w.Crawlers), Hosts: n, Train: cfg.Train,
 		ThresholdMs: float64(cfg.Threshold.Microseconds()) / 1000, CurveWindow: win,
@@ -152,12 +154,13 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		}
 		res.LoadImbalance = slices.Max(load) / mean
 		res.LoadCV = math.Sqrt(sq/float64(len(load))) / mean
-		for lo := 0; lo+win <= n; lo += win {
+		for lo := 0; lo < n; lo += win {
+			hi := min(lo+win, n)
 			var s int64
-			for i := lo; i < lo+win; i++ {
+			for i := lo; i < hi; i++ {
 				s += int64(r.probes[i])
 			}
-			res.Curve = append(res.Curve, round3(float64(s)/float64(win)))
+			res.Curve = append(res.Curve, round3(float64(s)/float64(hi-lo)))
 		}
 		rep.Results = append(rep.Results, roundResult(res))
 	}
@@ -215,7 +218,7 @@ func (r *Report) WriteText(out io.Writer) error {
 	fmt.Fprintln(tw, hdr.String())
 	if len(r.Results) > 0 {
 		for j := range r.Results[0].Curve {
-			fmt.Fprintf(tw, "%d\t", (j+1)*r.CurveWindow)
+			fmt.Fprintf(tw, "%d\t", min((j+1)*r.CurveWindow, r.Hosts))
 			for _, x := range r.Results {
 				fmt.Fprintf(tw, "%.2f\t", x.Curve[j])
 			}
@@ -225,19 +228,26 @@ func (r *Report) WriteText(out io.Writer) error {
 	return tw.Flush()
 }
 
-// WriteJSON prints one JSON object per policy and line.
+// WriteJSON prints one JSON object per policy and line, with the run's
+// setting beside it (a line can be told from another run's on its own).
 func (r *Report) WriteJSON(out io.Writer) error {
 	enc := json.NewEncoder(out)
 	for _, x := range r.Results {
 		obj := struct {
 			Result
-			Seed     uint64  `json:"seed"`
-			Seeds    int     `json:"seeds"`
-			Crawlers int     `json:"crawlers"`
-			Hosts    int     `json:"hosts"`
-			Train    int     `json:"train"`
-			Ceiling  float64 `json:"subnet_ceiling_pct"`
-		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.SubnetCeilingPct}
+			Seed          uint64  `json:"seed"`
+			Seeds         int     `json:"seeds"`
+			Crawlers      int     `json:"crawlers"`
+			Hosts         int     `json:"hosts"`
+			Train         int     `json:"train"`
+			HostDist      string  `json:"host_dist"`
+			IPv6Share     float64 `json:"ipv6_share"`
+			Latency       string  `json:"latency"`
+			CurveWindow   int     `json:"curve_window"`
+			OptimalMeanMs float64 `json:"optimal_mean_rtt_ms"`
+			Ceiling       float64 `json:"subnet_ceiling_pct"`
+		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist, r.IPv6Share, r.Latency, r.CurveWindow,
+			round3(r.OptimalMeanMs), r.SubnetCeilingPct}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}
@@ -289,7 +299,7 @@ func WriteSVG(out io.Writer, reps []*Report) error {
 		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%.3g</text>`+"\n", L, y(v), L+pw, y(v), L-6, y(v)+4, v)
 	}
 	for i := 0; i < npts; i += max(1, npts/10) {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%d</text>`+"\n", x(i), T+ph+16, int(float64(i+1)*win))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%d</text>`+"\n", x(i), T+ph+16, min(int(float64(i+1)*win), reps[0].Hosts))
 	}
 	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">URLs delegated</text>`+"\n", L+pw/2, H-10)
 	fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#333"/>`+"\n", L, T, pw, ph)
@@ -333,7 +343,8 @@ func xmlEscape(s string) string {
 
 // Average combines reports of the same configuration under different seeds
 // (same policies, same host count): every figure is the mean over seeds,
-// stop reasons are summed, and Seeds says how many runs were averaged.
+// the counts (URLs, probes, stop reasons) are summed, so probes / URLs is
+// the mean probes per URL, and Seeds says how many runs were averaged.
 func Average(reps []*Report) (*Report, error) {
 	if len(reps) == 0 {
 		return nil, fmt.Errorf("sim: no reports to average")
@@ -353,7 +364,7 @@ func Average(reps []*Report) (*Report, error) {
 	out.SubnetCeilingPct = round3(out.SubnetCeilingPct)
 	for i, first := range reps[0].Results {
 		acc := Result{Policy: first.Policy, ThresholdMs: first.ThresholdMs, URLs: first.URLs, Reasons: map[string]int{}, Curve: make([]float64, len(first.Curve))}
-		for _, r := range reps {
+		for k, r := range reps {
 			x := r.Results[i]
 			if x.Policy != first.Policy {
 				return nil, fmt.Errorf("sim: reports to average differ in policy order")
@@ -370,6 +381,9 @@ func Average(reps []*Report) (*Report, error) {
 			acc.LoadImbalance += x.LoadImbalance / n
 			acc.LoadCV += x.LoadCV / n
 			acc.Probes += x.Probes
+			if k > 0 {
+				acc.URLs += x.URLs
+			}
 			for k, v := range x.Reasons {
 				acc.Reasons[k] += v
 			}

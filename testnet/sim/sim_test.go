@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -252,6 +253,15 @@ func TestAverage(t *testing.T) {
 	if same.Seeds != 2 || same.Results[0].OptimalPct != a.Results[0].OptimalPct || same.Results[0].Probes != 2*a.Results[0].Probes {
 		t.Fatalf("average of a report with itself: %+v", same.Results[0])
 	}
+	// counts are summed alike: probes / URLs is the mean probes per URL,
+	// and every URL has one stop reason
+	reasons := 0
+	for _, v := range same.Results[0].Reasons {
+		reasons += v
+	}
+	if same.Results[0].URLs != 2*a.Results[0].URLs || reasons != same.Results[0].URLs {
+		t.Fatalf("summed counts: %d URLs (one run: %d), %d reasons", same.Results[0].URLs, a.Results[0].URLs, reasons)
+	}
 	avg, err := Average([]*Report{a, b})
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +272,33 @@ func TestAverage(t *testing.T) {
 	}
 	if _, err := Average(nil); err == nil {
 		t.Fatal("empty average accepted")
+	}
+}
+
+// TestCurveCoversEveryURL: the probes/URL curve's windows cover every URL,
+// the last one possibly shorter (219 hosts in 20 windows of 11: the last
+// has 10). Windows of ⌊n/points⌋ once left the last n mod points out.
+func TestCurveCoversEveryURL(t *testing.T) {
+	cfg := small(3)
+	cfg.Hosts, cfg.Train, cfg.Policies = 219, 150, []string{"ipmicra", "micra"}
+	rep, _, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CurveWindow != 11 {
+		t.Fatalf("window %d, want 11", rep.CurveWindow)
+	}
+	for _, x := range rep.Results {
+		if len(x.Curve) != 20 {
+			t.Fatalf("%s: %d windows, want 20", x.Policy, len(x.Curve))
+		}
+		var sum float64
+		for j, v := range x.Curve {
+			sum += v * float64(min((j+1)*11, 219)-j*11)
+		}
+		if math.Abs(sum-float64(x.Probes)) > 0.01*20 {
+			t.Fatalf("%s: the curve holds %.2f probes, the run sent %d", x.Policy, sum, x.Probes)
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ type Site struct {
 	Name string
 	Loc  geo.Point
 	v    vec
+	key  uint64 // hash of ID: the fallback stretch of a missing pair is drawn from it
 }
 
 // Matrix is a measured site-to-site RTT matrix. RTTs are directed (src
@@ -189,6 +190,10 @@ func LoadSites(r io.Reader, name string) ([]Site, error) {
 	return sites, nil
 }
 
+// maxRTTMs bounds a measured RTT: a minute is far beyond any real path,
+// and larger values overflowed the prober's time.Duration into "no answer".
+const maxRTTMs = 60_000
+
 // LoadRTT reads an RTT CSV (header src,dst,rtt_ms) over sites. name labels
 // errors.
 func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
@@ -196,6 +201,7 @@ func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
 	for i, s := range sites {
 		mx.byID[s.ID] = i
 		mx.Sites[i].v = toVec(s.Loc)
+		mx.Sites[i].key = siteKey(s.ID)
 	}
 	c := newCSV(r, name)
 	cols, err := c.header([]string{"src", "dst", "rtt_ms"}, nil)
@@ -228,6 +234,9 @@ func LoadRTT(r io.Reader, name string, sites []Site) (*Matrix, error) {
 		if !ok || ms < 0 {
 			return nil, &LineError{name, line, fmt.Sprintf("rtt_ms %q is not a non-negative number", msS)}
 		}
+		if ms > maxRTTMs {
+			return nil, &LineError{name, line, fmt.Sprintf("rtt_ms %q is over %g ms: no path on Earth is that slow (a unit in µs?)", msS, float64(maxRTTMs))}
+		}
 		k := uint64(src)<<32 | uint64(dst)
 		if prev, dup := seen[k]; dup {
 			return nil, &LineError{name, line, fmt.Sprintf("duplicate measurement %s→%s (first on line %d)", srcS, dstS, prev)}
@@ -255,4 +264,15 @@ func LoadMatrixFiles(sitesPath, rttPath string) (*Matrix, error) {
 	}
 	defer g.Close()
 	return LoadRTT(g, rttPath, sites)
+}
+
+// siteKey is a site's key for drawing stretches: FNV-1a of its ID, so a
+// missing pair's stretch depends on the sites, not on the rows' order.
+func siteKey(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return h
 }

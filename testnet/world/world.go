@@ -242,7 +242,9 @@ func (m *Model) FloorRTT(a, b *Endpoint) float64 {
 		}
 		sa, sb := &m.matrix.Sites[a.Site], &m.matrix.Sites[b.Site]
 		d := kmFromChord2(sa.v.chord2(sb.v))
-		st := m.stretchKeys(uint64(a.Site)+1, uint64(b.Site)+1)
+		// keyed by the sites' IDs and the seed, like every drawn quantity
+		// (the rows' indexes once made it depend on the file's order)
+		st := m.stretchKeys(mix(m.cfg.Seed^sa.key), mix(m.cfg.Seed^sb.key))
 		return d*2/m.cfg.FibreKmPerMs*st + a.AccessMs + b.AccessMs
 	}
 	d := kmFromChord2(a.v.chord2(b.v))

@@ -333,3 +333,41 @@ func TestStats(t *testing.T) {
 		t.Fatalf("model stats %+v", ms)
 	}
 }
+
+// A missing pair's fallback stretch depends on the sites and the seed, not
+// on the order of the rows in the sites file.
+func TestMatrixFallbackIndependentOfRowOrder(t *testing.T) {
+	sites := "id,lat,lon\nams,52.37,4.90\nnyc,40.71,-74.01\nsin,1.35,103.82\n"
+	reversed := "id,lat,lon\nsin,1.35,103.82\nnyc,40.71,-74.01\nams,52.37,4.90\n"
+	rtt := "src,dst,rtt_ms\nams,nyc,80\n" // ams–sin and nyc–sin missing
+	floor := func(sitesCSV string, seed uint64) float64 {
+		ss, err := LoadSites(strings.NewReader(sitesCSV), "sites.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mx, err := LoadRTT(strings.NewReader(rtt), "rtt.csv", ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newModel(t, seed).WithMatrix(mx)
+		a, b := m.EndpointAt(netip.MustParseAddr("192.0.2.1"), geo.Point{Lat: 52.37, Lon: 4.90}), m.EndpointAt(netip.MustParseAddr("198.51.100.1"), geo.Point{Lat: 1.35, Lon: 103.82})
+		return m.FloorRTT(&a, &b) - a.AccessMs - b.AccessMs // the path part: access delays vary with the seed anyway
+	}
+	if x, y := floor(sites, 1), floor(reversed, 1); x != y {
+		t.Fatalf("ams–sin floor %v ms, %v ms with the rows reversed", x, y)
+	}
+	if x, y := floor(sites, 1), floor(sites, 2); x == y {
+		t.Fatalf("ams–sin floor %v ms under seeds 1 and 2: the fallback stretch ignores the seed", x)
+	}
+}
+
+func TestMatrixRTTBound(t *testing.T) {
+	ss, err := LoadSites(strings.NewReader("id,lat,lon\na,0,0\nb,1,1\n"), "s.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadRTT(strings.NewReader("src,dst,rtt_ms\na,b,5\nb,a,1e300\n"), "r.csv", ss)
+	if err == nil || !strings.Contains(err.Error(), "r.csv:3:") {
+		t.Fatalf("an RTT of 1e300 ms: %v", err)
+	}
+}
