@@ -31,7 +31,9 @@ type Result struct {
 	ExcessMeanMs float64 `json:"excess_mean_ms"`
 	ExcessP95Ms  float64 `json:"excess_p95_ms"`
 	// CostVsRandom is Σ modelled download time over every URL relative to
-	// the random policy in the same run (1 = random; lower is better).
+	// the random policy in the same run (1 = random; lower is better). A
+	// page costs a fixed number of round trips, so the download time is
+	// the pair's mean RTT times a constant that cancels in the ratio.
 	CostVsRandom float64 `json:"crawl_cost_vs_random"`
 	// CostVsOptimal is the same relative to every URL at its optimal crawler.
 	CostVsOptimal float64 `json:"crawl_cost_vs_optimal"`

@@ -93,9 +93,6 @@ type Config struct {
 	Tree *hierarchy.Tree
 	// Geo is the geolocation table (nil: geo.Default()).
 	Geo *geo.Table
-	// PageRTTs is the number of round trips one page download costs
-	// (connection, request, slow-start rounds of a ~100 kB page). Default 5.
-	PageRTTs float64
 	// HostDist is how hosts are spread over the hierarchy's leaf ranges:
 	// HostsUniform (default) or HostsZipf.
 	HostDist string
@@ -170,9 +167,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.World.Seed == 0 {
 		c.World.Seed = c.Seed
-	}
-	if c.PageRTTs <= 0 {
-		c.PageRTTs = 5
 	}
 	if c.CapacityFactor <= 0 {
 		c.CapacityFactor = 2
