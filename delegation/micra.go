@@ -276,13 +276,13 @@ type crawlerPos struct {
 // hundred km, access delays dominate the RTT.
 const geoKm0 = 100
 
-// geoX is the distance feature between a subnet's country and crawler ci,
-// ok false when either position is unknown.
 // validPos reports whether lat, lon is a place on the globe.
 func validPos(lat, lon float64) bool {
 	return lat >= -90 && lat <= 90 && lon >= -180 && lon <= 180 // false for NaN
 }
 
+// geoX is the distance feature between a subnet's country and crawler ci,
+// ok false when either position is unknown.
 func (m *micraChooser) geoX(cc string, ci uint32) (float64, bool) {
 	if m.cfg.NoGeo || int(ci) >= len(m.pos) || !m.pos[ci].ok {
 		return 0, false

@@ -96,8 +96,9 @@ type Config struct {
 	// Balance selects the load-balancing option. Default BalanceOff.
 	Balance BalanceMode
 	// RoomProbes caps the crawlers probed for room when no ranked or
-	// recorded alternative has any (load balancing's last resort): the
-	// nearest holders in the hierarchy first, then random ones. Default 12.
+	// recorded alternative has any (load balancing's last resort): micra
+	// asks those it predicts nearest, other policies the holders nearest
+	// in the hierarchy, then random ones. Default 12.
 	RoomProbes int
 	// CalibrationFactor: a page time larger than this factor × its history
 	// (median) counts as slow. Default 2.
