@@ -2,9 +2,11 @@ package delegation
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -406,4 +408,93 @@ func TestBalanceRoomProbesBounded(t *testing.T) {
 			t.Logf("%d decisions probed for room", roomRounds)
 		})
 	}
+}
+
+// TestRoomCandidatesNearestFirst: within RoomProbes, load balancing's last
+// resort asks the crawlers nearest the host — for IPMicra-like policies the
+// holders under the subnet's nearest ancestors (never ones elsewhere in the
+// tree before them), for micra the crawlers it predicts nearest.
+func TestRoomCandidatesNearestFirst(t *testing.T) {
+	ctx := context.Background()
+	t.Run("hierarchy", func(t *testing.T) {
+		w := newSmallWorld(t)
+		e := newEngine("ipmicra", w.deps(1), Config{}, ipmicraChooser{})
+		cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+		for i := range 5 { // more holders far away, in 20.2.0.0/16
+			cs = append(cs, Crawler{ID: CrawlerID(fmt.Sprintf("far%d", i)), Addr: netip.MustParseAddr(fmt.Sprintf("20.2.0.%d", 10+i))})
+		}
+		w.join(t, e, cs...)
+		s := w.tree.SmallestNonUnary(ip("10.1.2.1")) // 10.1.2.0/24: parent 10.1.0.0/16 (c1 holds 10.1.1.0/24), then 10.0.0.0/8 (c2)
+		all := func(CrawlerID) bool { return true }
+		for n, want := range map[int][]CrawlerID{1: {"c1"}, 2: {"c1", "c2"}, 5: {"c1", "c2"}} {
+			got, err := e.nearHolders(ctx, s, n, all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("nearHolders(n=%d) = %v, want %v (the holders under the nearest ancestors, the root's excluded)", n, got, want)
+			}
+		}
+	})
+	t.Run("micra", func(t *testing.T) {
+		w := newSmallWorld(t)
+		p := NewMicra(w.deps(1), Config{})
+		w.join(t, p, smallCrawlers...)
+		for _, h := range []string{"10.1.0.1", "10.1.2.1", "10.2.0.1", "10.2.2.1", "20.1.0.9", "20.2.0.1"} {
+			if _, err := p.Delegate(ctx, ip(h)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := p.(learningEngine).engine
+		for host, first := range map[string]CrawlerID{"10.1.0.1": "c1", "10.2.0.1": "c2", "20.1.0.9": "c3"} {
+			room := []CrawlerID{"c3", "c2", "c1"}
+			e.ch.(*micraChooser).roomOrder(e, w.tree.SmallestNonUnary(ip(host)), room)
+			if room[0] != first {
+				t.Errorf("room order for %s: %v, want %s (lowest RTT there) first", host, room, first)
+			}
+		}
+	})
+}
+
+// TestUnprobedWinnerAddsNoProbe: a record's probes are answers; a winner
+// nobody probed (random delegation, micra's blind decision) adds none.
+func TestUnprobedWinnerAddsNoProbe(t *testing.T) {
+	w := newSmallWorld(t)
+	p := NewRandom(w.deps(1), Config{})
+	w.join(t, p, smallCrawlers...)
+	d, err := p.Delegate(context.Background(), ip("10.1.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Record.Probes) != 0 {
+		t.Fatalf("random delegation's record claims probes: %v", d.Record.Probes)
+	}
+	// micra's blind decisions: every probe of every record is an answer
+	ws := newSynthWorld(t, 5, 30, 400)
+	members := NewMemMembership()
+	dir := NewMemDirectory(ws.tree, members)
+	mp := NewMicra(Deps{Tree: ws.tree, Dir: dir, Prober: ws, Members: members, Rand: rand.New(rand.NewPCG(1, 1))}, Config{})
+	for _, c := range ws.crawlers {
+		members.Add(c)
+		mp.Join(context.Background(), c)
+	}
+	blind := 0
+	for _, h := range ws.hosts {
+		d, err := mp.Delegate(context.Background(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason == ReasonPredicted {
+			blind++
+		}
+		for _, r := range d.Record.Probes {
+			if !r.OK {
+				t.Fatalf("record of %v holds a probe that got no answer: %v", d, d.Record.Probes)
+			}
+		}
+	}
+	if blind == 0 {
+		t.Fatal("no blind decision: the test does not exercise them")
+	}
+	t.Logf("%d blind decisions", blind)
 }

@@ -347,10 +347,11 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		}
 	}
 	probes := okOnly(ranked)
-	if !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
+	if win.OK && !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
 		// the owner came from crawlers probed for room: its answer is in
 		// the record too, so a record always shows why its owner owns it
-		// (learners, a later release's next best). Only its answer: the
+		// (learners, a later release's next best). A winner nobody probed
+		// (a blind or random decision: OK false) adds nothing. Only its answer: the
 		// others of that round, learned as well, cost accuracy under
 		// tight capacities (docs/delegation.md, load balancing).
 		probes = append(probes, win)
@@ -506,8 +507,14 @@ func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, s hierarchy.NodeI
 				return ProbeResult{}, err
 			}
 			rest := slices.DeleteFunc(room, func(c CrawlerID) bool { return slices.Contains(near, c) })
-			e.d.Rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
-			room = append(near, rest[:n-len(near)]...)
+			// a partial Fisher–Yates: the n−len(near) random ones cost
+			// that many draws, not one per crawler of the overlay
+			k := n - len(near)
+			for i := range k {
+				j := i + e.d.Rand.IntN(len(rest)-i)
+				rest[i], rest[j] = rest[j], rest[i]
+			}
+			room = append(near, rest[:k]...)
 		}
 	}
 	var pick ProbeResult
@@ -521,9 +528,11 @@ func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, s hierarchy.NodeI
 
 // nearHolders returns up to n crawlers accepted by ok, holders of subnets
 // under s's ancestors, the nearest ancestor first (the root, holders of
-// everything, excluded).
+// everything, excluded). Within a level the order is drawn from Deps.Rand,
+// as IPMicra's walk does: directories list holders by name, and a cut in
+// that order would favour the same names everywhere.
 func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok func(CrawlerID) bool) ([]CrawlerID, error) {
-	var near []CrawlerID
+	var near, level []CrawlerID
 	for _, a := range e.d.Tree.Ancestors(s) {
 		if len(near) == n || a == hierarchy.Root {
 			break
@@ -532,11 +541,14 @@ func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok 
 		if err != nil {
 			return nil, fmt.Errorf("delegation: holders under %d: %w", a, err)
 		}
+		level = level[:0]
 		for _, c := range holders {
-			if len(near) < n && ok(c) && !slices.Contains(near, c) {
-				near = append(near, c)
+			if ok(c) && !slices.Contains(near, c) {
+				level = append(level, c)
 			}
 		}
+		e.d.Rand.Shuffle(len(level), func(i, j int) { level[i], level[j] = level[j], level[i] })
+		near = append(near, level[:min(len(level), n-len(near))]...)
 	}
 	return near, nil
 }
@@ -579,6 +591,7 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 				nr := rec
 				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
 				nr.Probes = append(slices.Clone(rec.Probes), pick)
+				slices.SortStableFunc(nr.Probes, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
 				pub, err := e.d.Dir.Publish(ctx, nr)
 				if err != nil {
 					return err

@@ -28,10 +28,14 @@ func parseThresholds(s string) ([]time.Duration, error) {
 		f = strings.TrimSpace(f)
 		var d time.Duration
 		if ms, err := strconv.ParseFloat(f, 64); err == nil {
-			if math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 || ms > float64(maxThreshold/time.Millisecond) {
+			switch {
+			case math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 || ms > float64(maxThreshold/time.Millisecond):
 				d = -1 // out of range, below
-			} else {
-				d = time.Duration(ms * float64(time.Millisecond))
+			case math.Abs(ms*1e3-math.Round(ms*1e3)) > 1e-6*math.Max(1, ms):
+				d = 1 // not whole microseconds, below
+			default:
+				// rounded: 33.3 × 1e6 is 33299999.99… in binary
+				d = time.Duration(math.Round(ms*1e3)) * time.Microsecond
 			}
 		} else if d, err = time.ParseDuration(f); err != nil {
 			return nil, fmt.Errorf("bad threshold %q: want milliseconds (50), a duration (50ms) or a list (25,50,75)", f)
@@ -158,15 +162,15 @@ seed print the same report. See docs/simulator.md.`,
 			// factor that overflows it once became capacity 1 (maximal
 			// balancing) — the opposite of what a huge factor asks for
 			if !finite(capacityFactor) || capacityFactor <= 0 || capacityFactor*float64(cfg.Hosts) > math.MaxInt32 {
-				return fmt.Errorf("--capacity-factor %g: want a positive number with factor × hosts below 2^31 (balancing off: --balance off)", capacityFactor)
+				return fmt.Errorf("--capacity-factor %g: want a positive number with factor × hosts below 2^31", capacityFactor)
 			}
 			cfg.CapacityFactor = capacityFactor
 			if traceN > 0 {
 				if _, ok := sim.LookupPolicy(tracePolicy); !ok {
 					return fmt.Errorf("--trace-policy %q: unknown policy", tracePolicy)
 				}
-				if len(cfg.Policies) > 0 && !slices.Contains(cfg.Policies, tracePolicy) {
-					return fmt.Errorf("--trace-policy %q is not among --policies %s: nothing would be traced", tracePolicy, policies)
+				if run := cfg.RunPolicies(); !slices.Contains(run, tracePolicy) {
+					return fmt.Errorf("--trace-policy %q is not run (policies: %s): nothing would be traced", tracePolicy, strings.Join(run, ", "))
 				}
 				cfg.Trace, cfg.TracePolicy, cfg.TraceN = cmd.ErrOrStderr(), tracePolicy, traceN
 			}
@@ -190,7 +194,12 @@ seed print the same report. See docs/simulator.md.`,
 				if plot, err = os.Create(plotPath); err != nil {
 					return err
 				}
-				defer plot.Close() // a second Close after the one below is harmless
+				defer func() {
+					if plot != nil { // not written: leave no empty plot behind
+						plot.Close()
+						os.Remove(plotPath)
+					}
+				}()
 			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
@@ -271,7 +280,9 @@ seed print the same report. See docs/simulator.md.`,
 				if err := sim.WriteSVG(plot, reps); err != nil {
 					return err
 				}
-				if err := plot.Close(); err != nil {
+				f := plot
+				plot = nil
+				if err := f.Close(); err != nil {
 					return err
 				}
 				if !asJSON {

@@ -26,6 +26,11 @@ func TestParseThresholds(t *testing.T) {
 	if err != nil || len(got) != 3 || got[0] != 25*time.Millisecond || got[1] != 50*time.Millisecond || got[2] != 500*time.Millisecond {
 		t.Fatalf("got %v, %v", got, err)
 	}
+	// decimal milliseconds are rounded, not truncated: 33.3 × 1e6 is
+	// 33299999.99… in binary, and was once refused as not whole µs
+	if got, err := parseThresholds("33.3,1.005,0.001"); err != nil || got[0] != 33300*time.Microsecond || got[1] != 1005*time.Microsecond || got[2] != time.Microsecond {
+		t.Fatalf("got %v, %v", got, err)
+	}
 	if got, _ := parseThresholds("paper"); len(got) != 5 {
 		t.Fatalf("paper thresholds: %v", got)
 	}
@@ -59,9 +64,21 @@ func TestSimCLI(t *testing.T) {
 			t.Fatalf("bad line %q: %v", l, err)
 		}
 	}
+	// random always runs (the crawl-cost baseline), so it can be traced
+	if out, err := runSim(t, "--crawlers", "4", "--hosts", "60", "--policies", "micra", "--trace", "2", "--trace-policy", "random"); err != nil || !strings.Contains(out, "random #1 ") {
+		t.Fatalf("tracing the random baseline: %v\n%s", err, out)
+	}
 	// a plot path that cannot be written fails before the run, not after
 	if out, err := runSim(t, "--crawlers", "4", "--hosts", "100", "--plot", filepath.Join(t.TempDir(), "no", "such", "dir.svg")); err == nil || strings.Contains(out, "optimal %") {
 		t.Fatalf("bad plot path: %v, output %q", err, out)
+	}
+	// a run that fails leaves no empty plot behind
+	gone := filepath.Join(t.TempDir(), "never.svg")
+	if _, err := runSim(t, "--crawlers", "4", "--hosts", "100", "--seeds", "0", "--plot", gone); err == nil {
+		t.Fatal("--seeds 0 accepted")
+	}
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Fatalf("a failed run left its plot file: %v", err)
 	}
 	svg, err := os.ReadFile(plot)
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
@@ -87,7 +104,8 @@ func TestSimCLI(t *testing.T) {
 	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--latency", "nope"},
 		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"},
 		{"--capacity-factor", "NaN"}, {"--capacity-factor", "-1"}, {"--capacity-factor", "1e30"}, {"--capacity-factor", "0"},
-		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"}} {
+		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"},
+		{"--trace", "3", "--trace-policy", "ipmicra-parallel"}} { // not a default policy: nothing traced
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}

@@ -386,8 +386,8 @@ func Average(reps []*Report) (*Report, error) {
 			if k > 0 {
 				acc.URLs += x.URLs
 			}
-			for k, v := range x.Reasons {
-				acc.Reasons[k] += v
+			for why, v := range x.Reasons {
+				acc.Reasons[why] += v
 			}
 			for j := range acc.Curve {
 				if j < len(x.Curve) {

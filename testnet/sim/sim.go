@@ -517,6 +517,17 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 // Run simulates cfg: it builds the world (or reuses w when not nil) and runs
 // every policy, in parallel up to cfg.Workers. The report is a pure function
 // of cfg (and w).
+// RunPolicies lists the policies Run runs for cfg: Config.Policies (or the
+// defaults, brute force only up to BruteForceLimit crawlers), and random,
+// the crawl-cost baseline, always.
+func (c Config) RunPolicies() []string {
+	ps := slices.Clone(c.withDefaults().Policies)
+	if !slices.Contains(ps, "random") {
+		ps = append(ps, "random")
+	}
+	return ps
+}
+
 func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 	cfg = cfg.withDefaults()
 	var specs []PolicySpec
