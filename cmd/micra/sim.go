@@ -26,24 +26,23 @@ func parseThresholds(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
+		// whole microseconds from minThreshold to maxThreshold: the report
+		// prints thresholds in ms with three decimals, and a threshold it
+		// cannot print is not one a user meant
+		bad := fmt.Errorf("threshold %q out of range: want whole microseconds from %v to %v", f, minThreshold, maxThreshold)
 		var d time.Duration
 		if ms, err := strconv.ParseFloat(f, 64); err == nil {
-			switch {
-			case math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 || ms > float64(maxThreshold/time.Millisecond):
-				d = -1 // out of range, below
-			case math.Abs(ms*1e3-math.Round(ms*1e3)) > 1e-6*math.Max(1, ms):
-				d = 1 // not whole microseconds, below
-			default:
-				// rounded: 33.3 × 1e6 is 33299999.99… in binary
-				d = time.Duration(math.Round(ms*1e3)) * time.Microsecond
+			us := ms * 1e3
+			if !finite(us) || us < 0 || us > float64(maxThreshold/time.Microsecond) || math.Abs(us-math.Round(us)) > 1e-6*math.Max(1, ms) {
+				return nil, bad
 			}
+			// rounded: 33.3 ms is 33299.99… µs in binary
+			d = time.Duration(math.Round(us)) * time.Microsecond
 		} else if d, err = time.ParseDuration(f); err != nil {
 			return nil, fmt.Errorf("bad threshold %q: want milliseconds (50), a duration (50ms) or a list (25,50,75)", f)
 		}
-		// whole microseconds: the report prints thresholds in ms with three
-		// decimals, and a threshold it cannot print is not one a user meant
 		if d < minThreshold || d > maxThreshold || d%time.Microsecond != 0 {
-			return nil, fmt.Errorf("threshold %q out of range: want whole microseconds from %v to %v", f, minThreshold, maxThreshold)
+			return nil, bad
 		}
 		out = append(out, d)
 	}
