@@ -91,7 +91,34 @@ func (le learningEngine) Learn(rec Record) bool {
 	if l, ok := e.ch.(interface{ prepare(e *engine) }); ok {
 		l.prepare(e)
 	}
+	if k, ok := e.ch.(interface{ knows(CrawlerID) bool }); ok {
+		rec.Probes = knownOnly(rec.Probes, k.knows)
+	}
 	return e.learnOnce(rec.Subnet, rec)
+}
+
+// knownOnly drops the answers of crawlers the learner never saw in its
+// membership. Every crawler a record names costs a learner state in every
+// context it learns, kept for good, so a record of made-up crawlers (up to
+// 64 answers each) would grow it without bound; a crawler that has joined
+// is known as soon as this peer's membership lists it. The answers of one
+// that joined too recently for that are lost, which costs little: its
+// next decisions bring new ones. rec's slice is shared with the caller:
+// it is copied only when something is dropped.
+func knownOnly(ps []ProbeResult, known func(CrawlerID) bool) []ProbeResult {
+	for i, p := range ps {
+		if known(p.Crawler) {
+			continue
+		}
+		out := slices.Clone(ps[:i])
+		for _, q := range ps[i+1:] {
+			if known(q.Crawler) {
+				out = append(out, q)
+			}
+		}
+		return out
+	}
+	return ps
 }
 
 // learnOnce feeds rec to the chooser unless it was learned before.

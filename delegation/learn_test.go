@@ -2,9 +2,11 @@ package delegation
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -169,5 +171,42 @@ func TestLearnersConverge(t *testing.T) {
 		if !reflect.DeepEqual(statsOf(t, pols[0]), statsOf(t, pols[i])) {
 			t.Fatalf("engine %d learned differently from engine 0", i)
 		}
+	}
+}
+
+// TestLearnOnlyKnownCrawlers: a record decided elsewhere that names
+// crawlers this peer's membership never listed teaches nothing about them
+// (each would cost state in every context, for good: records of made-up
+// crawlers grew a learner without bound); the answers of known crawlers in
+// the same record are learned.
+func TestLearnOnlyKnownCrawlers(t *testing.T) {
+	w := newSynthWorld(t, 5, 12, 240)
+	members := NewMemMembership(w.crawlers...)
+	p := NewMicra(synthDeps(w, NewMemDirectory(w.tree, members), members, 1), Config{Self: "me"})
+	for _, c := range w.crawlers {
+		p.Join(context.Background(), c)
+	}
+	m := p.(learningEngine).ch.(*micraChooser)
+	host := w.hosts[0]
+	s := w.tree.SmallestNonUnary(host)
+	rec := Record{Subnet: s, Snapshot: w.tree.ID(), Owner: w.crawlers[0].ID, OwnerRTT: 20 * time.Millisecond, Epoch: 1, DecidedBy: "someone-else",
+		Probes: []ProbeResult{{Crawler: w.crawlers[0].ID, RTT: 20 * time.Millisecond, OK: true}}}
+	for i := range 63 {
+		rec.Probes = append(rec.Probes, ProbeResult{Crawler: CrawlerID(fmt.Sprintf("made-up-%02d", i)), RTT: time.Duration(30+i) * time.Millisecond, OK: true})
+	}
+	probes := slices.Clone(rec.Probes)
+	if !p.(Learner).Learn(rec) {
+		t.Fatal("record not learned")
+	}
+	if got := len(m.crawler.ids); got != len(w.crawlers) {
+		t.Fatalf("after a record of 63 made-up crawlers the crawler index holds %d, want the %d members", got, len(w.crawlers))
+	}
+	if !slices.Equal(rec.Probes, probes) {
+		t.Fatal("Learn changed the caller's record")
+	}
+	ci := m.crawler.idx[w.crawlers[0].ID]
+	info := m.ctx[mkCtx(ctxNode, uint32(s))]
+	if info == nil || info.stat(ci) == nil || info.stat(ci).n != 1 {
+		t.Fatalf("the known crawler's answer was not learned in the subnet's context: %+v", info)
 	}
 }

@@ -765,6 +765,14 @@ func (m *micraChooser) pairCut(ps []ProbeResult, xs []float64) float64 {
 // decided elsewhere (a decision of its own has done it in rank).
 func (m *micraChooser) prepare(e *engine) { m.locate(e) }
 
+// knows reports whether crawler c was ever live here: locate indexes every
+// live crawler, and only crawlers indexed so are learned from records
+// decided elsewhere (learningEngine.Learn).
+func (m *micraChooser) knows(c CrawlerID) bool {
+	_, ok := m.crawler.idx[c]
+	return ok
+}
+
 func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	_, cc := m.subnetContexts(e.d.Tree, s)
 	infos := m.subnetInfos(true)
