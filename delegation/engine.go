@@ -367,22 +367,23 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		return e.hashed(ip, ReasonNoAnswer, d)
 	}
 	win := ranked[0]
+	probes := okOnly(ranked)
 	if e.c.Balance != BalanceOff {
 		win, err = e.balance(ctx, ip, s, ranked, &d)
 		if err != nil {
 			return d, err
 		}
-	}
-	probes := okOnly(ranked)
-	if win.OK && !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
-		// the owner came from crawlers probed for room: its answer is in
-		// the record too, so a record always shows why its owner owns it
-		// (learners, a later release's next best). A winner nobody probed
-		// (a blind or random decision: OK false) adds nothing. Only its answer: the
-		// others of that round, learned as well, cost accuracy under
-		// tight capacities (docs/delegation.md, load balancing).
-		probes = append(probes, win)
-		slices.SortStableFunc(probes, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
+		if win.OK && !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
+			// the owner came from crawlers probed for room: its answer
+			// is in the record too, so a record always shows why its
+			// owner owns it (learners, a later release's next best). A
+			// winner nobody probed (a blind or random decision: OK
+			// false) adds nothing. Only its answer: the others of that
+			// round, learned as well, cost accuracy under tight
+			// capacities (docs/delegation.md, load balancing).
+			probes = append(probes, win)
+			sortRanked(probes)
+		}
 	}
 	rec := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
@@ -618,7 +619,7 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 				nr := rec
 				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
 				nr.Probes = append(slices.Clone(rec.Probes), pick)
-				slices.SortStableFunc(nr.Probes, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
+				sortRanked(nr.Probes)
 				pub, err := e.d.Dir.Publish(ctx, nr)
 				if err != nil {
 					return err

@@ -1062,7 +1062,7 @@ func (m *micraChooser) roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID
 		ids[i] = m.crawler.id(c)
 	}
 	cands := make([]micraCand, len(room))
-	m.predict(cands, ids, infos, kinds, m.spreads(kinds), m.globalMean(), cc)
+	m.predict(cands, ids, infos, kinds, m.spreads(kinds, nil), m.globalMean(), cc)
 	for i := range cands {
 		cands[i].tie = m.crawler.tieKey(cands[i].ci, uint64(s))
 	}
@@ -1081,9 +1081,13 @@ func (m *micraChooser) globalMean() float64 {
 }
 
 // spreads returns the pooled spread of each context kind (the global one
-// is kindAll's).
-func (m *micraChooser) spreads(kinds []int) []float64 {
-	sig := make([]float64, len(kinds))
+// is kindAll's), in buf's room when it has enough.
+func (m *micraChooser) spreads(kinds []int, buf []float64) []float64 {
+	sig := buf[:0]
+	if cap(sig) < len(kinds) { // a tree deeper than the default snapshot's
+		sig = make([]float64, 0, len(kinds))
+	}
+	sig = sig[:len(kinds)]
 	for i, k := range kinds {
 		sig[i] = m.sigma0(k)
 	}
@@ -1180,17 +1184,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		cc = ""
 	}
 	globalMean := m.globalMean()
-	// spreads per context, once per decision (the global one is kindAll's)
+	// spreads per context, once per decision, on the stack
 	var sigBuf [16]float64
-	sig := sigBuf[:]
-	if len(kinds) > len(sig) { // a tree deeper than the default snapshot's
-		sig = make([]float64, len(kinds))
-	}
-	sig = sig[:len(kinds)]
-	for i, k := range kinds {
-		sig[i] = m.sigma0(k)
-	}
-	sig[len(sig)-1] = m.sigma0(kindAll)
+	sig := m.spreads(kinds, sigBuf[:])
 	raw := slices.Grow(m.rawBuf[:0], len(ids))[:len(ids)]
 	m.rawBuf = raw
 	m.predict(raw, ids, infos, kinds, sig, globalMean, cc)

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
@@ -269,10 +270,7 @@ func LoadMatrixFiles(sitesPath, rttPath string) (*Matrix, error) {
 // siteKey is a site's key for drawing stretches: FNV-1a of its ID, so a
 // missing pair's stretch depends on the sites, not on the rows' order.
 func siteKey(id string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(id); i++ {
-		h ^= uint64(id[i])
-		h *= 1099511628211
-	}
-	return h
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
 }
