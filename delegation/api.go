@@ -73,6 +73,59 @@ type Record struct {
 	Epoch     uint64        // bumped on every re-delegation of this subnet
 	DecidedBy CrawlerID
 	At        time.Time
+	// Blocks are blocks of the subnet delegated to other crawlers than
+	// Owner (at most MaxBlocks, distinct, inside the subnet): a lower
+	// delegation that supersedes the subnet's for the hosts of the block.
+	Blocks []BlockDelegation
+}
+
+// BlockDelegation gives one block of a subnet — the /24 (IPv4) or /48
+// (IPv6) of a host, the longest prefixes routed across the Internet, so
+// hosts of one block share their route — to another crawler than the
+// subnet's owner (MicraConfig.BlockMargin: a review found that crawler
+// clearly nearer for a host of the block).
+type BlockDelegation struct {
+	Block    netip.Prefix
+	Owner    CrawlerID
+	OwnerRTT time.Duration
+}
+
+// MaxBlocks bounds a record's block delegations (a subnet whose hosts are
+// nearer other crawlers in many blocks changes hands by its reviews' tally
+// instead).
+const MaxBlocks = 16
+
+// BlockOf is the block of ip: its /24 for IPv4, its /48 for IPv6.
+func BlockOf(ip netip.Addr) netip.Prefix {
+	bits := 48
+	if ip.Is4() || ip.Is4In6() {
+		ip, bits = ip.Unmap(), 24
+	}
+	p, _ := ip.Prefix(bits)
+	return p
+}
+
+// BlockOwner returns the delegation of ip's block in r, if r has one.
+func (r Record) BlockOwner(ip netip.Addr) (BlockDelegation, bool) {
+	if len(r.Blocks) == 0 {
+		return BlockDelegation{}, false
+	}
+	b := BlockOf(ip)
+	for _, d := range r.Blocks {
+		if d.Block == b {
+			return d, true
+		}
+	}
+	return BlockDelegation{}, false
+}
+
+// OwnerOf is the crawler that crawls ip under r: its block's owner if ip's
+// block is delegated, else the subnet's owner (liveness is the caller's).
+func (r Record) OwnerOf(ip netip.Addr) CrawlerID {
+	if b, ok := r.BlockOwner(ip); ok {
+		return b.Owner
+	}
+	return r.Owner
 }
 
 // Directory is where delegations live: a map in the simulator, the DHT (plus a

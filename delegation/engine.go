@@ -315,6 +315,18 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 	if err != nil {
 		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
 	}
+	if b, in := e.liveBlock(rec, ip); in {
+		// a lower delegation: it stands even while the subnet's owner is
+		// dead (the subnet is re-decided on its next host outside)
+		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = b.Owner, b.OwnerRTT, rec, true, ReasonCached
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "block " + b.Block.String() + " already delegated"})
+		if ok && e.live(rec.Owner) {
+			// the load book counts pages per subnet (blocks are
+			// delegated only with balancing off)
+			e.loads.AddPages(s, rec.Owner, 1)
+		}
+		return d, nil
+	}
 	if ok && e.live(rec.Owner) {
 		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = rec.Owner, rec.OwnerRTT, rec, true, ReasonCached
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "already delegated"})
@@ -332,7 +344,7 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 	}
 	// room for the chooser's steps: one allocation instead of growing
 	d.Steps = append(make([]Step, 0, 3), Step{Kind: StepLookup, Node: s, Note: note})
-	return e.decide(ctx, ip, s, rec.Epoch, d)
+	return e.decide(ctx, ip, s, rec, d)
 }
 
 // Redelegate implements Policy.
@@ -347,19 +359,82 @@ func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error
 	if err != nil {
 		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
 	}
-	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
 	e.redelegating = true
 	defer func() { e.redelegating = false }()
-	return e.decide(ctx, ip, s, rec.Epoch, d)
+	if b, in := e.liveBlock(rec, ip); in {
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation of block " + b.Block.String() + " requested"})
+		return e.redecideBlock(ctx, ip, s, rec, b, d)
+	}
+	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
+	return e.decide(ctx, ip, s, rec, d)
 }
 
-func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prevEpoch uint64, d Decision) (Decision, error) {
-	// rank is an interface call: &d would move every decision to the
-	// heap; the engine's own room does not (engines are not shared)
+// redecideBlock decides ip's block b of subnet s afresh (a calibration
+// event came from its owner): the winner takes the block, or, when the
+// winner is the subnet's owner, the block returns to the subnet.
+func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, rec Record, b BlockDelegation, d Decision) (Decision, error) {
+	ranked, err := e.rank(ctx, ip, s, &d)
+	if err != nil {
+		return d, err
+	}
+	blocks := e.carryBlocks(rec.Blocks, rec.Owner)
+	blocks = slices.DeleteFunc(blocks, func(x BlockDelegation) bool { return x.Block == b.Block })
+	if len(ranked) > 0 && ranked[0].OK && ranked[0].Crawler != rec.Owner {
+		blocks = append(blocks, BlockDelegation{Block: b.Block, Owner: ranked[0].Crawler, OwnerRTT: ranked[0].RTT})
+	}
+	nr := rec
+	nr.Probes, nr.Blocks, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), blocks, rec.Epoch+1, e.c.Self, e.now()
+	pub, err := e.publish(ctx, nr)
+	if err != nil {
+		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
+	}
+	e.learnOnce(s, pub)
+	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
+	if nb, in := e.liveBlock(pub, ip); in {
+		d.Owner, d.OwnerRTT = nb.Owner, nb.OwnerRTT
+	}
+	return d, nil
+}
+
+// liveBlock returns the delegation of ip's block in rec when there is one
+// and its owner is live.
+func (e *engine) liveBlock(rec Record, ip netip.Addr) (BlockDelegation, bool) {
+	if len(rec.Blocks) == 0 {
+		return BlockDelegation{}, false
+	}
+	b, ok := rec.BlockOwner(ip)
+	return b, ok && e.live(b.Owner)
+}
+
+// carryBlocks returns, in a new slice, the blocks of a subnet's record that
+// stay when owner owns the subnet: those of other live crawlers.
+func (e *engine) carryBlocks(blocks []BlockDelegation, owner CrawlerID) []BlockDelegation {
+	if len(blocks) == 0 {
+		return nil
+	}
+	var out []BlockDelegation // nil when none stays, like a record without
+	for _, b := range blocks {
+		if b.Owner != owner && e.live(b.Owner) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// rank runs the chooser for ip in subnet s, which adds its steps to d.
+func (e *engine) rank(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, d *Decision) ([]ProbeResult, error) {
+	// the chooser's rank is an interface call: d would move every
+	// decision to the heap; the engine's own room does not (engines are
+	// not shared)
 	dp := &e.ranking
-	*dp = d
+	*dp = *d
 	ranked, err := e.ch.rank(ctx, e, ip, s, dp)
-	d, *dp = *dp, Decision{}
+	*d, *dp = *dp, Decision{}
+	return ranked, err
+}
+
+func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prev Record, d Decision) (Decision, error) {
+	ranked, err := e.rank(ctx, ip, s, &d)
 	if err != nil {
 		return d, err
 	}
@@ -387,7 +462,8 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 	}
 	rec := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
-		Probes: probes, Epoch: prevEpoch + 1, DecidedBy: e.c.Self, At: e.now(),
+		Probes: probes, Epoch: prev.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
+		Blocks: e.carryBlocks(prev.Blocks, win.Crawler),
 	}
 	pub, err := e.publish(ctx, rec)
 	if err != nil {
@@ -444,7 +520,7 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 	}
 	place := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
-		Probes: []ProbeResult{{Crawler: c.ID, OK: true}},
+		Probes: []ProbeResult{{Crawler: c.ID, OK: true}}, Blocks: e.carryBlocks(rec.Blocks, c.ID),
 	}
 	pub, err := e.publish(ctx, place)
 	if err != nil {
@@ -618,6 +694,7 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 			if pick.OK {
 				nr := rec
 				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
+				nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
 				nr.Probes = append(slices.Clone(rec.Probes), pick)
 				sortRanked(nr.Probes)
 				pub, err := e.d.Dir.Publish(ctx, nr)
@@ -688,6 +765,7 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 			}
 			nr := v.rec
 			nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = a.Crawler, a.RTT, v.rec.Epoch+1, e.c.Self, e.now()
+			nr.Blocks = e.carryBlocks(v.rec.Blocks, a.Crawler)
 			pub, err := e.d.Dir.Publish(ctx, nr)
 			if err != nil {
 				return moved, err

@@ -105,6 +105,12 @@ type MicraConfig struct {
 	// but costs 12 crawlers 0.2–0.5 points on the hub-matrix worlds
 	// (docs/delegation.md).
 	PairFromLowest int
+	// BlockMargin, in (0, 1): a review whose nearest crawler for the host
+	// is not the owner, with an answer at most (1 − BlockMargin) × the
+	// owner's timing, delegates the host's block (Record.Blocks) to that
+	// crawler. 0 (the default) or out of range: no block delegations, until
+	// the overlay hands URLs off by block (docs/delegation.md).
+	BlockMargin float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
 	// access delay is shared by all crawlers. Default 0 (off; the doc said
@@ -165,6 +171,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if m.ReviewProbeUpTo == 0 {
 		m.ReviewProbeUpTo = 2
+	}
+	if !(m.BlockMargin > 0 && m.BlockMargin < 1) {
+		m.BlockMargin = 0
 	}
 	if m.GeoAfter <= 0 {
 		m.GeoAfter = 30

@@ -13,7 +13,8 @@ import (
 // nothing smaller than Root are dropped (their hosts are delegated afresh,
 // lazily). When several old records land on one new node, the one whose old
 // range is identical to the new node wins, else the Select rule decides.
-// Epochs are kept so later re-delegations still supersede them.
+// A record's block delegations go with it when the new tree puts their
+// hosts in the same subnet. Epochs are kept so later re-delegations still supersede them.
 func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 	m := hierarchy.Migrate(old, new)
 	snap := new.ID()
@@ -35,6 +36,7 @@ func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 		exact := on.Start == nn.Start && on.End == nn.End
 		nr := r
 		nr.Subnet, nr.Snapshot = ns, snap
+		nr.Blocks = migrateBlocks(new, ns, r.Blocks)
 		cur, seen := best[ns]
 		switch {
 		case !seen:
@@ -47,6 +49,18 @@ func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 	out := make([]Record, 0, len(order))
 	for _, ns := range order {
 		out = append(out, best[ns].rec)
+	}
+	return out
+}
+
+// migrateBlocks keeps the blocks whose hosts the new tree still puts in
+// subnet ns (a block now in a smaller subnet is delegated afresh there).
+func migrateBlocks(new *hierarchy.Tree, ns hierarchy.NodeID, blocks []BlockDelegation) []BlockDelegation {
+	var out []BlockDelegation
+	for _, b := range blocks {
+		if new.SmallestNonUnary(b.Block.Addr()) == ns {
+			out = append(out, b)
+		}
 	}
 	return out
 }

@@ -185,6 +185,7 @@ const (
 	ReasonPredicted               // our policy: the learned statistics leave no doubt; no probe
 	ReasonKept                    // review: the owner stays (nearest, or nearest for most of the subnet's hosts)
 	ReasonHandedOver              // review: another crawler was nearest for most of the subnet's reviewed hosts
+	ReasonBlockDelegated          // review: another crawler was clearly nearest for this host; its block goes there
 )
 
 var reasonNames = [...]string{
@@ -204,6 +205,7 @@ var reasonNames = [...]string{
 	ReasonPredicted:        "predicted-no-probe",
 	ReasonKept:             "review-kept",
 	ReasonHandedOver:       "review-handed-over",
+	ReasonBlockDelegated:   "review-block-delegated",
 }
 
 func (r Reason) String() string {

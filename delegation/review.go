@@ -23,9 +23,15 @@ import (
 // reviewed hosts than the owner (the owner counts the host that decided it,
 // and every host it was confidently nearest for).
 //
+// With MicraConfig.BlockMargin set, a review whose nearest crawler for the
+// host is not the owner, and whose answer beats the owner's timing by that
+// margin, delegates the host's block (BlockOf) to it while the subnet stays
+// (reason ReasonBlockDelegated); hosts of a delegated block are not
+// reviewed.
+//
 // Review accounts no page (Delegate did). It is a no-op, returning the
 // current record (reason cached), when ip's subnet is not delegated to
-// owner, when owner is dead, when took is not positive, or when owner sits
+// owner, when ip's block is delegated, when owner is dead, when took is not positive, or when owner sits
 // in the subnet (placement: a crawler owns its own subnet); for an IP outside
 // the hierarchy it answers as Delegate does (the hashed owner). Like every policy call it must be
 // serialised with Delegate, Join, Redelegate and Learn.
@@ -37,7 +43,20 @@ type Reviewer interface {
 // answers for ip (given ones included), best first, and the crawler the
 // subnet should go to (empty: it stays).
 type reviewChooser interface {
-	review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) (ranked []ProbeResult, handTo CrawlerID, err error)
+	review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) (ranked []ProbeResult, v verdict, err error)
+}
+
+// verdict is what a review concludes beyond "the owner stays".
+type verdict struct {
+	handTo  CrawlerID // the subnet goes to this crawler
+	blockTo CrawlerID // the host's block goes to this crawler (the subnet stays)
+}
+
+// tallyCarrier is implemented by review choosers whose tally survives a
+// record that changes only the subnet's blocks (its epoch moves from old
+// to new).
+type tallyCarrier interface {
+	carryTally(s hierarchy.NodeID, old, new uint64)
 }
 
 // Review implements Reviewer.
@@ -59,18 +78,26 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	if ok {
 		d.Owner, d.OwnerRTT, d.Record = rec.Owner, rec.OwnerRTT, rec
 	}
+	b, inBlock := e.liveBlock(rec, ip)
+	if inBlock {
+		d.Owner, d.OwnerRTT, d.Record = b.Owner, b.OwnerRTT, rec
+	}
 	rc, can := e.ch.(reviewChooser)
-	if !ok || !can || rec.Owner != owner || !e.live(owner) || took <= 0 || e.d.Tree.Contains(s, e.members()[owner].Addr) {
+	if !ok || !can || inBlock || rec.Owner != owner || !e.live(owner) || took <= 0 || e.d.Tree.Contains(s, e.members()[owner].Addr) {
 		// (a crawler owns the subnet it sits in: placement, not a
 		// decision a review could improve)
 		d.Cached, d.Reason = ok, ReasonCached
 		return d, nil
 	}
 	d.Steps = append(make([]Step, 0, 2), Step{Kind: StepLookup, Node: s, Note: "review: owner " + string(owner) + " timed the host at " + took.Round(time.Microsecond).String()})
-	ranked, handTo, err := rc.review(ctx, e, ip, s, rec, took, &d)
+	ranked, v, err := rc.review(ctx, e, ip, s, rec, took, &d)
 	if err != nil {
 		return d, err
 	}
+	if v.blockTo != "" && v.handTo == "" && e.c.Balance == BalanceOff && e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
+		return e.delegateBlock(ctx, ip, s, rec, ranked, v.blockTo, d)
+	}
+	handTo := v.handTo
 	if handTo == "" || (e.c.Balance != BalanceOff && !e.hasRoom(handTo, e.loads.Pages(s))) {
 		d.Cached, d.Reason = true, ReasonKept
 		if d.Probes > 0 {
@@ -90,6 +117,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	nr := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
 		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
+		Blocks: e.carryBlocks(rec.Blocks, win.Crawler),
 	}
 	pub, err := e.d.Dir.Publish(ctx, nr)
 	if err != nil {
@@ -98,6 +126,35 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	e.loads.Move(s, pub.Owner)
 	e.learnOnce(s, pub)
 	d.Record, d.Owner, d.OwnerRTT, d.Reason = pub, pub.Owner, pub.OwnerRTT, ReasonHandedOver
+	return d, nil
+}
+
+// delegateBlock publishes rec with ip's block given to to (one of ranked).
+// The record carries the review's answers, as a hand-over's does: they are
+// why it changed, and learners learn them once (the kept reviews' answers
+// are learned locally instead).
+func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, rec Record, ranked []ProbeResult, to CrawlerID, d Decision) (Decision, error) {
+	var win ProbeResult
+	for _, r := range ranked {
+		if r.Crawler == to {
+			win = r
+		}
+	}
+	nr := rec
+	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Block: BlockOf(ip), Owner: to, OwnerRTT: win.RTT})
+	nr.Probes, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), rec.Epoch+1, e.c.Self, e.now()
+	pub, err := e.d.Dir.Publish(ctx, nr)
+	if err != nil {
+		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
+	}
+	if tc, ok := e.ch.(tallyCarrier); ok && pub.Epoch == nr.Epoch && pub.Owner == rec.Owner {
+		tc.carryTally(s, rec.Epoch, pub.Epoch)
+	}
+	e.learnOnce(s, pub)
+	d.Record, d.Owner, d.OwnerRTT, d.Reason = pub, pub.Owner, pub.OwnerRTT, ReasonBlockDelegated
+	if b, in := e.liveBlock(pub, ip); in {
+		d.Owner, d.OwnerRTT = b.Owner, b.OwnerRTT
+	}
 	return d, nil
 }
 
@@ -143,7 +200,7 @@ func (t *subnetTally) count(ci uint32) uint32 {
 // review runs the decision procedure for ip with the owner's timing as a
 // free answer and MicraConfig.ReviewMiss as its risk, and tallies the
 // nearest crawler for this host.
-func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) ([]ProbeResult, CrawlerID, error) {
+func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) ([]ProbeResult, verdict, error) {
 	given := [1]ProbeResult{{Crawler: rec.Owner, RTT: took, OK: true}}
 	if m.tally == nil {
 		m.tally = make(map[hierarchy.NodeID]subnetTally)
@@ -161,7 +218,7 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		// host votes (the owner keeps the subnet, nothing is counted)
 		m.tally[s] = t
 		d.Steps = append(d.Steps, Step{Kind: StepPredict, Node: s, Note: "review skipped: host " + strconv.Itoa(n) + " of the subnet, only powers of two vote past " + strconv.Itoa(m.cfg.ReviewEvery)})
-		return ranked, "", nil
+		return ranked, verdict{}, nil
 	}
 	if m.cfg.ReviewMiss > 0 {
 		minProbes := 0
@@ -172,11 +229,11 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		}
 		var err error
 		if ranked, err = m.rankWith(ctx, e, ip, s, d, given[:], m.cfg.ReviewMiss, minProbes); err != nil {
-			return nil, "", err
+			return nil, verdict{}, err
 		}
 		if err := ctx.Err(); err != nil {
 			// probes cut short answer "no answer": the owner did not win
-			return nil, "", err
+			return nil, verdict{}, err
 		}
 	}
 	win := owner
@@ -185,11 +242,26 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	}
 	t.add(win)
 	m.tally[s] = t
-	if win != owner && t.count(win) > t.count(owner) {
+	switch {
+	case win == owner:
+	case t.count(win) > t.count(owner):
 		// the record the engine now publishes starts a new tally; its
 		// owner leads the old one by exactly one host, as it will lead
 		// the new one
-		return ranked, ranked[0].Crawler, nil
+		return ranked, verdict{handTo: ranked[0].Crawler}, nil
+	case m.cfg.BlockMargin > 0 && float64(ranked[0].RTT) <= (1-m.cfg.BlockMargin)*float64(took):
+		// one jittered sample each: only a clear margin over the owner's
+		// timing moves the block (a block given away on noise keeps
+		// every later host of it from its nearest crawler)
+		return ranked, verdict{blockTo: ranked[0].Crawler}, nil
 	}
-	return ranked, "", nil
+	return ranked, verdict{}, nil
+}
+
+// carryTally implements tallyCarrier.
+func (m *micraChooser) carryTally(s hierarchy.NodeID, old, new uint64) {
+	if t, ok := m.tally[s]; ok && t.epoch == old {
+		t.epoch = new
+		m.tally[s] = t
+	}
 }

@@ -93,6 +93,11 @@ func (d *decisionPayload) UnmarshalRecord(b []byte) error { return proto.Unmarsh
 
 // toPB converts an engine record to its wire form.
 func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
+	if len(r.Blocks) > 0 {
+		// refused rather than dropped: a record published without its
+		// blocks would send their hosts to the subnet's owner
+		return nil, fmt.Errorf("record of subnet %d has %d block delegations, which wire version %d does not carry (MicraConfig.BlockMargin must stay off on the overlay)", r.Subnet, len(r.Blocks), wireVersion)
+	}
 	owner, err := peer.Decode(string(r.Owner))
 	if err != nil {
 		return nil, fmt.Errorf("record owner %q: %w", r.Owner, err)

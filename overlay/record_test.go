@@ -3,6 +3,7 @@ package overlay
 import (
 	"crypto/rand"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,21 @@ func TestMetricsShareARegistry(t *testing.T) {
 	}
 	if _, err := newMetrics(reg, "a"); err == nil {
 		t.Fatal("duplicate peer registration accepted")
+	}
+}
+
+// TestBlocksNotOnTheWire: a record with block delegations is refused by the
+// wire encoding, not published without them (their hosts would go to the
+// subnet's owner).
+func TestBlocksNotOnTheWire(t *testing.T) {
+	owner := newKeyed(t)
+	rec := delegation.Record{Subnet: 42, Owner: owner.id, DecidedBy: owner.id, At: time.Now(),
+		Blocks: []delegation.BlockDelegation{{Block: delegation.BlockOf(netip.MustParseAddr("30.1.2.3")), Owner: owner.id}}}
+	if _, err := toPB(rec); err == nil || !strings.Contains(err.Error(), "block delegations") {
+		t.Fatalf("toPB of a record with blocks: err = %v, want a refusal", err)
+	}
+	rec.Blocks = nil
+	if _, err := toPB(rec); err != nil {
+		t.Fatalf("toPB without blocks: %v", err)
 	}
 }

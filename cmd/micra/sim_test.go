@@ -95,6 +95,9 @@ func TestSimCLI(t *testing.T) {
 	if _, err := runSim(t, "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", bad); err == nil || !strings.Contains(err.Error(), bad+":2: unknown site \"xxx\"") {
 		t.Fatalf("bad rtt file: %v", err)
 	}
+	if out, err := runSim(t, "--host-dist", "zipf", "--hosts", "300", "--train", "200", "--policies", "micra", "--micra", "blocks=0.2", "--json"); err != nil || !strings.Contains(out, `"review-block-delegated"`) {
+		t.Fatalf("--micra blocks=0.2 on zipf hosts delegates no block: %v\n%s", err, out)
+	}
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
 		t.Fatalf("world stats: %v\n%s", err, out)
 	}
@@ -105,6 +108,7 @@ func TestSimCLI(t *testing.T) {
 		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"},
 		{"--capacity-factor", "NaN"}, {"--capacity-factor", "-1"}, {"--capacity-factor", "1e30"}, {"--capacity-factor", "0"},
 		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"},
+		{"--micra", "blocks=1"}, {"--micra", "blocks=-0.1"}, {"--micra", "blocks=NaN"},
 		{"--trace", "3", "--trace-policy", "ipmicra-parallel"}} { // not a default policy: nothing traced
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)

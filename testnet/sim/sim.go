@@ -504,9 +504,11 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 	r.total = pr.probes
 	// Load balancing may move subnets after their hosts were delegated:
 	// score who crawls each host in the end.
+	// Block delegations (Record.Blocks) are lower ones: they win for their
+	// hosts.
 	for i, sn := range subnets {
 		if rec, ok := dir.Get(sn); ok && sn != hierarchy.None {
-			if ci, ok := w.crawler(rec.Owner); ok {
+			if ci, ok := w.crawler(rec.OwnerOf(w.Hosts[i].Addr)); ok {
 				r.owner[i] = ci
 			}
 		}

@@ -1,0 +1,270 @@
+package delegation
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// blockCfg turns block delegations on with a 20 % margin.
+var blockCfg = Config{Micra: MicraConfig{BlockMargin: 0.2}}
+
+// blockHost is another host of laterHost(n)'s block.
+func blockHost(n int) netip.Addr { return netip.AddrFrom4([4]byte{30, 1, byte(n), 77}) }
+
+func TestBlockOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"30.1.2.3":              "30.1.2.0/24",
+		"::ffff:30.1.2.3":       "30.1.2.0/24",
+		"2001:db8:aa:bb::1":     "2001:db8:aa::/48",
+		"2001:db8:aa:ffff::abc": "2001:db8:aa::/48",
+	} {
+		if got := BlockOf(netip.MustParseAddr(in)); got != netip.MustParsePrefix(want) {
+			t.Errorf("BlockOf(%s) = %v, want %s", in, got, want)
+		}
+	}
+	r := Record{Owner: "a", Blocks: []BlockDelegation{{Block: netip.MustParsePrefix("30.1.2.0/24"), Owner: "b"}}}
+	if r.OwnerOf(ip("30.1.2.200")) != "b" || r.OwnerOf(ip("30.1.3.1")) != "a" {
+		t.Fatalf("OwnerOf: %q for the block, %q outside", r.OwnerOf(ip("30.1.2.200")), r.OwnerOf(ip("30.1.3.1")))
+	}
+}
+
+// TestBlockDelegatedOnClearMargin: S is a's, its later hosts are nearest b
+// (6 ms against a's 90). The first review cannot hand S over (one host
+// each) but b beats a's timing by far more than the margin: the host's
+// block goes to b, in a record that keeps a as S's owner. Further hosts of
+// the block go to b without probes and without review; a host of another
+// block still goes to a, and its review hands S to b, which makes the block
+// redundant.
+func TestBlockDelegatedOnClearMargin(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	first := w.delegateFirst(t, "a")
+
+	d1 := w.review(t, laterHost(1), "a", w.later["a"])
+	t.Logf("review 1: %v", d1)
+	want := BlockDelegation{Block: netip.MustParsePrefix("30.1.1.0/24"), Owner: "b", OwnerRTT: w.later["b"]}
+	r := d1.Record
+	if d1.Reason != ReasonBlockDelegated || d1.Owner != "b" || r.Owner != "a" || r.OwnerRTT != first.Record.OwnerRTT ||
+		r.Epoch != first.Record.Epoch+1 || !reflect.DeepEqual(r.Blocks, []BlockDelegation{want}) {
+		t.Fatalf("first review: want the block to b in a record still a's (epoch %d), got %v %+v", first.Record.Epoch+1, d1, r)
+	}
+	if got, _ := w.dir.Get(s); !reflect.DeepEqual(got, r) {
+		t.Fatalf("directory holds %+v, want %+v", got, r)
+	}
+	if l, ok := w.pol.(Learner); !ok || l.Learn(r) {
+		t.Fatal("the block record should already have been learned")
+	}
+
+	before := w.prober.count
+	d2, err := w.pol.Delegate(ctx, blockHost(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2.Owner != "b" || !d2.Cached || d2.Reason != ReasonCached || w.prober.count != before {
+		t.Fatalf("another host of the block: want b, cached, no probe; got %v", d2)
+	}
+	if d := w.review(t, blockHost(1), "b", w.later["b"]); d.Owner != "b" || d.Reason != ReasonCached || d.Probes != 0 {
+		t.Fatalf("a host of a delegated block is not reviewed: %v", d)
+	}
+	if d := w.review(t, blockHost(1), "a", w.later["a"]); d.Owner != "b" || d.Reason != ReasonCached || d.Probes != 0 {
+		t.Fatalf("the subnet's owner cannot review a host of a delegated block: %v", d)
+	}
+	if o, _ := w.loads.Owner(s); o != "a" {
+		t.Fatalf("load book: S is counted for %q, want its owner a", o)
+	}
+
+	d3, err := w.pol.Delegate(ctx, laterHost(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d3.Owner != "a" || !d3.Cached {
+		t.Fatalf("a host of another block goes to S's owner: %v", d3)
+	}
+	// the tally survived the block record: b's second host hands S over
+	d4 := w.review(t, laterHost(2), "a", w.later["a"])
+	if d4.Reason != ReasonHandedOver || d4.Owner != "b" || d4.Record.Epoch != r.Epoch+1 || len(d4.Record.Blocks) != 0 {
+		t.Fatalf("second review: want S handed to b, its block to b dropped as redundant; got %v %+v", d4, d4.Record)
+	}
+}
+
+// TestBlockNeedsMargin: without block delegations (the default), or when
+// the challenger beats the owner's timing by less than the margin, a
+// review delegates no block.
+func TestBlockNeedsMargin(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		later map[CrawlerID]time.Duration
+	}{
+		{"off by default", Config{}, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}},
+		{"within the margin", blockCfg, map[CrawlerID]time.Duration{"a": 30 * time.Millisecond, "b": 26 * time.Millisecond, "c": 150 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newReviewWorld(t, tc.cfg, tc.later, true)
+			s := w.subnetS(t)
+			first := w.delegateFirst(t, "a")
+			d := w.review(t, laterHost(1), "a", tc.later["a"])
+			if !probed(d, "b") {
+				t.Fatalf("b should have been probed (or the case tests nothing): %v", d)
+			}
+			if d.Reason != ReasonKept || d.Owner != "a" {
+				t.Fatalf("want a kept, got %v", d)
+			}
+			if rec, _ := w.dir.Get(s); !reflect.DeepEqual(rec, first.Record) {
+				t.Fatalf("the directory changed: %+v", rec)
+			}
+		})
+	}
+}
+
+// TestBlockOutlivesOwners: a delegated block answers for its hosts while
+// its owner lives, even when the subnet's owner has died, and a record the
+// subnet gets afresh carries it; once the block's owner dies its hosts go
+// to the subnet's owner.
+func TestBlockOutlivesOwners(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	w.delegateFirst(t, "a")
+	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d)
+	}
+
+	// a dies: the block still answers b, without a decision
+	w.members.Remove("a")
+	before := w.prober.count
+	d, err := w.pol.Delegate(ctx, blockHost(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != "b" || !d.Cached || w.prober.count != before {
+		t.Fatalf("S's owner dead, block owner live: want b cached, got %v", d)
+	}
+	// a host outside the block re-decides S, and the new record keeps the
+	// block unless it went to the block's owner
+	d, err = w.pol.Delegate(ctx, laterHost(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cached || d.Record.Owner == "a" || d.Record.Epoch <= 1 {
+		t.Fatalf("S's owner dead: want S decided afresh, got %v", d)
+	}
+	wantBlocks := []BlockDelegation{{Block: BlockOf(laterHost(1)), Owner: "b", OwnerRTT: w.later["b"]}}
+	if d.Record.Owner == "b" {
+		wantBlocks = nil
+	}
+	if !reflect.DeepEqual(d.Record.Blocks, wantBlocks) {
+		t.Fatalf("S went to %s: want blocks %+v, got %+v", d.Record.Owner, wantBlocks, d.Record.Blocks)
+	}
+	if got, _ := w.dir.Get(s); !reflect.DeepEqual(got, d.Record) {
+		t.Fatalf("directory holds %+v", got)
+	}
+
+	// the block's owner dies: its hosts go to the subnet's owner
+	w2 := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w2.delegateFirst(t, "a")
+	if d := w2.review(t, laterHost(1), "a", w2.later["a"]); d.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d)
+	}
+	w2.members.Remove("b")
+	if d, err := w2.pol.Delegate(ctx, blockHost(1)); err != nil || d.Owner != "a" || !d.Cached {
+		t.Fatalf("block owner dead: want S's owner a, got %v (%v)", d, err)
+	}
+}
+
+// TestRedelegateBlock: a calibration event from a host of a delegated
+// block re-decides the block, not the subnet: the block stays with the
+// nearest crawler, or returns to the subnet when its owner is nearest.
+func TestRedelegateBlock(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	w.delegateFirst(t, "a")
+	d1 := w.review(t, laterHost(1), "a", w.later["a"])
+	if d1.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d1)
+	}
+
+	// b has become slow for the block's hosts; c is now nearest
+	w.later["b"], w.later["c"] = 200*time.Millisecond, 4*time.Millisecond
+	before := w.prober.count
+	d, err := w.pol.Redelegate(ctx, blockHost(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("re-delegation: %v", d)
+	if w.prober.count == before {
+		t.Fatal("a re-delegation must probe")
+	}
+	if d.Owner != "c" || d.Record.Owner != "a" || d.Record.Epoch != d1.Record.Epoch+1 ||
+		!reflect.DeepEqual(d.Record.Blocks, []BlockDelegation{{Block: BlockOf(blockHost(1)), Owner: "c", OwnerRTT: 4 * time.Millisecond}}) {
+		t.Fatalf("want the block to c, S still a's; got %v %+v", d, d.Record)
+	}
+
+	// now a is nearest: the block returns to the subnet
+	w.later["a"], w.later["c"] = 3*time.Millisecond, 150*time.Millisecond
+	d, err = w.pol.Redelegate(ctx, blockHost(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != "a" || d.Record.Owner != "a" || len(d.Record.Blocks) != 0 {
+		t.Fatalf("want the block back with S's owner a; got %v %+v", d, d.Record)
+	}
+	if rec, _ := w.dir.Get(s); !reflect.DeepEqual(rec, d.Record) {
+		t.Fatalf("directory holds %+v", rec)
+	}
+}
+
+// TestBlocksBounded: a record with MaxBlocks blocks gets no more; the
+// review keeps the owner instead.
+func TestBlocksBounded(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	s := w.subnetS(t)
+	first := w.delegateFirst(t, "a")
+	full := first.Record
+	full.Epoch++
+	for i := range MaxBlocks {
+		full.Blocks = append(full.Blocks, BlockDelegation{Block: BlockOf(netip.AddrFrom4([4]byte{30, 1, byte(100 + i), 1})), Owner: "c", OwnerRTT: time.Millisecond})
+	}
+	if _, err := w.dir.Publish(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	d := w.review(t, laterHost(1), "a", w.later["a"])
+	if d.Reason != ReasonKept || d.Owner != "a" {
+		t.Fatalf("full record: want a kept, got %v", d)
+	}
+	if rec, _ := w.dir.Get(s); len(rec.Blocks) != MaxBlocks {
+		t.Fatalf("record has %d blocks, want %d", len(rec.Blocks), MaxBlocks)
+	}
+}
+
+// TestMigrateBlocks: a block goes with its record when the new tree puts
+// its hosts in the record's new subnet, and is dropped when a smaller
+// subnet of the new tree holds them.
+func TestMigrateBlocks(t *testing.T) {
+	old := mustBuild(t, pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"))
+	// S gets two children that leave 30.1.0.0/17 to S itself
+	nw := mustBuild(t, pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"),
+		pfx(t, "30.1.128.0/18", "S1", "DE"), pfx(t, "30.1.192.0/18", "S2", "DE"))
+	s := old.SmallestNonUnary(ip("30.1.0.1"))
+	keep := BlockDelegation{Block: netip.MustParsePrefix("30.1.5.0/24"), Owner: "b"}
+	drop := BlockDelegation{Block: netip.MustParsePrefix("30.1.200.0/24"), Owner: "c"}
+	rec := Record{Subnet: s, Snapshot: old.ID(), Owner: "a", Epoch: 3, Blocks: []BlockDelegation{keep, drop}}
+	got := MigrateRecords(old, nw, []Record{rec})
+	if len(got) != 1 {
+		t.Fatalf("migrated %d records, want 1", len(got))
+	}
+	ns := got[0].Subnet
+	if nw.SmallestNonUnary(keep.Block.Addr()) != ns || nw.SmallestNonUnary(drop.Block.Addr()) == ns {
+		t.Fatalf("test tree: the record landed on %d; 30.1.5.1 is under %d, 30.1.200.1 under %d", ns,
+			nw.SmallestNonUnary(keep.Block.Addr()), nw.SmallestNonUnary(drop.Block.Addr()))
+	}
+	if !reflect.DeepEqual(got[0].Blocks, []BlockDelegation{keep}) {
+		t.Fatalf("migrated blocks %+v, want only %+v", got[0].Blocks, keep)
+	}
+}
