@@ -83,12 +83,16 @@ type Record struct {
 // (IPv6) of a host, the longest prefixes routed across the Internet, so
 // hosts of one block share their route — to another crawler than the
 // subnet's owner (MicraConfig.BlockMargin: a review found that crawler
-// clearly nearer for a host of the block).
+// clearly nearer for a host of the block). It covers the hosts of the
+// block that the tree puts in the record's subnet.
 type BlockDelegation struct {
-	Block    netip.Prefix
+	Host     netip.Addr // the host it was decided for: a host of the block in the subnet
 	Owner    CrawlerID
 	OwnerRTT time.Duration
 }
+
+// Block is the delegated block: BlockOf(Host).
+func (b BlockDelegation) Block() netip.Prefix { return BlockOf(b.Host) }
 
 // MaxBlocks bounds a record's block delegations (a subnet whose hosts are
 // nearer other crawlers in many blocks changes hands by its reviews' tally
@@ -112,7 +116,7 @@ func (r Record) BlockOwner(ip netip.Addr) (BlockDelegation, bool) {
 	}
 	b := BlockOf(ip)
 	for _, d := range r.Blocks {
-		if d.Block == b {
+		if d.Block() == b {
 			return d, true
 		}
 	}

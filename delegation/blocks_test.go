@@ -25,7 +25,7 @@ func TestBlockOf(t *testing.T) {
 			t.Errorf("BlockOf(%s) = %v, want %s", in, got, want)
 		}
 	}
-	r := Record{Owner: "a", Blocks: []BlockDelegation{{Block: netip.MustParsePrefix("30.1.2.0/24"), Owner: "b"}}}
+	r := Record{Owner: "a", Blocks: []BlockDelegation{{Host: ip("30.1.2.9"), Owner: "b"}}}
 	if r.OwnerOf(ip("30.1.2.200")) != "b" || r.OwnerOf(ip("30.1.3.1")) != "a" {
 		t.Fatalf("OwnerOf: %q for the block, %q outside", r.OwnerOf(ip("30.1.2.200")), r.OwnerOf(ip("30.1.3.1")))
 	}
@@ -46,7 +46,7 @@ func TestBlockDelegatedOnClearMargin(t *testing.T) {
 
 	d1 := w.review(t, laterHost(1), "a", w.later["a"])
 	t.Logf("review 1: %v", d1)
-	want := BlockDelegation{Block: netip.MustParsePrefix("30.1.1.0/24"), Owner: "b", OwnerRTT: w.later["b"]}
+	want := BlockDelegation{Host: laterHost(1), Owner: "b", OwnerRTT: w.later["b"]}
 	r := d1.Record
 	if d1.Reason != ReasonBlockDelegated || d1.Owner != "b" || r.Owner != "a" || r.OwnerRTT != first.Record.OwnerRTT ||
 		r.Epoch != first.Record.Epoch+1 || !reflect.DeepEqual(r.Blocks, []BlockDelegation{want}) {
@@ -153,7 +153,7 @@ func TestBlockOutlivesOwners(t *testing.T) {
 	if d.Cached || d.Record.Owner == "a" || d.Record.Epoch <= 1 {
 		t.Fatalf("S's owner dead: want S decided afresh, got %v", d)
 	}
-	wantBlocks := []BlockDelegation{{Block: BlockOf(laterHost(1)), Owner: "b", OwnerRTT: w.later["b"]}}
+	wantBlocks := []BlockDelegation{{Host: laterHost(1), Owner: "b", OwnerRTT: w.later["b"]}}
 	if d.Record.Owner == "b" {
 		wantBlocks = nil
 	}
@@ -201,7 +201,7 @@ func TestRedelegateBlock(t *testing.T) {
 		t.Fatal("a re-delegation must probe")
 	}
 	if d.Owner != "c" || d.Record.Owner != "a" || d.Record.Epoch != d1.Record.Epoch+1 ||
-		!reflect.DeepEqual(d.Record.Blocks, []BlockDelegation{{Block: BlockOf(blockHost(1)), Owner: "c", OwnerRTT: 4 * time.Millisecond}}) {
+		!reflect.DeepEqual(d.Record.Blocks, []BlockDelegation{{Host: blockHost(1), Owner: "c", OwnerRTT: 4 * time.Millisecond}}) {
 		t.Fatalf("want the block to c, S still a's; got %v %+v", d, d.Record)
 	}
 
@@ -229,7 +229,7 @@ func TestBlocksBounded(t *testing.T) {
 	full := first.Record
 	full.Epoch++
 	for i := range MaxBlocks {
-		full.Blocks = append(full.Blocks, BlockDelegation{Block: BlockOf(netip.AddrFrom4([4]byte{30, 1, byte(100 + i), 1})), Owner: "c", OwnerRTT: time.Millisecond})
+		full.Blocks = append(full.Blocks, BlockDelegation{Host: netip.AddrFrom4([4]byte{30, 1, byte(100 + i), 1}), Owner: "c", OwnerRTT: time.Millisecond})
 	}
 	if _, err := w.dir.Publish(ctx, full); err != nil {
 		t.Fatal(err)
@@ -248,23 +248,97 @@ func TestBlocksBounded(t *testing.T) {
 // subnet of the new tree holds them.
 func TestMigrateBlocks(t *testing.T) {
 	old := mustBuild(t, pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"))
-	// S gets two children that leave 30.1.0.0/17 to S itself
+	// S gets two children that leave 30.1.0.0/17 to S itself, and a
+	// /26 at the start of the kept block (its hosts at .77 stay in S)
 	nw := mustBuild(t, pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"),
-		pfx(t, "30.1.128.0/18", "S1", "DE"), pfx(t, "30.1.192.0/18", "S2", "DE"))
+		pfx(t, "30.1.128.0/18", "S1", "DE"), pfx(t, "30.1.192.0/18", "S2", "DE"), pfx(t, "30.1.5.0/26", "S3", "DE"))
 	s := old.SmallestNonUnary(ip("30.1.0.1"))
-	keep := BlockDelegation{Block: netip.MustParsePrefix("30.1.5.0/24"), Owner: "b"}
-	drop := BlockDelegation{Block: netip.MustParsePrefix("30.1.200.0/24"), Owner: "c"}
+	keep := BlockDelegation{Host: ip("30.1.5.77"), Owner: "b"}
+	drop := BlockDelegation{Host: ip("30.1.200.1"), Owner: "c"}
 	rec := Record{Subnet: s, Snapshot: old.ID(), Owner: "a", Epoch: 3, Blocks: []BlockDelegation{keep, drop}}
 	got := MigrateRecords(old, nw, []Record{rec})
 	if len(got) != 1 {
 		t.Fatalf("migrated %d records, want 1", len(got))
 	}
 	ns := got[0].Subnet
-	if nw.SmallestNonUnary(keep.Block.Addr()) != ns || nw.SmallestNonUnary(drop.Block.Addr()) == ns {
-		t.Fatalf("test tree: the record landed on %d; 30.1.5.1 is under %d, 30.1.200.1 under %d", ns,
-			nw.SmallestNonUnary(keep.Block.Addr()), nw.SmallestNonUnary(drop.Block.Addr()))
+	if nw.SmallestNonUnary(keep.Host) != ns || nw.SmallestNonUnary(drop.Host) == ns {
+		t.Fatalf("test tree: the record landed on %d; 30.1.5.77 is under %d, 30.1.200.1 under %d", ns,
+			nw.SmallestNonUnary(keep.Host), nw.SmallestNonUnary(drop.Host))
 	}
 	if !reflect.DeepEqual(got[0].Blocks, []BlockDelegation{keep}) {
 		t.Fatalf("migrated blocks %+v, want only %+v", got[0].Blocks, keep)
+	}
+}
+
+// TestRedelegateBlockKeepsTally: a calibration event that re-decides a
+// block (here: it stays with b) leaves the subnet's review votes standing,
+// so b's next win hands the subnet over as it would have without it.
+func TestRedelegateBlockKeepsTally(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	w.delegateFirst(t, "a")
+	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d)
+	}
+	if d, err := w.pol.Redelegate(ctx, blockHost(1)); err != nil || d.Owner != "b" || d.Record.Owner != "a" {
+		t.Fatalf("re-delegation of the block: want it kept by b, S a's; got %v (%v)", d, err)
+	}
+	if d := w.review(t, laterHost(2), "a", w.later["a"]); d.Reason != ReasonHandedOver || d.Owner != "b" {
+		t.Fatalf("b's second win: want S handed over, got %v", d)
+	}
+}
+
+// TestJoinTakesOwnBlock: a crawler joining inside a delegated block owns
+// its subnet, its own block included.
+func TestJoinTakesOwnBlock(t *testing.T) {
+	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	ctx := context.Background()
+	w.delegateFirst(t, "a")
+	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d)
+	}
+	dc := Crawler{ID: "d", Addr: ip("30.1.1.9")}
+	w.members.Add(dc)
+	if _, err := w.pol.Join(ctx, dc); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := w.pol.Delegate(ctx, blockHost(1)); err != nil || d.Owner != "d" {
+		t.Fatalf("a host of the joining crawler's block: want d, got %v (%v)", d, err)
+	}
+}
+
+// TestNoBlocksInSmallSubnets: in a subnet inside one block, a block would
+// be the whole subnet: the clear margin hands the subnet over instead (a
+// record with a new owner, the load moved).
+func TestNoBlocksInSmallSubnets(t *testing.T) {
+	tr := mustBuild(t, pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.1.0/26", "S", "DE"), pfx(t, "30.1.1.64/26", "S2", "DE"),
+		pfx(t, "40.0.0.0/8", "K", "DE"), pfx(t, "40.1.0.0/16", "KA", "DE"), pfx(t, "40.2.0.0/16", "KB", "DE"))
+	members := NewMemMembership()
+	dir := NewMemDirectory(tr, members)
+	rtt := map[CrawlerID]time.Duration{"a": 5 * time.Millisecond, "b": 20 * time.Millisecond}
+	pr := &tableProber{rtt: func(c CrawlerID, a netip.Addr) (time.Duration, bool) {
+		if a != ip("30.1.1.1") {
+			return map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond}[c], true
+		}
+		d, ok := rtt[c]
+		return d, ok
+	}}
+	pol := NewMicra(Deps{Tree: tr, Dir: dir, Prober: pr, Members: members, Clock: &FixedClock{T: time.Unix(1_700_000_000, 0)}}, blockCfg)
+	ctx := context.Background()
+	for _, c := range reviewCrawlers[:2] {
+		members.Add(c)
+		if _, err := pol.Join(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := pol.Delegate(ctx, ip("30.1.1.1")); err != nil || d.Owner != "a" {
+		t.Fatalf("first host: want a, got %v (%v)", d, err)
+	}
+	d, err := pol.(Reviewer).Review(ctx, ip("30.1.1.2"), "a", 90*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Reason != ReasonHandedOver || d.Owner != "b" || d.Record.Owner != "b" || len(d.Record.Blocks) != 0 {
+		t.Fatalf("a /26 subnet: want it handed to b, without blocks; got %v %+v", d, d.Record)
 	}
 }

@@ -319,7 +319,7 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 		// a lower delegation: it stands even while the subnet's owner is
 		// dead (the subnet is re-decided on its next host outside)
 		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = b.Owner, b.OwnerRTT, rec, true, ReasonCached
-		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "block " + b.Block.String() + " already delegated"})
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "block " + b.Block().String() + " already delegated"})
 		if ok && e.live(rec.Owner) {
 			// the load book counts pages per subnet (blocks are
 			// delegated only with balancing off)
@@ -362,7 +362,7 @@ func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error
 	e.redelegating = true
 	defer func() { e.redelegating = false }()
 	if b, in := e.liveBlock(rec, ip); in {
-		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation of block " + b.Block.String() + " requested"})
+		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation of block " + b.Block().String() + " requested"})
 		return e.redecideBlock(ctx, ip, s, rec, b, d)
 	}
 	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
@@ -377,10 +377,14 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	if err != nil {
 		return d, err
 	}
+	if len(ranked) == 0 || !ranked[0].OK {
+		// nobody answered: as decide, publish nothing
+		return e.hashed(ip, ReasonNoAnswer, d)
+	}
 	blocks := e.carryBlocks(rec.Blocks, rec.Owner)
-	blocks = slices.DeleteFunc(blocks, func(x BlockDelegation) bool { return x.Block == b.Block })
-	if len(ranked) > 0 && ranked[0].OK && ranked[0].Crawler != rec.Owner {
-		blocks = append(blocks, BlockDelegation{Block: b.Block, Owner: ranked[0].Crawler, OwnerRTT: ranked[0].RTT})
+	blocks = slices.DeleteFunc(blocks, func(x BlockDelegation) bool { return x.Block() == b.Block() })
+	if ranked[0].Crawler != rec.Owner {
+		blocks = append(blocks, BlockDelegation{Host: ip, Owner: ranked[0].Crawler, OwnerRTT: ranked[0].RTT})
 	}
 	nr := rec
 	nr.Probes, nr.Blocks, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), blocks, rec.Epoch+1, e.c.Self, e.now()
@@ -388,12 +392,24 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
+	if tc, ok := e.ch.(tallyCarrier); ok && pub.Epoch == nr.Epoch && pub.Owner == rec.Owner {
+		// only the block changed: the subnet's votes stand
+		tc.carryTally(s, rec.Epoch, pub.Epoch)
+	}
 	e.learnOnce(s, pub)
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
 	if nb, in := e.liveBlock(pub, ip); in {
 		d.Owner, d.OwnerRTT = nb.Owner, nb.OwnerRTT
 	}
 	return d, nil
+}
+
+// splits reports whether subnet s spans more than one block (a block of a
+// subnet inside one block would be the whole subnet, which only the review
+// tally hands over).
+func (e *engine) splits(s hierarchy.NodeID) bool {
+	n := e.d.Tree.Node(s)
+	return n.Start.IsValid() && n.End.IsValid() && BlockOf(n.Start) != BlockOf(n.End)
 }
 
 // liveBlock returns the delegation of ip's block in rec when there is one
@@ -521,6 +537,11 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 	place := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
 		Probes: []ProbeResult{{Crawler: c.ID, OK: true}}, Blocks: e.carryBlocks(rec.Blocks, c.ID),
+	}
+	// a crawler owns the subnet it sits in, its own block included
+	place.Blocks = slices.DeleteFunc(place.Blocks, func(b BlockDelegation) bool { return b.Block() == BlockOf(c.Addr) })
+	if len(place.Blocks) == 0 {
+		place.Blocks = nil
 	}
 	pub, err := e.publish(ctx, place)
 	if err != nil {

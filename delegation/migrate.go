@@ -53,12 +53,12 @@ func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 	return out
 }
 
-// migrateBlocks keeps the blocks whose hosts the new tree still puts in
+// migrateBlocks keeps the blocks whose host the new tree still puts in
 // subnet ns (a block now in a smaller subnet is delegated afresh there).
 func migrateBlocks(new *hierarchy.Tree, ns hierarchy.NodeID, blocks []BlockDelegation) []BlockDelegation {
 	var out []BlockDelegation
 	for _, b := range blocks {
-		if new.SmallestNonUnary(b.Block.Addr()) == ns {
+		if new.SmallestNonUnary(b.Host) == ns {
 			out = append(out, b)
 		}
 	}

@@ -94,10 +94,16 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	if err != nil {
 		return d, err
 	}
-	if v.blockTo != "" && v.handTo == "" && e.c.Balance == BalanceOff && e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
-		return e.delegateBlock(ctx, ip, s, rec, ranked, v.blockTo, d)
-	}
 	handTo := v.handTo
+	if v.blockTo != "" && handTo == "" {
+		if !e.splits(s) {
+			// the block would be the whole subnet: the clear margin
+			// hands the subnet over instead
+			handTo = v.blockTo
+		} else if e.c.Balance == BalanceOff && e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
+			return e.delegateBlock(ctx, ip, s, rec, ranked, v.blockTo, d)
+		}
+	}
 	if handTo == "" || (e.c.Balance != BalanceOff && !e.hasRoom(handTo, e.loads.Pages(s))) {
 		d.Cached, d.Reason = true, ReasonKept
 		if d.Probes > 0 {
@@ -141,7 +147,7 @@ func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		}
 	}
 	nr := rec
-	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Block: BlockOf(ip), Owner: to, OwnerRTT: win.RTT})
+	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Host: ip, Owner: to, OwnerRTT: win.RTT})
 	nr.Probes, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), rec.Epoch+1, e.c.Self, e.now()
 	pub, err := e.d.Dir.Publish(ctx, nr)
 	if err != nil {

@@ -252,7 +252,7 @@ func TestMetricsShareARegistry(t *testing.T) {
 func TestBlocksNotOnTheWire(t *testing.T) {
 	owner := newKeyed(t)
 	rec := delegation.Record{Subnet: 42, Owner: owner.id, DecidedBy: owner.id, At: time.Now(),
-		Blocks: []delegation.BlockDelegation{{Block: delegation.BlockOf(netip.MustParseAddr("30.1.2.3")), Owner: owner.id}}}
+		Blocks: []delegation.BlockDelegation{{Host: netip.MustParseAddr("30.1.2.3"), Owner: owner.id}}}
 	if _, err := toPB(rec); err == nil || !strings.Contains(err.Error(), "block delegations") {
 		t.Fatalf("toPB of a record with blocks: err = %v, want a refusal", err)
 	}
