@@ -405,8 +405,8 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 }
 
 // splits reports whether subnet s spans more than one block (a block of a
-// subnet inside one block would be the whole subnet, which only the review
-// tally hands over).
+// subnet inside one block would be the whole subnet: a review hands such a
+// subnet over instead).
 func (e *engine) splits(s hierarchy.NodeID) bool {
 	n := e.d.Tree.Node(s)
 	return n.Start.IsValid() && n.End.IsValid() && BlockOf(n.Start) != BlockOf(n.End)

@@ -26,13 +26,13 @@ import (
 // With MicraConfig.BlockMargin set, a review whose nearest crawler for the
 // host is not the owner, and whose answer beats the owner's timing by that
 // margin, delegates the host's block (BlockOf) to it while the subnet stays
-// (reason ReasonBlockDelegated); hosts of a delegated block are not
-// reviewed.
+// (reason ReasonBlockDelegated), or hands the subnet over when the subnet
+// lies inside one block; hosts of a delegated block are not reviewed.
 //
 // Review accounts no page (Delegate did). It is a no-op, returning the
 // current record (reason cached), when ip's subnet is not delegated to
-// owner, when ip's block is delegated, when owner is dead, when took is not positive, or when owner sits
-// in the subnet (placement: a crawler owns its own subnet); for an IP outside
+// owner, when ip's block is delegated, when owner is dead, when took is
+// not positive, or when owner sits in the subnet (placement: a crawler owns its own subnet); for an IP outside
 // the hierarchy it answers as Delegate does (the hashed owner). Like every policy call it must be
 // serialised with Delegate, Join, Redelegate and Learn.
 type Reviewer interface {
@@ -40,8 +40,8 @@ type Reviewer interface {
 }
 
 // reviewChooser is implemented by choosers that can review: they return the
-// answers for ip (given ones included), best first, and the crawler the
-// subnet should go to (empty: it stays).
+// answers for ip (given ones included), best first, and their verdict
+// (zero: the owner stays).
 type reviewChooser interface {
 	review(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, rec Record, took time.Duration, d *Decision) (ranked []ProbeResult, v verdict, err error)
 }
