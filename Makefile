@@ -52,9 +52,9 @@ bench-overlay: build
 bench-frontier: build
 	./$(BIN) crawl --bench-frontier 10000000
 
-# Regenerate overlay/pb/overlay.pb.go (needs protoc and protoc-gen-go v1.36.12; the output is committed).
+# Regenerate overlay/pb/overlay.pb.go with buf and protoc-gen-go v1.36.12 (fetched by go run: no protoc needed; the output is committed).
 overlay-proto:
-	cd overlay/pb && protoc --go_out=. --go_opt=paths=source_relative overlay.proto
+	cd overlay/pb && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -388,6 +388,13 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	}
 	nr := rec
 	nr.Probes, nr.Blocks, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), blocks, rec.Epoch+1, e.c.Self, e.now()
+	for _, r := range nr.Probes {
+		if r.Crawler == rec.Owner {
+			// the owner's answer now: what it endorses on the overlay
+			// (it checks the record's RTT against what it answered)
+			nr.OwnerRTT = r.RTT
+		}
+	}
 	pub, err := e.publish(ctx, nr)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)

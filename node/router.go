@@ -97,7 +97,7 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	r.handoffCalls = c("handoff_groups_total", "Per-subnet groups handed to the overlay.")
 	r.slowPages = c("calibration_events_total", "Pages whose fetch times exceeded their history (calibration events announced, subnet re-delegated).")
 	r.reviews = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "micra_node_reviews_total",
-		Help: "First fetches from a host given to the policy's review, by outcome (kept, handed-over, other)."}, []string{"outcome"})
+		Help: "First fetches from a host given to the policy's review, by outcome (kept, handed-over, block-delegated, other)."}, []string{"outcome"})
 	if reg != nil {
 		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.handedURLs, r.handoffCalls, r.slowPages, r.reviews} {
 			if err := reg.Register(m); err != nil {
@@ -256,6 +256,9 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 		case d.Reason == delegation.ReasonHandedOver:
 			r.reviews.WithLabelValues("handed-over").Inc()
 			r.log.Info("node: subnet handed over after review", "host", host, "subnet", d.Subnet, "to", d.Owner, "rtt", rtt)
+		case d.Reason == delegation.ReasonBlockDelegated:
+			r.reviews.WithLabelValues("block-delegated").Inc()
+			r.log.Info("node: host's block delegated after review", "host", host, "block", delegation.BlockOf(a), "subnet", d.Subnet, "to", d.Owner, "rtt", rtt)
 		case d.Reason == delegation.ReasonKept:
 			r.reviews.WithLabelValues("kept").Inc()
 		default:

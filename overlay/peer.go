@@ -152,7 +152,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
-	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
+	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), Tree: tree, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
 	p.members = newMembers(h.ID(), p.selfCrawler(), cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {

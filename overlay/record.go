@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,11 +94,6 @@ func (d *decisionPayload) UnmarshalRecord(b []byte) error { return proto.Unmarsh
 
 // toPB converts an engine record to its wire form.
 func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
-	if len(r.Blocks) > 0 {
-		// refused rather than dropped: a record published without its
-		// blocks would send their hosts to the subnet's owner
-		return nil, fmt.Errorf("record of subnet %d has %d block delegations, which wire version %d does not carry (MicraConfig.BlockMargin must stay off on the overlay)", r.Subnet, len(r.Blocks), wireVersion)
-	}
 	owner, err := peer.Decode(string(r.Owner))
 	if err != nil {
 		return nil, fmt.Errorf("record owner %q: %w", r.Owner, err)
@@ -125,6 +121,16 @@ func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
 			return nil, fmt.Errorf("record probe crawler %q: %w", p.Crawler, err)
 		}
 		m.Probes = append(m.Probes, &pb.ProbeSample{Crawler: []byte(id), RttNs: int64(p.RTT), Ok: p.OK})
+	}
+	for _, b := range r.Blocks {
+		id, err := peer.Decode(string(b.Owner))
+		if err != nil {
+			return nil, fmt.Errorf("record block %v owner %q: %w", b.Host, b.Owner, err)
+		}
+		if !b.Host.IsValid() {
+			return nil, fmt.Errorf("record block owned by %s has no host", b.Owner)
+		}
+		m.Blocks = append(m.Blocks, &pb.BlockDelegation{Host: b.Host.Unmap().AsSlice(), Owner: []byte(id), OwnerRttNs: int64(b.OwnerRTT)})
 	}
 	return m, nil
 }
@@ -168,6 +174,32 @@ func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
 			return r, fmt.Errorf("probe %d rtt implausible", i)
 		}
 		r.Probes = append(r.Probes, delegation.ProbeResult{Crawler: delegation.CrawlerID(id.String()), RTT: time.Duration(p.RttNs), OK: p.Ok})
+	}
+	if len(m.Blocks) > delegation.MaxBlocks {
+		return r, fmt.Errorf("%d block delegations, limit %d", len(m.Blocks), delegation.MaxBlocks)
+	}
+	for i, b := range m.Blocks {
+		host, ok := netip.AddrFromSlice(b.Host)
+		if !ok || host.Is4In6() {
+			return r, fmt.Errorf("block %d: host of %d bytes is not an address", i, len(b.Host))
+		}
+		id, err := peer.IDFromBytes(b.Owner)
+		if err != nil {
+			return r, fmt.Errorf("block %d owner: %w", i, err)
+		}
+		if b.OwnerRttNs < 0 || time.Duration(b.OwnerRttNs) > maxOwnerRTT {
+			return r, fmt.Errorf("block %d owner rtt implausible", i)
+		}
+		bd := delegation.BlockDelegation{Host: host, Owner: delegation.CrawlerID(id.String()), OwnerRTT: time.Duration(b.OwnerRttNs)}
+		if bd.Owner == r.Owner {
+			return r, fmt.Errorf("block %d: %v delegated to the subnet's own owner", i, bd.Block())
+		}
+		for _, o := range r.Blocks {
+			if o.Block() == bd.Block() {
+				return r, fmt.Errorf("block %d: %v delegated twice", i, bd.Block())
+			}
+		}
+		r.Blocks = append(r.Blocks, bd)
 	}
 	return r, nil
 }
@@ -252,6 +284,9 @@ type RecordValidator struct {
 	// Nodes, if set, is the tree's node count: subnets must be below it
 	// (and not the root).
 	Nodes int
+	// Tree, if set, is the hierarchy: every block delegation's host must
+	// be in the record's subnet.
+	Tree delegation.Tree
 	// Verified, if set, remembers values whose signatures were checked, so
 	// the DHT's repeated Validate/Select calls on the same bytes cost a
 	// hash instead of two Ed25519 verifications.
@@ -284,6 +319,7 @@ func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
 	c.mu.Unlock()
 	if ok {
 		rec.Probes = slices.Clone(rec.Probes) // callers own what they get
+		rec.Blocks = slices.Clone(rec.Blocks)
 		return rec, nil
 	}
 	rec, err := openRecord(value)
@@ -325,6 +361,13 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, err
 	}
 	if rec.Snapshot != v.Snapshot {
 		return rec, fmt.Errorf("micra validator: %s: snapshot %x, this peer runs %x", key, rec.Snapshot[:6], v.Snapshot[:6])
+	}
+	if v.Tree != nil {
+		for _, b := range rec.Blocks {
+			if v.Tree.SmallestNonUnary(b.Host) != s {
+				return rec, fmt.Errorf("micra validator: %s: block %v is not in subnet %d", key, b.Block(), s)
+			}
+		}
 	}
 	now := time.Now
 	if v.Now != nil {

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,18 +248,81 @@ func TestMetricsShareARegistry(t *testing.T) {
 	}
 }
 
-// TestBlocksNotOnTheWire: a record with block delegations is refused by the
-// wire encoding, not published without them (their hosts would go to the
-// subnet's owner).
-func TestBlocksNotOnTheWire(t *testing.T) {
-	owner := newKeyed(t)
-	rec := delegation.Record{Subnet: 42, Owner: owner.id, DecidedBy: owner.id, At: time.Now(),
-		Blocks: []delegation.BlockDelegation{{Host: netip.MustParseAddr("30.1.2.3"), Owner: owner.id}}}
-	if _, err := toPB(rec); err == nil || !strings.Contains(err.Error(), "block delegations") {
-		t.Fatalf("toPB of a record with blocks: err = %v, want a refusal", err)
+// TestBlocksOnTheWire: block delegations survive the signed wire form and
+// the validator; malformed ones are refused with a reason.
+func TestBlocksOnTheWire(t *testing.T) {
+	hb := hierarchy.NewBuilder()
+	for _, r := range [][2]string{{"30.0.0.0", "30.255.255.255"}, {"30.1.0.0", "30.1.255.255"}, {"30.2.0.0", "30.2.255.255"}} {
+		if err := hb.Add(hierarchy.Range{Start: netip.MustParseAddr(r[0]), End: netip.MustParseAddr(r[1]), Org: r[0], Country: "DE",
+			Registry: hierarchy.RegistryRIPENCC, Status: hierarchy.StatusAssigned}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rec.Blocks = nil
-	if _, err := toPB(rec); err != nil {
-		t.Fatalf("toPB without blocks: %v", err)
+	tree, _, err := hb.Build()
+	if err != nil {
+		t.Fatal(err)
 	}
+	s := tree.SmallestNonUnary(netip.MustParseAddr("30.1.2.3"))
+	owner, b, c := newKeyed(t), newKeyed(t), newKeyed(t)
+	v := RecordValidator{Snapshot: tree.ID(), Nodes: tree.Len(), Tree: tree}
+	rec := delegation.Record{Subnet: s, Snapshot: tree.ID(), Owner: owner.id, OwnerRTT: 12 * time.Millisecond, Epoch: 2,
+		DecidedBy: owner.id, At: time.Now(), Probes: []delegation.ProbeResult{{Crawler: owner.id, RTT: 12 * time.Millisecond, OK: true}},
+		Blocks: []delegation.BlockDelegation{
+			{Host: netip.MustParseAddr("30.1.2.3"), Owner: b.id, OwnerRTT: 4 * time.Millisecond},
+			{Host: netip.MustParseAddr("30.1.9.1"), Owner: c.id, OwnerRTT: 6 * time.Millisecond},
+		}}
+	val := seal(t, rec, owner.sk, owner.sk)
+	if err := v.Validate(DelegKey(s), val); err != nil {
+		t.Fatalf("record with blocks refused: %v", err)
+	}
+	got, err := openRecord(val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Blocks, rec.Blocks) {
+		t.Fatalf("blocks after the wire: %+v, want %+v", got.Blocks, rec.Blocks)
+	}
+	if got.OwnerOf(netip.MustParseAddr("30.1.2.200")) != b.id || got.OwnerOf(netip.MustParseAddr("30.1.3.1")) != owner.id {
+		t.Fatal("OwnerOf after the wire does not follow the blocks")
+	}
+
+	bad := func(name, want string, mutate func(r *delegation.Record), raw func(m *pb.DelegationRecord)) {
+		t.Helper()
+		r := rec
+		r.Blocks = slices.Clone(rec.Blocks)
+		if mutate != nil {
+			mutate(&r)
+		}
+		m, err := toPB(r)
+		if err != nil {
+			t.Fatalf("%s: toPB: %v", name, err)
+		}
+		if raw != nil {
+			raw(m)
+		}
+		env, err := sealOwner(m, owner.sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		val, err := sealDecision(env, owner.sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Validate(DelegKey(s), val); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", name, err, want)
+		}
+	}
+	bad("same block twice", "delegated twice", func(r *delegation.Record) {
+		r.Blocks = append(r.Blocks, delegation.BlockDelegation{Host: netip.MustParseAddr("30.1.2.77"), Owner: c.id})
+	}, nil)
+	bad("block of the subnet's owner", "own owner", func(r *delegation.Record) { r.Blocks[0].Owner = owner.id }, nil)
+	bad("host outside the subnet", "not in subnet", func(r *delegation.Record) { r.Blocks[1].Host = netip.MustParseAddr("30.2.0.1") }, nil)
+	bad("too many", "limit", func(r *delegation.Record) {
+		r.Blocks = nil
+		for i := range delegation.MaxBlocks + 1 {
+			r.Blocks = append(r.Blocks, delegation.BlockDelegation{Host: netip.AddrFrom4([4]byte{30, 1, byte(i), 1}), Owner: b.id})
+		}
+	}, nil)
+	bad("host of 3 bytes", "not an address", nil, func(m *pb.DelegationRecord) { m.Blocks[0].Host = []byte{30, 1, 2} })
+	bad("negative rtt", "implausible", nil, func(m *pb.DelegationRecord) { m.Blocks[0].OwnerRttNs = -1 })
 }
