@@ -138,16 +138,23 @@ func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, err
 	return mine, nil
 }
 
-// Handoff implements crawl.Router: the URLs are grouped by the subnet of
-// their host's (mapped) address and each group is spooled durably by the
-// overlay, which delivers it to the subnet's owner of the moment.
+// Handoff implements crawl.Router: the URLs are grouped by the subnet and
+// block (delegation.BlockOf) of their host's (mapped) address and each
+// group is spooled durably by the overlay, which delivers it to the owner
+// of the moment (a delegation record may give a block to another crawler
+// than the subnet's owner).
 func (r *Router) Handoff(ctx context.Context, urls []string) error {
 	type group struct {
+		sn   hierarchy.NodeID
 		ip   netip.Addr
 		urls []string
 	}
-	groups := map[hierarchy.NodeID]*group{}
-	var order []hierarchy.NodeID
+	type key struct {
+		sn    hierarchy.NodeID
+		block netip.Prefix
+	}
+	groups := map[key]*group{}
+	var order []key
 	for _, s := range urls {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -163,19 +170,20 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 			// address, but the overlay's hand-off is keyed by subnet.
 			return fmt.Errorf("node: hand-off %q: %v is outside the hierarchy; the overlay hands off by subnet only", s, a)
 		}
-		g := groups[sn]
+		k := key{sn, delegation.BlockOf(a)}
+		g := groups[k]
 		if g == nil {
-			g = &group{ip: a}
-			groups[sn] = g
-			order = append(order, sn)
+			g = &group{sn: sn, ip: a}
+			groups[k] = g
+			order = append(order, k)
 		}
 		g.urls = append(g.urls, s)
 	}
 	var errs []error
-	for _, sn := range order {
-		g := groups[sn]
-		if err := r.peer.Handoff(ctx, sn, g.ip, g.urls...); err != nil {
-			errs = append(errs, fmt.Errorf("node: hand-off of %d URLs in subnet %d: %w", len(g.urls), sn, err))
+	for _, k := range order {
+		g := groups[k]
+		if err := r.peer.Handoff(ctx, g.sn, g.ip, g.urls...); err != nil {
+			errs = append(errs, fmt.Errorf("node: hand-off of %d URLs in subnet %d: %w", len(g.urls), g.sn, err))
 			continue
 		}
 		r.handoffCalls.Inc()

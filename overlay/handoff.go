@@ -25,7 +25,7 @@ type HandoffSink interface {
 	Accept(ctx context.Context, urls []string) error
 }
 
-// handoffQueue batches URLs per subnet and delivers them to the subnet's
+// handoffQueue batches URLs per subnet and block and delivers them to their
 // owner over /micra/handoff/1, re-sending unacknowledged batches (to the new
 // owner if ownership moved meanwhile). Every queued URL is first in the
 // durable spool, and leaves it only once its owner acknowledged it.
@@ -33,7 +33,7 @@ type handoffQueue struct {
 	p     *Peer
 	spool *spool
 	mu    sync.Mutex
-	pend  map[hierarchy.NodeID]*pending
+	pend  map[handoffKey]*pending
 	kick  chan struct{}
 
 	// closeMu keeps Close from closing the spool under a Handoff call.
@@ -46,8 +46,24 @@ type handoffQueue struct {
 	messages, urls, resent, failures, reloaded atomic.Uint64
 }
 
+// handoffKey is what URLs wait under: their subnet and the block of their
+// hosts (BlockOf; a delegation record may give a block to another crawler
+// than the subnet's owner), the zero block when no address is known.
+type handoffKey struct {
+	s     hierarchy.NodeID
+	block netip.Prefix
+}
+
+func keyOf(s hierarchy.NodeID, ip netip.Addr) handoffKey {
+	k := handoffKey{s: s}
+	if ip.IsValid() {
+		k.block = delegation.BlockOf(ip)
+	}
+	return k
+}
+
 type pending struct {
-	ip      netip.Addr   // any address in the subnet, to re-delegate if the owner died
+	ip      netip.Addr   // any address in the key's block, to find its owner (and re-delegate if the owner died)
 	ents    []spoolEntry // spooled chunks, oldest first
 	n       int          // URLs in ents
 	retryAt time.Time
@@ -88,8 +104,8 @@ func newHandoffQueue(p *Peer) (*handoffQueue, error) {
 	return q, nil
 }
 
-// Handoff queues urls (all in subnet s, reached at ip) for the subnet's
-// owner. It returns nil only once they are durably in the spool (Badger,
+// Handoff queues urls (all in subnet s, their hosts in ip's block) for
+// their owner. It returns nil only once they are durably in the spool (Badger,
 // fsynced unless Config.HandoffSyncWrites is off); from then on they are
 // delivered at least once to the subnet's owner of the moment, across
 // restarts, and leave the spool only on the owner's acknowledgement.
@@ -100,8 +116,11 @@ func (p *Peer) Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, u
 // HandoffItem is one subnet's URLs for HandoffAll.
 type HandoffItem struct {
 	Subnet hierarchy.NodeID
-	IP     netip.Addr // any address in the subnet (to delegate it if nobody owns it)
-	URLs   []string
+	// IP is an address of the URLs' hosts, which must share its block
+	// (delegation.BlockOf): it finds their owner, and delegates the subnet
+	// if nobody owns it.
+	IP   netip.Addr
+	URLs []string
 }
 
 // HandoffAll is Handoff for several subnets at once — a page's foreign
@@ -165,10 +184,11 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 	full := false
 	q.mu.Lock()
 	for i, c := range todo {
-		e, ok := q.pend[c.Subnet]
+		k := keyOf(c.Subnet, c.IP)
+		e, ok := q.pend[k]
 		if !ok {
 			e = &pending{}
-			q.pend[c.Subnet] = e
+			q.pend[k] = e
 		}
 		if c.IP.IsValid() {
 			e.ip = c.IP
@@ -231,7 +251,7 @@ func (q *handoffQueue) run(ctx context.Context) {
 func (q *handoffQueue) flush(ctx context.Context) {
 	now := time.Now()
 	type item struct {
-		s     hierarchy.NodeID
+		k     handoffKey
 		ip    netip.Addr
 		urls  []string
 		ents  int // spool entries the urls come from (a prefix of pending.ents)
@@ -239,13 +259,13 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	}
 	var due []item
 	q.mu.Lock()
-	for s, e := range q.pend {
+	for k, e := range q.pend {
 		if e.n == 0 || now.Before(e.retryAt) {
 			continue
 		}
 		// Whole spool entries, up to one message's worth (an entry holds
 		// at most maxHandoffURLs, so at least one fits).
-		it := item{s: s, ip: e.ip, retry: e.backoff > 0}
+		it := item{k: k, ip: e.ip, retry: e.backoff > 0}
 		for _, en := range e.ents {
 			if it.ents > 0 && len(it.urls)+len(en.urls) > maxHandoffURLs {
 				break
@@ -262,15 +282,15 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	byOwner := map[delegation.CrawlerID][]item{}
 	var failed []item
 	for _, it := range due {
-		owner, err := q.p.ownerFor(ctx, it.s, it.ip)
+		owner, err := q.p.ownerFor(ctx, it.k.s, it.ip)
 		if err != nil {
-			q.p.log.Debug("overlay: hand-off owner unknown; will retry", "subnet", it.s, "err", err)
+			q.p.log.Debug("overlay: hand-off owner unknown; will retry", "subnet", it.k.s, "err", err)
 			failed = append(failed, it)
 			continue
 		}
 		byOwner[owner] = append(byOwner[owner], it)
 	}
-	results := make(chan map[hierarchy.NodeID]bool, len(byOwner)) // subnet → acknowledged
+	results := make(chan map[handoffKey]bool, len(byOwner)) // key → acknowledged
 	var wg sync.WaitGroup
 	for owner, items := range byOwner {
 		// Split into messages of at most maxHandoffURLs URLs.
@@ -288,21 +308,23 @@ func (q *handoffQueue) flush(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res := map[hierarchy.NodeID]bool{}
+				res := map[handoffKey]bool{}
 				batches := make([]*pb.HandoffBatch, len(m))
 				for i, it := range m {
-					batches[i] = &pb.HandoffBatch{Subnet: uint32(it.s), Urls: it.urls}
-					res[it.s] = false
+					batches[i] = &pb.HandoffBatch{Subnet: uint32(it.k.s), Urls: it.urls}
+					if it.ip.IsValid() {
+						batches[i].Addr = it.ip.AsSlice()
+					}
 					if it.retry {
 						q.resent.Add(1)
 					}
 				}
 				acked, err := q.deliver(ctx, owner, batches)
 				if err != nil && ctx.Err() == nil {
-					q.p.log.Debug("overlay: hand-off failed; will resend", "owner", owner, "subnets", len(m), "err", err)
+					q.p.log.Debug("overlay: hand-off failed; will resend", "owner", owner, "batches", len(m), "err", err)
 				}
-				for s := range acked {
-					res[s] = true
+				for i, it := range m {
+					res[it.k] = err == nil && acked[i]
 				}
 				results <- res
 			}()
@@ -310,14 +332,14 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	}
 	wg.Wait()
 	close(results)
-	acked := map[hierarchy.NodeID]bool{}
+	acked := map[handoffKey]bool{}
 	for res := range results {
-		for s, ok := range res {
-			acked[s] = ok
+		for k, ok := range res {
+			acked[k] = ok
 		}
 	}
 	for _, it := range failed {
-		acked[it.s] = false
+		acked[it.k] = false
 	}
 	// Acknowledged entries leave the spool first, then memory. Only this
 	// goroutine removes entries, so the prefix taken above is still there
@@ -325,8 +347,8 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	var done [][]byte
 	q.mu.Lock()
 	for _, it := range due {
-		if acked[it.s] {
-			for _, en := range q.pend[it.s].ents[:it.ents] {
+		if acked[it.k] {
+			for _, en := range q.pend[it.k].ents[:it.ents] {
 				done = append(done, en.key)
 			}
 		}
@@ -342,8 +364,8 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, it := range due {
-		e := q.pend[it.s]
-		if !acked[it.s] {
+		e := q.pend[it.k]
+		if !acked[it.k] {
 			q.failures.Add(1)
 			e.backoff = min(max(2*e.backoff, q.p.cfg.HandoffInterval), 30*time.Second)
 			e.retryAt = time.Now().Add(e.backoff)
@@ -355,19 +377,16 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		e.n -= len(it.urls)
 		e.backoff, e.retryAt = 0, time.Time{}
 		if len(e.ents) == 0 {
-			delete(q.pend, it.s)
+			delete(q.pend, it.k)
 		}
 	}
 }
 
-// deliver hands batches to owner and returns the subnets it acknowledged.
-func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, batches []*pb.HandoffBatch) (map[hierarchy.NodeID]bool, error) {
+// deliver hands batches to owner and returns, per batch, whether it was
+// acknowledged.
+func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, batches []*pb.HandoffBatch) ([]bool, error) {
 	p := q.p
-	acked := map[hierarchy.NodeID]bool{}
-	n := 0
-	for _, b := range batches {
-		n += len(b.Urls)
-	}
+	acked := make([]bool, len(batches))
 	if owner == p.selfID {
 		if p.sink == nil {
 			return nil, errors.New("handoff: this peer owns the subnets but has no sink")
@@ -379,8 +398,8 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 		if err := p.sink.Accept(ctx, urls); err != nil {
 			return nil, err
 		}
-		for _, b := range batches {
-			acked[hierarchy.NodeID(b.Subnet)] = true
+		for i := range acked {
+			acked[i] = true
 		}
 		return acked, nil
 	}
@@ -396,35 +415,50 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 	if err := remoteErr(id, ProtoHandoff, resp.Status, resp.Error); err != nil {
 		return nil, err
 	}
-	refused := map[hierarchy.NodeID]bool{}
-	for _, s := range resp.NotOwner {
-		refused[hierarchy.NodeID(s)] = true
-		p.dir.Invalidate(hierarchy.NodeID(s)) // our view is stale: re-read the DHT before the resend
+	refused := make([]bool, len(batches))
+	if len(resp.NotOwnerBatch) > 0 {
+		for _, i := range resp.NotOwnerBatch {
+			if int(i) >= len(batches) {
+				return nil, fmt.Errorf("handoff: %s refused batch %d of %d", shortID(id), i, len(batches))
+			}
+			refused[i] = true
+		}
+	} else {
+		// a receiver that names subnets only: every batch of them
+		subs := map[uint32]bool{}
+		for _, s := range resp.NotOwner {
+			subs[s] = true
+		}
+		for i, b := range batches {
+			refused[i] = subs[b.Subnet]
+		}
 	}
 	want := 0
-	for _, b := range batches {
-		if !refused[hierarchy.NodeID(b.Subnet)] {
-			want += len(b.Urls)
+	for i, b := range batches {
+		if refused[i] {
+			p.dir.Invalidate(hierarchy.NodeID(b.Subnet)) // our view is stale: re-read the DHT before the resend
+			continue
 		}
+		want += len(b.Urls)
 	}
 	if resp.BatchId != req.BatchId || int(resp.Accepted) != want {
 		return nil, fmt.Errorf("handoff: %s acknowledged batch %d with %d urls, sent batch %d with %d", shortID(id), resp.BatchId, resp.Accepted, req.BatchId, want)
 	}
-	for _, b := range batches {
-		if !refused[hierarchy.NodeID(b.Subnet)] {
-			acked[hierarchy.NodeID(b.Subnet)] = true
-		}
+	for i := range acked {
+		acked[i] = !refused[i]
 	}
 	q.messages.Add(1)
 	q.urls.Add(uint64(want))
 	return acked, nil
 }
 
-// ownerFor returns the live owner of s, re-delegating (through the policy)
-// when the recorded owner is dead or the subnet was never delegated.
+// ownerFor returns the live owner of ip's block in s — the block's if the
+// record delegates it to a live crawler, else the subnet's — re-delegating
+// (through the policy) when the recorded owner is dead or the subnet was
+// never delegated.
 func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) (delegation.CrawlerID, error) {
 	if rec, ok := p.dir.Cached(s); ok {
-		return rec.Owner, nil
+		return p.blockOwner(rec, ip), nil
 	}
 	// Just started (e.g. with a reloaded spool): until the DHT has peers
 	// and every member's heartbeat had time to arrive, a lookup finds no
@@ -444,7 +478,7 @@ func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) 
 		return "", err
 	}
 	if ok {
-		return rec.Owner, nil
+		return p.blockOwner(rec, ip), nil
 	}
 	if !ip.IsValid() {
 		return "", fmt.Errorf("handoff: subnet %d has no live owner and no address to delegate it by", s)
@@ -456,6 +490,17 @@ func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) 
 	return d.Owner, nil
 }
 
+// blockOwner is who crawls ip under rec: its block's owner when rec
+// delegates ip's block to a live crawler, else rec's owner.
+func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.CrawlerID {
+	if ip.IsValid() {
+		if b, ok := rec.BlockOwner(ip); ok && p.members.IsLive(b.Owner) {
+			return b.Owner
+		}
+	}
+	return rec.Owner
+}
+
 func (p *Peer) handleHandoff(s network.Stream) {
 	defer s.Close()
 	st := newStream(s, maxHandoffMsg, p.cfg.RequestTimeout)
@@ -465,15 +510,20 @@ func (p *Peer) handleHandoff(s network.Stream) {
 		return
 	}
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
-	resp.Status, resp.Error, resp.Accepted, resp.NotOwner = p.acceptHandoff(&req)
+	resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
+	for _, i := range resp.NotOwnerBatch {
+		if s := req.Batches[i].Subnet; !slices.Contains(resp.NotOwner, s) {
+			resp.NotOwner = append(resp.NotOwner, s) // for senders that read subnets only
+		}
+	}
 	if err := st.write(resp); err != nil {
 		s.Reset()
 	}
 }
 
-// acceptHandoff checks a hand-off and passes the URLs of the subnets this
+// acceptHandoff checks a hand-off and passes the URLs of the batches this
 // peer may own to the sink; it acknowledges only after the sink has them
-// durably.
+// durably. It returns the indexes of the batches it refused.
 func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32, []uint32) {
 	if string(req.Snapshot) != string(p.snap[:]) {
 		return pb.Status_WRONG_SNAPSHOT, "hierarchy snapshot differs", 0, nil
@@ -501,12 +551,23 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 	}
 	var urls []string
 	var notOwner []uint32
-	for _, b := range req.Batches {
-		// Refuse only when a live peer holds the subnet by our cache; a
-		// lazily delegated subnet we have not heard of yet is accepted.
-		if rec, ok := p.dir.get(hierarchy.NodeID(b.Subnet)); ok && rec.Owner != p.selfID && p.members.IsLive(rec.Owner) {
-			notOwner = append(notOwner, b.Subnet)
-			continue
+	for i, b := range req.Batches {
+		var addr netip.Addr
+		if len(b.Addr) > 0 {
+			a, ok := netip.AddrFromSlice(b.Addr)
+			if !ok {
+				return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d: address of %d bytes", b.Subnet, len(b.Addr)), 0, nil
+			}
+			addr = a
+		}
+		// Refuse only when a live peer holds the subnet (or the batch's
+		// block) by our cache; a lazily delegated subnet we have not heard
+		// of yet is accepted.
+		if rec, ok := p.dir.get(hierarchy.NodeID(b.Subnet)); ok {
+			if o := p.blockOwner(rec, addr); o != p.selfID && p.members.IsLive(o) {
+				notOwner = append(notOwner, uint32(i))
+				continue
+			}
 		}
 		urls = append(urls, b.Urls...)
 	}

@@ -3,6 +3,8 @@ package overlay
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/overlay/pb"
 )
 
 // reviewMeasurer answers from a table for the reviewed /24 (its first host
@@ -103,4 +106,98 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// blockMeasurer answers from a table for subnet 127.5.0.0/16's hosts
+// outside its four /24 children: 127.5.10.10 (the first host) nearest
+// crawler 0, the hosts of 127.5.11.0/24 nearest crawler 1; the model
+// elsewhere.
+type blockMeasurer struct {
+	modelMeasurer
+	first, block time.Duration
+}
+
+func (m blockMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration, error) {
+	b := t.Addr.As4()
+	switch {
+	case b[0] == 127 && b[1] == 5 && b[2] == 10:
+		return m.first, nil
+	case b[0] == 127 && b[1] == 5 && b[2] == 11:
+		return m.block, nil
+	}
+	return m.modelMeasurer.Measure(ctx, t)
+}
+
+// TestBlockHandoffOnTheOverlay: with block delegations on three real peers,
+// a review gives a /24 of crawler 0's subnet to crawler 1; every peer learns
+// the record with its block (signed, on the wire), and URLs of the block's
+// hosts handed off by any peer — the subnet's owner included — reach
+// crawler 1, while the subnet's other hosts still reach crawler 0. The
+// subnet's owner refuses a batch of the block.
+func TestBlockHandoffOnTheOverlay(t *testing.T) {
+	ms := time.Millisecond
+	table := [][2]time.Duration{{5 * ms, 90 * ms}, {20 * ms, 6 * ms}, {100 * ms, 100 * ms}}
+	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		s.Measurer = blockMeasurer{modelMeasurer: modelMeasurer{i: i}, first: table[i][0], block: table[i][1]}
+	})
+	for _, p := range tn.peers {
+		p.NewPolicy(delegation.NewMicra, delegation.Config{Micra: delegation.MicraConfig{BlockMargin: 0.2}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	p0, p1, p2 := tn.peers[0], tn.peers[1], tn.peers[2]
+	first, inBlock, other := netip.MustParseAddr("127.5.10.10"), netip.MustParseAddr("127.5.11.77"), netip.MustParseAddr("127.5.12.1")
+	d, err := p0.Delegate(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Owner != p0.CrawlerID() || d.Subnet != tn.tree.SmallestNonUnary(inBlock) || d.Subnet != tn.tree.SmallestNonUnary(other) {
+		t.Fatalf("first host: want crawler 0 to own the subnet of all three hosts, got %v", d)
+	}
+	d1, reviewed, err := p0.Review(ctx, netip.MustParseAddr("127.5.11.5"), table[0][1])
+	if err != nil || !reviewed {
+		t.Fatalf("review: %v %v", reviewed, err)
+	}
+	if d1.Reason != delegation.ReasonBlockDelegated || d1.Owner != p1.CrawlerID() || d1.Record.Owner != p0.CrawlerID() || len(d1.Record.Blocks) != 1 {
+		t.Fatalf("review: want 127.5.11.0/24 delegated to crawler 1 in crawler 0's record, got %v %+v", d1, d1.Record)
+	}
+	// every peer learns the record with its block
+	waitFor(t, slowdown*10*time.Second, func() bool {
+		for _, p := range tn.peers {
+			db, err1 := p.Delegate(ctx, inBlock)
+			do, err2 := p.Delegate(ctx, other)
+			if err1 != nil || err2 != nil || db.Owner != p1.CrawlerID() || do.Owner != p0.CrawlerID() {
+				return false
+			}
+		}
+		return true
+	})
+	// the subnet's owner refuses a batch of the block, accepts the rest
+	st, _, acc, refused := p0.acceptHandoff(&pb.HandoffRequest{Snapshot: p0.snap[:], Batches: []*pb.HandoffBatch{
+		{Subnet: uint32(d.Subnet), Urls: []string{"http://127.5.11.77/x"}, Addr: inBlock.AsSlice()},
+		{Subnet: uint32(d.Subnet), Urls: []string{"http://127.5.12.1/direct"}, Addr: other.AsSlice()},
+	}})
+	if st != pb.Status_OK || acc != 1 || !slices.Equal(refused, []uint32{0}) {
+		t.Fatalf("crawler 0 given a batch of crawler 1's block and one of its own: status %v, accepted %d, refused %v", st, acc, refused)
+	}
+	// hand-offs follow the block
+	for _, p := range []*Peer{p0, p2} {
+		if err := p.Handoff(ctx, d.Subnet, inBlock, "http://127.5.11.77/from-"+string(p.CrawlerID()[:8])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p2.Handoff(ctx, d.Subnet, other, "http://127.5.12.1/from-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, slowdown*10*time.Second, func() bool {
+		return len(tn.sinks[1].got()) == 2 && len(tn.sinks[0].got()) == 2
+	})
+	for _, u := range tn.sinks[1].got() {
+		if !strings.HasPrefix(u, "http://127.5.11.77/") {
+			t.Fatalf("crawler 1 got %q, which is not in its block", u)
+		}
+	}
+	if got := tn.sinks[0].got(); !slices.Contains(got, "http://127.5.12.1/from-2") {
+		t.Fatalf("crawler 0 got %v, want the subnet's other host's URL", got)
+	}
 }

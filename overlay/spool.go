@@ -121,16 +121,17 @@ func (sp *spool) remove(keys [][]byte) error {
 	return wb.Flush()
 }
 
-// load returns every stored entry grouped by subnet, in spool order, with
-// the address last stored for each subnet, and sets the next sequence
+// load returns every stored entry grouped by subnet and block of its
+// address (handoffKey), in spool order, with the address last stored for
+// each, and sets the next sequence
 // number past the largest stored one.
 //
 // Subnet ids are only meaningful within one hierarchy snapshot: when the
 // spool was written under another one, each entry is re-addressed to the
 // subnet of its stored address in tree (entries without an address keep
 // their id if tree has it).
-func (sp *spool) load(tree delegation.Tree, log *slog.Logger) (map[hierarchy.NodeID]*pending, int, error) {
-	out := map[hierarchy.NodeID]*pending{}
+func (sp *spool) load(tree delegation.Tree, log *slog.Logger) (map[handoffKey]*pending, int, error) {
+	out := map[handoffKey]*pending{}
 	n := 0
 	var bad [][]byte
 	snap := tree.ID()
@@ -189,10 +190,11 @@ func (sp *spool) load(tree delegation.Tree, log *slog.Logger) (map[hierarchy.Nod
 				bad = append(bad, k)
 				continue
 			}
-			e := out[s]
+			hk := keyOf(s, ip)
+			e := out[hk]
 			if e == nil {
 				e = &pending{}
-				out[s] = e
+				out[hk] = e
 			}
 			if ip.IsValid() {
 				e.ip = ip

@@ -844,9 +844,13 @@ func (x *HandoffRequest) GetBatches() []*HandoffBatch {
 }
 
 type HandoffBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Subnet        uint32                 `protobuf:"varint,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
-	Urls          []string               `protobuf:"bytes,2,rep,name=urls,proto3" json:"urls,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Subnet uint32                 `protobuf:"varint,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Urls   []string               `protobuf:"bytes,2,rep,name=urls,proto3" json:"urls,omitempty"`
+	// An address of the batch's hosts, all in one block (a /24 or /48) of the
+	// subnet: the receiver checks ownership of that block, which a
+	// delegation record may give to another crawler than the subnet's owner.
+	Addr          []byte `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -895,16 +899,25 @@ func (x *HandoffBatch) GetUrls() []string {
 	return nil
 }
 
+func (x *HandoffBatch) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
 // HandoffResponse acknowledges every batch except those listed in
-// not_owner (the receiver knows a better owner; the sender re-resolves).
+// not_owner_batch (the receiver knows a better owner; the sender
+// re-resolves). Senders that do not read not_owner_batch take not_owner.
 type HandoffResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	BatchId       uint64                 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	Status        Status                 `protobuf:"varint,3,opt,name=status,proto3,enum=micra.overlay.Status" json:"status,omitempty"`
 	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Accepted      uint32                 `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`                        // URLs durably queued
-	NotOwner      []uint32               `protobuf:"varint,6,rep,packed,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"` // subnets refused
+	Accepted      uint32                 `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`                                         // URLs durably queued
+	NotOwner      []uint32               `protobuf:"varint,6,rep,packed,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`                  // subnets of the refused batches
+	NotOwnerBatch []uint32               `protobuf:"varint,7,rep,packed,name=not_owner_batch,json=notOwnerBatch,proto3" json:"not_owner_batch,omitempty"` // indexes of the refused batches in the request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,6 +990,13 @@ func (x *HandoffResponse) GetAccepted() uint32 {
 func (x *HandoffResponse) GetNotOwner() []uint32 {
 	if x != nil {
 		return x.NotOwner
+	}
+	return nil
+}
+
+func (x *HandoffResponse) GetNotOwnerBatch() []uint32 {
+	if x != nil {
+		return x.NotOwnerBatch
 	}
 	return nil
 }
@@ -1684,17 +1704,19 @@ const file_overlay_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\x125\n" +
-	"\abatches\x18\x04 \x03(\v2\x1b.micra.overlay.HandoffBatchR\abatches\":\n" +
+	"\abatches\x18\x04 \x03(\v2\x1b.micra.overlay.HandoffBatchR\abatches\"N\n" +
 	"\fHandoffBatch\x12\x16\n" +
 	"\x06subnet\x18\x01 \x01(\rR\x06subnet\x12\x12\n" +
-	"\x04urls\x18\x02 \x03(\tR\x04urls\"\xc4\x01\n" +
+	"\x04urls\x18\x02 \x03(\tR\x04urls\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\fR\x04addr\"\xec\x01\n" +
 	"\x0fHandoffResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12-\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1a\n" +
 	"\baccepted\x18\x05 \x01(\rR\baccepted\x12\x1b\n" +
-	"\tnot_owner\x18\x06 \x03(\rR\bnotOwner\";\n" +
+	"\tnot_owner\x18\x06 \x03(\rR\bnotOwner\x12&\n" +
+	"\x0fnot_owner_batch\x18\a \x03(\rR\rnotOwnerBatch\";\n" +
 	"\x0fSnapshotRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\fR\x02id\"\x83\x01\n" +
