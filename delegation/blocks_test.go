@@ -91,7 +91,7 @@ func TestBlockDelegatedOnClearMargin(t *testing.T) {
 	}
 }
 
-// TestBlockNeedsMargin: without block delegations (the default), or when
+// TestBlockNeedsMargin: with block delegations off, or when
 // the challenger beats the owner's timing by less than the margin, a
 // review delegates no block.
 func TestBlockNeedsMargin(t *testing.T) {
@@ -100,7 +100,7 @@ func TestBlockNeedsMargin(t *testing.T) {
 		cfg   Config
 		later map[CrawlerID]time.Duration
 	}{
-		{"off by default", Config{}, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}},
+		{"off", Config{Micra: MicraConfig{BlockMargin: -1}}, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}},
 		{"within the margin", blockCfg, map[CrawlerID]time.Duration{"a": 30 * time.Millisecond, "b": 26 * time.Millisecond, "c": 150 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -634,8 +634,30 @@ func runDeepWorld(t *testing.T, w *deepWorld) []string {
 			decided := d.Subnet != hierarchy.None && d.Subnet != hierarchy.Root && pol.name != "hash" &&
 				d.Reason != ReasonNoAnswer && d.Reason != ReasonOutsideHierarchy && (kind != "review" || d.Cached || d.Reason != ReasonCached)
 			if decided {
-				if rec, ok := dir.Get(d.Subnet); !ok || rec.Owner != d.Owner || d.Record.Owner != d.Owner {
-					fail("%s %v: owner %s, record in the decision %s, in the directory %s (%v): %v", what, a, d.Owner, d.Record.Owner, rec.Owner, ok, d)
+				// (or of the IP's block, when the record delegates it to a
+				// live crawler)
+				ownerOf := func(r Record) CrawlerID {
+					if b, ok := r.BlockOwner(a); ok && members.IsLive(b.Owner) {
+						return b.Owner
+					}
+					return r.Owner
+				}
+				if rec, ok := dir.Get(d.Subnet); !ok || ownerOf(rec) != d.Owner || ownerOf(d.Record) != d.Owner {
+					fail("%s %v: owner %s, record in the decision %s, in the directory %s (%v): %v", what, a, d.Owner, ownerOf(d.Record), ownerOf(rec), ok, d)
+				}
+			}
+			if rec, ok := dir.Get(d.Subnet); ok && d.Subnet != hierarchy.None {
+				// block delegations: bounded, distinct, in the subnet, none
+				// to the subnet's own owner
+				if len(rec.Blocks) > MaxBlocks {
+					fail("%s %v: %d blocks in subnet %d: %+v", what, a, len(rec.Blocks), d.Subnet, rec.Blocks)
+				}
+				seen := map[netip.Prefix]bool{}
+				for _, b := range rec.Blocks {
+					if b.Owner == rec.Owner || seen[b.Block()] || snu(b.Host) != d.Subnet {
+						fail("%s %v: bad block %+v in subnet %d (owner %s): %+v", what, a, b, d.Subnet, rec.Owner, rec.Blocks)
+					}
+					seen[b.Block()] = true
 				}
 			}
 			for _, m := range d.Moved {

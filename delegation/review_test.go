@@ -44,8 +44,14 @@ var reviewCrawlers = []Crawler{
 // newReviewWorld builds the world, a micra policy over it (cfg) and joins
 // every crawler. dirMembers false gives a directory that takes every owner
 // as live (so only the policy's own liveness check sees a dead owner).
+// Block delegations are off unless cfg sets BlockMargin: S's later hosts
+// sit in other /24s than its first, and these tests are about the tally
+// (blocks_test.go tests blocks).
 func newReviewWorld(t testing.TB, cfg Config, later map[CrawlerID]time.Duration, dirMembers bool) *reviewWorld {
 	t.Helper()
+	if cfg.Micra.BlockMargin == 0 {
+		cfg.Micra.BlockMargin = -1
+	}
 	tr := mustBuild(t,
 		pfx(t, "30.0.0.0/8", "T", "DE"), pfx(t, "30.1.0.0/16", "S", "DE"), pfx(t, "30.2.0.0/16", "U", "DE"),
 		pfx(t, "40.0.0.0/8", "K", "DE"), pfx(t, "40.1.0.0/16", "KA", "DE"), pfx(t, "40.2.0.0/16", "KB", "DE"), pfx(t, "40.3.0.0/16", "KC", "DE"),
@@ -356,7 +362,7 @@ func TestReviewerNegativeMissNeverProbes(t *testing.T) {
 // TestReviewerDeterministic: the same world, stream and seed give the same
 // decisions, Delegate and Review mixed, hand-overs included.
 func TestReviewerDeterministic(t *testing.T) {
-	run := func() (out []string, kept, handed, reviewProbes int) {
+	run := func() (out []string, kept, handed, blocked, reviewProbes int) {
 		w := newSynthWorld(t, 4, 12, 500)
 		// every host and two more of its /24 (same subnet, same place,
 		// another stretch), in a seeded order: subnets repeat
@@ -418,22 +424,28 @@ func TestReviewerDeterministic(t *testing.T) {
 				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.Owner {
 					t.Fatalf("handed over to %s, the directory holds %+v", d.Owner, rec)
 				}
+			case ReasonBlockDelegated:
+				blocked++
+				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.OwnerOf(h) || d.Owner == rec.Owner {
+					t.Fatalf("block of %v delegated to %s, the directory holds %+v", h, d.Owner, rec)
+				}
 			case ReasonCached:
-				// only a crawler's own subnet (placement) is not reviewed
-				if !w.tree.Contains(d.Subnet, w.crawler(d.Owner).Addr) {
+				// only a crawler's own subnet (placement) and the hosts of
+				// a delegated block are not reviewed
+				if _, inBlock := d.Record.BlockOwner(h); !inBlock && !w.tree.Contains(d.Subnet, w.crawler(d.Owner).Addr) {
 					t.Fatalf("review did nothing outside a placement: %v", d)
 				}
 			default:
 				t.Fatalf("review: %v", d)
 			}
 		}
-		return out, kept, handed, reviewProbes
+		return out, kept, handed, blocked, reviewProbes
 	}
-	a, kept, handed, probes := run()
-	b, _, _, _ := run()
-	t.Logf("%d decisions: %d reviews kept, %d handed over, %d review probes", len(a), kept, handed, probes)
-	if kept == 0 || handed == 0 || probes == 0 {
-		t.Fatalf("the stream should exercise kept and handed-over reviews with probes: %d kept, %d handed over, %d probes", kept, handed, probes)
+	a, kept, handed, blocked, probes := run()
+	b, _, _, _, _ := run()
+	t.Logf("%d decisions: %d reviews kept, %d handed over, %d blocks delegated, %d review probes", len(a), kept, handed, blocked, probes)
+	if kept == 0 || handed == 0 || blocked == 0 || probes == 0 {
+		t.Fatalf("the stream should exercise kept and handed-over reviews and block delegations with probes: %d kept, %d handed over, %d blocks, %d probes", kept, handed, blocked, probes)
 	}
 	if len(a) != len(b) {
 		t.Fatalf("%d decisions, then %d", len(a), len(b))

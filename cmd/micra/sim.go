@@ -406,6 +406,9 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 				return m, fmt.Errorf("--micra: blocks=%v: the margin must be in [0, 1) (0: no block delegations)", x)
 			}
 			m.BlockMargin = x
+			if x == 0 {
+				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
+			}
 		default:
 			return m, fmt.Errorf("--micra: unknown key %q (miss, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks)", k)
 		}

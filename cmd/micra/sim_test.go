@@ -98,6 +98,9 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--host-dist", "zipf", "--hosts", "300", "--train", "200", "--policies", "micra", "--micra", "blocks=0.2", "--json"); err != nil || !strings.Contains(out, `"review-block-delegated"`) {
 		t.Fatalf("--micra blocks=0.2 on zipf hosts delegates no block: %v\n%s", err, out)
 	}
+	if out, err := runSim(t, "--host-dist", "zipf", "--hosts", "300", "--train", "200", "--policies", "micra", "--micra", "blocks=0", "--json"); err != nil || strings.Contains(out, `"review-block-delegated"`) {
+		t.Fatalf("--micra blocks=0 should turn block delegations off: %v\n%s", err, out)
+	}
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
 		t.Fatalf("world stats: %v\n%s", err, out)
 	}
