@@ -32,7 +32,7 @@ func Identity(a netip.Addr) netip.Addr { return a }
 // the router's grouping can be read without libp2p in mind).
 type owner interface {
 	Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error)
-	Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error
+	HandoffAll(ctx context.Context, items []overlay.HandoffItem) error
 	CrawlerID() delegation.CrawlerID
 	Review(ctx context.Context, ip netip.Addr, took time.Duration) (delegation.Decision, bool, error)
 	ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error)
@@ -179,13 +179,19 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 		}
 		g.urls = append(g.urls, s)
 	}
+	// one durable commit for all groups (one fsync per page, however many
+	// subnets and blocks its links reach)
+	items := make([]overlay.HandoffItem, len(order))
+	for i, k := range order {
+		g := groups[k]
+		items[i] = overlay.HandoffItem{Subnet: g.sn, IP: g.ip, URLs: g.urls}
+	}
+	if err := r.peer.HandoffAll(ctx, items); err != nil {
+		return fmt.Errorf("node: hand-off of %d URLs in %d groups: %w", len(urls), len(items), err)
+	}
 	var errs []error
 	for _, k := range order {
 		g := groups[k]
-		if err := r.peer.Handoff(ctx, g.sn, g.ip, g.urls...); err != nil {
-			errs = append(errs, fmt.Errorf("node: hand-off of %d URLs in subnet %d: %w", len(g.urls), g.sn, err))
-			continue
-		}
 		r.handoffCalls.Inc()
 		r.handedURLs.Add(float64(len(g.urls)))
 		if r.ledger == nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/delegation"
-	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
 )
 
 // timingOwner is an owner that owns everything and records what the
@@ -38,7 +38,7 @@ func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Dec
 	}
 	return delegation.Decision{IP: ip, Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
 }
-func (o *timingOwner) Handoff(context.Context, hierarchy.NodeID, netip.Addr, ...string) error {
+func (o *timingOwner) HandoffAll(context.Context, []overlay.HandoffItem) error {
 	return nil
 }
 func (o *timingOwner) CrawlerID() delegation.CrawlerID { return "self" }

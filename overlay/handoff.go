@@ -290,45 +290,53 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		}
 		byOwner[owner] = append(byOwner[owner], it)
 	}
-	results := make(chan map[handoffKey]bool, len(byOwner)) // key → acknowledged
-	var wg sync.WaitGroup
+	// Split each owner's items into messages of at most maxHandoffURLs
+	// URLs; every message reports on its own, so the results channel holds
+	// one per message (one per owner would block the second message of an
+	// owner, and with it the flush, for good).
+	type message struct {
+		owner delegation.CrawlerID
+		items []item
+	}
+	var msgs []message
 	for owner, items := range byOwner {
-		// Split into messages of at most maxHandoffURLs URLs.
-		var msgs [][]item
 		var cur []item
 		size := 0
 		for _, it := range items {
 			if size+len(it.urls) > maxHandoffURLs && len(cur) > 0 {
-				msgs, cur, size = append(msgs, cur), nil, 0
+				msgs, cur, size = append(msgs, message{owner, cur}), nil, 0
 			}
 			cur, size = append(cur, it), size+len(it.urls)
 		}
-		msgs = append(msgs, cur)
-		for _, m := range msgs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res := map[handoffKey]bool{}
-				batches := make([]*pb.HandoffBatch, len(m))
-				for i, it := range m {
-					batches[i] = &pb.HandoffBatch{Subnet: uint32(it.k.s), Urls: it.urls}
-					if it.ip.IsValid() {
-						batches[i].Addr = it.ip.AsSlice()
-					}
-					if it.retry {
-						q.resent.Add(1)
-					}
+		msgs = append(msgs, message{owner, cur})
+	}
+	results := make(chan map[handoffKey]bool, len(msgs)) // key → acknowledged
+	var wg sync.WaitGroup
+	for _, msg := range msgs {
+		owner, m := msg.owner, msg.items
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := map[handoffKey]bool{}
+			batches := make([]*pb.HandoffBatch, len(m))
+			for i, it := range m {
+				batches[i] = &pb.HandoffBatch{Subnet: uint32(it.k.s), Urls: it.urls}
+				if it.ip.IsValid() {
+					batches[i].Addr = it.ip.AsSlice()
 				}
-				acked, err := q.deliver(ctx, owner, batches)
-				if err != nil && ctx.Err() == nil {
-					q.p.log.Debug("overlay: hand-off failed; will resend", "owner", owner, "batches", len(m), "err", err)
+				if it.retry {
+					q.resent.Add(1)
 				}
-				for i, it := range m {
-					res[it.k] = err == nil && acked[i]
-				}
-				results <- res
-			}()
-		}
+			}
+			acked, err := q.deliver(ctx, owner, batches)
+			if err != nil && ctx.Err() == nil {
+				q.p.log.Debug("overlay: hand-off failed; will resend", "owner", owner, "batches", len(m), "err", err)
+			}
+			for i, it := range m {
+				res[it.k] = err == nil && acked[i]
+			}
+			results <- res
+		}()
 	}
 	wg.Wait()
 	close(results)
@@ -511,8 +519,10 @@ func (p *Peer) handleHandoff(s network.Stream) {
 	}
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
 	resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
+	seen := map[uint32]bool{}
 	for _, i := range resp.NotOwnerBatch {
-		if s := req.Batches[i].Subnet; !slices.Contains(resp.NotOwner, s) {
+		if s := req.Batches[i].Subnet; !seen[s] {
+			seen[s] = true
 			resp.NotOwner = append(resp.NotOwner, s) // for senders that read subnets only
 		}
 	}

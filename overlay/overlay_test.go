@@ -489,3 +489,33 @@ func TestRoutingTableRepair(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHandoffFlushManyMessagesPerOwner: when one owner's queued URLs need
+// more than one message, every message reports (the flush once waited for
+// ever on the second one, and with it every later hand-off and Close).
+func TestHandoffFlushManyMessagesPerOwner(t *testing.T) {
+	tn := newTestNet(t, 1, nil)
+	p := tn.peers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	var items []HandoffItem
+	for _, a := range []string{"127.6.3.10", "127.7.3.10"} {
+		ip := netip.MustParseAddr(a)
+		if _, err := p.Delegate(ctx, ip); err != nil {
+			t.Fatal(err)
+		}
+		it := HandoffItem{Subnet: tn.tree.SmallestNonUnary(ip), IP: ip}
+		for i := range 3000 {
+			it.URLs = append(it.URLs, fmt.Sprintf("http://%s/p/%d", a, i))
+		}
+		items = append(items, it)
+	}
+	if err := p.HandoffAll(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, slowdown*10*time.Second, func() bool { return len(tn.sinks[0].got()) == 6000 && p.HandoffStats().Pending == 0 })
+	if err := p.Handoff(ctx, items[0].Subnet, items[0].IP, "http://127.6.3.10/later"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, slowdown*10*time.Second, func() bool { return len(tn.sinks[0].got()) == 6001 && p.HandoffStats().Pending == 0 })
+}

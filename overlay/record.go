@@ -332,6 +332,8 @@ func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
 	}
 	c.m[h] = rec
 	c.mu.Unlock()
+	// the cache keeps its own slices: callers own what they get
+	rec.Probes, rec.Blocks = slices.Clone(rec.Probes), slices.Clone(rec.Blocks)
 	return rec, nil
 }
 

@@ -326,3 +326,24 @@ func TestBlocksOnTheWire(t *testing.T) {
 	bad("host of 3 bytes", "not an address", nil, func(m *pb.DelegationRecord) { m.Blocks[0].Host = []byte{30, 1, 2} })
 	bad("negative rtt", "implausible", nil, func(m *pb.DelegationRecord) { m.Blocks[0].OwnerRttNs = -1 })
 }
+
+// TestVerifiedCacheOwnsItsSlices: what the cache returns, on a miss or a
+// hit, can be changed by the caller without changing what it returns next.
+func TestVerifiedCacheOwnsItsSlices(t *testing.T) {
+	owner, b := newKeyed(t), newKeyed(t)
+	rec := delegation.Record{Subnet: 42, Owner: owner.id, DecidedBy: owner.id, At: time.Now(),
+		Probes: []delegation.ProbeResult{{Crawler: owner.id, RTT: time.Millisecond, OK: true}},
+		Blocks: []delegation.BlockDelegation{{Host: netip.MustParseAddr("30.1.2.3"), Owner: b.id}}}
+	val := seal(t, rec, owner.sk, owner.sk)
+	c := NewVerifiedCache(4)
+	for range 2 { // a miss, then a hit
+		got, err := c.open(val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Probes[0].RTT != time.Millisecond || got.Blocks[0].Owner != b.id {
+			t.Fatalf("the cache returned a record changed by a caller: %+v", got)
+		}
+		got.Probes[0].RTT, got.Blocks[0].Owner = time.Nanosecond, "MUTATED"
+	}
+}
