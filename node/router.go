@@ -94,7 +94,7 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	r.owned = c("urls_owned_total", "Discovered URLs whose host's subnet is delegated to this crawler.")
 	r.foreign = c("urls_foreign_total", "Discovered URLs owned by another crawler.")
 	r.handedURLs = c("handoff_urls_total", "URLs handed to the overlay's durable hand-off.")
-	r.handoffCalls = c("handoff_groups_total", "Per-subnet groups handed to the overlay.")
+	r.handoffCalls = c("handoff_groups_total", "Groups (a subnet and block each) handed to the overlay.")
 	r.slowPages = c("calibration_events_total", "Pages whose fetch times exceeded their history (calibration events announced, subnet re-delegated).")
 	r.reviews = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "micra_node_reviews_total",
 		Help: "First fetches from a host given to the policy's review, by outcome (kept, handed-over, block-delegated, other)."}, []string{"outcome"})

@@ -107,7 +107,7 @@ func newHandoffQueue(p *Peer) (*handoffQueue, error) {
 // Handoff queues urls (all in subnet s, their hosts in ip's block) for
 // their owner. It returns nil only once they are durably in the spool (Badger,
 // fsynced unless Config.HandoffSyncWrites is off); from then on they are
-// delivered at least once to the subnet's owner of the moment, across
+// delivered at least once to their owner of the moment, across
 // restarts, and leave the spool only on the owner's acknowledgement.
 func (p *Peer) Handoff(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, urls ...string) error {
 	return p.HandoffAll(ctx, []HandoffItem{{Subnet: s, IP: ip, URLs: urls}})
