@@ -14,6 +14,26 @@ var blockCfg = Config{Micra: MicraConfig{BlockMargin: 0.2}}
 // blockHost is another host of laterHost(n)'s block.
 func blockHost(n int) netip.Addr { return netip.AddrFrom4([4]byte{30, 1, byte(n), 77}) }
 
+// newBlockWorld is the review world with blocks on, whose later hosts are
+// nearest b (6 ms) while a (90 ms) owns S by its first host (a 5 ms).
+func newBlockWorld(t testing.TB) *reviewWorld {
+	t.Helper()
+	return newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+}
+
+// newBlockedWorld is newBlockWorld with S delegated to a and the block of
+// laterHost(1) delegated to b by a review; it returns that review.
+func newBlockedWorld(t testing.TB) (*reviewWorld, Decision) {
+	t.Helper()
+	w := newBlockWorld(t)
+	w.delegateFirst(t, "a")
+	d := w.review(t, laterHost(1), "a", w.later["a"])
+	if d.Reason != ReasonBlockDelegated {
+		t.Fatalf("setup: want a block delegated, got %v", d)
+	}
+	return w, d
+}
+
 func TestBlockOf(t *testing.T) {
 	for in, want := range map[string]string{
 		"30.1.2.3":              "30.1.2.0/24",
@@ -39,7 +59,7 @@ func TestBlockOf(t *testing.T) {
 // block still goes to a, and its review hands S to b, which makes the block
 // redundant.
 func TestBlockDelegatedOnClearMargin(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w := newBlockWorld(t)
 	ctx := context.Background()
 	s := w.subnetS(t)
 	first := w.delegateFirst(t, "a")
@@ -126,13 +146,9 @@ func TestBlockNeedsMargin(t *testing.T) {
 // subnet gets afresh carries it; once the block's owner dies its hosts go
 // to the subnet's owner.
 func TestBlockOutlivesOwners(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w, _ := newBlockedWorld(t)
 	ctx := context.Background()
 	s := w.subnetS(t)
-	w.delegateFirst(t, "a")
-	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
-		t.Fatalf("setup: want a block delegated, got %v", d)
-	}
 
 	// a dies: the block still answers b, without a decision
 	w.members.Remove("a")
@@ -165,11 +181,7 @@ func TestBlockOutlivesOwners(t *testing.T) {
 	}
 
 	// the block's owner dies: its hosts go to the subnet's owner
-	w2 := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
-	w2.delegateFirst(t, "a")
-	if d := w2.review(t, laterHost(1), "a", w2.later["a"]); d.Reason != ReasonBlockDelegated {
-		t.Fatalf("setup: want a block delegated, got %v", d)
-	}
+	w2, _ := newBlockedWorld(t)
 	w2.members.Remove("b")
 	if d, err := w2.pol.Delegate(ctx, blockHost(1)); err != nil || d.Owner != "a" || !d.Cached {
 		t.Fatalf("block owner dead: want S's owner a, got %v (%v)", d, err)
@@ -180,14 +192,9 @@ func TestBlockOutlivesOwners(t *testing.T) {
 // block re-decides the block, not the subnet: the block stays with the
 // nearest crawler, or returns to the subnet when its owner is nearest.
 func TestRedelegateBlock(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w, d1 := newBlockedWorld(t)
 	ctx := context.Background()
 	s := w.subnetS(t)
-	w.delegateFirst(t, "a")
-	d1 := w.review(t, laterHost(1), "a", w.later["a"])
-	if d1.Reason != ReasonBlockDelegated {
-		t.Fatalf("setup: want a block delegated, got %v", d1)
-	}
 
 	// b has become slow for the block's hosts; c is now nearest
 	w.later["b"], w.later["c"] = 200*time.Millisecond, 4*time.Millisecond
@@ -222,7 +229,7 @@ func TestRedelegateBlock(t *testing.T) {
 // TestBlocksBounded: a record with MaxBlocks blocks gets no more; the
 // review keeps the owner instead.
 func TestBlocksBounded(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w := newBlockWorld(t)
 	ctx := context.Background()
 	s := w.subnetS(t)
 	first := w.delegateFirst(t, "a")
@@ -274,12 +281,8 @@ func TestMigrateBlocks(t *testing.T) {
 // block (here: it stays with b) leaves the subnet's review votes standing,
 // so b's next win hands the subnet over as it would have without it.
 func TestRedelegateBlockKeepsTally(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w, _ := newBlockedWorld(t)
 	ctx := context.Background()
-	w.delegateFirst(t, "a")
-	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
-		t.Fatalf("setup: want a block delegated, got %v", d)
-	}
 	if d, err := w.pol.Redelegate(ctx, blockHost(1)); err != nil || d.Owner != "b" || d.Record.Owner != "a" {
 		t.Fatalf("re-delegation of the block: want it kept by b, S a's; got %v (%v)", d, err)
 	}
@@ -291,12 +294,8 @@ func TestRedelegateBlockKeepsTally(t *testing.T) {
 // TestJoinTakesOwnBlock: a crawler joining inside a delegated block owns
 // its subnet, its own block included.
 func TestJoinTakesOwnBlock(t *testing.T) {
-	w := newReviewWorld(t, blockCfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+	w, _ := newBlockedWorld(t)
 	ctx := context.Background()
-	w.delegateFirst(t, "a")
-	if d := w.review(t, laterHost(1), "a", w.later["a"]); d.Reason != ReasonBlockDelegated {
-		t.Fatalf("setup: want a block delegated, got %v", d)
-	}
 	dc := Crawler{ID: "d", Addr: ip("30.1.1.9")}
 	w.members.Add(dc)
 	if _, err := w.pol.Join(ctx, dc); err != nil {

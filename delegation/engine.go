@@ -388,12 +388,10 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	}
 	nr := rec
 	nr.Probes, nr.Blocks, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), blocks, rec.Epoch+1, e.c.Self, e.now()
-	for _, r := range nr.Probes {
-		if r.Crawler == rec.Owner {
-			// the owner's answer now: what it endorses on the overlay
-			// (it checks the record's RTT against what it answered)
-			nr.OwnerRTT = r.RTT
-		}
+	if r, ok := answerOf(nr.Probes, rec.Owner); ok {
+		// the owner's answer now: what it endorses on the overlay (it
+		// checks the record's RTT against what it answered)
+		nr.OwnerRTT = r.RTT
 	}
 	pub, err := e.publish(ctx, nr)
 	if err != nil {
@@ -432,9 +430,6 @@ func (e *engine) liveBlock(rec Record, ip netip.Addr) (BlockDelegation, bool) {
 // carryBlocks returns, in a new slice, the blocks of a subnet's record that
 // stay when owner owns the subnet: those of other live crawlers.
 func (e *engine) carryBlocks(blocks []BlockDelegation, owner CrawlerID) []BlockDelegation {
-	if len(blocks) == 0 {
-		return nil
-	}
 	var out []BlockDelegation // nil when none stays, like a record without
 	for _, b := range blocks {
 		if b.Owner != owner && e.live(b.Owner) {

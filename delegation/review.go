@@ -114,12 +114,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 		}
 		return d, nil
 	}
-	var win ProbeResult
-	for _, r := range ranked {
-		if r.Crawler == handTo {
-			win = r
-		}
-	}
+	win, _ := answerOf(ranked, handTo)
 	nr := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
 		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
@@ -140,12 +135,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 // why it changed, and learners learn them once (the kept reviews' answers
 // are learned locally instead).
 func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, rec Record, ranked []ProbeResult, to CrawlerID, d Decision) (Decision, error) {
-	var win ProbeResult
-	for _, r := range ranked {
-		if r.Crawler == to {
-			win = r
-		}
-	}
+	win, _ := answerOf(ranked, to)
 	nr := rec
 	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Host: ip, Owner: to, OwnerRTT: win.RTT})
 	nr.Probes, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), rec.Epoch+1, e.c.Self, e.now()
@@ -162,6 +152,16 @@ func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		d.Owner, d.OwnerRTT = b.Owner, b.OwnerRTT
 	}
 	return d, nil
+}
+
+// answerOf returns c's answer among rs.
+func answerOf(rs []ProbeResult, c CrawlerID) (ProbeResult, bool) {
+	for _, r := range rs {
+		if r.Crawler == c {
+			return r, true
+		}
+	}
+	return ProbeResult{}, false
 }
 
 func okOnly(rs []ProbeResult) []ProbeResult {

@@ -15,21 +15,23 @@ import (
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
-// reviewMeasurer answers from a table for the reviewed /24 (its first host
-// nearest crawler 0, its other hosts nearest crawler 1) and from the model
-// elsewhere.
-type reviewMeasurer struct {
+// tableMeasurer answers from a table of prefixes (the first that holds the
+// target wins) and from the model elsewhere.
+type tableMeasurer struct {
 	modelMeasurer
-	first, later time.Duration
+	table []prefixRTT
 }
 
-func (m reviewMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration, error) {
-	b := t.Addr.As4()
-	if b[0] == 127 && b[1] == 5 && b[2] == 2 {
-		if b[3] == 10 {
-			return m.first, nil
+type prefixRTT struct {
+	p   netip.Prefix
+	rtt time.Duration
+}
+
+func (m tableMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration, error) {
+	for _, e := range m.table {
+		if e.p.Contains(t.Addr) {
+			return e.rtt, nil
 		}
-		return m.later, nil
 	}
 	return m.modelMeasurer.Measure(ctx, t)
 }
@@ -43,7 +45,12 @@ func TestReviewHandsOverOnTheOverlay(t *testing.T) {
 	ms := time.Millisecond
 	table := [][2]time.Duration{{5 * ms, 90 * ms}, {20 * ms, 6 * ms}, {100 * ms, 100 * ms}}
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
-		s.Measurer = reviewMeasurer{modelMeasurer: modelMeasurer{i: i}, first: table[i][0], later: table[i][1]}
+		// the reviewed /24: its first host nearest crawler 0, its other
+		// hosts nearest crawler 1
+		s.Measurer = tableMeasurer{modelMeasurer{i: i}, []prefixRTT{
+			{netip.MustParsePrefix("127.5.2.10/32"), table[i][0]},
+			{netip.MustParsePrefix("127.5.2.0/24"), table[i][1]},
+		}}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -111,26 +118,6 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// blockMeasurer answers from a table for subnet 127.5.0.0/16's hosts
-// outside its four /24 children: 127.5.10.10 (the first host) nearest
-// crawler 0, the hosts of 127.5.11.0/24 nearest crawler 1; the model
-// elsewhere.
-type blockMeasurer struct {
-	modelMeasurer
-	first, block time.Duration
-}
-
-func (m blockMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration, error) {
-	b := t.Addr.As4()
-	switch {
-	case b[0] == 127 && b[1] == 5 && b[2] == 10:
-		return m.first, nil
-	case b[0] == 127 && b[1] == 5 && b[2] == 11:
-		return m.block, nil
-	}
-	return m.modelMeasurer.Measure(ctx, t)
-}
-
 // TestBlockHandoffOnTheOverlay: with block delegations on three real peers,
 // a review gives a /24 of crawler 0's subnet to crawler 1; every peer learns
 // the record with its block (signed, on the wire), and URLs of the block's
@@ -141,7 +128,12 @@ func TestBlockHandoffOnTheOverlay(t *testing.T) {
 	ms := time.Millisecond
 	table := [][2]time.Duration{{5 * ms, 90 * ms}, {20 * ms, 6 * ms}, {100 * ms, 100 * ms}}
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
-		s.Measurer = blockMeasurer{modelMeasurer: modelMeasurer{i: i}, first: table[i][0], block: table[i][1]}
+		// subnet 127.5.0.0/16 outside its four /24 children: the first
+		// host's /24 nearest crawler 0, 127.5.11.0/24 nearest crawler 1
+		s.Measurer = tableMeasurer{modelMeasurer{i: i}, []prefixRTT{
+			{netip.MustParsePrefix("127.5.10.0/24"), table[i][0]},
+			{netip.MustParsePrefix("127.5.11.0/24"), table[i][1]},
+		}}
 	})
 	for _, p := range tn.peers {
 		p.NewPolicy(delegation.NewMicra, delegation.Config{Micra: delegation.MicraConfig{BlockMargin: 0.2}})
