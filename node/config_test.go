@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/synthweb"
@@ -127,12 +128,28 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	s := tree.SmallestNonUnary(emu.Map(ip[0]))
 	var pages []overlay.PageState
 	ph := &pageHistory{eng: a.Engine(), router: a.router}
-	if err := ph.History(ctx, s, func(p overlay.PageState) error { pages = append(pages, p); return nil }); err != nil {
+	if err := ph.History(ctx, s, netip.Prefix{}, func(p overlay.PageState) error { pages = append(pages, p); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	want := 2 * web.Config().PagesPerHost // two hosts per IP, one IP per subnet
 	if len(pages) != want {
 		t.Fatalf("history of subnet %d has %d pages, want %d", s, len(pages), want)
+	}
+	// a block's history: the pages of the hosts in that /24 only
+	count := func(block netip.Prefix) int {
+		n := 0
+		if err := ph.History(ctx, s, block, func(overlay.PageState) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	block := delegation.BlockOf(emu.Map(ip[0]))
+	if n := count(block); n != want {
+		t.Fatalf("history of block %v (the hosts' own) has %d pages, want %d", block, n, want)
+	}
+	elsewhere := netip.PrefixFrom(block.Addr().Prev(), 24).Masked() // the /24 below
+	if n := count(elsewhere); n != 0 {
+		t.Fatalf("history of block %v (no host there) has %d pages, want none", elsewhere, n)
 	}
 	for _, p := range pages {
 		if p.ETag == "" || len(p.ContentHash) == 0 || p.LastFetch.IsZero() || len(p.FetchTimes) == 0 {
@@ -140,6 +157,18 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 		}
 	}
 	b := open(nil)
+	// Import keeps only the pages of hosts this crawler owns: as long as
+	// another crawler owns the subnet (or the block), nothing is imported
+	other := &Router{peer: elsewhereOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res,
+		hosts: map[string]netip.Addr{}, log: quiet}
+	if err := (&pageHistory{eng: b.Engine(), router: other}).Import(ctx, s, pages); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if _, ok, err := b.Engine().Frontier().History(p.URL); err != nil || ok {
+			t.Fatalf("%s, a page of another crawler's host, imported (%v)", p.URL, err)
+		}
+	}
 	pb := &pageHistory{eng: b.Engine(), router: b.router}
 	if err := pb.Import(ctx, s, pages); err != nil {
 		t.Fatal(err)
@@ -153,4 +182,14 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 			t.Fatalf("%s not in the seen-set after import", p.URL)
 		}
 	}
+}
+
+// elsewhereOwner is an overlay peer for which every address is another
+// crawler's.
+type elsewhereOwner struct{ owner }
+
+func (e elsewhereOwner) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error) {
+	d, err := e.owner.Delegate(ctx, ip)
+	d.Owner = "someone-else"
+	return d, err
 }

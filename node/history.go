@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net/netip"
 	"net/url"
 	"time"
 
@@ -26,7 +27,7 @@ type pageHistory struct {
 var _ overlay.PageHistory = (*pageHistory)(nil)
 
 // History implements overlay.PageHistory. Hosts are resolved once each.
-func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, emit func(overlay.PageState) error) error {
+func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block netip.Prefix, emit func(overlay.PageState) error) error {
 	inSubnet := map[string]bool{}
 	return h.eng.Frontier().EachHistory(func(p *frontier.History) error {
 		if err := ctx.Err(); err != nil {
@@ -39,7 +40,7 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, emit func
 		in, ok := inSubnet[host]
 		if !ok {
 			a, err := h.router.addrOf(ctx, host)
-			in = err == nil && h.router.tree.SmallestNonUnary(a) == s
+			in = err == nil && h.router.tree.SmallestNonUnary(a) == s && (!block.IsValid() || block.Contains(a))
 			inSubnet[host] = in
 		}
 		if !in {
@@ -64,16 +65,37 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, emit func
 
 // Import implements overlay.PageHistory: pages this crawler has no history
 // for join its seen-set with their validators, so the next visit is a
-// conditional GET.
+// conditional GET. Only pages whose host this crawler owns are kept (a
+// block of the subnet may be another crawler's): an imported page joins
+// the revisit schedule, and a page of another crawler's block would then
+// be crawled twice.
 func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []overlay.PageState) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	mine := map[string]bool{}
 	hs := make([]frontier.History, 0, len(pages))
 	for _, p := range pages {
 		u, err := url.Parse(p.URL)
 		if err != nil || u.Host == "" {
 			continue // validated by the overlay; a bad one loses nothing else
+		}
+		host := u.Hostname()
+		own, ok := mine[host]
+		if !ok {
+			own, err = h.router.ownsHost(ctx, host, s)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				// unresolvable now: the page is fetched afresh if its URL
+				// reaches this crawler again, nothing else is lost
+				h.router.log.Debug("node: recovered page's host not resolved", "url", p.URL, "err", err)
+			}
+			mine[host] = own
+		}
+		if !own {
+			continue
 		}
 		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
 			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}

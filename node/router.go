@@ -332,6 +332,24 @@ func (r *Router) addrOf(ctx context.Context, host string) (netip.Addr, error) {
 	return a, nil
 }
 
+// ownsHost reports whether this crawler owns host's pages now: its mapped
+// address lies in subnet s and the owner of that address under s's record
+// (its block's, if delegated) is this peer.
+func (r *Router) ownsHost(ctx context.Context, host string, s hierarchy.NodeID) (bool, error) {
+	a, err := r.addrOf(ctx, host)
+	if err != nil {
+		return false, err
+	}
+	if r.tree.SmallestNonUnary(a) != s {
+		return false, nil
+	}
+	d, err := r.peer.Delegate(ctx, a)
+	if err != nil {
+		return false, err
+	}
+	return d.Owner == r.peer.CrawlerID(), nil
+}
+
 // resolveRaw resolves host as the engine does (first address), unmapped.
 func (r *Router) resolveRaw(ctx context.Context, host string) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -203,7 +204,46 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 	if gained {
 		d.p.onGained(rec, prevOwner)
 	}
+	if had {
+		for _, g := range blocksGained(old.rec, rec, self) {
+			d.p.onGainedBlock(rec.Subnet, g.Host, g.Owner)
+		}
+	}
 	return rec, true
+}
+
+// blocksGained lists the blocks whose hosts self crawls under rec but
+// another crawler crawled under old — a block delegated to self, or a
+// block dissolved into a subnet self owns — one host per block, each with
+// its previous crawler as Owner.
+func blocksGained(old, rec delegation.Record, self delegation.CrawlerID) []delegation.BlockDelegation {
+	if len(old.Blocks) == 0 && len(rec.Blocks) == 0 {
+		return nil
+	}
+	var out []delegation.BlockDelegation
+	consider := func(host netip.Addr) {
+		if rec.OwnerOf(host) != self {
+			return
+		}
+		prev := old.OwnerOf(host)
+		if prev == self || prev == "" {
+			return
+		}
+		block := delegation.BlockOf(host)
+		for _, g := range out {
+			if g.Block() == block {
+				return
+			}
+		}
+		out = append(out, delegation.BlockDelegation{Host: host, Owner: prev})
+	}
+	for _, b := range rec.Blocks {
+		consider(b.Host)
+	}
+	for _, b := range old.Blocks {
+		consider(b.Host)
+	}
+	return out
 }
 
 func (d *Directory) indexLocked(r delegation.Record, delta int) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -240,11 +241,20 @@ type memPages struct {
 	imported map[hierarchy.NodeID][]PageState
 }
 
-func (m *memPages) History(_ context.Context, s hierarchy.NodeID, emit func(PageState) error) error {
+func (m *memPages) History(_ context.Context, s hierarchy.NodeID, block netip.Prefix, emit func(PageState) error) error {
 	m.mu.Lock()
 	ps := append([]PageState(nil), m.pages[s]...)
 	m.mu.Unlock()
 	for _, p := range ps {
+		if block.IsValid() {
+			u, err := url.Parse(p.URL)
+			if err != nil {
+				return err
+			}
+			if a, err := netip.ParseAddr(u.Hostname()); err != nil || !block.Contains(a) {
+				continue
+			}
+		}
 		if err := emit(p); err != nil {
 			return err
 		}
@@ -298,6 +308,26 @@ func TestSnapshotAndRecoverProtocols(t *testing.T) {
 	n, err := b.RecoverPages(ctx, a.ID(), 7)
 	if err != nil || n != 1100 || len(fresh.imported[7]) != 1100 || fresh.imported[7][1099].URL != "http://127.1.0.1/1099" {
 		t.Fatalf("recover: %d pages, %v", n, err)
+	}
+
+	// a block's recovery: only the pages of that /24 of the subnet
+	host := netip.MustParseAddr("127.5.12.1") // in 127.5.0.0/16, outside its /24 children
+	sub := tree.SmallestNonUnary(host)
+	old.mu.Lock()
+	for _, u := range []string{"http://127.5.12.1/a", "http://127.5.12.200/b", "http://127.5.13.9/c", "http://127.5.200.1/d"} {
+		old.pages[sub] = append(old.pages[sub], PageState{URL: u, LastFetch: time.Unix(1700000000, 0), HTTPStatus: 200})
+	}
+	old.mu.Unlock()
+	n, err = b.RecoverBlock(ctx, a.ID(), sub, host)
+	var urls []string
+	for _, p := range fresh.imported[sub] {
+		urls = append(urls, p.URL)
+	}
+	if err != nil || n != 2 || !slices.Equal(urls, []string{"http://127.5.12.1/a", "http://127.5.12.200/b"}) {
+		t.Fatalf("recover block %v of subnet %d: %d pages %v, %v; want the two pages of 127.5.12.0/24", host, sub, n, urls, err)
+	}
+	if _, err := b.RecoverBlock(ctx, a.ID(), sub, netip.MustParseAddr("127.5.1.1")); StatusOf(err) != pb.Status_BAD_REQUEST {
+		t.Fatalf("a block host of another subnet: got %v, want BAD_REQUEST", err)
 	}
 }
 

@@ -522,6 +522,29 @@ func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID) {
 	}()
 }
 
+// onGainedBlock runs when the hosts of host's block in subnet s move to
+// this peer from prev (a block delegation made, re-decided or dissolved):
+// if prev is live, pull the block's page history from it.
+func (p *Peer) onGainedBlock(s hierarchy.NodeID, host netip.Addr, prev delegation.CrawlerID) {
+	if prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
+		return
+	}
+	from, err := peer.Decode(string(prev))
+	if err != nil {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		n, err := p.RecoverBlock(p.ctx, from, s, host)
+		if err != nil {
+			p.log.Warn("overlay: page recovery failed", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "err", err)
+			return
+		}
+		p.log.Debug("overlay: pages recovered", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "pages", n)
+	}()
+}
+
 // runMaintenance provides holder records for owned subnets, reprovides them
 // and republishes owned delegations well inside MaxRecordAge.
 func (p *Peer) runMaintenance(ctx context.Context) {

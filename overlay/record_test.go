@@ -347,3 +347,32 @@ func TestVerifiedCacheOwnsItsSlices(t *testing.T) {
 		got.Probes[0].RTT, got.Blocks[0].Owner = time.Nanosecond, "MUTATED"
 	}
 }
+
+func TestBlocksGained(t *testing.T) {
+	self, a, b := delegation.CrawlerID("self"), delegation.CrawlerID("a"), delegation.CrawlerID("b")
+	h1, h1b, h2 := netip.MustParseAddr("127.5.11.5"), netip.MustParseAddr("127.5.11.77"), netip.MustParseAddr("127.5.12.1")
+	rec := func(owner delegation.CrawlerID, blocks ...delegation.BlockDelegation) delegation.Record {
+		return delegation.Record{Subnet: 5, Owner: owner, Blocks: blocks}
+	}
+	blk := func(h netip.Addr, o delegation.CrawlerID) delegation.BlockDelegation {
+		return delegation.BlockDelegation{Host: h, Owner: o}
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new delegation.Record
+		want     []delegation.BlockDelegation // Host: a host of the block, Owner: the previous crawler
+	}{
+		{"block made for self", rec(a), rec(a, blk(h1, self)), []delegation.BlockDelegation{blk(h1, a)}},
+		{"block moves from b to self", rec(a, blk(h1, b)), rec(a, blk(h1b, self)), []delegation.BlockDelegation{blk(h1b, b)}},
+		{"block dissolved into self's subnet", rec(self, blk(h1, b)), rec(self), []delegation.BlockDelegation{blk(h1, b)}},
+		{"subnet gained, block kept by b", rec(a, blk(h1, b)), rec(self, blk(h1, b)), nil},
+		{"subnet gained, block dissolved", rec(a, blk(h1, b)), rec(self), []delegation.BlockDelegation{blk(h1, b)}},
+		{"block made for another", rec(self), rec(self, blk(h2, b)), nil},
+		{"self keeps its block", rec(a, blk(h1, self)), rec(b, blk(h1b, self)), nil},
+		{"two blocks gained", rec(a, blk(h1, b)), rec(a, blk(h1, self), blk(h2, self)), []delegation.BlockDelegation{blk(h1, b), blk(h2, a)}},
+	} {
+		if got := blocksGained(tc.old, tc.new, self); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

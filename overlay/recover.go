@@ -3,11 +3,13 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
@@ -24,12 +26,17 @@ type PageState struct {
 	HTTPStatus   int
 }
 
-// PageHistory is the crawler's per-page history (implemented by the crawl
+// PageHistory is the crawler's per-page history (implemented by the node
 // package). The old owner serves History; the new owner Imports it.
 type PageHistory interface {
-	// History calls emit for every page of subnet s this crawler knows.
-	History(ctx context.Context, s hierarchy.NodeID, emit func(PageState) error) error
-	// Import merges pages of subnet s recovered from its previous owner.
+	// History calls emit for every page of subnet s this crawler knows; with
+	// a valid block (delegation.BlockOf of a host), only the pages whose
+	// host lies in that block.
+	History(ctx context.Context, s hierarchy.NodeID, block netip.Prefix, emit func(PageState) error) error
+	// Import merges pages of subnet s recovered from a previous owner. It
+	// keeps only the pages whose hosts this crawler owns now: a peer that
+	// predates block recovery sends the whole subnet, and a subnet's old
+	// owner may still know pages of blocks that other crawlers own.
 	Import(ctx context.Context, s hierarchy.NodeID, pages []PageState) error
 }
 
@@ -81,10 +88,19 @@ func (p *Peer) handleRecover(s network.Stream) {
 		fail(pb.Status_NOT_FOUND, "this peer keeps no page history")
 		return
 	}
+	var block netip.Prefix
+	if len(req.BlockHost) > 0 {
+		host, ok := netip.AddrFromSlice(req.BlockHost)
+		if !ok || p.tree.SmallestNonUnary(host) != sub {
+			fail(pb.Status_BAD_REQUEST, fmt.Sprintf("block host %x is not an address of subnet %d", req.BlockHost, sub))
+			return
+		}
+		block = delegation.BlockOf(host)
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, 6*p.cfg.RequestTimeout)
 	defer cancel()
 	frame := &pb.RecoverFrame{Version: wireVersion}
-	err := p.pages.History(ctx, sub, func(ps PageState) error {
+	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
 		frame.Pages = append(frame.Pages, toPagePB(ps))
 		if len(frame.Pages) >= recoverBatch {
 			if err := st.write(frame); err != nil {
@@ -108,6 +124,20 @@ func (p *Peer) handleRecover(s network.Stream) {
 // imports it (UbiCrawler's page recovery: nothing is fetched again for
 // nothing after an ownership change). It returns the pages imported.
 func (p *Peer) RecoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID) (int, error) {
+	return p.recoverPages(ctx, from, s, netip.Addr{})
+}
+
+// RecoverBlock is RecoverPages for the block (delegation.BlockOf) of host
+// inside subnet s: a block delegation (delegation.Record.Blocks) moves
+// those hosts between crawlers, and their history moves with them.
+func (p *Peer) RecoverBlock(ctx context.Context, from peer.ID, s hierarchy.NodeID, host netip.Addr) (int, error) {
+	if !host.IsValid() {
+		return 0, fmt.Errorf("%s: no block host", ProtoRecover)
+	}
+	return p.recoverPages(ctx, from, s, host)
+}
+
+func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr) (int, error) {
 	if p.pages == nil {
 		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
 	}
@@ -122,7 +152,11 @@ func (p *Peer) RecoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeI
 	stop := context.AfterFunc(ctx, func() { str.Reset() })
 	defer stop()
 	st := newStream(str, maxRecoverMsg, timeout)
-	if err := st.write(&pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:]}); err != nil {
+	req := &pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:]}
+	if blockHost.IsValid() {
+		req.BlockHost = blockHost.AsSlice()
+	}
+	if err := st.write(req); err != nil {
 		return 0, fmt.Errorf("%s: %w", ProtoRecover, err)
 	}
 	_ = str.CloseWrite()

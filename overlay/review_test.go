@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
@@ -44,7 +45,9 @@ func (m tableMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duratio
 func TestReviewHandsOverOnTheOverlay(t *testing.T) {
 	ms := time.Millisecond
 	table := [][2]time.Duration{{5 * ms, 90 * ms}, {20 * ms, 6 * ms}, {100 * ms, 100 * ms}}
+	pages := []*memPages{{pages: map[hierarchy.NodeID][]PageState{}}, {}, {}}
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		s.Pages = pages[i]
 		// the reviewed /24: its first host nearest crawler 0, its other
 		// hosts nearest crawler 1
 		s.Measurer = tableMeasurer{modelMeasurer{i: i}, []prefixRTT{
@@ -127,7 +130,9 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 func TestBlockHandoffOnTheOverlay(t *testing.T) {
 	ms := time.Millisecond
 	table := [][2]time.Duration{{5 * ms, 90 * ms}, {20 * ms, 6 * ms}, {100 * ms, 100 * ms}}
+	pages := []*memPages{{pages: map[hierarchy.NodeID][]PageState{}}, {}, {}}
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		s.Pages = pages[i]
 		// subnet 127.5.0.0/16 outside its four /24 children: the first
 		// host's /24 nearest crawler 0, 127.5.11.0/24 nearest crawler 1
 		s.Measurer = tableMeasurer{modelMeasurer{i: i}, []prefixRTT{
@@ -142,10 +147,20 @@ func TestBlockHandoffOnTheOverlay(t *testing.T) {
 	defer cancel()
 	p0, p1, p2 := tn.peers[0], tn.peers[1], tn.peers[2]
 	first, inBlock, other := netip.MustParseAddr("127.5.10.10"), netip.MustParseAddr("127.5.11.77"), netip.MustParseAddr("127.5.12.1")
+	// crawler 0 has crawled pages of three /24s of the subnet
+	sub := tn.tree.SmallestNonUnary(first)
+	pages[0].mu.Lock()
+	for _, u := range []string{"http://127.5.10.10/", "http://127.5.11.77/a", "http://127.5.11.5/b", "http://127.5.12.1/"} {
+		pages[0].pages[sub] = append(pages[0].pages[sub], PageState{URL: u, ETag: `"v1"`, LastFetch: time.Unix(1700000000, 0), HTTPStatus: 200})
+	}
+	pages[0].mu.Unlock()
 	d, err := p0.Delegate(ctx, first)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// crawler 1 knows the record before the block is made (a block's page
+	// history moves from the crawler a peer saw crawling it)
+	waitFor(t, slowdown*10*time.Second, func() bool { _, ok := p1.dir.Cached(sub); return ok })
 	if d.Owner != p0.CrawlerID() || d.Subnet != tn.tree.SmallestNonUnary(inBlock) || d.Subnet != tn.tree.SmallestNonUnary(other) {
 		t.Fatalf("first host: want crawler 0 to own the subnet of all three hosts, got %v", d)
 	}
@@ -167,6 +182,22 @@ func TestBlockHandoffOnTheOverlay(t *testing.T) {
 		}
 		return true
 	})
+	// crawler 1 recovered the block's page history from crawler 0, and only
+	// the block's
+	waitFor(t, slowdown*10*time.Second, func() bool {
+		pages[1].mu.Lock()
+		defer pages[1].mu.Unlock()
+		return len(pages[1].imported[sub]) >= 2
+	})
+	pages[1].mu.Lock()
+	var urls []string
+	for _, p := range pages[1].imported[sub] {
+		urls = append(urls, p.URL)
+	}
+	pages[1].mu.Unlock()
+	if !slices.Equal(urls, []string{"http://127.5.11.77/a", "http://127.5.11.5/b"}) {
+		t.Fatalf("crawler 1 recovered %v, want the two pages of its block 127.5.11.0/24", urls)
+	}
 	// the subnet's owner refuses a batch of the block, accepts the rest
 	st, _, acc, refused := p0.acceptHandoff(&pb.HandoffRequest{Snapshot: p0.snap[:], Batches: []*pb.HandoffBatch{
 		{Subnet: uint32(d.Subnet), Urls: []string{"http://127.5.11.77/x"}, Addr: inBlock.AsSlice()},

@@ -1168,10 +1168,15 @@ func (x *SnapshotChunk) GetData() []byte {
 }
 
 type RecoverRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Subnet        uint32                 `protobuf:"varint,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
-	Snapshot      []byte                 `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Subnet   uint32                 `protobuf:"varint,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Snapshot []byte                 `protobuf:"bytes,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// block_host: when set (4 or 16 bytes), only the pages of that host's
+	// block (delegation.BlockOf: its /24 or /48) inside the subnet. A peer
+	// that predates it answers with the whole subnet; the importer keeps
+	// only the pages it owns.
+	BlockHost     []byte `protobuf:"bytes,4,opt,name=block_host,json=blockHost,proto3" json:"block_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1223,6 +1228,13 @@ func (x *RecoverRequest) GetSubnet() uint32 {
 func (x *RecoverRequest) GetSnapshot() []byte {
 	if x != nil {
 		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *RecoverRequest) GetBlockHost() []byte {
+	if x != nil {
+		return x.BlockHost
 	}
 	return nil
 }
@@ -1726,11 +1738,13 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"^\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"}\n" +
 	"\x0eRecoverRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\rR\x06subnet\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\"\xe6\x01\n" +
+	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\x12\x1d\n" +
+	"\n" +
+	"block_host\x18\x04 \x01(\fR\tblockHost\"\xe6\x01\n" +
 	"\tPageState\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12#\n" +
