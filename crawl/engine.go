@@ -500,6 +500,7 @@ const restParkThreshold = 20 * time.Millisecond
 // time when the host must rest before the rest of its queue, and whether
 // the rest is a back-off the server asked for (429/503).
 func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
+	recheck := true // until a withdrawal fails for this host
 	for ctx.Err() == nil {
 		if !e.waitWindow(ctx) {
 			return time.Time{}, false
@@ -511,6 +512,20 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 		}
 		if !ok {
 			return time.Time{}, false
+		}
+		if recheck {
+			gone, err := e.withdrawForeign(ctx, host, it)
+			if err != nil {
+				// crawled here as before: overlap, never a loss
+				e.log.Warn("queued URLs of a host now another crawler's not withdrawn", "host", host, "err", err)
+				e.countError("withdraw")
+				recheck = false
+				e.front.Rewind(host)
+				continue
+			}
+			if gone {
+				continue
+			}
 		}
 		if e.fetcher != nil {
 			if ready := e.fetcher.HostReadyAt(it.URL); time.Until(ready) > restParkThreshold {
@@ -524,6 +539,70 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// withdrawBatch bounds the URLs of one withdrawal (one hand-off, one
+// frontier transaction).
+const withdrawBatch = 512
+
+// withdrawForeign asks the router (a Rechecker) whether it, the next queued
+// URL of host, is still this crawler's. If not, it hands it and up to
+// withdrawBatch−1 further queued URLs of the host (same host, same
+// address, same owner) to their owner and withdraws them from the
+// frontier, and returns true. An ownership it cannot tell (no Rechecker,
+// a resolution error) leaves the URL to be crawled here. On an error the
+// items taken from the queue are still queued: the caller rewinds.
+func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.Item) (bool, error) {
+	rc, ok := e.router.(Rechecker)
+	if !ok {
+		return false, nil
+	}
+	u, err := url.Parse(it.URL)
+	if err != nil {
+		return false, nil
+	}
+	if _, _, file := e.files.Match(u); file {
+		return false, nil
+	}
+	var ip netip.Addr
+	if e.dns != nil {
+		if ip, err = e.dns.lookup(ctx, u.Hostname()); err != nil {
+			return false, nil // the fetch meets the same error and reports it
+		}
+	}
+	if mine, err := rc.StillOwns(ctx, u, ip); err != nil || mine {
+		return false, nil
+	}
+	batch := []frontier.Item{it}
+	for len(batch) < withdrawBatch {
+		next, ok, err := e.front.Next(host)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			break
+		}
+		batch = append(batch, next)
+	}
+	urls := make([]string, len(batch))
+	for i, b := range batch {
+		urls[i] = b.URL
+	}
+	// As for links: finish the hand-off even if the crawl is being stopped,
+	// within a bound.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err = e.router.Handoff(hctx, urls)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("hand-off of %d URLs: %w", len(urls), err)
+	}
+	if err := e.front.Withdraw(batch); err != nil {
+		// the owner has them and they are still queued here: fetched twice
+		return false, fmt.Errorf("frontier: withdraw %d handed-off URLs: %w", len(batch), err)
+	}
+	e.st.withdrawn.Add(int64(len(batch)))
+	e.log.Debug("queued URLs withdrawn: their host is another crawler's now", "host", host, "urls", len(batch))
+	return true, nil
 }
 
 func mustParse(s string) *url.URL {

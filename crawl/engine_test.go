@@ -576,3 +576,76 @@ func TestFetchObserverSeesEveryFetch(t *testing.T) {
 		}
 	}
 }
+
+// movingRouter owns every host for routing, but the hosts in moved have
+// changed hands since their URLs were queued (Rechecker).
+type movingRouter struct {
+	splitRouter
+	moved map[string]bool
+}
+
+func (r *movingRouter) StillOwns(_ context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() {
+		return false, os.ErrInvalid
+	}
+	return !r.moved[u.Hostname()], nil
+}
+
+// URLs queued for a host whose subnet moved to another crawler are handed
+// to it instead of fetched here: none of them reaches the server from
+// this crawler, each goes once, and the frontier forgets them.
+func TestQueuedURLsOfMovedHostsWithdrawn(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 1, PagesPerHost: 10})
+	hosts := web.Hosts()
+	r := &movingRouter{moved: map[string]bool{hosts[3]: true}}
+	r.own = map[string]bool{hosts[0]: true, hosts[1]: true, hosts[2]: true, hosts[3]: true}
+	eng, err := New(Config{StateDir: t.TempDir(), Fetch: synthFetchConfig(web), Router: r,
+		Concurrency: 4, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// queued while they were this crawler's: every page of every host
+	var queued []string
+	for h := range hosts {
+		for p := range 10 {
+			queued = append(queued, web.PageURL(h, p))
+		}
+	}
+	if err := eng.Accept(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := eng.Stats()
+	movedPrefix := "http://" + hosts[3] + ":"
+	handed := map[string]int{}
+	for _, u := range r.handed {
+		if !strings.HasPrefix(u, movedPrefix) {
+			t.Fatalf("%s handed off, but its host did not move", u)
+		}
+		handed[u]++
+	}
+	for p := range 10 {
+		if u := web.PageURL(3, p); handed[u] != 1 {
+			t.Fatalf("%s handed off %d times, want once", u, handed[u])
+		}
+	}
+	if st.Withdrawn != int64(len(handed)) || st.Fetched != 30 {
+		t.Fatalf("withdrawn %d (handed %d distinct), fetched %d; want the 30 pages of the three hosts that stayed", st.Withdrawn, len(handed), st.Fetched)
+	}
+	for u := range handed {
+		seen, _ := eng.Frontier().Seen(u)
+		off, _ := eng.Frontier().HandedOff(u)
+		if seen || !off {
+			t.Fatalf("%s withdrawn: seen %v, handed off %v", u, seen, off)
+		}
+	}
+	if ws := web.Stats(); ws.UniquePages != 30 || ws.DuplicateFetches != 0 {
+		t.Fatalf("server: %+v, want the 30 pages of the hosts that stayed, once each", ws)
+	}
+}

@@ -25,6 +25,17 @@ type Router interface {
 	NeedsIP() bool
 }
 
+// Rechecker is implemented by Routers whose ownership moves while URLs
+// wait in the queue (a subnet or block handed to another crawler). Before
+// it fetches a queued URL the engine asks again; a URL no longer its own
+// goes to its owner with Handoff (with the rest of its host's queue) and
+// leaves the frontier, so two crawlers do not both crawl it.
+type Rechecker interface {
+	// StillOwns is Owns without the bookkeeping of a first routing: u was
+	// queued here, and the question is whether it still belongs here.
+	StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error)
+}
+
 // FetchObserver is implemented by Routers that want this crawler's timing
 // of every HTTP fetch that got an answer: delegation learns from a crawler's
 // own crawl timings (calibration events for pages that became slow, reviews

@@ -19,7 +19,7 @@ type counters struct {
 	gone, records, alreadyFetched             atomic.Int64
 	wireBytes, bodyBytes, htmlBytes           atomic.Int64
 	links, badLinks, outOfScope, handedOff    atomic.Int64
-	revisitsQueued, windowWaits               atomic.Int64
+	revisitsQueued, windowWaits, withdrawn    atomic.Int64
 	errMu                                     sync.Mutex
 	errors                                    map[string]int64
 	errTotal                                  atomic.Int64
@@ -48,6 +48,9 @@ type Stats struct {
 	WireBytes, BodyBytes, HTMLBytes int64
 	Links, BadLinks, OutOfScope     int64
 	HandedOff, RevisitsQueued       int64
+	// Withdrawn counts queued URLs handed to the crawler that owns them now
+	// instead of being fetched (Rechecker).
+	Withdrawn int64
 
 	CarriersSealed, CarriersDelivered int64
 	PendingCarriers                   int
@@ -74,7 +77,7 @@ func (e *Engine) Stats() Stats {
 		AlreadyFetched: c.alreadyFetched.Load(), Errors: c.errTotal.Load(),
 		WireBytes: c.wireBytes.Load(), BodyBytes: c.bodyBytes.Load(), HTMLBytes: c.htmlBytes.Load(),
 		Links: c.links.Load(), BadLinks: c.badLinks.Load(), OutOfScope: c.outOfScope.Load(),
-		HandedOff: c.handedOff.Load(), RevisitsQueued: c.revisitsQueued.Load(),
+		HandedOff: c.handedOff.Load(), RevisitsQueued: c.revisitsQueued.Load(), Withdrawn: c.withdrawn.Load(),
 	}
 	c.errMu.Lock()
 	s.ByReason = maps.Clone(c.errors)
@@ -136,6 +139,7 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		counter("html_bytes_total", "Decoded HTML bytes processed.", c.htmlBytes.Load),
 		counter("wire_bytes_total", "Body bytes received on the wire.", c.wireBytes.Load),
 		counter("handed_off_total", "URLs handed to other crawlers.", c.handedOff.Load),
+		counter("withdrawn_total", "Queued URLs handed to the crawler that owns them now instead of fetched.", c.withdrawn.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "micra", Subsystem: "crawl", Name: "active_hosts",
 			Help: "Hosts being crawled."}, func() float64 { return float64(e.front.Stats().ActiveHosts) }),
 	} {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +33,25 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type emulation struct {
 	tree    *hierarchy.Tree
 	mapped  map[netip.Addr]netip.Addr // loopback → emulated
-	nearest map[netip.Addr]int        // emulated → crawler index
 	crawler []netip.Addr              // each crawler's own (emulated) address
+
+	mu      sync.RWMutex
+	nearest map[netip.Addr]int // emulated → crawler index (move changes it)
+}
+
+// nearestOf is the crawler placed near emulated address a.
+func (e *emulation) nearestOf(a netip.Addr) (int, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n, ok := e.nearest[a]
+	return n, ok
+}
+
+// move places emulated address a near crawler i from now on.
+func (e *emulation) move(a netip.Addr, i int) {
+	e.mu.Lock()
+	e.nearest[a] = i
+	e.mu.Unlock()
 }
 
 func newEmulation(t *testing.T, tree *hierarchy.Tree, web *synthweb.Web, crawlers int) *emulation {
@@ -88,7 +106,7 @@ type measurer struct {
 }
 
 func (m measurer) Measure(_ context.Context, t overlay.ProbeTarget) (time.Duration, error) {
-	if n, ok := m.e.nearest[t.Addr]; ok && n == m.i || t.Addr == m.e.crawler[m.i] {
+	if n, ok := m.e.nearestOf(t.Addr); ok && n == m.i || t.Addr == m.e.crawler[m.i] {
 		return 5 * time.Millisecond, nil
 	}
 	return 80 * time.Millisecond, nil
@@ -103,6 +121,15 @@ type cluster struct {
 }
 
 func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
+	t.Helper()
+	c := openCluster(t, web, n, true)
+	c.runAll()
+	return c
+}
+
+// openCluster opens n nodes that know each other as members, without
+// running them; seeded: node 0 is given the web's seeds.
+func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool) *cluster {
 	t.Helper()
 	tree, err := hierarchy.Default()
 	if err != nil {
@@ -127,7 +154,7 @@ func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
 		cfg.Crawl.Concurrency = 8
 		cfg.Crawl.Progress = -1
 		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: web, Logger: quiet}
-		if i == 0 {
+		if i == 0 && seeded {
 			cfg.Seeds = web.Seeds()
 		}
 		nd, err := Open(ctx, cfg)
@@ -156,9 +183,15 @@ func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
 			t.Fatal(err)
 		}
 	}
-	// Join before any crawling so every crawler holds its own subnet (the
-	// candidates IPMicra asks); the seeded node starts last.
-	for i := n - 1; i >= 0; i-- {
+	return c
+}
+
+// runAll runs every node. Each joins before any crawling, so every
+// crawler holds its own subnet (the candidates IPMicra asks); the seeded
+// node starts last.
+func (c *cluster) runAll() {
+	ctx := context.Background()
+	for i := len(c.nodes) - 1; i >= 0; i-- {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		c.cancel[i], c.done[i] = cancel, done
@@ -168,7 +201,6 @@ func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	return c
 }
 
 // halt ends node i's Run (idempotent).
@@ -263,7 +295,7 @@ func (c *cluster) report(t *testing.T, label string) (pages int64) {
 				t.Fatal(err)
 			}
 			// A dead crawler's hosts belong to whichever survivor took them.
-			if want := c.emu.nearest[c.emu.Map(ip[0])]; want != i && c.nodes[want] != nil {
+			if want, _ := c.emu.nearestOf(c.emu.Map(ip[0])); want != i && c.nodes[want] != nil {
 				t.Errorf("node %d fetched %d pages of %s, owned by node %d", i, k, h, want)
 			}
 		}
@@ -379,5 +411,83 @@ func TestLedgerSweepReroutesOwnersGone(t *testing.T) {
 	}
 	if slices.Contains(owners, ghost) {
 		t.Fatalf("the gone owner's URLs are still in the ledger: %v", owners)
+	}
+}
+
+// TestQueuedURLsFollowTheirSubnet: URLs queued at a crawler whose subnet
+// then moves to a nearer crawler (a calibration event re-delegates it) are
+// handed to the new owner instead of fetched: every page of the host is
+// fetched once, by the owner of the moment, and the old owner fetches none.
+func TestQueuedURLsFollowTheirSubnet(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, HostsPerIP: 1, PagesPerHost: 20})
+	c := openCluster(t, web, 2, false)
+	a, b := c.nodes[0], c.nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	host := -1
+	var at netip.Addr
+	for h := range web.Config().Hosts {
+		m := c.emu.Map(web.HostIP(h))
+		if n, _ := c.emu.nearestOf(m); n == 0 {
+			host, at = h, m
+			break
+		}
+	}
+	if host < 0 {
+		t.Fatal("no host placed near node 0")
+	}
+	for _, nd := range c.nodes { // as Run does first
+		if _, err := nd.Peer().Join(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := a.Peer().Delegate(ctx, at); err != nil || d.Owner != a.Peer().CrawlerID() {
+		t.Fatalf("host %d near node 0: delegated %v, %v", host, d, err)
+	}
+	var urls []string
+	for p := range web.Config().PagesPerHost {
+		urls = append(urls, web.PageURL(host, p))
+	}
+	if err := a.Engine().Accept(ctx, urls); err != nil { // queued while node 0 owns them
+		t.Fatal(err)
+	}
+	// the host's path changes: node 1 is nearer now, and node 0's timings
+	// of a page say so
+	c.emu.move(at, 1)
+	d, err := a.Peer().ReportSlowPage(ctx, at, urls[0], 200*time.Millisecond, 5*time.Millisecond)
+	if err != nil || d.Owner != b.Peer().CrawlerID() {
+		t.Fatalf("re-delegation after the move: %v, %v; want node 1", d, err)
+	}
+	waitFor(t, 10*time.Second, "node 1 to learn it owns the subnet", func() bool {
+		d, err := b.Peer().Delegate(ctx, at)
+		return err == nil && d.Owner == b.Peer().CrawlerID()
+	})
+	c.runAll()
+	hostName := web.Hosts()[host]
+	waitFor(t, 30*time.Second, "node 1 to fetch the host's pages", func() bool {
+		return fetchedHosts(t, b)[hostName] == len(urls) && c.quiet()
+	})
+	if n := fetchedHosts(t, a)[hostName]; n != 0 {
+		t.Errorf("node 0 fetched %d pages of the host it no longer owns", n)
+	}
+	if st := web.Stats(); st.DuplicateFetches != 0 {
+		t.Errorf("overlap: %d pages fetched twice", st.DuplicateFetches)
+	}
+	st := a.Engine().Stats()
+	t.Logf("node 0 withdrew %d queued URLs; node 1 fetched %d pages of %s", st.Withdrawn, fetchedHosts(t, b)[hostName], hostName)
+	if st.Withdrawn != int64(len(urls)) {
+		t.Errorf("node 0 withdrew %d URLs, want the %d it had queued", st.Withdrawn, len(urls))
+	}
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

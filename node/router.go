@@ -138,6 +138,23 @@ func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, err
 	return mine, nil
 }
 
+// StillOwns implements crawl.Rechecker: whether the URL queued here is
+// still this crawler's — its subnet or block may have moved since (a
+// review's hand-over, a calibration event, a placement). Unlike Owns it
+// neither counts the URL nor marks its host as reviewed.
+func (r *Router) StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() {
+		return false, fmt.Errorf("node: %s: no address to delegate by", u.Host)
+	}
+	d, err := r.peer.Delegate(ctx, r.mapAddr(ip))
+	if err != nil {
+		return false, fmt.Errorf("node: owner of %s: %w", u.Host, err)
+	}
+	return d.Owner == r.peer.CrawlerID(), nil
+}
+
+var _ crawl.Rechecker = (*Router)(nil)
+
 // Handoff implements crawl.Router: the URLs are grouped by the subnet and
 // block (delegation.BlockOf) of their host's (mapped) address and each
 // group is spooled durably by the overlay, which delivers it to the owner

@@ -312,3 +312,32 @@ func TestRouterReviewsAnAddressOnce(t *testing.T) {
 		t.Fatalf("reviews %+v: want one for the shared address, one for three.test", own.reviews)
 	}
 }
+
+// TestRouterStillOwns: the engine's question before it fetches a queued
+// URL (crawl.Rechecker) follows the record of the moment, at the mapped
+// address, and leaves the routing counters alone.
+func TestRouterStillOwns(t *testing.T) {
+	ctx := context.Background()
+	mapped := func(a netip.Addr) netip.Addr { // 127.0.0.x → 198.51.100.x
+		b := a.As4()
+		return netip.AddrFrom4([4]byte{198, 51, 100, b[3]})
+	}
+	r, own := newTimingRouter(t, mapped, mapResolver{})
+	own.foreign = map[netip.Addr]bool{netip.MustParseAddr("198.51.100.9"): true} // moved to "other"
+	u, _ := url.Parse("http://queued.test/p")
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{{"127.0.0.3", true}, {"127.0.0.9", false}} {
+		mine, err := r.StillOwns(ctx, u, netip.MustParseAddr(tc.ip))
+		if err != nil || mine != tc.want {
+			t.Fatalf("StillOwns at %s: %v %v, want %v", tc.ip, mine, err, tc.want)
+		}
+	}
+	if _, err := r.StillOwns(ctx, u, netip.Addr{}); err == nil {
+		t.Fatal("StillOwns without an address: no error")
+	}
+	if o, f := counterOf(t, r.owned), counterOf(t, r.foreign); o != 0 || f != 0 {
+		t.Fatalf("StillOwns counted as routing: owned %v, foreign %v", o, f)
+	}
+}

@@ -699,6 +699,85 @@ func (f *Frontier) Done(it Item, hist *History) error {
 	return nil
 }
 
+// Withdraw forgets items returned by Next for an acquired host whose
+// crawling another crawler took over and durably accepted (a hand-off
+// after the host's subnet changed hands): each leaves its queue, the
+// seen-set, its page history and the revisit schedule in one transaction,
+// and is marked handed off, so links to it are not handed off again —
+// while, should ownership and the URL come back, Add admits it afresh.
+func (f *Frontier) Withdraw(items []Item) error {
+	for _, it := range items {
+		if it.key == nil {
+			return errors.New("frontier: Withdraw of an item not returned by Next")
+		}
+	}
+	hashes := make([]Hash, len(items))
+	for i, it := range items {
+		hashes[i] = HashURL(it.URL)
+	}
+	// under the write lock: Add reads the seen keys this deletes
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	unscheduled := 0
+	err := f.update(func(txn *badger.Txn) error {
+		unscheduled = 0
+		pending := map[string]int64{}
+		for i, it := range items {
+			h := hashes[i]
+			if err := txn.Delete(it.key); err != nil {
+				return err
+			}
+			pending[it.Host]++
+			if err := txn.Delete(cat(pSeen, h[:])); err != nil {
+				return err
+			}
+			old, found, err := getHistory(txn, h)
+			if err != nil {
+				return err
+			}
+			if found {
+				if !old.NextVisit.IsZero() {
+					rk := revisitKey(old.NextVisit, h)
+					if _, err := txn.Get(rk); err == nil {
+						if err := txn.Delete(rk); err != nil {
+							return err
+						}
+						unscheduled++
+					}
+				}
+				if err := txn.Delete(cat(pPage, h[:])); err != nil {
+					return err
+				}
+			}
+			if err := txn.Set(cat(pHandedOff, h[:]), nil); err != nil {
+				return err
+			}
+		}
+		for host, n := range pending {
+			m, err := getHostMeta(txn, host)
+			if err != nil {
+				return err
+			}
+			m.Pending = max(m.Pending-n, 0)
+			if err := txn.Set(cat(pHostMeta, []byte(host)), m.encode()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, h := range hashes {
+		f.seen.remove(h)
+	}
+	f.smu.Lock()
+	f.stats.Queued -= int64(len(items))
+	f.stats.Scheduled -= int64(unscheduled)
+	f.smu.Unlock()
+	return nil
+}
+
 // ReleaseHost gives an acquired host back. Items returned by Next and not
 // Done stay queued and are returned again when the host is next acquired; a
 // host with queued items goes back on the ready list.
@@ -810,6 +889,17 @@ func (s *seenFront) has(h Hash) bool {
 	}
 	s.mu.RUnlock()
 	return ok
+}
+
+// remove forgets h (Withdraw). Keys are the hash's first 8 bytes: a URL
+// sharing them loses its certain hit and falls through to Badger, which
+// holds the full hash.
+func (s *seenFront) remove(h Hash) {
+	k := binary.LittleEndian.Uint64(h[:8])
+	s.mu.Lock()
+	delete(s.young, k)
+	delete(s.old, k)
+	s.mu.Unlock()
 }
 
 func (s *seenFront) add(h Hash) {

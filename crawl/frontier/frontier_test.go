@@ -280,3 +280,76 @@ func TestConcurrentWorkersDrainEverything(t *testing.T) {
 		}
 	}
 }
+
+// Withdraw forgets URLs whose host another crawler took over: out of the
+// queue, the seen-set and the page histories, marked handed off — and a
+// URL that comes back later is admitted afresh.
+func TestWithdraw(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	if _, err := f.Add(items("a.test", "/1", "/2", "/3")); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	h, _, _ := f.AcquireHost()
+	it, _, _ := f.Next(h)
+	if err := f.Done(it, &History{LastFetch: now, NextVisit: now.Add(time.Hour), ETag: `"e"`}); err != nil {
+		t.Fatal(err)
+	}
+	f.ReleaseHost(h)
+	if n, _ := f.DueRevisits(now.Add(2*time.Hour), 10); n != 1 {
+		t.Fatalf("due %d, want 1", n)
+	}
+	h, _, _ = f.AcquireHost()
+	var got []Item
+	for {
+		it, ok, err := f.Next(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, it)
+	}
+	if len(got) != 3 || got[2].URL != "http://a.test/1" || !got[2].Revisit {
+		t.Fatalf("queue %+v, want /2, /3 and the revisit of /1", got)
+	}
+	if err := f.Withdraw([]Item{{URL: "http://a.test/9", Host: "a.test"}}); err == nil {
+		t.Fatal("Withdraw of an item not returned by Next: no error")
+	}
+	if err := f.Withdraw([]Item{got[0], got[2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Done(got[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	f.ReleaseHost(h)
+	if st := f.Stats(); st.Queued != 0 || st.Scheduled != 0 {
+		t.Fatalf("after withdrawing two and fetching one: %+v", st)
+	}
+	for _, u := range []string{"http://a.test/1", "http://a.test/2"} {
+		seen, _ := f.Seen(u)
+		handed, _ := f.HandedOff(u)
+		_, hist, _ := f.History(u)
+		if seen || !handed || hist {
+			t.Fatalf("%s withdrawn: seen %v, handed off %v, history %v; want only the hand-off mark", u, seen, handed, hist)
+		}
+	}
+	if seen, _ := f.Seen("http://a.test/3"); !seen {
+		t.Fatal("the fetched URL left the seen-set")
+	}
+	// ownership comes back, and the URLs with it
+	if n, err := f.Add(items("a.test", "/2", "/1", "/3")); err != nil || n != 2 {
+		t.Fatalf("withdrawn URLs handed back: %d admitted, %v; want 2", n, err)
+	}
+	h, ok, _ := f.AcquireHost()
+	if !ok || h != "a.test" {
+		t.Fatalf("host with two URLs back not ready: %q %v", h, ok)
+	}
+	if urls := drainHost(t, f, h, false); len(urls) != 2 {
+		t.Fatalf("queue after the return: %v", urls)
+	}
+	f.ReleaseHost(h)
+}
