@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,51 @@ func testMicraConstantLatencies(t *testing.T, mc MicraConfig, wantPooled bool) {
 	}
 	if wantPooled && pooled == 0 {
 		t.Fatalf("no kind of context has a pooled spread yet: the test exercises nothing (%v, after %v)", m.pooled, m.cfg.PooledAfter)
+	}
+}
+
+// TestMicraMissFirst: MissFirst is the stop rule's risk after a decision's
+// first probe only. At 100 (any risk) every probed decision stops after one
+// probe; a negative value means Miss; the default changes some decisions.
+func TestMicraMissFirst(t *testing.T) {
+	run := func(mc MicraConfig) (out []string, probes []int) {
+		w := newSynthWorld(t, 11, 12, 400)
+		members := NewMemMembership(w.crawlers...)
+		dir := NewMemDirectory(w.tree, members)
+		deps := Deps{Tree: w.tree, Dir: dir, Prober: w, Members: members, Rand: rand.New(rand.NewPCG(3, 1))}
+		p := NewMicra(deps, Config{Micra: mc})
+		ctx := context.Background()
+		for _, c := range w.crawlers {
+			if _, err := p.Join(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, h := range w.hosts {
+			d, err := p.Delegate(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Reason == ReasonCached {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%v %s %s probes=%d", h, d.Owner, d.Reason, d.Probes))
+			probes = append(probes, d.Probes)
+		}
+		return out, probes
+	}
+	_, loose := run(MicraConfig{MissFirst: 100})
+	for i, n := range loose {
+		if n > 1 {
+			t.Fatalf("decision %d probed %d times with MissFirst 100: the first answer must stop it", i, n)
+		}
+	}
+	asMiss, _ := run(MicraConfig{MissFirst: 0.06})
+	off, _ := run(MicraConfig{MissFirst: -1})
+	if !slices.Equal(asMiss, off) {
+		t.Fatal("MissFirst −1 does not decide as MissFirst = Miss")
+	}
+	def, _ := run(MicraConfig{})
+	if slices.Equal(def, off) {
+		t.Fatal("the default MissFirst changed no decision")
 	}
 }
