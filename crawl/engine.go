@@ -549,9 +549,10 @@ const withdrawBatch = 512
 // URL of host, is still this crawler's. If not, it hands it and up to
 // withdrawBatch−1 further queued URLs of the host (same host, same
 // address, same owner) to their owner and withdraws them from the
-// frontier, and returns true. An ownership it cannot tell (no Rechecker,
-// a resolution error) leaves the URL to be crawled here. On an error the
-// items taken from the queue are still queued: the caller rewinds.
+// frontier (Frontier.Withdraw), and returns true. An ownership it cannot
+// tell (no Rechecker, a resolution error) leaves the URL to be crawled
+// here. On an error the items taken from the queue are still queued: the
+// caller rewinds.
 func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.Item) (bool, error) {
 	rc, ok := e.router.(Rechecker)
 	if !ok {
@@ -574,6 +575,7 @@ func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.I
 		return false, nil
 	}
 	batch := []frontier.Item{it}
+	skipped := false // items of a file root: read here, not handed off
 	for len(batch) < withdrawBatch {
 		next, ok, err := e.front.Next(host)
 		if err != nil {
@@ -582,23 +584,24 @@ func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.I
 		if !ok {
 			break
 		}
+		if _, _, file := e.files.Match(mustParse(next.URL)); file {
+			skipped = true
+			continue
+		}
 		batch = append(batch, next)
 	}
-	urls := make([]string, len(batch))
-	for i, b := range batch {
-		urls[i] = b.URL
-	}
-	// As for links: finish the hand-off even if the crawl is being stopped,
-	// within a bound.
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	err = e.router.Handoff(hctx, urls)
-	cancel()
+	err = e.front.Withdraw(batch, func(urls []string) error {
+		// As for links: finish the hand-off even if the crawl is being
+		// stopped, within a bound.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return e.router.Handoff(hctx, urls)
+	})
 	if err != nil {
-		return false, fmt.Errorf("hand-off of %d URLs: %w", len(urls), err)
+		return false, fmt.Errorf("withdraw %d URLs: %w", len(batch), err)
 	}
-	if err := e.front.Withdraw(batch); err != nil {
-		// the owner has them and they are still queued here: fetched twice
-		return false, fmt.Errorf("frontier: withdraw %d handed-off URLs: %w", len(batch), err)
+	if skipped {
+		e.front.Rewind(host) // serve the file-root items taken meanwhile
 	}
 	e.st.withdrawn.Add(int64(len(batch)))
 	e.log.Debug("queued URLs withdrawn: their host is another crawler's now", "host", host, "urls", len(batch))

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -647,5 +648,65 @@ func TestQueuedURLsOfMovedHostsWithdrawn(t *testing.T) {
 	}
 	if ws := web.Stats(); ws.UniquePages != 30 || ws.DuplicateFetches != 0 {
 		t.Fatalf("server: %+v, want the 30 pages of the hosts that stayed, once each", ws)
+	}
+}
+
+// bouncingRouter hands the URLs of a moved host straight back to this
+// crawler's own engine, as the overlay does when the owner it finds is
+// this crawler after all, and the host is this crawler's again from then on.
+type bouncingRouter struct {
+	movingRouter
+	eng     *Engine
+	bounced atomic.Int64
+}
+
+func (r *bouncingRouter) StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.movingRouter.StillOwns(ctx, u, ip)
+}
+
+func (r *bouncingRouter) Handoff(ctx context.Context, urls []string) error {
+	r.mu.Lock()
+	clear(r.moved)
+	r.mu.Unlock()
+	r.bounced.Add(int64(len(urls)))
+	return r.eng.Accept(ctx, urls)
+}
+
+// A withdrawal whose hand-off comes back to this crawler loses nothing:
+// the URLs are queued again and fetched here, once each.
+func TestWithdrawnURLsHandedBackAreFetched(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 2, HostsPerIP: 1, PagesPerHost: 10})
+	hosts := web.Hosts()
+	r := &bouncingRouter{movingRouter: movingRouter{moved: map[string]bool{hosts[1]: true}}}
+	r.own = map[string]bool{hosts[0]: true, hosts[1]: true}
+	eng, err := New(Config{StateDir: t.TempDir(), Fetch: synthFetchConfig(web), Router: r,
+		Concurrency: 2, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
+		Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	r.eng = eng
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var queued []string
+	for h := range hosts {
+		for p := range 10 {
+			queued = append(queued, web.PageURL(h, p))
+		}
+	}
+	if err := eng.Accept(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r.bounced.Load() == 0 {
+		t.Fatal("nothing was handed off: the test did not exercise the round trip")
+	}
+	if st, ws := eng.Stats(), web.Stats(); st.Fetched != 20 || ws.UniquePages != 20 || ws.DuplicateFetches != 0 {
+		t.Fatalf("fetched %d (server: %d distinct, %d twice) after %d URLs came back; want all 20 pages once", st.Fetched, ws.UniquePages, ws.DuplicateFetches, r.bounced.Load())
 	}
 }

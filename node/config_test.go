@@ -157,6 +157,14 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 		}
 	}
 	b := open(nil)
+	// b owns the subnet (alone, it delegates it to itself): recovered pages
+	// arrive after a gain, when the record is in the cache
+	if _, err := b.Peer().Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Peer().Delegate(ctx, emu.Map(ip[0])); err != nil || d.Owner != b.Peer().CrawlerID() {
+		t.Fatalf("b delegating the subnet: %v %v", d, err)
+	}
 	// Import keeps only the pages of hosts this crawler owns: as long as
 	// another crawler owns the subnet (or the block), nothing is imported
 	other := &Router{peer: elsewhereOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res,
@@ -192,4 +200,12 @@ func (e elsewhereOwner) Delegate(ctx context.Context, ip netip.Addr) (delegation
 	d, err := e.owner.Delegate(ctx, ip)
 	d.Owner = "someone-else"
 	return d, err
+}
+
+func (e elsewhereOwner) CachedOwner(netip.Addr) (delegation.CrawlerID, bool) {
+	return "someone-else", true
+}
+
+func (e elsewhereOwner) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) {
+	return delegation.Record{Subnet: s, Owner: "someone-else"}, true
 }

@@ -65,14 +65,16 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 
 // Import implements overlay.PageHistory: pages this crawler has no history
 // for join its seen-set with their validators, so the next visit is a
-// conditional GET. Only pages whose host this crawler owns are kept (a
-// block of the subnet may be another crawler's): an imported page joins
-// the revisit schedule, and a page of another crawler's block would then
-// be crawled twice.
+// conditional GET. Only pages whose host this crawler owns by the cached
+// record are kept (a block of the subnet may be another crawler's): an
+// imported page joins the revisit schedule, and a page of another
+// crawler's block would then be crawled twice. When this crawler owns the
+// whole subnet (no block of it is another's), no host is resolved.
 func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []overlay.PageState) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	all := h.router.ownsAll(s)
 	mine := map[string]bool{}
 	hs := make([]frontier.History, 0, len(pages))
 	for _, p := range pages {
@@ -82,6 +84,9 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 		}
 		host := u.Hostname()
 		own, ok := mine[host]
+		if !ok && all {
+			own, ok = true, true
+		}
 		if !ok {
 			own, err = h.router.ownsHost(ctx, host, s)
 			if err != nil {

@@ -36,6 +36,8 @@ type owner interface {
 	CrawlerID() delegation.CrawlerID
 	Review(ctx context.Context, ip netip.Addr, took time.Duration) (delegation.Decision, bool, error)
 	ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error)
+	CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool)
+	CachedRecord(s hierarchy.NodeID) (delegation.Record, bool)
 }
 
 var _ owner = (*overlay.Peer)(nil)
@@ -140,17 +142,28 @@ func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, err
 
 // StillOwns implements crawl.Rechecker: whether the URL queued here is
 // still this crawler's — its subnet or block may have moved since (a
-// review's hand-over, a calibration event, a placement). Unlike Owns it
-// neither counts the URL nor marks its host as reviewed.
+// review's hand-over, a calibration event, a placement). It answers from
+// the cached record (no lookup, no load counted) and asks Delegate only
+// when none is cached. Unlike Owns it neither counts the URL nor marks its
+// host as reviewed. It remembers the host's address, so that a hand-off
+// of the URL (Handoff) is grouped by the address judged here, not by
+// another of the host's addresses, which may lie in a subnet this crawler
+// owns.
 func (r *Router) StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
 	if !ip.IsValid() {
 		return false, fmt.Errorf("node: %s: no address to delegate by", u.Host)
 	}
-	d, err := r.peer.Delegate(ctx, r.mapAddr(ip))
+	a := r.mapAddr(ip)
+	r.remember(u.Hostname(), a)
+	self := r.peer.CrawlerID()
+	if owner, ok := r.peer.CachedOwner(a); ok {
+		return owner == self, nil
+	}
+	d, err := r.peer.Delegate(ctx, a)
 	if err != nil {
 		return false, fmt.Errorf("node: owner of %s: %w", u.Host, err)
 	}
-	return d.Owner == r.peer.CrawlerID(), nil
+	return d.Owner == self, nil
 }
 
 var _ crawl.Rechecker = (*Router)(nil)
@@ -349,9 +362,11 @@ func (r *Router) addrOf(ctx context.Context, host string) (netip.Addr, error) {
 	return a, nil
 }
 
-// ownsHost reports whether this crawler owns host's pages now: its mapped
-// address lies in subnet s and the owner of that address under s's record
-// (its block's, if delegated) is this peer.
+// ownsHost reports whether this crawler owns host's pages now by the
+// cached record (no lookup, no decision): its mapped address lies in
+// subnet s and the owner of that address under s's record (its block's, if
+// delegated to a live crawler) is this peer. Without a cached record it
+// does not know, and says no.
 func (r *Router) ownsHost(ctx context.Context, host string, s hierarchy.NodeID) (bool, error) {
 	a, err := r.addrOf(ctx, host)
 	if err != nil {
@@ -360,11 +375,16 @@ func (r *Router) ownsHost(ctx context.Context, host string, s hierarchy.NodeID) 
 	if r.tree.SmallestNonUnary(a) != s {
 		return false, nil
 	}
-	d, err := r.peer.Delegate(ctx, a)
-	if err != nil {
-		return false, err
-	}
-	return d.Owner == r.peer.CrawlerID(), nil
+	owner, ok := r.peer.CachedOwner(a)
+	return ok && owner == r.peer.CrawlerID(), nil
+}
+
+// ownsAll reports whether every page of subnet s is this crawler's by the
+// cached record: it owns s and no block of s is another crawler's. Then no
+// host needs resolving to tell.
+func (r *Router) ownsAll(s hierarchy.NodeID) bool {
+	rec, ok := r.peer.CachedRecord(s)
+	return ok && rec.Owner == r.peer.CrawlerID() && len(rec.Blocks) == 0
 }
 
 // resolveRaw resolves host as the engine does (first address), unmapped.

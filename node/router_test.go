@@ -14,6 +14,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -37,6 +38,15 @@ func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Dec
 		return delegation.Decision{IP: ip, Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
 	}
 	return delegation.Decision{IP: ip, Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
+}
+func (o *timingOwner) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
+	if o.foreign[ip] {
+		return "other", true
+	}
+	return o.CrawlerID(), true
+}
+func (o *timingOwner) CachedRecord(hierarchy.NodeID) (delegation.Record, bool) {
+	return delegation.Record{}, false
 }
 func (o *timingOwner) HandoffAll(context.Context, []overlay.HandoffItem) error {
 	return nil

@@ -205,7 +205,7 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 		d.p.onGained(rec, prevOwner)
 	}
 	if had {
-		for _, g := range blocksGained(old.rec, rec, self) {
+		for _, g := range blocksGained(old.rec, rec, self, d.p.members.IsLive) {
 			d.p.onGainedBlock(rec.Subnet, g.Host, g.Owner)
 		}
 	}
@@ -215,8 +215,9 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 // blocksGained lists the blocks whose hosts self crawls under rec but
 // another crawler crawled under old — a block delegated to self, or a
 // block dissolved into a subnet self owns — one host per block, each with
-// its previous crawler as Owner.
-func blocksGained(old, rec delegation.Record, self delegation.CrawlerID) []delegation.BlockDelegation {
+// its previous crawler as Owner (a block whose owner was not live was
+// crawled by the subnet's owner, as hand-offs route it).
+func blocksGained(old, rec delegation.Record, self delegation.CrawlerID, live func(delegation.CrawlerID) bool) []delegation.BlockDelegation {
 	if len(old.Blocks) == 0 && len(rec.Blocks) == 0 {
 		return nil
 	}
@@ -225,7 +226,10 @@ func blocksGained(old, rec delegation.Record, self delegation.CrawlerID) []deleg
 		if rec.OwnerOf(host) != self {
 			return
 		}
-		prev := old.OwnerOf(host)
+		prev := old.Owner
+		if b, ok := old.BlockOwner(host); ok && live(b.Owner) {
+			prev = b.Owner
+		}
 		if prev == self || prev == "" {
 			return
 		}

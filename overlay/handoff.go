@@ -500,6 +500,26 @@ func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) 
 
 // blockOwner is who crawls ip under rec: its block's owner when rec
 // delegates ip's block to a live crawler, else rec's owner.
+// CachedOwner returns the live owner of ip as this peer's cache knows it —
+// its block's owner if the record delegates the block to a live crawler,
+// else its subnet's — without a lookup, a decision or any bookkeeping; ok
+// is false when no record with a live owner is cached for ip's subnet.
+func (p *Peer) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
+	s := p.tree.SmallestNonUnary(ip)
+	if s == hierarchy.None {
+		return "", false
+	}
+	rec, ok := p.dir.Cached(s)
+	if !ok {
+		return "", false
+	}
+	return p.blockOwner(rec, ip), true
+}
+
+// CachedRecord returns the cached record of subnet s if its owner is live
+// (Directory.Cached).
+func (p *Peer) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) { return p.dir.Cached(s) }
+
 func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.CrawlerID {
 	if ip.IsValid() {
 		if b, ok := rec.BlockOwner(ip); ok && p.members.IsLive(b.Owner) {

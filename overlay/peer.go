@@ -541,7 +541,7 @@ func (p *Peer) onGainedBlock(s hierarchy.NodeID, host netip.Addr, prev delegatio
 			p.log.Warn("overlay: page recovery failed", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "err", err)
 			return
 		}
-		p.log.Debug("overlay: pages recovered", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "pages", n)
+		p.log.Debug("overlay: pages received", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "pages", n)
 	}()
 }
 

@@ -349,7 +349,8 @@ func TestVerifiedCacheOwnsItsSlices(t *testing.T) {
 }
 
 func TestBlocksGained(t *testing.T) {
-	self, a, b := delegation.CrawlerID("self"), delegation.CrawlerID("a"), delegation.CrawlerID("b")
+	self, a, b, dead := delegation.CrawlerID("self"), delegation.CrawlerID("a"), delegation.CrawlerID("b"), delegation.CrawlerID("dead")
+	live := func(c delegation.CrawlerID) bool { return c != dead }
 	h1, h1b, h2 := netip.MustParseAddr("127.5.11.5"), netip.MustParseAddr("127.5.11.77"), netip.MustParseAddr("127.5.12.1")
 	rec := func(owner delegation.CrawlerID, blocks ...delegation.BlockDelegation) delegation.Record {
 		return delegation.Record{Subnet: 5, Owner: owner, Blocks: blocks}
@@ -370,8 +371,10 @@ func TestBlocksGained(t *testing.T) {
 		{"block made for another", rec(self), rec(self, blk(h2, b)), nil},
 		{"self keeps its block", rec(a, blk(h1, self)), rec(b, blk(h1b, self)), nil},
 		{"two blocks gained", rec(a, blk(h1, b)), rec(a, blk(h1, self), blk(h2, self)), []delegation.BlockDelegation{blk(h1, b), blk(h2, a)}},
+		{"block of a dead crawler: the subnet's owner crawled it", rec(a, blk(h1, dead)), rec(a, blk(h1, self)), []delegation.BlockDelegation{blk(h1, a)}},
+		{"own block while the block's owner is dead", rec(self, blk(h1, dead)), rec(self), nil},
 	} {
-		if got := blocksGained(tc.old, tc.new, self); !slices.Equal(got, tc.want) {
+		if got := blocksGained(tc.old, tc.new, self, live); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -122,7 +122,8 @@ func (p *Peer) handleRecover(s network.Stream) {
 
 // RecoverPages pulls subnet s's page history from its previous owner and
 // imports it (UbiCrawler's page recovery: nothing is fetched again for
-// nothing after an ownership change). It returns the pages imported.
+// nothing after an ownership change). It returns the pages received;
+// PageHistory.Import keeps those whose hosts this crawler owns.
 func (p *Peer) RecoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID) (int, error) {
 	return p.recoverPages(ctx, from, s, netip.Addr{})
 }

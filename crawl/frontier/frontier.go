@@ -699,23 +699,144 @@ func (f *Frontier) Done(it Item, hist *History) error {
 	return nil
 }
 
-// Withdraw forgets items returned by Next for an acquired host whose
-// crawling another crawler took over and durably accepted (a hand-off
-// after the host's subnet changed hands): each leaves its queue, the
-// seen-set, its page history and the revisit schedule in one transaction,
-// and is marked handed off, so links to it are not handed off again —
-// while, should ownership and the URL come back, Add admits it afresh.
-func (f *Frontier) Withdraw(items []Item) error {
+// Withdraw gives items returned by Next for an acquired host to the
+// crawler that owns them now: handoff must hand their URLs over durably
+// (nil only once accepted). It runs in three steps:
+//
+//  1. the URLs leave the seen-set and the host's budget, so that a
+//     hand-off delivered back to this crawler (ownership flipped back, or
+//     the overlay's owner is this crawler after all) queues them again
+//     instead of dropping them as seen;
+//  2. handoff, without the frontier's lock (a delivery back calls Add);
+//     on an error step 1 is undone and the items stay queued here;
+//  3. the items leave their queue, their page histories and the revisit
+//     schedule, and are marked handed off, so links to them are not
+//     handed off again — should they come back, Add admits them afresh.
+//
+// A crash between the steps leaves the items queued (step 1 only: a URL
+// fetched here then lacks its seen mark, and a later link to it may fetch
+// it once more) — overlap, never a loss.
+func (f *Frontier) Withdraw(items []Item, handoff func([]string) error) error {
 	for _, it := range items {
 		if it.key == nil {
 			return errors.New("frontier: Withdraw of an item not returned by Next")
 		}
 	}
 	hashes := make([]Hash, len(items))
+	urls := make([]string, len(items))
 	for i, it := range items {
-		hashes[i] = HashURL(it.URL)
+		hashes[i], urls[i] = HashURL(it.URL), it.URL
 	}
-	// under the write lock: Add reads the seen keys this deletes
+	unseen, err := f.unsee(items, hashes)
+	if err != nil {
+		return err
+	}
+	if err := handoff(urls); err != nil {
+		if rerr := f.resee(items, hashes, unseen); rerr != nil {
+			return fmt.Errorf("%w (and restoring the seen marks: %v)", err, rerr)
+		}
+		return err
+	}
+	return f.forget(items, hashes)
+}
+
+// unsee is Withdraw's first step; it returns which items had a seen mark.
+func (f *Frontier) unsee(items []Item, hashes []Hash) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	unseen := make([]bool, len(items))
+	n := 0
+	err := f.update(func(txn *badger.Txn) error {
+		n = 0
+		admitted := map[string]int64{}
+		for i, it := range items {
+			unseen[i] = false
+			k := cat(pSeen, hashes[i][:])
+			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+			unseen[i] = true
+			admitted[it.Host]++
+			n++
+		}
+		return adjustAdmitted(txn, admitted, -1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hashes {
+		if unseen[i] {
+			f.seen.remove(h)
+		}
+	}
+	f.smu.Lock()
+	f.stats.Seen -= int64(n)
+	f.smu.Unlock()
+	return unseen, nil
+}
+
+// resee undoes unsee after a failed hand-off.
+func (f *Frontier) resee(items []Item, hashes []Hash, unseen []bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	err := f.update(func(txn *badger.Txn) error {
+		n = 0
+		admitted := map[string]int64{}
+		for i, it := range items {
+			if !unseen[i] {
+				continue
+			}
+			k := cat(pSeen, hashes[i][:])
+			if _, err := txn.Get(k); err == nil {
+				continue // admitted again meanwhile
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+			if err := txn.Set(k, nil); err != nil {
+				return err
+			}
+			admitted[it.Host]++
+			n++
+		}
+		return adjustAdmitted(txn, admitted, +1)
+	})
+	if err != nil {
+		return err
+	}
+	for i, h := range hashes {
+		if unseen[i] {
+			f.seen.add(h)
+		}
+	}
+	f.smu.Lock()
+	f.stats.Seen += int64(n)
+	f.smu.Unlock()
+	return nil
+}
+
+// adjustAdmitted moves hosts' budget counts by sign × n.
+func adjustAdmitted(txn *badger.Txn, n map[string]int64, sign int64) error {
+	for host, k := range n {
+		m, err := getHostMeta(txn, host)
+		if err != nil {
+			return err
+		}
+		m.Admitted = max(m.Admitted+sign*k, 0)
+		if err := txn.Set(cat(pHostMeta, []byte(host)), m.encode()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forget is Withdraw's last step.
+func (f *Frontier) forget(items []Item, hashes []Hash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	unscheduled := 0
@@ -728,9 +849,6 @@ func (f *Frontier) Withdraw(items []Item) error {
 				return err
 			}
 			pending[it.Host]++
-			if err := txn.Delete(cat(pSeen, h[:])); err != nil {
-				return err
-			}
 			old, found, err := getHistory(txn, h)
 			if err != nil {
 				return err
@@ -767,9 +885,6 @@ func (f *Frontier) Withdraw(items []Item) error {
 	})
 	if err != nil {
 		return err
-	}
-	for _, h := range hashes {
-		f.seen.remove(h)
 	}
 	f.smu.Lock()
 	f.stats.Queued -= int64(len(items))

@@ -1,6 +1,7 @@
 package frontier
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -316,11 +317,16 @@ func TestWithdraw(t *testing.T) {
 	if len(got) != 3 || got[2].URL != "http://a.test/1" || !got[2].Revisit {
 		t.Fatalf("queue %+v, want /2, /3 and the revisit of /1", got)
 	}
-	if err := f.Withdraw([]Item{{URL: "http://a.test/9", Host: "a.test"}}); err == nil {
+	var handed []string
+	accept := func(urls []string) error { handed = append(handed, urls...); return nil }
+	if err := f.Withdraw([]Item{{URL: "http://a.test/9", Host: "a.test"}}, accept); err == nil {
 		t.Fatal("Withdraw of an item not returned by Next: no error")
 	}
-	if err := f.Withdraw([]Item{got[0], got[2]}); err != nil {
+	if err := f.Withdraw([]Item{got[0], got[2]}, accept); err != nil {
 		t.Fatal(err)
+	}
+	if len(handed) != 2 {
+		t.Fatalf("handed %v, want the two withdrawn URLs", handed)
 	}
 	if err := f.Done(got[1], nil); err != nil {
 		t.Fatal(err)
@@ -352,4 +358,78 @@ func TestWithdraw(t *testing.T) {
 		t.Fatalf("queue after the return: %v", urls)
 	}
 	f.ReleaseHost(h)
+}
+
+// A withdrawal whose hand-off comes straight back to this crawler (the
+// overlay's owner is this crawler after all, or ownership flipped back)
+// loses nothing: the URLs are queued again. A failed hand-off leaves them
+// queued and seen. Withdrawn URLs give their place in the host's budget
+// back, so they can be admitted again however small the budget.
+func TestWithdrawHandedBackOrFailed(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{MaxPagesPerHost: 3})
+	defer db.Close()
+	defer f.Close()
+	if n, err := f.Add(items("a.test", "/1", "/2", "/3")); err != nil || n != 3 {
+		t.Fatalf("add: %d %v", n, err)
+	}
+	take := func() []Item {
+		h, ok, err := f.AcquireHost()
+		if err != nil || !ok || h != "a.test" {
+			t.Fatalf("acquire: %q %v %v", h, ok, err)
+		}
+		var out []Item
+		for {
+			it, ok, err := f.Next(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return out
+			}
+			out = append(out, it)
+		}
+	}
+	// the hand-off fails: everything stays queued and seen
+	batch := take()
+	if err := f.Withdraw(batch, func([]string) error { return errors.New("spool full") }); err == nil {
+		t.Fatal("a failed hand-off: Withdraw returned nil")
+	}
+	f.Rewind("a.test")
+	for _, it := range batch {
+		if seen, _ := f.Seen(it.URL); !seen {
+			t.Fatalf("%s lost its seen mark after a failed hand-off", it.URL)
+		}
+	}
+	if st := f.Stats(); st.Queued != 3 {
+		t.Fatalf("after a failed hand-off %d queued, want 3", st.Queued)
+	}
+	// the hand-off is delivered back to this crawler at once
+	var back int
+	err := f.Withdraw(batch, func(urls []string) error {
+		n, err := f.Add(items("a.test", "/1", "/2", "/3"))
+		back = n
+		return err
+	})
+	if err != nil || back != 3 {
+		t.Fatalf("hand-off delivered back: %d re-admitted, %v; want all 3", back, err)
+	}
+	f.ReleaseHost("a.test")
+	if urls := drainHost(t, f, take0(t, f), false); len(urls) != 3 {
+		t.Fatalf("after the round trip the queue holds %v, want the 3 URLs once each", urls)
+	}
+	f.ReleaseHost("a.test")
+	// withdrawn for good, then back again: the budget of 3 admits them
+	if n, err := f.Add(items("a.test", "/4", "/5", "/6")); err != nil || n != 0 {
+		t.Fatalf("budget of 3 spent: %d admitted, %v", n, err)
+	}
+}
+
+// take0 acquires the only ready host.
+func take0(t *testing.T, f *Frontier) string {
+	t.Helper()
+	h, ok, err := f.AcquireHost()
+	if err != nil || !ok {
+		t.Fatalf("no host ready: %v", err)
+	}
+	return h
 }
