@@ -600,28 +600,7 @@ func TestQueuedURLsOfMovedHostsWithdrawn(t *testing.T) {
 	hosts := web.Hosts()
 	r := &movingRouter{moved: map[string]bool{hosts[3]: true}}
 	r.own = map[string]bool{hosts[0]: true, hosts[1]: true, hosts[2]: true, hosts[3]: true}
-	eng, err := New(Config{StateDir: t.TempDir(), Fetch: synthFetchConfig(web), Router: r,
-		Concurrency: 4, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
-		Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// queued while they were this crawler's: every page of every host
-	var queued []string
-	for h := range hosts {
-		for p := range 10 {
-			queued = append(queued, web.PageURL(h, p))
-		}
-	}
-	if err := eng.Accept(ctx, queued); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	eng := crawlQueued(t, web, r, 4, nil)
 	st := eng.Stats()
 	movedPrefix := "http://" + hosts[3] + ":"
 	handed := map[string]int{}
@@ -681,19 +660,34 @@ func TestWithdrawnURLsHandedBackAreFetched(t *testing.T) {
 	hosts := web.Hosts()
 	r := &bouncingRouter{movingRouter: movingRouter{moved: map[string]bool{hosts[1]: true}}}
 	r.own = map[string]bool{hosts[0]: true, hosts[1]: true}
+	eng := crawlQueued(t, web, r, 2, func(e *Engine) { r.eng = e })
+	if r.bounced.Load() == 0 {
+		t.Fatal("nothing was handed off: the test did not exercise the round trip")
+	}
+	if st, ws := eng.Stats(), web.Stats(); st.Fetched != 20 || ws.UniquePages != 20 || ws.DuplicateFetches != 0 {
+		t.Fatalf("fetched %d (server: %d distinct, %d twice) after %d URLs came back; want all 20 pages once", st.Fetched, ws.UniquePages, ws.DuplicateFetches, r.bounced.Load())
+	}
+}
+
+// crawlQueued queues every page of web in a new engine routed by r (all of
+// them this crawler's when queued), calls setup, and crawls until idle.
+func crawlQueued(t *testing.T, web *synthweb.Web, r Router, concurrency int, setup func(*Engine)) *Engine {
+	t.Helper()
 	eng, err := New(Config{StateDir: t.TempDir(), Fetch: synthFetchConfig(web), Router: r,
-		Concurrency: 2, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
+		Concurrency: concurrency, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
 		Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close()
-	r.eng = eng
+	t.Cleanup(func() { eng.Close() })
+	if setup != nil {
+		setup(eng)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var queued []string
-	for h := range hosts {
-		for p := range 10 {
+	for h := range web.Config().Hosts {
+		for p := range web.Config().PagesPerHost {
 			queued = append(queued, web.PageURL(h, p))
 		}
 	}
@@ -703,10 +697,5 @@ func TestWithdrawnURLsHandedBackAreFetched(t *testing.T) {
 	if err := eng.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r.bounced.Load() == 0 {
-		t.Fatal("nothing was handed off: the test did not exercise the round trip")
-	}
-	if st, ws := eng.Stats(), web.Stats(); st.Fetched != 20 || ws.UniquePages != 20 || ws.DuplicateFetches != 0 {
-		t.Fatalf("fetched %d (server: %d distinct, %d twice) after %d URLs came back; want all 20 pages once", st.Fetched, ws.UniquePages, ws.DuplicateFetches, r.bounced.Load())
-	}
+	return eng
 }

@@ -206,7 +206,7 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 	}
 	if had {
 		for _, g := range blocksGained(old.rec, rec, self, d.p.members.IsLive) {
-			d.p.onGainedBlock(rec.Subnet, g.Host, g.Owner)
+			d.p.recoverFrom(g.Owner, rec.Subnet, g.Host)
 		}
 	}
 	return rec, true

@@ -503,6 +503,15 @@ func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID) {
 	default:
 		p.log.Warn("overlay: provide queue full; the reprovide loop will catch up", "subnet", rec.Subnet)
 	}
+	p.recoverFrom(prev, rec.Subnet, netip.Addr{})
+}
+
+// recoverFrom pulls, in the background, the page history of subnet s —
+// only of host's block (delegation.BlockOf) when host is valid — from
+// prev, the crawler that crawled it, if prev is live and not this peer:
+// ownership of the subnet, or of the block (a block delegation made,
+// re-decided or dissolved), moved here from prev.
+func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host netip.Addr) {
 	if prev == "" || prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
 		return
 	}
@@ -510,38 +519,19 @@ func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID) {
 	if err != nil {
 		return
 	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		n, err := p.RecoverPages(p.ctx, from, rec.Subnet)
-		if err != nil {
-			p.log.Warn("overlay: page recovery failed", "subnet", rec.Subnet, "from", prev, "err", err)
-			return
-		}
-		p.log.Debug("overlay: pages recovered", "subnet", rec.Subnet, "from", prev, "pages", n)
-	}()
-}
-
-// onGainedBlock runs when the hosts of host's block in subnet s move to
-// this peer from prev (a block delegation made, re-decided or dissolved):
-// if prev is live, pull the block's page history from it.
-func (p *Peer) onGainedBlock(s hierarchy.NodeID, host netip.Addr, prev delegation.CrawlerID) {
-	if prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
-		return
-	}
-	from, err := peer.Decode(string(prev))
-	if err != nil {
-		return
+	log := p.log.With("subnet", s, "from", prev)
+	if host.IsValid() {
+		log = log.With("block", delegation.BlockOf(host))
 	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		n, err := p.RecoverBlock(p.ctx, from, s, host)
+		n, err := p.recoverPages(p.ctx, from, s, host)
 		if err != nil {
-			p.log.Warn("overlay: page recovery failed", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "err", err)
+			log.Warn("overlay: page recovery failed", "err", err)
 			return
 		}
-		p.log.Debug("overlay: pages received", "subnet", s, "block", delegation.BlockOf(host), "from", prev, "pages", n)
+		log.Debug("overlay: pages received", "pages", n)
 	}()
 }
 

@@ -303,17 +303,7 @@ func TestWithdraw(t *testing.T) {
 		t.Fatalf("due %d, want 1", n)
 	}
 	h, _, _ = f.AcquireHost()
-	var got []Item
-	for {
-		it, ok, err := f.Next(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		got = append(got, it)
-	}
+	got := nextAll(t, f, h)
 	if len(got) != 3 || got[2].URL != "http://a.test/1" || !got[2].Revisit {
 		t.Fatalf("queue %+v, want /2, /3 and the revisit of /1", got)
 	}
@@ -372,25 +362,8 @@ func TestWithdrawHandedBackOrFailed(t *testing.T) {
 	if n, err := f.Add(items("a.test", "/1", "/2", "/3")); err != nil || n != 3 {
 		t.Fatalf("add: %d %v", n, err)
 	}
-	take := func() []Item {
-		h, ok, err := f.AcquireHost()
-		if err != nil || !ok || h != "a.test" {
-			t.Fatalf("acquire: %q %v %v", h, ok, err)
-		}
-		var out []Item
-		for {
-			it, ok, err := f.Next(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				return out
-			}
-			out = append(out, it)
-		}
-	}
 	// the hand-off fails: everything stays queued and seen
-	batch := take()
+	batch := nextAll(t, f, take0(t, f))
 	if err := f.Withdraw(batch, func([]string) error { return errors.New("spool full") }); err == nil {
 		t.Fatal("a failed hand-off: Withdraw returned nil")
 	}
@@ -421,6 +394,22 @@ func TestWithdrawHandedBackOrFailed(t *testing.T) {
 	// withdrawn for good, then back again: the budget of 3 admits them
 	if n, err := f.Add(items("a.test", "/4", "/5", "/6")); err != nil || n != 0 {
 		t.Fatalf("budget of 3 spent: %d admitted, %v", n, err)
+	}
+}
+
+// nextAll takes every queued item of acquired host (without Done).
+func nextAll(t *testing.T, f *Frontier, host string) []Item {
+	t.Helper()
+	var out []Item
+	for {
+		it, ok, err := f.Next(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, it)
 	}
 }
 
