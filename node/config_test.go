@@ -177,8 +177,15 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 			t.Fatalf("%s, a page of another crawler's host, imported (%v)", p.URL, err)
 		}
 	}
+	// half the pages while a block of the subnet is another crawler's (each
+	// host is then checked), the rest as the subnet's sole owner (none is)
+	blocked := &Router{peer: blockedOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res,
+		hosts: map[string]netip.Addr{}, log: quiet}
+	if err := (&pageHistory{eng: b.Engine(), router: blocked}).Import(ctx, s, pages[:len(pages)/2]); err != nil {
+		t.Fatal(err)
+	}
 	pb := &pageHistory{eng: b.Engine(), router: b.router}
-	if err := pb.Import(ctx, s, pages); err != nil {
+	if err := pb.Import(ctx, s, pages[len(pages)/2:]); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pages {
@@ -208,4 +215,14 @@ func (e elsewhereOwner) CachedOwner(netip.Addr) (delegation.CrawlerID, bool) {
 
 func (e elsewhereOwner) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) {
 	return delegation.Record{Subnet: s, Owner: "someone-else"}, true
+}
+
+// blockedOwner is an overlay peer whose record of every subnet also gives
+// an unrelated block to another crawler: hosts must be checked one by one.
+type blockedOwner struct{ owner }
+
+func (o blockedOwner) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) {
+	rec, ok := o.owner.CachedRecord(s)
+	rec.Blocks = append(rec.Blocks, delegation.BlockDelegation{Host: netip.MustParseAddr("192.0.2.1"), Owner: "someone-else"})
+	return rec, ok
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -219,7 +218,6 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 	if err := r.peer.HandoffAll(ctx, items); err != nil {
 		return fmt.Errorf("node: hand-off of %d URLs in %d groups: %w", len(urls), len(items), err)
 	}
-	var errs []error
 	for _, k := range order {
 		g := groups[k]
 		r.handoffCalls.Inc()
@@ -228,13 +226,27 @@ func (r *Router) Handoff(ctx context.Context, urls []string) error {
 			continue
 		}
 		// The owner now (cached): the one the overlay is about to send to.
-		if d, err := r.peer.Delegate(ctx, g.ip); err == nil && d.Owner != r.peer.CrawlerID() {
-			if err := r.ledger(d.Owner, g.urls); err != nil {
-				errs = append(errs, fmt.Errorf("node: hand-off ledger: %w", err))
+		owner, ok := r.peer.CachedOwner(g.ip)
+		if !ok {
+			d, err := r.peer.Delegate(ctx, g.ip)
+			if err != nil {
+				continue
 			}
+			owner = d.Owner
+		}
+		if owner == r.peer.CrawlerID() {
+			continue
+		}
+		// The URLs are spooled: the hand-off succeeded. A ledger entry
+		// lost only means they are not re-routed if that owner dies;
+		// reporting the hand-off failed would have the caller crawl them
+		// here too.
+		if err := r.ledger(owner, g.urls); err != nil {
+			r.log.Warn("node: hand-off ledger not written; these URLs are not re-routed if their owner dies",
+				"owner", owner, "urls", len(g.urls), "err", err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 var _ crawl.FetchObserver = (*Router)(nil)

@@ -498,8 +498,6 @@ func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) 
 	return d.Owner, nil
 }
 
-// blockOwner is who crawls ip under rec: its block's owner when rec
-// delegates ip's block to a live crawler, else rec's owner.
 // CachedOwner returns the live owner of ip as this peer's cache knows it —
 // its block's owner if the record delegates the block to a live crawler,
 // else its subnet's — without a lookup, a decision or any bookkeeping; ok
@@ -520,6 +518,8 @@ func (p *Peer) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
 // (Directory.Cached).
 func (p *Peer) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) { return p.dir.Cached(s) }
 
+// blockOwner is who crawls ip under rec: its block's owner when rec
+// delegates ip's block to a live crawler, else rec's owner.
 func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.CrawlerID {
 	if ip.IsValid() {
 		if b, ok := rec.BlockOwner(ip); ok && p.members.IsLive(b.Owner) {

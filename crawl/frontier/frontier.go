@@ -382,6 +382,12 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.addLocked(cand, hashes)
+}
+
+// addLocked is Add's admission under f.mu, for candidates past the
+// in-memory seen check.
+func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
 	added, admitted, rejected, readied := 0, 0, 0, 0
 	var newlySeen []Hash
 	err := f.update(func(txn *badger.Txn) error {
@@ -727,12 +733,12 @@ func (f *Frontier) Withdraw(items []Item, handoff func([]string) error) error {
 	for i, it := range items {
 		hashes[i], urls[i] = HashURL(it.URL), it.URL
 	}
-	unseen, err := f.unsee(items, hashes)
+	marks, err := f.unsee(items, hashes)
 	if err != nil {
 		return err
 	}
 	if err := handoff(urls); err != nil {
-		if rerr := f.resee(items, hashes, unseen); rerr != nil {
+		if rerr := f.resee(items, hashes, marks); rerr != nil {
 			return fmt.Errorf("%w (and restoring the seen marks: %v)", err, rerr)
 		}
 		return err
@@ -740,29 +746,61 @@ func (f *Frontier) Withdraw(items []Item, handoff func([]string) error) error {
 	return f.forget(items, hashes)
 }
 
-// unsee is Withdraw's first step; it returns which items had a seen mark.
-func (f *Frontier) unsee(items []Item, hashes []Hash) ([]bool, error) {
+// A seen mark's value says whether its URL counts in the host's budget
+// (hostMeta.Admitted, Stats.Seen): Add's marks do (an empty value); the
+// marks of pages recovered from another crawler (ImportHistory) and of
+// redirect targets (MarkFetched) do not (seenUncounted), so a withdrawal
+// gives back only what Add took.
+var seenUncounted = []byte{1}
+
+// markSeenUncounted gives h a seen mark that does not count, unless it
+// has one already.
+func markSeenUncounted(txn *badger.Txn, h Hash) error {
+	k := cat(pSeen, h[:])
+	if _, err := txn.Get(k); err == nil {
+		return nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return err
+	}
+	return txn.Set(k, seenUncounted)
+}
+
+// seenMark is what unsee found for an item.
+type seenMark uint8
+
+const (
+	markNone seenMark = iota
+	markCounted
+	markUncounted
+)
+
+// unsee is Withdraw's first step; it returns the marks it removed.
+func (f *Frontier) unsee(items []Item, hashes []Hash) ([]seenMark, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	unseen := make([]bool, len(items))
+	marks := make([]seenMark, len(items))
 	n := 0
 	err := f.update(func(txn *badger.Txn) error {
 		n = 0
 		admitted := map[string]int64{}
 		for i, it := range items {
-			unseen[i] = false
+			marks[i] = markNone
 			k := cat(pSeen, hashes[i][:])
-			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+			item, err := txn.Get(k)
+			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue
 			} else if err != nil {
 				return err
 			}
+			marks[i] = markUncounted
+			if item.ValueSize() == 0 {
+				marks[i] = markCounted
+				admitted[it.Host]++
+				n++
+			}
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
-			unseen[i] = true
-			admitted[it.Host]++
-			n++
 		}
 		return adjustAdmitted(txn, admitted, -1)
 	})
@@ -770,18 +808,21 @@ func (f *Frontier) unsee(items []Item, hashes []Hash) ([]bool, error) {
 		return nil, err
 	}
 	for i, h := range hashes {
-		if unseen[i] {
+		if marks[i] != markNone {
 			f.seen.remove(h)
 		}
 	}
 	f.smu.Lock()
-	f.stats.Seen -= int64(n)
+	f.stats.Seen = max(f.stats.Seen-int64(n), 0) // (a store from before seenUncounted counted every mark)
 	f.smu.Unlock()
-	return unseen, nil
+	return marks, nil
 }
 
-// resee undoes unsee after a failed hand-off.
-func (f *Frontier) resee(items []Item, hashes []Hash, unseen []bool) error {
+// resee undoes unsee after a failed hand-off. A URL admitted again
+// meanwhile (the hand-off delivered back before it failed) keeps its new
+// mark; its old queue entry, still queued, is then found already fetched
+// when its turn comes (the engine skips a queued URL with a history).
+func (f *Frontier) resee(items []Item, hashes []Hash, marks []seenMark) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -789,7 +830,7 @@ func (f *Frontier) resee(items []Item, hashes []Hash, unseen []bool) error {
 		n = 0
 		admitted := map[string]int64{}
 		for i, it := range items {
-			if !unseen[i] {
+			if marks[i] == markNone {
 				continue
 			}
 			k := cat(pSeen, hashes[i][:])
@@ -798,11 +839,16 @@ func (f *Frontier) resee(items []Item, hashes []Hash, unseen []bool) error {
 			} else if !errors.Is(err, badger.ErrKeyNotFound) {
 				return err
 			}
-			if err := txn.Set(k, nil); err != nil {
+			var v []byte
+			if marks[i] == markUncounted {
+				v = seenUncounted
+			} else {
+				admitted[it.Host]++
+				n++
+			}
+			if err := txn.Set(k, v); err != nil {
 				return err
 			}
-			admitted[it.Host]++
-			n++
 		}
 		return adjustAdmitted(txn, admitted, +1)
 	})
@@ -810,7 +856,7 @@ func (f *Frontier) resee(items []Item, hashes []Hash, unseen []bool) error {
 		return err
 	}
 	for i, h := range hashes {
-		if unseen[i] {
+		if marks[i] != markNone {
 			f.seen.add(h)
 		}
 	}
@@ -1057,13 +1103,36 @@ func (f *Frontier) DueRevisits(now time.Time, limit int) (int, error) {
 	if err != nil || len(due) == 0 {
 		return 0, err
 	}
-	// Queue first, then unschedule: a crash in between revisits twice, never zero times.
-	n, err := f.Add(due)
+	// Under f.mu, keep only the entries still scheduled (a withdrawal may
+	// have taken a page away since the scan), queue them, then unschedule
+	// them: a crash in between revisits twice, never zero times.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err = f.db.View(func(txn *badger.Txn) error {
+		kept := 0
+		for i, k := range keys {
+			if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			due[kept], keys[kept] = due[i], k
+			kept++
+		}
+		due, keys = due[:kept], keys[:kept]
+		return nil
+	})
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	hashes := make([]Hash, len(due))
+	for i, it := range due {
+		hashes[i] = HashURL(it.URL)
+	}
+	n, err := f.addLocked(due, hashes)
 	if err != nil {
 		return 0, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	err = f.update(func(txn *badger.Txn) error {
 		for _, k := range keys {
 			if err := txn.Delete(k); err != nil {

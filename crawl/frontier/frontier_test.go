@@ -391,7 +391,7 @@ func TestWithdrawHandedBackOrFailed(t *testing.T) {
 		t.Fatalf("after the round trip the queue holds %v, want the 3 URLs once each", urls)
 	}
 	f.ReleaseHost("a.test")
-	// withdrawn for good, then back again: the budget of 3 admits them
+	// the three came back and were fetched: the budget of 3 is spent
 	if n, err := f.Add(items("a.test", "/4", "/5", "/6")); err != nil || n != 0 {
 		t.Fatalf("budget of 3 spent: %d admitted, %v", n, err)
 	}
@@ -421,4 +421,46 @@ func take0(t *testing.T, f *Frontier) string {
 		t.Fatalf("no host ready: %v", err)
 	}
 	return h
+}
+
+// Withdrawing pages recovered from another crawler (ImportHistory, which
+// does not spend the host's budget) gives back no budget either.
+func TestWithdrawKeepsTheBudget(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{MaxPagesPerHost: 3})
+	defer db.Close()
+	defer f.Close()
+	now := time.Now()
+	var hs []History
+	for i := range 5 {
+		hs = append(hs, History{URL: fmt.Sprintf("http://a.test/old%d", i), Host: "a.test", LastFetch: now, NextVisit: now.Add(time.Minute), Fetches: 1})
+	}
+	if n, err := f.ImportHistory(hs); err != nil || n != 5 {
+		t.Fatalf("import: %d %v", n, err)
+	}
+	if n, err := f.Add(items("a.test", "/1", "/2")); err != nil || n != 2 {
+		t.Fatalf("add: %d %v", n, err)
+	}
+	if n, _ := f.DueRevisits(now.Add(time.Hour), 10); n != 5 {
+		t.Fatalf("due %d, want the 5 imported pages", n)
+	}
+	var revisits []Item
+	for _, it := range nextAll(t, f, take0(t, f)) {
+		if it.Revisit {
+			revisits = append(revisits, it)
+		}
+	}
+	if len(revisits) != 5 {
+		t.Fatalf("%d revisits queued, want 5", len(revisits))
+	}
+	if err := f.Withdraw(revisits, func([]string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.Rewind("a.test")
+	f.ReleaseHost("a.test")
+	if st := f.Stats(); st.Seen != 2 || st.Queued != 2 || st.Scheduled != 0 {
+		t.Fatalf("after withdrawing the imported pages: %+v, want 2 seen and queued, none scheduled", st)
+	}
+	if n, err := f.Add(items("a.test", "/3", "/4", "/5")); err != nil || n != 1 {
+		t.Fatalf("budget 3 with 2 admitted: %d more admitted, %v; want 1", n, err)
+	}
 }

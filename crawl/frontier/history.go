@@ -175,7 +175,7 @@ func (f *Frontier) History(u string) (History, bool, error) {
 func (f *Frontier) MarkFetched(u, host string, at time.Time, status int) error {
 	h := HashURL(u)
 	err := f.update(func(txn *badger.Txn) error {
-		if err := txn.Set(cat(pSeen, h[:]), nil); err != nil {
+		if err := markSeenUncounted(txn, h); err != nil {
 			return err
 		}
 		_, found, err := getHistory(txn, h)

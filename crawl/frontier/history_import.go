@@ -30,7 +30,7 @@ func (f *Frontier) ImportHistory(hs []History) (int, error) {
 				}
 				continue
 			}
-			if err := txn.Set(cat(pSeen, k[:]), nil); err != nil {
+			if err := markSeenUncounted(txn, k); err != nil {
 				return err
 			}
 			if err := txn.Set(cat(pPage, k[:]), h.encode()); err != nil {
