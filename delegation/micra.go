@@ -125,6 +125,11 @@ type MicraConfig struct {
 	// 0.1–0.2 more probes/URL (docs/delegation.md). Outside 0..1: 0.
 	Shift float64
 
+	// OnRound, if set, sees every round of the stop rule (experiments:
+	// `micra sim --calibration` measures how well the risk predicts a
+	// miss). It runs inside the policy call and must not call the policy.
+	OnRound func(RoundRisk)
+
 	// refineAll computes every candidate's pairwise estimate each round,
 	// as before the bounds pruned them: the tests check that the pruning
 	// changes no decision.
@@ -197,6 +202,17 @@ func (m MicraConfig) withDefaults() MicraConfig {
 		m.Shift = 0
 	}
 	return m
+}
+
+// RoundRisk is one round of micra's stop rule (MicraConfig.OnRound).
+type RoundRisk struct {
+	IP     netip.Addr
+	Probes int       // probes of the decision so far
+	Risk   float64   // summed probability that an unprobed candidate beats Best
+	Bound  bool      // Risk is the marginals' upper bound, not the refined sum
+	Best   CrawlerID // the crawler of the lowest answer so far
+	Review bool      // a review's round (it started from given answers)
+	Stop   bool      // the rule stopped here
 }
 
 // NewMicra returns our policy. It keeps IPMicra's frame (lazy delegation of
@@ -1381,7 +1397,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				}
 			}
 			m.psBuf = ps
-			if total < miss && (!mustProbe || bestK < 0) {
+			stopHere := total < miss && (!mustProbe || bestK < 0)
+			if m.cfg.OnRound != nil {
+				m.cfg.OnRound(RoundRisk{IP: ip, Probes: d.Probes, Risk: total, Bound: bound, Best: best.Crawler, Review: len(given) > 0, Stop: stopHere})
+			}
+			if stopHere {
 				// (strconv, not Sprintf: this note is written for most decisions)
 				b := append(stop, "P(unprobed beats "...)
 				b = append(b, best.Crawler...)

@@ -64,7 +64,7 @@ func simCmd() *cobra.Command {
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
 		crawlers, hosts, train, seeds, traceN                                                                                 int
 		seed                                                                                                                  uint64
-		asJSON, worldStats, oracle, review                                                                                    bool
+		asJSON, worldStats, oracle, review, calibration                                                                       bool
 		oracleEps, oracleHost                                                                                                 string
 		capacityFactor, ipv6Share                                                                                             float64
 	)
@@ -244,6 +244,26 @@ seed print the same report. See docs/simulator.md.`,
 				}
 				out.Flush()
 			}
+			if calibration {
+				var cal *sim.CalibrationReport
+				for k := range seeds {
+					cfg.Seed = base + uint64(k)
+					c, err := worlds[k].Calibration(cmd.Context(), cfg)
+					if err != nil {
+						return err
+					}
+					if cal == nil {
+						cal = c
+					} else {
+						cal.Add(c)
+					}
+				}
+				fmt.Fprintln(out)
+				if err := cal.WriteText(out); err != nil {
+					return err
+				}
+				out.Flush()
+			}
 			if oracle {
 				for _, info := range oracleInfos {
 					oc.HostInfo = info
@@ -312,6 +332,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
+	f.BoolVar(&calibration, "calibration", false, "after the policies, print micra's STOP-RULE CALIBRATION: every round's summed risk (binned, after 1, 2 and ≥3 probes) beside how often the best answer so far was not the optimal crawler (evaluation hosts; --micra tunes the run; see docs/delegation.md)")
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
 	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
