@@ -182,6 +182,15 @@ func TestBlockHandoffOnTheOverlay(t *testing.T) {
 		}
 		return true
 	})
+	// the cached owner, as a crawler asks it before fetching a queued URL,
+	// is block-aware on every peer
+	for i, p := range tn.peers {
+		ob, ok1 := p.CachedOwner(inBlock)
+		oo, ok2 := p.CachedOwner(other)
+		if !ok1 || !ok2 || ob != p1.CrawlerID() || oo != p0.CrawlerID() {
+			t.Fatalf("peer %d: cached owners %q %v / %q %v; want crawler 1 for the block, crawler 0 for the rest", i, ob, ok1, oo, ok2)
+		}
+	}
 	// crawler 1 recovered the block's page history from crawler 0, and only
 	// the block's
 	waitFor(t, slowdown*10*time.Second, func() bool {
