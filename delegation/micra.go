@@ -19,6 +19,18 @@ type MicraConfig struct {
 	// probability that an unprobed candidate beats the best answer so far is
 	// below Miss. Default 0.06.
 	Miss float64
+	// Neighbours: when a round's answers give a new best, from a crawler
+	// that states its position, and more crawlers are live than the
+	// decision's candidates, the Neighbours live crawlers nearest to that
+	// crawler (by stated position) join the candidates, predicted by the
+	// distance fit (the host lies about the answer's distance from the
+	// best crawler). The learned candidates cover a region, not the
+	// neighbourhood of the crawler that answered best: with 50 crawlers
+	// the optimal one was among them for too few hosts
+	// (docs/delegation.md, "Neighbour candidates"). With no more live
+	// crawlers than MinCandidates every crawler is a candidate already.
+	// Default 2; negative: none.
+	Neighbours int
 	// MissFirst is the risk accepted after a decision's first probe, when
 	// the estimate rests on a single answer and overstates the risk: in
 	// the simulator, first-probe estimates of 0.06–0.08 missed 1.6 % of
@@ -139,6 +151,9 @@ type MicraConfig struct {
 func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Miss <= 0 {
 		m.Miss = 0.06
+	}
+	if m.Neighbours == 0 {
+		m.Neighbours = 2
 	}
 	switch {
 	case m.MissFirst == 0:
@@ -552,11 +567,18 @@ type micraChooser struct {
 	// liveTops: for contexts whose top list holds departed crawlers, the
 	// topK live crawlers with the lowest mean there (liveTop)
 	liveTops  map[*ctxInfo]*liveTop
-	liveOrd   []uint32             // crawler indexes of liveIDs, in its (sorted) order
-	liveSpare []uint32             // the previous liveOrd's storage
-	geoCC     string               // country of geoRow
-	geoRow    []float64            // by crawler index: distance feature to geoCC
-	geoTab    map[string][]float64 // geoRow of every country seen
+	liveOrd   []uint32 // crawler indexes of liveIDs, in its (sorted) order
+	liveSpare []uint32 // the previous liveOrd's storage
+	// neighbours: by crawler index, the live crawlers nearest to it by
+	// stated position (nbList of them), computed on demand while
+	// nbFor[ci] == locGen (locate bumps it when positions may change)
+	nbrs   [][]uint32
+	nbFor  []uint64
+	locGen uint64
+
+	geoCC  string               // country of geoRow
+	geoRow []float64            // by crawler index: distance feature to geoCC
+	geoTab map[string][]float64 // geoRow of every country seen
 
 	// distance prior: least squares of ln RTT on ln(distance + geoKm0)
 	// between a subnet's country centroid and a crawler's stated position
@@ -630,6 +652,107 @@ answers:
 	return p
 }
 
+// nbList is how many neighbours are kept per crawler (Neighbours takes the
+// nearest of them that are not candidates yet).
+const nbList = 8
+
+// addNeighbours adds to cands up to Neighbours of the live crawlers nearest
+// (by stated position) to crawler a, whose answer was xa (ln ms), that are
+// not candidates yet (mark[ci] == epoch marks candidates), each predicted by
+// the distance fit: the host lies about d(xa) from a — the fit inverted —
+// so about sqrt(d² + D²) from a neighbour D away, whichever way it lies;
+// the prediction is a's answer moved by the fit's difference between the
+// two distances, with the fit's residual spread.
+func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, mark []uint32, epoch uint32, s uint64) []micraCand {
+	if _, _, ok := m.geoPrior(0); !ok { // (refreshes the fit)
+		return cands
+	}
+	f := &m.geoFit
+	if !f.ok || !(f.b > 0) {
+		return cands
+	}
+	nbrs := m.neighboursOf(a)
+	if len(nbrs) == 0 {
+		return cands
+	}
+	pa := m.pos[a]
+	dh := max(math.Exp((xa-f.a)/f.b)-geoKm0, 0) // the host's distance from a
+	ga := f.a + f.b*math.Log(dh+geoKm0)
+	sd := math.Sqrt(f.resid)
+	added := 0
+	for _, ci := range nbrs {
+		if added == m.cfg.Neighbours {
+			break
+		}
+		if mark[ci] == epoch || int(ci) >= len(m.liveCi) || !m.liveCi[ci] {
+			continue
+		}
+		d := greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)
+		mark[ci] = epoch
+		added++
+		gb := f.a + f.b*math.Log(math.Sqrt(dh*dh+d*d)+geoKm0)
+		cands = append(cands, micraCand{id: m.crawler.ids[ci], ci: ci, mu: xa + gb - ga, sd: sd, from: "neighbour",
+			tie: m.crawler.tieKey(ci, s)})
+	}
+	return cands
+}
+
+// neighboursOf returns the nbList live crawlers nearest to crawler a by
+// stated position (ties by the crawler's hash and name: the same on every
+// peer), none when a states no position; cached until locate runs again.
+func (m *micraChooser) neighboursOf(a uint32) []uint32 {
+	if int(a) >= len(m.pos) || !m.pos[a].ok {
+		return nil
+	}
+	for int(a) >= len(m.nbrs) {
+		m.nbrs = append(m.nbrs, nil)
+		m.nbFor = append(m.nbFor, 0)
+	}
+	if m.nbFor[a] == m.locGen {
+		return m.nbrs[a]
+	}
+	type near struct {
+		ci uint32
+		d  float64
+	}
+	closer := func(x, y near) bool {
+		if x.d != y.d {
+			return x.d < y.d
+		}
+		hx, hy := m.crawler.hash[x.ci], m.crawler.hash[y.ci]
+		if hx != hy {
+			return hx < hy
+		}
+		return m.crawler.ids[x.ci] < m.crawler.ids[y.ci]
+	}
+	var buf [nbList]near
+	best := buf[:0]
+	pa := m.pos[a]
+	for _, ci := range m.liveOrd {
+		if ci == a || int(ci) >= len(m.pos) || !m.pos[ci].ok {
+			continue
+		}
+		n := near{ci, greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)}
+		if len(best) == nbList && !closer(n, best[len(best)-1]) {
+			continue
+		}
+		if len(best) < nbList {
+			best = append(best, n)
+		} else {
+			best[len(best)-1] = n
+		}
+		for i := len(best) - 1; i > 0 && closer(best[i], best[i-1]); i-- { // insertion
+			best[i], best[i-1] = best[i-1], best[i]
+		}
+	}
+	out := m.nbrs[a][:0]
+	for _, n := range best {
+		out = append(out, n.ci)
+	}
+	m.nbrs[a], m.nbFor[a] = out, m.locGen
+	return out
+}
+
 // candProb is a candidate (index) and its probability to beat the best answer.
 type candProb struct {
 	i    int
@@ -689,6 +812,7 @@ func (m *micraChooser) locate(e *engine) {
 		c.located, c.sits = c.located[:0], c.sits[:0]
 	}
 	m.locCtx = m.locCtx[:0]
+	m.locGen++ // positions and the live set may have changed: neighbours anew
 	var buf []ctxKey
 	var kbuf []int
 	m.geoCC = "" // a crawler may have moved
@@ -1294,6 +1418,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	}
 	sortRanked(all)
 	stop := m.stopBuf[:0]
+	nbAdded := 0      // neighbour candidates added (Neighbours)
 	firstMiss := miss // after the first probe of a decision without given answers (not a review)
 	if len(given) == 0 {
 		firstMiss = m.cfg.MissFirst
@@ -1447,12 +1572,20 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		}
 		m.askBuf = ask
 		res := e.probe(ctx, ip, ask, &step, d)
+		newBest := -1
 		for j, r := range res {
 			all = append(all, r)
 			sortRanked(all)
 			if r.OK && (!best.OK || r.RTT < best.RTT) {
 				best, bestPred = r, cands[next[j]].mu
+				newBest = next[j]
 			}
+		}
+		if newBest >= 0 && m.cfg.Neighbours > 0 && len(given) == 0 && len(m.liveOrd) > len(cands) {
+			n0 := len(cands)
+			cands = m.addNeighbours(cands, cands[newBest].ci, lnMs(best.RTT), mark, epoch, uint64(s))
+			m.candBuf = cands
+			nbAdded += len(cands) - n0
 		}
 	}
 	if len(stop) == 0 {
@@ -1473,6 +1606,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		b = strconv.AppendFloat(b, n, 'f', 0, 64)
 	}
 	b = append(b, "); "...)
+	if nbAdded > 0 {
+		b = append(b, '+')
+		b = strconv.AppendInt(b, int64(nbAdded), 10)
+		b = append(b, " neighbours of best answers' crawlers; "...)
+	}
 	b = append(b, stop...)
 	m.noteBuf = b
 	step.Note = string(b)

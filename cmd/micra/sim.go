@@ -338,7 +338,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks")
 	return cmd
 }
 
@@ -392,6 +392,8 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		switch k {
 		case "miss":
 			m.Miss = x
+		case "neighbours":
+			m.Neighbours = int(x)
 		case "missfirst":
 			m.MissFirst = x
 		case "maxprobes":
@@ -433,7 +435,7 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks)", k)
 		}
 	}
 	return m, nil
