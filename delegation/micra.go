@@ -659,10 +659,7 @@ const nbList = 8
 // addNeighbours adds to cands up to Neighbours of the live crawlers nearest
 // (by stated position) to crawler a, whose answer was xa (ln ms), that are
 // not candidates yet (mark[ci] == epoch marks candidates), each predicted by
-// the distance fit: the host lies about d(xa) from a — the fit inverted —
-// so about sqrt(d² + D²) from a neighbour D away, whichever way it lies;
-// the prediction is a's answer moved by the fit's difference between the
-// two distances, with the fit's residual spread.
+// the distance fit (neighbourMu) with the fit's residual spread.
 func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, mark []uint32, epoch uint32, s uint64) []micraCand {
 	if _, _, ok := m.geoPrior(0); !ok { // (refreshes the fit)
 		return cands
@@ -676,8 +673,6 @@ func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, ma
 		return cands
 	}
 	pa := m.pos[a]
-	dh := max(math.Exp((xa-f.a)/f.b)-geoKm0, 0) // the host's distance from a
-	ga := f.a + f.b*math.Log(dh+geoKm0)
 	sd := math.Sqrt(f.resid)
 	added := 0
 	for _, ci := range nbrs {
@@ -690,11 +685,30 @@ func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, ma
 		d := greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)
 		mark[ci] = epoch
 		added++
-		gb := f.a + f.b*math.Log(math.Sqrt(dh*dh+d*d)+geoKm0)
-		cands = append(cands, micraCand{id: m.crawler.ids[ci], ci: ci, mu: xa + gb - ga, sd: sd, from: "neighbour",
+		cands = append(cands, micraCand{id: m.crawler.ids[ci], ci: ci, mu: f.neighbourMu(xa, d), sd: sd, from: "neighbour",
 			tie: m.crawler.tieKey(ci, s)})
 	}
 	return cands
+}
+
+// maxSurfaceKm is the longest great-circle distance on Earth (half its
+// circumference): no host lies farther than that from any crawler.
+const maxSurfaceKm = math.Pi * 6371
+
+// neighbourMu predicts, in ln ms, the answer of a crawler d km from the
+// crawler that answered xa: the host lies about dh, the fit inverted at xa,
+// from the answering crawler, so about sqrt(dh² + d²) from the other one
+// whichever way it lies; the prediction is xa moved by the fit's
+// difference between the two distances. The
+// inverted distance is held to the globe: a fit nearly flat in distance
+// (measured latencies that hardly depend on it) would otherwise overflow
+// it to +Inf and the prediction to NaN.
+func (f *geoFit) neighbourMu(xa, d float64) float64 {
+	dh := math.Exp((xa - f.a) / f.b) // +Inf when the fit is flat: clamped below
+	dh = min(max(dh-geoKm0, 0), maxSurfaceKm)
+	ga := f.a + f.b*math.Log(dh+geoKm0)
+	gb := f.a + f.b*math.Log(math.Sqrt(dh*dh+d*d)+geoKm0)
+	return xa + gb - ga
 }
 
 // neighboursOf returns the nbList live crawlers nearest to crawler a by

@@ -291,3 +291,26 @@ func TestMicraMissFirst(t *testing.T) {
 		t.Fatal("the default MissFirst changed no decision")
 	}
 }
+
+// A neighbour's prediction stays finite and no better than the answer it
+// is moved from, even when the distance fit is nearly flat (measured
+// latencies that hardly depend on distance) and inverting it overflows.
+func TestNeighbourPredictionFinite(t *testing.T) {
+	for _, f := range []geoFit{
+		{valid: true, ok: true, a: 1, b: 0.6},   // a formula-like world
+		{valid: true, ok: true, a: 1, b: 1e-4},  // flat: exp((xa-a)/b) overflows
+		{valid: true, ok: true, a: 9, b: 1e-12}, // flat, answer below the intercept
+	} {
+		for _, xa := range []float64{lnMs(0), lnMs(time.Millisecond), lnMs(80 * time.Millisecond), lnMs(time.Minute)} {
+			for _, d := range []float64{0, 1, 500, maxSurfaceKm, 2 * maxSurfaceKm} {
+				mu := f.neighbourMu(xa, d)
+				if math.IsNaN(mu) || math.IsInf(mu, 0) {
+					t.Fatalf("fit a=%g b=%g, answer %g, %g km: prediction %g", f.a, f.b, xa, d, mu)
+				}
+				if mu < xa-1e-9 {
+					t.Fatalf("fit a=%g b=%g, answer %g, %g km: prediction %g beats the answer", f.a, f.b, xa, d, mu)
+				}
+			}
+		}
+	}
+}
