@@ -21,15 +21,15 @@ type MicraConfig struct {
 	Miss float64
 	// Neighbours: when a round's answers give a new best, from a crawler
 	// that states its position, and more crawlers are live than the
-	// decision's candidates, the Neighbours live crawlers nearest to that
-	// crawler (by stated position) join the candidates, predicted by the
-	// distance fit (the host lies about the answer's distance from the
-	// best crawler). The learned candidates cover a region, not the
+	// decision's candidates, up to Neighbours of the 8 live crawlers
+	// nearest to that crawler (by stated position) that are not candidates
+	// yet join the candidates, predicted by the distance fit (the host
+	// lies about the answer's distance from the best crawler). The learned candidates cover a region, not the
 	// neighbourhood of the crawler that answered best: with 50 crawlers
 	// the optimal one was among them for too few hosts
 	// (docs/delegation.md, "Neighbour candidates"). With no more live
 	// crawlers than MinCandidates every crawler is a candidate already.
-	// Default 2; negative: none.
+	// Default 2, at most 8; negative: none.
 	Neighbours int
 	// MissFirst is the risk accepted after a decision's first probe, when
 	// the estimate rests on a single answer and overstates the risk: in
@@ -155,6 +155,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Neighbours == 0 {
 		m.Neighbours = 2
 	}
+	m.Neighbours = min(m.Neighbours, nbList) // only nbList are kept per crawler
 	switch {
 	case m.MissFirst == 0:
 		m.MissFirst = 0.1
@@ -679,13 +680,13 @@ func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, ma
 		if added == m.cfg.Neighbours {
 			break
 		}
-		if mark[ci] == epoch || int(ci) >= len(m.liveCi) || !m.liveCi[ci] {
+		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || mark[ci] == epoch {
 			continue
 		}
 		d := greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)
 		mark[ci] = epoch
 		added++
-		cands = append(cands, micraCand{id: m.crawler.ids[ci], ci: ci, mu: f.neighbourMu(xa, d), sd: sd, from: "neighbour",
+		cands = append(cands, micraCand{id: m.crawler.ids[ci], ci: ci, mu: f.neighbourMu(xa, d), sd: sd, from: "neighbour", anchored: true,
 			tie: m.crawler.tieKey(ci, s)})
 	}
 	return cands
@@ -1106,6 +1107,9 @@ type micraCand struct {
 	win    float64 // learned probability of being the nearest
 	tie    uint64  // crawlerIndex.tieKey: the last tie-break
 	probed bool
+	// anchored: predicted from another crawler's answer in this decision
+	// (a neighbour), not from learned statistics: Shift does not apply
+	anchored bool
 
 	// marginal probability to beat the best answer, valid while the best
 	// answer (lnT, shift) is unchanged
@@ -1414,7 +1418,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	defer func() { m.allBuf = all[:0] }()
 	step.Probes = make([]ProbeResult, 0, 4) // most decisions probe ≤ 4 times
 	var best ProbeResult
-	bestPred := 0.0
+	// surprise: the best answer minus its prediction (ln ms), which Shift
+	// passes on to the candidates predicted from learned statistics — kept
+	// from the last such best: a neighbour's prediction is anchored on an
+	// answer already and has no surprise of its own to share
+	surprise := 0.0
 	for _, g := range given {
 		all = append(all, g)
 		pred, known := lnMs(g.RTT), false
@@ -1427,7 +1435,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			pred = lnMs(g.RTT) // not a candidate: no surprise to share
 		}
 		if g.OK && g.RTT > 0 && (!best.OK || g.RTT < best.RTT) {
-			best, bestPred = g, pred
+			best, surprise = g, lnMs(g.RTT)-pred
 		}
 	}
 	sortRanked(all)
@@ -1452,9 +1460,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			}
 		} else {
 			// probability each unprobed candidate beats the best answer,
-			// with predictions shifted by part of the best's surprise
+			// with learned predictions shifted by part of the surprise
 			lb := lnMs(best.RTT)
-			shift := m.cfg.Shift * (lb - bestPred)
+			shift := m.cfg.Shift * surprise
 			total, bound := 0.0, false // bound: total is an upper bound
 			ps := m.psBuf[:0]
 			// the three lowest answers, looked up once per round
@@ -1479,8 +1487,12 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 					continue
 				}
 				c := &cands[i]
-				if !c.pOK || c.pLb != lb || c.pShift != shift {
-					c.pOK, c.pLb, c.pShift, c.pMarg = true, lb, shift, normCDF((lb-c.mu-shift)/c.sd)
+				sh := shift
+				if c.anchored {
+					sh = 0
+				}
+				if !c.pOK || c.pLb != lb || c.pShift != sh {
+					c.pOK, c.pLb, c.pShift, c.pMarg = true, lb, sh, normCDF((lb-c.mu-sh)/c.sd)
 				}
 				ps = append(ps, candProb{i: i, p: c.pMarg, marg: c.pMarg})
 				margSum += c.pMarg
@@ -1591,11 +1603,14 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			all = append(all, r)
 			sortRanked(all)
 			if r.OK && (!best.OK || r.RTT < best.RTT) {
-				best, bestPred = r, cands[next[j]].mu
-				newBest = next[j]
+				best, newBest = r, next[j]
+				if !cands[newBest].anchored {
+					surprise = lnMs(r.RTT) - cands[newBest].mu
+				}
 			}
 		}
-		if newBest >= 0 && m.cfg.Neighbours > 0 && len(given) == 0 && len(m.liveOrd) > len(cands) {
+		// (after the last probe no round could weigh a neighbour)
+		if newBest >= 0 && m.cfg.Neighbours > 0 && len(given) == 0 && d.Probes < m.cfg.MaxProbes && len(m.liveOrd) > len(cands) {
 			n0 := len(cands)
 			cands = m.addNeighbours(cands, cands[newBest].ci, lnMs(best.RTT), mark, epoch, uint64(s))
 			m.candBuf = cands
