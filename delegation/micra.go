@@ -24,11 +24,12 @@ type MicraConfig struct {
 	// decision's candidates, up to Neighbours of the 8 live crawlers
 	// nearest to that crawler (by stated position) that are not candidates
 	// yet join the candidates, predicted by the distance fit (the host
-	// lies about the answer's distance from the best crawler). The learned candidates cover a region, not the
-	// neighbourhood of the crawler that answered best: with 50 crawlers
-	// the optimal one was among them for too few hosts
-	// (docs/delegation.md, "Neighbour candidates"). With no more live
-	// crawlers than MinCandidates every crawler is a candidate already.
+	// lies about the answer's distance from the best crawler). The learned
+	// candidates cover a region, not the neighbourhood of the crawler that
+	// answered best: with 50 crawlers the optimal one was among them for
+	// too few hosts (docs/delegation.md, "Neighbour candidates"). With no
+	// more live crawlers than MinCandidates every crawler is a candidate
+	// already.
 	// Default 2, at most 8; negative: none.
 	Neighbours int
 	// MissFirst is the risk accepted after a decision's first probe, when
@@ -700,10 +701,10 @@ const maxSurfaceKm = math.Pi * 6371
 // crawler that answered xa: the host lies about dh, the fit inverted at xa,
 // from the answering crawler, so about sqrt(dh² + d²) from the other one
 // whichever way it lies; the prediction is xa moved by the fit's
-// difference between the two distances. The
-// inverted distance is held to the globe: a fit nearly flat in distance
-// (measured latencies that hardly depend on it) would otherwise overflow
-// it to +Inf and the prediction to NaN.
+// difference between the two distances. The inverted distance is held to
+// the globe: a fit nearly flat in distance (measured latencies that hardly
+// depend on it) would otherwise overflow it to +Inf and the prediction to
+// NaN.
 func (f *geoFit) neighbourMu(xa, d float64) float64 {
 	dh := math.Exp((xa - f.a) / f.b) // +Inf when the fit is flat: clamped below
 	dh = min(max(dh-geoKm0, 0), maxSurfaceKm)
