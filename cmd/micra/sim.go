@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/micra-crawler/micra/testnet/sim"
 	"github.com/micra-crawler/micra/testnet/world"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 )
 
 func init() { rootCmd.AddCommand(simCmd()) }
@@ -214,15 +217,9 @@ seed print the same report. See docs/simulator.md.`,
 			base := cfg.Seed
 			for i, th := range ths {
 				cfg.Threshold = th
-				var runs []*sim.Report
-				for k := range seeds {
-					cfg.Seed = base + uint64(k)
-					r, wld, err := sim.Run(cmd.Context(), cfg, worlds[k])
-					if err != nil {
-						return err
-					}
-					worlds[k] = wld
-					runs = append(runs, r)
+				runs, err := runSeeds(cmd.Context(), cfg, base, worlds, traceN == 0)
+				if err != nil {
+					return err
 				}
 				rep := runs[0]
 				if seeds > 1 {
@@ -439,4 +436,29 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		}
 	}
 	return m, nil
+}
+
+// runSeeds runs seeds base, base+1, … (one per worlds entry, placing the
+// worlds still nil) and returns their reports in seed order. Worlds are
+// independent, so with parallel set up to GOMAXPROCS of them run at once —
+// a policy sweep over --seeds 32 takes half the time on two cores — except
+// beyond 100,000 hosts, where each world holds gigabytes. Each report is a
+// pure function of its seed, so the output is the same either way.
+func runSeeds(ctx context.Context, cfg sim.Config, base uint64, worlds []*sim.World, parallel bool) ([]*sim.Report, error) {
+	workers := 1
+	if parallel && cfg.Hosts <= 100_000 {
+		workers = min(len(worlds), runtime.GOMAXPROCS(0))
+	}
+	runs := make([]*sim.Report, len(worlds))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for k := range worlds {
+		c := cfg
+		c.Seed = base + uint64(k)
+		g.Go(func() (err error) {
+			runs[k], worlds[k], err = sim.Run(ctx, c, worlds[k])
+			return err
+		})
+	}
+	return runs, g.Wait()
 }

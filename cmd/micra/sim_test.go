@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/micra-crawler/micra/testnet/sim"
 )
 
 func runSim(t *testing.T, args ...string) (string, error) {
@@ -116,5 +121,39 @@ func TestSimCLI(t *testing.T) {
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// Seeds run in parallel give the reports of seeds run one after another,
+// in seed order.
+func TestRunSeedsParallelSameReports(t *testing.T) {
+	cfg := sim.Config{Seed: 5, Crawlers: 12, Hosts: 300, Policies: []string{"micra", "ipmicra"}, Logger: slog.New(slog.DiscardHandler)}
+	reports := func(parallel bool) string {
+		runs, err := runSeeds(context.Background(), cfg, cfg.Seed, make([]*sim.World, 4), parallel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, r := range runs {
+			if err := r.WriteJSON(&b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.String()
+	}
+	seq, par := reports(false), reports(true)
+	if seq != par {
+		t.Fatalf("parallel seeds differ from sequential ones:\n%s\nvs\n%s", par, seq)
+	}
+	if n := strings.Count(seq, `"seed":`); n != 8 {
+		t.Fatalf("%d reports for 4 seeds × 2 policies:\n%s", n, seq)
+	}
+	last := -1
+	for k := range 4 {
+		i := strings.Index(seq, fmt.Sprintf(`"seed":%d`, 5+k))
+		if i <= last {
+			t.Fatalf("the report of seed %d is missing or out of order:\n%s", 5+k, seq)
+		}
+		last = i
 	}
 }
