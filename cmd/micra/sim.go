@@ -2,11 +2,9 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	"github.com/micra-crawler/micra/testnet/sim"
 	"github.com/micra-crawler/micra/testnet/world"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 )
 
 func init() { rootCmd.AddCommand(simCmd()) }
@@ -67,7 +64,7 @@ func simCmd() *cobra.Command {
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
 		crawlers, hosts, train, seeds, traceN                                                                                 int
 		seed                                                                                                                  uint64
-		asJSON, worldStats, oracle, review, calibration                                                                       bool
+		asJSON, worldStats, oracle, review, calibration, frontier                                                             bool
 		oracleEps, oracleHost                                                                                                 string
 		capacityFactor, ipv6Share                                                                                             float64
 	)
@@ -217,7 +214,8 @@ seed print the same report. See docs/simulator.md.`,
 			base := cfg.Seed
 			for i, th := range ths {
 				cfg.Threshold = th
-				runs, err := runSeeds(cmd.Context(), cfg, base, worlds, traceN == 0)
+				cfg.Seed = base
+				runs, err := sim.RunSeeds(cmd.Context(), cfg, worlds, traceN == 0) // (--trace lines would interleave)
 				if err != nil {
 					return err
 				}
@@ -257,6 +255,24 @@ seed print the same report. See docs/simulator.md.`,
 				}
 				fmt.Fprintln(out)
 				if err := cal.WriteText(out); err != nil {
+					return err
+				}
+				out.Flush()
+			}
+			if frontier {
+				c := cfg
+				c.Seed, c.Threshold = base, ths[0]
+				fr, err := sim.MicraFrontier(cmd.Context(), c, worlds, sim.FrontierMisses)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					err = fr.WriteJSON(out)
+				} else {
+					fmt.Fprintln(out)
+					err = fr.WriteText(out)
+				}
+				if err != nil {
 					return err
 				}
 				out.Flush()
@@ -330,6 +346,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&calibration, "calibration", false, "after the policies, print micra's STOP-RULE CALIBRATION: every round's summed risk (binned, after 1, 2 and ≥3 probes) beside how often the best answer so far was not the optimal crawler (evaluation hosts; --micra tunes the run; see docs/delegation.md)")
+	f.BoolVar(&frontier, "frontier", false, "after the policies, print MICRA FRONTIER: micra (as --micra tunes it) at stop-rule risks 1 … 0.008 on the same worlds, with the accuracy read off at 1.5 probes per evaluation URL and the probes for 95 % (works on --sites/--rtt too; see docs/delegation.md)")
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
 	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
@@ -436,29 +453,4 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		}
 	}
 	return m, nil
-}
-
-// runSeeds runs seeds base, base+1, … (one per worlds entry, placing the
-// worlds still nil) and returns their reports in seed order. Worlds are
-// independent, so with parallel set up to GOMAXPROCS of them run at once —
-// a policy sweep over --seeds 32 takes half the time on two cores — except
-// beyond 100,000 hosts, where each world holds gigabytes. Each report is a
-// pure function of its seed, so the output is the same either way.
-func runSeeds(ctx context.Context, cfg sim.Config, base uint64, worlds []*sim.World, parallel bool) ([]*sim.Report, error) {
-	workers := 1
-	if parallel && cfg.Hosts <= 100_000 {
-		workers = min(len(worlds), runtime.GOMAXPROCS(0))
-	}
-	runs := make([]*sim.Report, len(worlds))
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	for k := range worlds {
-		c := cfg
-		c.Seed = base + uint64(k)
-		g.Go(func() (err error) {
-			runs[k], worlds[k], err = sim.Run(ctx, c, worlds[k])
-			return err
-		})
-	}
-	return runs, g.Wait()
 }

@@ -2,17 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/micra-crawler/micra/testnet/sim"
 )
 
 func runSim(t *testing.T, args ...string) (string, error) {
@@ -106,6 +101,12 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--host-dist", "zipf", "--hosts", "300", "--train", "200", "--policies", "micra", "--micra", "blocks=0", "--json"); err != nil || strings.Contains(out, `"review-block-delegated"`) {
 		t.Fatalf("--micra blocks=0 should turn block delegations off: %v\n%s", err, out)
 	}
+	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier", "--json"); err != nil || !strings.Contains(out, `"frontier":"micra"`) || strings.Count(out, "\n") != 2 {
+		t.Fatalf("--frontier --json: %v\n%s", err, out) // micra, then the frontier
+	}
+	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier"); err != nil || !strings.Contains(out, "MICRA FRONTIER") || !strings.Contains(out, "for 95 % optimal:") {
+		t.Fatalf("--frontier: %v\n%s", err, out)
+	}
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
 		t.Fatalf("world stats: %v\n%s", err, out)
 	}
@@ -121,39 +122,5 @@ func TestSimCLI(t *testing.T) {
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
-	}
-}
-
-// Seeds run in parallel give the reports of seeds run one after another,
-// in seed order.
-func TestRunSeedsParallelSameReports(t *testing.T) {
-	cfg := sim.Config{Seed: 5, Crawlers: 12, Hosts: 300, Policies: []string{"micra", "ipmicra"}, Logger: slog.New(slog.DiscardHandler)}
-	reports := func(parallel bool) string {
-		runs, err := runSeeds(context.Background(), cfg, cfg.Seed, make([]*sim.World, 4), parallel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for _, r := range runs {
-			if err := r.WriteJSON(&b); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return b.String()
-	}
-	seq, par := reports(false), reports(true)
-	if seq != par {
-		t.Fatalf("parallel seeds differ from sequential ones:\n%s\nvs\n%s", par, seq)
-	}
-	if n := strings.Count(seq, `"seed":`); n != 8 {
-		t.Fatalf("%d reports for 4 seeds × 2 policies:\n%s", n, seq)
-	}
-	last := -1
-	for k := range 4 {
-		i := strings.Index(seq, fmt.Sprintf(`"seed":%d`, 5+k))
-		if i <= last {
-			t.Fatalf("the report of seed %d is missing or out of order:\n%s", 5+k, seq)
-		}
-		last = i
 	}
 }

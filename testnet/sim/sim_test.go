@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -376,4 +377,38 @@ func TestSubnetCeiling(t *testing.T) {
 		t.Fatalf("two hosts outside the hierarchy: ceiling %.1f %%, want 100", c)
 	}
 	t.Logf("zipf ceiling %.1f %%", rep.SubnetCeilingPct)
+}
+
+// Seeds run in parallel give the reports of seeds run one after another,
+// in seed order.
+func TestRunSeedsParallelSameReports(t *testing.T) {
+	cfg := Config{Seed: 5, Crawlers: 12, Hosts: 300, Policies: []string{"micra", "ipmicra"}, Logger: quiet()}
+	reports := func(parallel bool) string {
+		runs, err := RunSeeds(context.Background(), cfg, make([]*World, 4), parallel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, r := range runs {
+			if err := r.WriteJSON(&b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.String()
+	}
+	seq, par := reports(false), reports(true)
+	if seq != par {
+		t.Fatalf("parallel seeds differ from sequential ones:\n%s\nvs\n%s", par, seq)
+	}
+	if n := strings.Count(seq, `"seed":`); n != 8 {
+		t.Fatalf("%d reports for 4 seeds × 2 policies:\n%s", n, seq)
+	}
+	last := -1
+	for k := range 4 {
+		i := strings.Index(seq, fmt.Sprintf(`"seed":%d`, 5+k))
+		if i <= last {
+			t.Fatalf("the report of seed %d is missing or out of order:\n%s", 5+k, seq)
+		}
+		last = i
+	}
 }

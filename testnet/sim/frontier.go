@@ -1,0 +1,169 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+
+	"github.com/micra-crawler/micra/delegation"
+)
+
+// FrontierMisses are the stop-rule risks (MicraConfig.Miss) MicraFrontier
+// sweeps, loosest first; 0.06 is the default.
+var FrontierMisses = []float64{1, 0.5, 0.3, 0.2, 0.12, 0.06, 0.03, 0.015, 0.008}
+
+// The issue's goal for our policy, read off the frontier: this share of
+// evaluation URLs at their optimal crawler, at this many probes per
+// evaluation URL.
+const (
+	FrontierTargetPct    = 95
+	FrontierTargetProbes = 1.5
+)
+
+// FrontierPoint is micra at one stop-rule risk, averaged over the seeds.
+type FrontierPoint struct {
+	Miss         float64 `json:"miss"`
+	MissFirst    float64 `json:"missfirst"`
+	OptimalPct   float64 `json:"optimal_pct"`
+	ProbesPerURL float64 `json:"probes_per_url"`
+	ProbesEval   float64 `json:"probes_per_url_eval"`
+	ExcessMeanMs float64 `json:"excess_mean_ms"`
+}
+
+// FrontierReport is micra's accuracy/probes frontier on one set of worlds:
+// how much accuracy its stop rule buys with each probe, so a goal such as
+// "95 % at 1.5 probes/URL" can be read off on any latency data (a measured
+// matrix included). AtTargetPct and ProbesForTarget are interpolated
+// linearly between neighbouring points on evaluation probes; NaN when the
+// sweep does not reach them.
+type FrontierReport struct {
+	Policy          string          `json:"frontier"`
+	Seeds           int             `json:"seeds"`
+	Points          []FrontierPoint `json:"points"`
+	AtTargetPct     float64         `json:"optimal_pct_at_1_5_probes"`
+	ProbesForTarget float64         `json:"probes_for_95_pct"`
+}
+
+// MicraFrontier runs micra (tuned by cfg.Engine.Micra) at each of misses
+// on the seeds' worlds (placing those still nil), keeping the ratio of
+// MissFirst to Miss that cfg sets (the default 0.1 : 0.06; missfirst=-1
+// keeps them equal).
+func MicraFrontier(ctx context.Context, cfg Config, worlds []*World, misses []float64) (*FrontierReport, error) {
+	def := delegation.DefaultConfig().Micra
+	user := cfg.Engine.Micra
+	miss0 := def.Miss
+	if user.Miss > 0 {
+		miss0 = user.Miss
+	}
+	ratio := def.MissFirst / def.Miss
+	switch {
+	case user.MissFirst < 0:
+		ratio = 1
+	case user.MissFirst > 0:
+		ratio = user.MissFirst / miss0
+	}
+	cfg.Policies = []string{"micra"}
+	rep := &FrontierReport{Policy: "micra", Seeds: len(worlds), AtTargetPct: math.NaN(), ProbesForTarget: math.NaN()}
+	for _, miss := range misses {
+		c := cfg
+		c.Engine.Micra.Miss, c.Engine.Micra.MissFirst = miss, miss*ratio
+		runs, err := RunSeeds(ctx, c, worlds, true)
+		if err != nil {
+			return nil, err
+		}
+		avg, err := Average(runs)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range avg.Results {
+			if r.Policy == "micra" {
+				rep.Points = append(rep.Points, FrontierPoint{Miss: miss, MissFirst: round3(miss * ratio), OptimalPct: r.OptimalPct,
+					ProbesPerURL: r.ProbesPerURL, ProbesEval: r.ProbesPerURLEval, ExcessMeanMs: r.ExcessMeanMs})
+			}
+		}
+	}
+	rep.AtTargetPct, rep.ProbesForTarget = frontierCrossings(rep.Points)
+	return rep, nil
+}
+
+// frontierCrossings interpolates the accuracy at FrontierTargetProbes and
+// the probes for FrontierTargetPct along the points ordered by evaluation
+// probes (the first crossing: accuracy need not rise monotonically).
+func frontierCrossings(ps []FrontierPoint) (pctAt, probesFor float64) {
+	pctAt, probesFor = math.NaN(), math.NaN()
+	byProbes := make([]FrontierPoint, len(ps))
+	copy(byProbes, ps)
+	for i := 1; i < len(byProbes); i++ { // insertion sort: a handful of points
+		for j := i; j > 0 && byProbes[j].ProbesEval < byProbes[j-1].ProbesEval; j-- {
+			byProbes[j], byProbes[j-1] = byProbes[j-1], byProbes[j]
+		}
+	}
+	for i := 1; i < len(byProbes); i++ {
+		a, b := byProbes[i-1], byProbes[i]
+		if math.IsNaN(pctAt) && a.ProbesEval <= FrontierTargetProbes && FrontierTargetProbes <= b.ProbesEval {
+			pctAt = lerp(a.ProbesEval, a.OptimalPct, b.ProbesEval, b.OptimalPct, FrontierTargetProbes)
+		}
+		if math.IsNaN(probesFor) && a.OptimalPct < FrontierTargetPct && FrontierTargetPct <= b.OptimalPct {
+			probesFor = lerp(a.OptimalPct, a.ProbesEval, b.OptimalPct, b.ProbesEval, FrontierTargetPct)
+		}
+	}
+	if len(byProbes) > 0 && math.IsNaN(probesFor) && byProbes[0].OptimalPct >= FrontierTargetPct {
+		probesFor = byProbes[0].ProbesEval // the loosest point already reaches it: at most that
+	}
+	return round3(pctAt), round3(probesFor)
+}
+
+// lerp is the y at x on the line through (x0, y0) and (x1, y1).
+func lerp(x0, y0, x1, y1, x float64) float64 {
+	if x1 == x0 {
+		return (y0 + y1) / 2
+	}
+	return y0 + (y1-y0)*(x-x0)/(x1-x0)
+}
+
+// WriteText prints the frontier as a table and the two read-offs.
+func (r *FrontierReport) WriteText(out io.Writer) error {
+	fmt.Fprintf(out, "MICRA FRONTIER: the stop rule's risk swept (%d seed(s); optimal %% and probes over the evaluation URLs)\n", r.Seeds)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "miss\tmissfirst\toptimal %\tprobes/URL eval\tprobes/URL all\texcess mean ms\t")
+	for _, p := range r.Points {
+		fmt.Fprintf(tw, "%g\t%g\t%.1f\t%.3f\t%.3f\t%.2f\t\n", p.Miss, p.MissFirst, p.OptimalPct, p.ProbesEval, p.ProbesPerURL, p.ExcessMeanMs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	say := func(v float64, f string) string {
+		if math.IsNaN(v) {
+			return "not reached by the sweep"
+		}
+		return fmt.Sprintf(f, v)
+	}
+	_, err := fmt.Fprintf(out, "at %g probes per evaluation URL: %s\nfor %d %% optimal: %s\n", FrontierTargetProbes,
+		say(r.AtTargetPct, "%.1f %% optimal (interpolated)"), FrontierTargetPct, say(r.ProbesForTarget, "%.2f probes per evaluation URL (interpolated)"))
+	return err
+}
+
+// WriteJSON prints the frontier as one JSON object (NaN read-offs as null).
+func (r *FrontierReport) WriteJSON(out io.Writer) error {
+	type alias FrontierReport
+	v := struct {
+		*alias
+		AtTargetPct     *float64 `json:"optimal_pct_at_1_5_probes"`
+		ProbesForTarget *float64 `json:"probes_for_95_pct"`
+	}{alias: (*alias)(r)}
+	if !math.IsNaN(r.AtTargetPct) {
+		v.AtTargetPct = &r.AtTargetPct
+	}
+	if !math.IsNaN(r.ProbesForTarget) {
+		v.ProbesForTarget = &r.ProbesForTarget
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}

@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestFrontierCrossings(t *testing.T) {
+	pt := func(probes, pct float64) FrontierPoint { return FrontierPoint{ProbesEval: probes, OptimalPct: pct} }
+	for _, c := range []struct {
+		name      string
+		ps        []FrontierPoint
+		at, for95 float64 // NaN: not reached
+	}{
+		// given loosest first, as swept
+		{"both crossed", []FrontierPoint{pt(1.2, 90), pt(1.8, 96), pt(2.4, 98)}, 93, 1.7},
+		{"order of the sweep does not matter", []FrontierPoint{pt(2.4, 98), pt(1.2, 90), pt(1.8, 96)}, 93, 1.7},
+		{"1.5 probes beyond the sweep", []FrontierPoint{pt(1.8, 90), pt(2.4, 96)}, math.NaN(), 2.3},
+		{"95 % beyond the sweep", []FrontierPoint{pt(1.0, 80), pt(2.0, 90)}, 85, math.NaN()},
+		{"the loosest point already reaches 95 %", []FrontierPoint{pt(1.0, 96), pt(2.0, 97)}, 96.5, 1.0},
+		// accuracy need not rise with probes: the first crossing counts
+		{"non-monotone", []FrontierPoint{pt(1.0, 94), pt(1.4, 96), pt(1.6, 94.5), pt(2.0, 97)}, 95.25, 1.2},
+	} {
+		at, for95 := frontierCrossings(c.ps)
+		same := func(a, b float64) bool { return math.IsNaN(a) && math.IsNaN(b) || math.Abs(a-b) < 1e-9 }
+		if !same(at, c.at) || !same(for95, c.for95) {
+			t.Errorf("%s: at 1.5 probes %v (want %v), probes for 95 %% %v (want %v)", c.name, at, c.at, for95, c.for95)
+		}
+	}
+}
+
+// The frontier's point at micra's default risks is micra's default run on
+// the same worlds; looser risks probe less; the JSON carries NaN read-offs
+// as null.
+func TestMicraFrontier(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 300, Policies: []string{"micra"}, Logger: quiet()}
+	worlds := make([]*World, 2)
+	runs, err := RunSeeds(ctx, cfg, worlds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Average(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := MicraFrontier(ctx, cfg, worlds, []float64{0.5, 0.06, 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.Points) != 3 || fr.Seeds != 2 {
+		t.Fatalf("frontier %+v", fr)
+	}
+	def, loose, tight := fr.Points[1], fr.Points[0], fr.Points[2]
+	m := plain.Results[0]
+	if m.Policy != "micra" || def.OptimalPct != m.OptimalPct || def.ProbesEval != m.ProbesPerURLEval || def.ProbesPerURL != m.ProbesPerURL {
+		t.Fatalf("default point %+v differs from the default run %+v", def, m)
+	}
+	if def.MissFirst != 0.1 {
+		t.Fatalf("default point's MissFirst %v, want the default 0.1", def.MissFirst)
+	}
+	if !(loose.ProbesEval < def.ProbesEval && def.ProbesEval < tight.ProbesEval) {
+		t.Fatalf("probes do not grow as the risk tightens: %+v", fr.Points)
+	}
+	// missfirst=-1 keeps MissFirst at Miss along the sweep
+	cfg.Engine.Micra.MissFirst = -1
+	eq, err := MicraFrontier(ctx, cfg, worlds, []float64{0.2})
+	if err != nil || eq.Points[0].MissFirst != 0.2 {
+		t.Fatalf("missfirst=-1: %+v, %v", eq, err)
+	}
+	var b bytes.Buffer
+	fr.AtTargetPct = math.NaN()
+	if err := fr.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var o map[string]any
+	if err := json.Unmarshal(b.Bytes(), &o); err != nil {
+		t.Fatalf("%v: %s", err, b.String())
+	}
+	if v, ok := o["optimal_pct_at_1_5_probes"]; !ok || v != nil || o["frontier"] != "micra" || len(o["points"].([]any)) != 3 {
+		t.Fatalf("JSON %s", b.String())
+	}
+	b.Reset()
+	if err := fr.WriteText(&b); err != nil || !strings.Contains(b.String(), "not reached by the sweep") {
+		t.Fatalf("text: %v\n%s", err, b.String())
+	}
+}
