@@ -101,10 +101,10 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--host-dist", "zipf", "--hosts", "300", "--train", "200", "--policies", "micra", "--micra", "blocks=0", "--json"); err != nil || strings.Contains(out, `"review-block-delegated"`) {
 		t.Fatalf("--micra blocks=0 should turn block delegations off: %v\n%s", err, out)
 	}
-	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier", "--json"); err != nil || !strings.Contains(out, `"frontier":"micra"`) || strings.Count(out, "\n") != 2 {
-		t.Fatalf("--frontier --json: %v\n%s", err, out) // micra, then the frontier
+	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier", "--json"); err != nil || !strings.Contains(out, `"frontier":"micra"`) || !strings.Contains(out, `"frontier":"ipmicra"`) || strings.Count(out, "\n") != 3 {
+		t.Fatalf("--frontier --json: %v\n%s", err, out) // micra, then the two frontiers
 	}
-	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier"); err != nil || !strings.Contains(out, "MICRA FRONTIER") || !strings.Contains(out, "for 95 % optimal:") {
+	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier"); err != nil || !strings.Contains(out, "MICRA FRONTIER") || !strings.Contains(out, "IPMICRA FRONTIER") || !strings.Contains(out, "for 95 % optimal:") {
 		t.Fatalf("--frontier: %v\n%s", err, out)
 	}
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {

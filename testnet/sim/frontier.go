@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/micra-crawler/micra/delegation"
 )
@@ -14,6 +16,12 @@ import (
 // FrontierMisses are the stop-rule risks (MicraConfig.Miss) MicraFrontier
 // sweeps, loosest first; 0.06 is the default.
 var FrontierMisses = []float64{1, 0.5, 0.3, 0.2, 0.12, 0.06, 0.03, 0.015, 0.008}
+
+// FrontierThresholds are the probing thresholds IPMicraFrontier sweeps,
+// loosest first: the paper's own trade of accuracy for probes (75 % at
+// about 3 probes/URL, 90 % at 6.5).
+var FrontierThresholds = []time.Duration{400 * time.Millisecond, 200 * time.Millisecond, 125 * time.Millisecond,
+	100 * time.Millisecond, 75 * time.Millisecond, 50 * time.Millisecond, 25 * time.Millisecond, 10 * time.Millisecond}
 
 // The issue's goal for our policy, read off the frontier: this share of
 // evaluation URLs at their optimal crawler, at this many probes per
@@ -23,18 +31,20 @@ const (
 	FrontierTargetProbes = 1.5
 )
 
-// FrontierPoint is micra at one stop-rule risk, averaged over the seeds.
+// FrontierPoint is a policy at one setting of its knob (micra's stop-rule
+// risk, IPMicra's probing threshold), averaged over the seeds.
 type FrontierPoint struct {
-	Miss         float64 `json:"miss"`
-	MissFirst    float64 `json:"missfirst"`
+	Miss         float64 `json:"miss,omitempty"`
+	MissFirst    float64 `json:"missfirst,omitempty"`
+	ThresholdMs  float64 `json:"threshold_ms,omitempty"`
 	OptimalPct   float64 `json:"optimal_pct"`
 	ProbesPerURL float64 `json:"probes_per_url"`
 	ProbesEval   float64 `json:"probes_per_url_eval"`
 	ExcessMeanMs float64 `json:"excess_mean_ms"`
 }
 
-// FrontierReport is micra's accuracy/probes frontier on one set of worlds:
-// how much accuracy its stop rule buys with each probe, so a goal such as
+// FrontierReport is a policy's accuracy/probes frontier on one set of
+// worlds: how much accuracy its knob buys with each probe, so a goal such as
 // "95 % at 1.5 probes/URL" can be read off on any latency data (a measured
 // matrix included). AtTargetPct and ProbesForTarget are interpolated
 // linearly between neighbouring points on evaluation probes; NaN when the
@@ -65,28 +75,54 @@ func MicraFrontier(ctx context.Context, cfg Config, worlds []*World, misses []fl
 	case user.MissFirst > 0:
 		ratio = user.MissFirst / miss0
 	}
-	cfg.Policies = []string{"micra"}
-	rep := &FrontierReport{Policy: "micra", Seeds: len(worlds), AtTargetPct: math.NaN(), ProbesForTarget: math.NaN()}
+	rep := &FrontierReport{Policy: "micra", Seeds: len(worlds)}
 	for _, miss := range misses {
 		c := cfg
 		c.Engine.Micra.Miss, c.Engine.Micra.MissFirst = miss, miss*ratio
-		runs, err := RunSeeds(ctx, c, worlds, true)
-		if err != nil {
+		if err := rep.add(ctx, c, worlds, FrontierPoint{Miss: miss, MissFirst: round3(miss * ratio)}); err != nil {
 			return nil, err
-		}
-		avg, err := Average(runs)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range avg.Results {
-			if r.Policy == "micra" {
-				rep.Points = append(rep.Points, FrontierPoint{Miss: miss, MissFirst: round3(miss * ratio), OptimalPct: r.OptimalPct,
-					ProbesPerURL: r.ProbesPerURL, ProbesEval: r.ProbesPerURLEval, ExcessMeanMs: r.ExcessMeanMs})
-			}
 		}
 	}
 	rep.AtTargetPct, rep.ProbesForTarget = frontierCrossings(rep.Points)
 	return rep, nil
+}
+
+// IPMicraFrontier runs the faithful IPMicra at each of thresholds on the
+// seeds' worlds (placing those still nil): the frontier the paper's own
+// figures lie on, printed beside micra's.
+func IPMicraFrontier(ctx context.Context, cfg Config, worlds []*World, thresholds []time.Duration) (*FrontierReport, error) {
+	rep := &FrontierReport{Policy: "ipmicra", Seeds: len(worlds)}
+	for _, th := range thresholds {
+		c := cfg
+		c.Threshold = th
+		if err := rep.add(ctx, c, worlds, FrontierPoint{ThresholdMs: float64(th.Microseconds()) / 1000}); err != nil {
+			return nil, err
+		}
+	}
+	rep.AtTargetPct, rep.ProbesForTarget = frontierCrossings(rep.Points)
+	return rep, nil
+}
+
+// add runs the report's policy with cfg on the worlds and appends the
+// averaged figures to pt as a point.
+func (r *FrontierReport) add(ctx context.Context, cfg Config, worlds []*World, pt FrontierPoint) error {
+	cfg.Policies = []string{r.Policy}
+	runs, err := RunSeeds(ctx, cfg, worlds, true)
+	if err != nil {
+		return err
+	}
+	avg, err := Average(runs)
+	if err != nil {
+		return err
+	}
+	for _, x := range avg.Results {
+		if x.Policy == r.Policy {
+			pt.OptimalPct, pt.ProbesPerURL, pt.ProbesEval, pt.ExcessMeanMs = x.OptimalPct, x.ProbesPerURL, x.ProbesPerURLEval, x.ExcessMeanMs
+			r.Points = append(r.Points, pt)
+			return nil
+		}
+	}
+	return fmt.Errorf("sim: no %s result in the frontier's run", r.Policy)
 }
 
 // frontierCrossings interpolates the accuracy at FrontierTargetProbes and
@@ -126,11 +162,22 @@ func lerp(x0, y0, x1, y1, x float64) float64 {
 
 // WriteText prints the frontier as a table and the two read-offs.
 func (r *FrontierReport) WriteText(out io.Writer) error {
-	fmt.Fprintf(out, "MICRA FRONTIER: the stop rule's risk swept (%d seed(s); optimal %% and probes over the evaluation URLs)\n", r.Seeds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "miss\tmissfirst\toptimal %\tprobes/URL eval\tprobes/URL all\texcess mean ms\t")
+	const cols = "optimal %\tprobes/URL eval\tprobes/URL all\texcess mean ms\t"
+	if r.Policy == "micra" {
+		fmt.Fprintf(out, "MICRA FRONTIER: the stop rule's risk swept (%d seed(s); optimal %% and probes over the evaluation URLs)\n", r.Seeds)
+		fmt.Fprintln(tw, "miss\tmissfirst\t"+cols)
+	} else {
+		fmt.Fprintf(out, "%s FRONTIER: the probing threshold swept (%d seed(s); optimal %% and probes over the evaluation URLs)\n", strings.ToUpper(r.Policy), r.Seeds)
+		fmt.Fprintln(tw, "threshold ms\t"+cols)
+	}
 	for _, p := range r.Points {
-		fmt.Fprintf(tw, "%g\t%g\t%.1f\t%.3f\t%.3f\t%.2f\t\n", p.Miss, p.MissFirst, p.OptimalPct, p.ProbesEval, p.ProbesPerURL, p.ExcessMeanMs)
+		if r.Policy == "micra" {
+			fmt.Fprintf(tw, "%g\t%g\t", p.Miss, p.MissFirst)
+		} else {
+			fmt.Fprintf(tw, "%g\t", p.ThresholdMs)
+		}
+		fmt.Fprintf(tw, "%.1f\t%.3f\t%.3f\t%.2f\t\n", p.OptimalPct, p.ProbesEval, p.ProbesPerURL, p.ExcessMeanMs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

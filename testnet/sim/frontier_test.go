@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFrontierCrossings(t *testing.T) {
@@ -86,6 +87,39 @@ func TestMicraFrontier(t *testing.T) {
 	}
 	b.Reset()
 	if err := fr.WriteText(&b); err != nil || !strings.Contains(b.String(), "not reached by the sweep") {
+		t.Fatalf("text: %v\n%s", err, b.String())
+	}
+}
+
+// IPMicra's frontier: a lower threshold walks further, so it probes more;
+// the point at the preset's threshold is IPMicra's default run.
+func TestIPMicraFrontier(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 300, Policies: []string{"ipmicra"}, Logger: quiet()}
+	worlds := make([]*World, 2)
+	runs, err := RunSeeds(ctx, cfg, worlds, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Average(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := IPMicraFrontier(ctx, cfg, worlds, []time.Duration{200 * time.Millisecond, 50 * time.Millisecond, 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fr.Points) != 3 || fr.Policy != "ipmicra" || fr.Points[1].ThresholdMs != 50 {
+		t.Fatalf("frontier %+v", fr)
+	}
+	if p, r := fr.Points[1], plain.Results[0]; r.Policy != "ipmicra" || p.OptimalPct != r.OptimalPct || p.ProbesEval != r.ProbesPerURLEval {
+		t.Fatalf("50 ms point %+v differs from the default run %+v", p, r)
+	}
+	if !(fr.Points[0].ProbesEval < fr.Points[1].ProbesEval && fr.Points[1].ProbesEval < fr.Points[2].ProbesEval) {
+		t.Fatalf("probes do not grow as the threshold falls: %+v", fr.Points)
+	}
+	var b bytes.Buffer
+	if err := fr.WriteText(&b); err != nil || !strings.Contains(b.String(), "IPMICRA FRONTIER") || !strings.Contains(b.String(), "threshold ms") {
 		t.Fatalf("text: %v\n%s", err, b.String())
 	}
 }
