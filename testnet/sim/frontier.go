@@ -58,9 +58,9 @@ type FrontierReport struct {
 }
 
 // MicraFrontier runs micra (tuned by cfg.Engine.Micra) at each of misses
-// on the seeds' worlds (placing those still nil), keeping the ratio of
-// MissFirst to Miss that cfg sets (the default 0.1 : 0.06; missfirst=-1
-// keeps them equal).
+// on the seeds' worlds (placing those still nil), with MissFirst at the
+// ratio to Miss that cfg sets: the defaults' 0.1 : 0.06 when cfg leaves
+// MissFirst unset (even if it sets Miss), 1 with missfirst=-1.
 func MicraFrontier(ctx context.Context, cfg Config, worlds []*World, misses []float64) (*FrontierReport, error) {
 	def := delegation.DefaultConfig().Micra
 	user := cfg.Engine.Micra
