@@ -262,6 +262,7 @@ seed print the same report. See docs/simulator.md.`,
 			if frontier {
 				c := cfg
 				c.Seed, c.Threshold = base, ths[0]
+				c.Trace, c.TraceN = nil, 0 // --trace is for the policies' table, not the sweep's runs
 				mf, err := sim.MicraFrontier(cmd.Context(), c, worlds, sim.FrontierMisses)
 				if err != nil {
 					return err

@@ -107,6 +107,10 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier"); err != nil || !strings.Contains(out, "MICRA FRONTIER") || !strings.Contains(out, "IPMICRA FRONTIER") || !strings.Contains(out, "for 95 % optimal:") {
 		t.Fatalf("--frontier: %v\n%s", err, out)
 	}
+	// --trace traces the policies' runs, not the frontier's sweep
+	if out, err := runSim(t, "--crawlers", "4", "--hosts", "60", "--policies", "micra", "--trace", "1", "--trace-policy", "micra", "--frontier"); err != nil || strings.Count(out, "micra #0 ") != 1 {
+		t.Fatalf("--trace with --frontier: %v, %d traces of decision 0\n%s", err, strings.Count(out, "micra #0 "), out)
+	}
 	if out, err := runSim(t, "--world-stats", "--hosts", "300"); err != nil || !strings.Contains(out, "implied stretch") {
 		t.Fatalf("world stats: %v\n%s", err, out)
 	}
