@@ -262,7 +262,6 @@ seed print the same report. See docs/simulator.md.`,
 			if frontier {
 				c := cfg
 				c.Seed, c.Threshold = base, ths[0]
-				c.Trace, c.TraceN = nil, 0 // --trace is for the policies' table, not the sweep's runs
 				mf, err := sim.MicraFrontier(cmd.Context(), c, worlds, sim.FrontierMisses)
 				if err != nil {
 					return err
@@ -353,7 +352,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&calibration, "calibration", false, "after the policies, print micra's STOP-RULE CALIBRATION: every round's summed risk (binned, after 1, 2 and ≥3 probes) beside how often the best answer so far was not the optimal crawler (evaluation hosts; --micra tunes the run; see docs/delegation.md)")
-	f.BoolVar(&frontier, "frontier", false, "after the policies, print MICRA FRONTIER — micra (as --micra tunes it) at stop-rule risks 1 … 0.008 — and IPMICRA FRONTIER — IPMicra at thresholds 400 … 10 ms, the paper's trade — on the same worlds, each with the accuracy read off at 1.5 probes per evaluation URL and the probes for 95 % (works on --sites/--rtt too; see docs/delegation.md)")
+	f.BoolVar(&frontier, "frontier", false, "after the policies, print MICRA FRONTIER — micra (as --micra tunes it, MissFirst at the default ratio to Miss unless missfirst is set) at stop-rule risks 1 … 0.008 — and IPMICRA FRONTIER — IPMicra at thresholds 400 … 10 ms, the paper's trade — on the same worlds, each with the accuracy read off at 1.5 probes per evaluation URL and the probes for 95 % (works on --sites/--rtt too; see docs/delegation.md)")
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
 	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
@@ -407,8 +406,8 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			return m, fmt.Errorf("--micra %q: want key=value", kv)
 		}
 		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return m, fmt.Errorf("--micra %s: %q is not a number", k, v)
+		if err != nil || !finite(x) {
+			return m, fmt.Errorf("--micra %s: %q is not a finite number", k, v)
 		}
 		switch k {
 		case "miss":

@@ -121,7 +121,7 @@ func TestSimCLI(t *testing.T) {
 		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"},
 		{"--capacity-factor", "NaN"}, {"--capacity-factor", "-1"}, {"--capacity-factor", "1e30"}, {"--capacity-factor", "0"},
 		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"},
-		{"--micra", "blocks=1"}, {"--micra", "blocks=-0.1"}, {"--micra", "blocks=NaN"},
+		{"--micra", "blocks=1"}, {"--micra", "blocks=-0.1"}, {"--micra", "blocks=NaN"}, {"--micra", "missfirst=Inf"}, {"--micra", "miss=NaN"},
 		{"--trace", "3", "--trace-policy", "ipmicra-parallel"}} { // not a default policy: nothing traced
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)

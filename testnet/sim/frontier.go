@@ -60,7 +60,9 @@ type FrontierReport struct {
 // MicraFrontier runs micra (tuned by cfg.Engine.Micra) at each of misses
 // on the seeds' worlds (placing those still nil), with MissFirst at the
 // ratio to Miss that cfg sets: the defaults' 0.1 : 0.06 when cfg leaves
-// MissFirst unset (even if it sets Miss), 1 with missfirst=-1.
+// MissFirst unset (even if it sets Miss, so a run with only miss set is
+// not a point of the sweep), 1 when MissFirst is negative or NaN (as
+// MicraConfig reads it: MissFirst = Miss).
 func MicraFrontier(ctx context.Context, cfg Config, worlds []*World, misses []float64) (*FrontierReport, error) {
 	def := delegation.DefaultConfig().Micra
 	user := cfg.Engine.Micra
@@ -70,16 +72,17 @@ func MicraFrontier(ctx context.Context, cfg Config, worlds []*World, misses []fl
 	}
 	ratio := def.MissFirst / def.Miss
 	switch {
-	case user.MissFirst < 0:
+	case user.MissFirst == 0:
+	case !(user.MissFirst > 0): // negative, NaN: MissFirst = Miss
 		ratio = 1
-	case user.MissFirst > 0:
+	default:
 		ratio = user.MissFirst / miss0
 	}
 	rep := &FrontierReport{Policy: "micra", Seeds: len(worlds)}
 	for _, miss := range misses {
 		c := cfg
 		c.Engine.Micra.Miss, c.Engine.Micra.MissFirst = miss, miss*ratio
-		if err := rep.add(ctx, c, worlds, FrontierPoint{Miss: miss, MissFirst: round3(miss * ratio)}); err != nil {
+		if err := rep.add(ctx, c, worlds, FrontierPoint{Miss: miss, MissFirst: miss * ratio}); err != nil {
 			return nil, err
 		}
 	}
@@ -104,9 +107,11 @@ func IPMicraFrontier(ctx context.Context, cfg Config, worlds []*World, threshold
 }
 
 // add runs the report's policy with cfg on the worlds and appends the
-// averaged figures to pt as a point.
+// averaged figures to pt as a point. A sweep traces nothing: Trace is for
+// the policies' own runs.
 func (r *FrontierReport) add(ctx context.Context, cfg Config, worlds []*World, pt FrontierPoint) error {
 	cfg.Policies = []string{r.Policy}
+	cfg.Trace, cfg.TraceN = nil, 0
 	runs, err := RunSeeds(ctx, cfg, worlds, true)
 	if err != nil {
 		return err
@@ -137,6 +142,9 @@ func frontierCrossings(ps []FrontierPoint) (pctAt, probesFor float64) {
 			byProbes[j], byProbes[j-1] = byProbes[j-1], byProbes[j]
 		}
 	}
+	if len(byProbes) > 0 && byProbes[0].OptimalPct >= FrontierTargetPct {
+		probesFor = byProbes[0].ProbesEval // the loosest point already reaches it: at most that
+	}
 	for i := 1; i < len(byProbes); i++ {
 		a, b := byProbes[i-1], byProbes[i]
 		if math.IsNaN(pctAt) && a.ProbesEval <= FrontierTargetProbes && FrontierTargetProbes <= b.ProbesEval {
@@ -145,9 +153,6 @@ func frontierCrossings(ps []FrontierPoint) (pctAt, probesFor float64) {
 		if math.IsNaN(probesFor) && a.OptimalPct < FrontierTargetPct && FrontierTargetPct <= b.OptimalPct {
 			probesFor = lerp(a.OptimalPct, a.ProbesEval, b.OptimalPct, b.ProbesEval, FrontierTargetPct)
 		}
-	}
-	if len(byProbes) > 0 && math.IsNaN(probesFor) && byProbes[0].OptimalPct >= FrontierTargetPct {
-		probesFor = byProbes[0].ProbesEval // the loosest point already reaches it: at most that
 	}
 	return round3(pctAt), round3(probesFor)
 }
@@ -173,7 +178,7 @@ func (r *FrontierReport) WriteText(out io.Writer) error {
 	}
 	for _, p := range r.Points {
 		if r.Policy == "micra" {
-			fmt.Fprintf(tw, "%g\t%g\t", p.Miss, p.MissFirst)
+			fmt.Fprintf(tw, "%g\t%.3g\t", p.Miss, p.MissFirst)
 		} else {
 			fmt.Fprintf(tw, "%g\t", p.ThresholdMs)
 		}
@@ -188,9 +193,27 @@ func (r *FrontierReport) WriteText(out io.Writer) error {
 		}
 		return fmt.Sprintf(f, v)
 	}
+	forTarget := say(r.ProbesForTarget, "%.2f probes per evaluation URL (interpolated)")
+	if loosest, ok := r.loosest(); ok && loosest.OptimalPct >= FrontierTargetPct {
+		forTarget = fmt.Sprintf("at most %.2f probes per evaluation URL (the loosest point already reaches it)", r.ProbesForTarget)
+	}
 	_, err := fmt.Fprintf(out, "at %g probes per evaluation URL: %s\nfor %d %% optimal: %s\n", FrontierTargetProbes,
-		say(r.AtTargetPct, "%.1f %% optimal (interpolated)"), FrontierTargetPct, say(r.ProbesForTarget, "%.2f probes per evaluation URL (interpolated)"))
+		say(r.AtTargetPct, "%.1f %% optimal (interpolated)"), FrontierTargetPct, forTarget)
 	return err
+}
+
+// loosest is the point with the fewest probes per evaluation URL.
+func (r *FrontierReport) loosest() (FrontierPoint, bool) {
+	if len(r.Points) == 0 {
+		return FrontierPoint{}, false
+	}
+	p := r.Points[0]
+	for _, q := range r.Points[1:] {
+		if q.ProbesEval < p.ProbesEval {
+			p = q
+		}
+	}
+	return p, true
 }
 
 // WriteJSON prints the frontier as one JSON object (NaN read-offs as null).

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/micra-crawler/micra/delegation"
 )
 
 func TestFrontierCrossings(t *testing.T) {
@@ -23,6 +25,7 @@ func TestFrontierCrossings(t *testing.T) {
 		{"1.5 probes beyond the sweep", []FrontierPoint{pt(1.8, 90), pt(2.4, 96)}, math.NaN(), 2.3},
 		{"95 % beyond the sweep", []FrontierPoint{pt(1.0, 80), pt(2.0, 90)}, 85, math.NaN()},
 		{"the loosest point already reaches 95 %", []FrontierPoint{pt(1.0, 96), pt(2.0, 97)}, 96.5, 1.0},
+		{"the loosest point reaches 95 %, then a dip", []FrontierPoint{pt(1.0, 96), pt(1.2, 94), pt(1.4, 97)}, math.NaN(), 1.0},
 		// accuracy need not rise with probes: the first crossing counts
 		{"non-monotone", []FrontierPoint{pt(1.0, 94), pt(1.4, 96), pt(1.6, 94.5), pt(2.0, 97)}, 95.25, 1.2},
 	} {
@@ -121,5 +124,47 @@ func TestIPMicraFrontier(t *testing.T) {
 	var b bytes.Buffer
 	if err := fr.WriteText(&b); err != nil || !strings.Contains(b.String(), "IPMICRA FRONTIER") || !strings.Contains(b.String(), "threshold ms") {
 		t.Fatalf("text: %v\n%s", err, b.String())
+	}
+}
+
+// The sweep's worlds run in parallel; hooks every world would call at once
+// (a trace writer, micra's OnRound) keep them one at a time, and a sweep
+// traces nothing (run with -race: it caught both).
+func TestFrontierHooksNotShared(t *testing.T) {
+	ctx := context.Background()
+	var b bytes.Buffer
+	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 200, Logger: quiet(), Trace: &b, TracePolicy: "micra", TraceN: 50}
+	if _, err := MicraFrontier(ctx, cfg, make([]*World, 2), []float64{0.06}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("the sweep traced:\n%s", b.String())
+	}
+	rounds := 0
+	cfg = Config{Seed: 3, Crawlers: 12, Hosts: 200, Logger: quiet(), Policies: []string{"micra"}}
+	cfg.Engine.Micra.OnRound = func(delegation.RoundRisk) { rounds++ }
+	if _, err := RunSeeds(ctx, cfg, make([]*World, 2), true); err != nil {
+		t.Fatal(err)
+	}
+	if rounds == 0 {
+		t.Fatal("OnRound never called")
+	}
+}
+
+// MissFirst's ratio to Miss follows MicraConfig's reading of MissFirst:
+// unset → the defaults' ratio, negative or NaN → equal to Miss.
+func TestMicraFrontierMissFirstRatio(t *testing.T) {
+	ctx := context.Background()
+	worlds := make([]*World, 1)
+	for _, c := range []struct{ missFirst, want float64 }{{0, 0.2 * 0.1 / 0.06}, {-1, 0.2}, {math.NaN(), 0.2}, {0.3, 0.2 * 0.3 / 0.06}} {
+		cfg := Config{Seed: 3, Crawlers: 12, Hosts: 100, Logger: quiet()}
+		cfg.Engine.Micra.MissFirst = c.missFirst
+		fr, err := MicraFrontier(ctx, cfg, worlds, []float64{0.2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fr.Points[0].MissFirst; math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("MissFirst %v: the sweep's 0.2 point ran with MissFirst %v, want %v", c.missFirst, got, c.want)
+		}
 	}
 }

@@ -13,10 +13,11 @@ import (
 // them run at once (a sweep over 32 seeds takes half the time on two
 // cores), except beyond 100,000 hosts, where each world holds gigabytes.
 // Each report is a pure function of its seed: the output is the same
-// either way.
+// either way. Hooks that every world would call at once — a Trace writer,
+// micra's OnRound — keep the worlds one at a time.
 func RunSeeds(ctx context.Context, cfg Config, worlds []*World, parallel bool) ([]*Report, error) {
 	workers := 1
-	if parallel && cfg.Hosts <= 100_000 {
+	if parallel && cfg.Hosts <= 100_000 && cfg.Trace == nil && cfg.Engine.Micra.OnRound == nil {
 		workers = min(len(worlds), runtime.GOMAXPROCS(0))
 	}
 	runs := make([]*Report, len(worlds))
