@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -62,6 +63,7 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 func simCmd() *cobra.Command {
 	var (
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
+		frontierPlotPath                                                                                                      string
 		crawlers, hosts, train, seeds, traceN                                                                                 int
 		seed                                                                                                                  uint64
 		asJSON, worldStats, oracle, review, calibration, frontier                                                             bool
@@ -186,20 +188,21 @@ seed print the same report. See docs/simulator.md.`,
 			if err != nil {
 				return err
 			}
-			// the plot's file is created before anything runs, so a bad
+			// the plots' files are created before anything runs, so a bad
 			// path does not throw a long run away
-			var plot *os.File
-			if plotPath != "" && !worldStats {
-				if plot, err = os.Create(plotPath); err != nil {
-					return err
-				}
-				defer func() {
-					if plot != nil { // not written: leave no empty plot behind
-						plot.Close()
-						os.Remove(plotPath)
-					}
-				}()
+			plot, err := createPlot(plotPath, worldStats)
+			if err != nil {
+				return err
 			}
+			defer plot.discard()
+			if frontierPlotPath != "" {
+				frontier = true
+			}
+			frontierPlot, err := createPlot(frontierPlotPath, worldStats)
+			if err != nil {
+				return err
+			}
+			defer frontierPlot.discard()
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
 			if worldStats {
@@ -270,6 +273,9 @@ seed print the same report. See docs/simulator.md.`,
 				if err != nil {
 					return err
 				}
+				if err := frontierPlot.write(out, !asJSON, func(w io.Writer) error { return sim.WriteFrontierSVG(w, []*sim.FrontierReport{mf, ipf}) }); err != nil {
+					return err
+				}
 				for _, fr := range []*sim.FrontierReport{mf, ipf} {
 					if asJSON {
 						err = fr.WriteJSON(out)
@@ -314,20 +320,7 @@ seed print the same report. See docs/simulator.md.`,
 					}
 				}
 			}
-			if plot != nil {
-				if err := sim.WriteSVG(plot, reps); err != nil {
-					return err
-				}
-				f := plot
-				plot = nil
-				if err := f.Close(); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot written to %s\n", plotPath)
-				}
-			}
-			return nil
+			return plot.write(out, !asJSON, func(w io.Writer) error { return sim.WriteSVG(w, reps) })
 		},
 	}
 	f := cmd.Flags()
@@ -348,6 +341,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")
 	f.StringVar(&rttPath, "rtt", "", "measured latency: RTT CSV (src,dst,rtt_ms), directed")
 	f.StringVar(&plotPath, "plot", "", "write the probes/URL curve as SVG to this file")
+	f.StringVar(&frontierPlotPath, "frontier-plot", "", "write the frontiers (accuracy against probes per URL, micra and IPMicra) as SVG to this file; implies --frontier")
 	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
@@ -459,4 +453,52 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		}
 	}
 	return m, nil
+}
+
+// plotFile is an SVG output created before a run (so a bad path fails
+// fast) and removed if the run ends without writing it.
+type plotFile struct {
+	f    *os.File
+	path string
+}
+
+// createPlot creates path's file; none when path is empty or nothing will
+// be simulated.
+func createPlot(path string, worldStats bool) (*plotFile, error) {
+	if path == "" || worldStats {
+		return &plotFile{}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &plotFile{f, path}, nil
+}
+
+// write renders into the file and closes it, saying so on out when say.
+func (p *plotFile) write(out io.Writer, say bool, render func(io.Writer) error) error {
+	if p.f == nil {
+		return nil
+	}
+	if err := render(p.f); err != nil {
+		return err
+	}
+	f := p.f
+	p.f = nil
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if say {
+		fmt.Fprintf(out, "\nplot written to %s\n", p.path)
+	}
+	return nil
+}
+
+// discard closes and removes a file that was never written: no empty plot
+// is left behind.
+func (p *plotFile) discard() {
+	if p != nil && p.f != nil {
+		p.f.Close()
+		os.Remove(p.path)
+	}
 }

@@ -107,6 +107,16 @@ func TestSimCLI(t *testing.T) {
 	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier"); err != nil || !strings.Contains(out, "MICRA FRONTIER") || !strings.Contains(out, "IPMICRA FRONTIER") || !strings.Contains(out, "for 95 % optimal:") {
 		t.Fatalf("--frontier: %v\n%s", err, out)
 	}
+	fplot := filepath.Join(t.TempDir(), "frontier.svg")
+	if out, err := runSim(t, "--crawlers", "6", "--hosts", "200", "--policies", "micra", "--frontier-plot", fplot); err != nil || !strings.Contains(out, "MICRA FRONTIER") {
+		t.Fatalf("--frontier-plot implies --frontier: %v\n%s", err, out)
+	}
+	if svg, err := os.ReadFile(fplot); err != nil || !bytes.Contains(svg, []byte("ipmicra (1 seed(s))")) {
+		t.Fatalf("frontier plot: %v\n%s", err, svg)
+	}
+	if out, err := runSim(t, "--crawlers", "4", "--hosts", "100", "--frontier-plot", filepath.Join(t.TempDir(), "no", "such", "dir.svg")); err == nil || strings.Contains(out, "policy  optimal %") {
+		t.Fatalf("bad frontier plot path: %v, output %q", err, out)
+	}
 	// --trace traces the policies' runs, not the frontier's sweep
 	if out, err := runSim(t, "--crawlers", "4", "--hosts", "60", "--policies", "micra", "--trace", "1", "--trace-policy", "micra", "--frontier"); err != nil || strings.Count(out, "micra #0 ") != 1 {
 		t.Fatalf("--trace with --frontier: %v, %d traces of decision 0\n%s", err, strings.Count(out, "micra #0 "), out)

@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -235,5 +237,66 @@ func (r *FrontierReport) WriteJSON(out io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+// WriteFrontierSVG plots the frontiers as optimal % (evaluation URLs)
+// against probes per evaluation URL, one polyline per policy through its
+// points in probe order, with the goal's two lines (FrontierTargetProbes,
+// FrontierTargetPct) dashed.
+func WriteFrontierSVG(out io.Writer, frs []*FrontierReport) error {
+	const W, H, L, R, T, B = 760.0, 420.0, 60.0, 150.0, 30.0, 50.0
+	pw, ph := W-L-R, H-T-B
+	maxX, minY := FrontierTargetProbes, float64(FrontierTargetPct)
+	for _, fr := range frs {
+		for _, p := range fr.Points {
+			maxX = math.Max(maxX, p.ProbesEval)
+			minY = math.Min(minY, p.OptimalPct)
+		}
+	}
+	maxX = niceCeil(maxX)
+	step := 10.0 // y ticks
+	if 100-minY > 50 {
+		step = 20
+	}
+	minY = math.Max(0, math.Floor(minY/step)*step)
+	x := func(v float64) float64 { return L + pw*v/maxX }
+	y := func(v float64) float64 { return T + ph*(100-v)/(100-minY) }
+	colors := []string{"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%g" y="18" font-size="14">accuracy against probes: each policy's knob swept (evaluation URLs)</text>`+"\n", L)
+	// the goal's corner: at most FrontierTargetProbes, at least FrontierTargetPct
+	fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%.1f" height="%.1f" fill="#e6f4e6"/>`+"\n", L, T, x(FrontierTargetProbes)-L, y(FrontierTargetPct)-T)
+	for v := minY; v <= 100; v += step {
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%.0f %%</text>`+"\n", L, y(v), L+pw, y(v), L-6, y(v)+4, v)
+	}
+	for k := 0; k <= 5; k++ {
+		u := maxX * float64(k) / 5
+		fmt.Fprintf(&b, `<text x="%.1f" y="%g" text-anchor="middle">%.3g</text>`+"\n", x(u), T+ph+16, u)
+	}
+	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">probes per evaluation URL</text>`+"\n", L+pw/2, H-10)
+	fmt.Fprintf(&b, `<rect x="%g" y="%g" width="%g" height="%g" fill="none" stroke="#333"/>`+"\n", L, T, pw, ph)
+	fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#888" stroke-dasharray="4 3"/>`+"\n", x(FrontierTargetProbes), T, x(FrontierTargetProbes), T+ph)
+	fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#888" stroke-dasharray="4 3"/><text x="%g" y="%.1f" fill="#555">goal: ≥ %d %% at ≤ %g</text>`+"\n",
+		L, y(FrontierTargetPct), L+pw, y(FrontierTargetPct), L+pw-150, y(FrontierTargetPct)+14, FrontierTargetPct, FrontierTargetProbes)
+	for k, fr := range frs {
+		c := colors[k%len(colors)]
+		ps := make([]FrontierPoint, len(fr.Points))
+		copy(ps, fr.Points)
+		slices.SortStableFunc(ps, func(a, b FrontierPoint) int { return cmp.Compare(a.ProbesEval, b.ProbesEval) })
+		var pts []string
+		for _, p := range ps {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.ProbesEval), y(p.OptimalPct)))
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(p.ProbesEval), y(p.OptimalPct), c)
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		ly := T + 10 + 18*float64(k)
+		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="2"/><text x="%g" y="%g">%s (%d seed(s))</text>`+"\n",
+			L+pw+10, ly, L+pw+30, ly, c, L+pw+36, ly+4, xmlEscape(fr.Policy), fr.Seeds)
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(out, b.String())
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -165,6 +167,40 @@ func TestMicraFrontierMissFirstRatio(t *testing.T) {
 		}
 		if got := fr.Points[0].MissFirst; math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("MissFirst %v: the sweep's 0.2 point ran with MissFirst %v, want %v", c.missFirst, got, c.want)
+		}
+	}
+}
+
+// The frontier plot is well-formed SVG with one line and one legend entry
+// per policy, every point drawn.
+func TestWriteFrontierSVG(t *testing.T) {
+	pt := func(probes, pct float64) FrontierPoint { return FrontierPoint{ProbesEval: probes, OptimalPct: pct} }
+	frs := []*FrontierReport{
+		{Policy: "micra", Seeds: 2, Points: []FrontierPoint{pt(1.8, 90), pt(1.2, 80), pt(2.4, 97)}},
+		{Policy: "ipmicra", Seeds: 2, Points: []FrontierPoint{pt(1, 20), pt(7.5, 95)}},
+	}
+	var b bytes.Buffer
+	if err := WriteFrontierSVG(&b, frs); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(b.Bytes()))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("not well-formed: %v\n%s", err, b.String())
+		}
+	}
+	svg := b.String()
+	if n := strings.Count(svg, "<polyline"); n != 2 {
+		t.Fatalf("%d polylines", n)
+	}
+	if n := strings.Count(svg, "<circle"); n != 5 {
+		t.Fatalf("%d points drawn, want 5", n)
+	}
+	for _, want := range []string{"micra (2 seed(s))", "ipmicra (2 seed(s))", "goal: ≥ 95 % at ≤ 1.5"} {
+		if !strings.Contains(svg, want) {
+			t.Fatalf("no %q in\n%s", want, svg)
 		}
 	}
 }
