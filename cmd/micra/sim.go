@@ -273,9 +273,6 @@ seed print the same report. See docs/simulator.md.`,
 				if err != nil {
 					return err
 				}
-				if err := frontierPlot.write(out, !asJSON, func(w io.Writer) error { return sim.WriteFrontierSVG(w, []*sim.FrontierReport{mf, ipf}) }); err != nil {
-					return err
-				}
 				for _, fr := range []*sim.FrontierReport{mf, ipf} {
 					if asJSON {
 						err = fr.WriteJSON(out)
@@ -286,6 +283,9 @@ seed print the same report. See docs/simulator.md.`,
 					if err != nil {
 						return err
 					}
+				}
+				if err := frontierPlot.write(out, !asJSON, func(w io.Writer) error { return sim.WriteFrontierSVG(w, []*sim.FrontierReport{mf, ipf}) }); err != nil {
+					return err
 				}
 				out.Flush()
 			}
