@@ -137,13 +137,7 @@ func (r *FrontierReport) add(ctx context.Context, cfg Config, worlds []*World, p
 // probes (the first crossing: accuracy need not rise monotonically).
 func frontierCrossings(ps []FrontierPoint) (pctAt, probesFor float64) {
 	pctAt, probesFor = math.NaN(), math.NaN()
-	byProbes := make([]FrontierPoint, len(ps))
-	copy(byProbes, ps)
-	for i := 1; i < len(byProbes); i++ { // insertion sort: a handful of points
-		for j := i; j > 0 && byProbes[j].ProbesEval < byProbes[j-1].ProbesEval; j-- {
-			byProbes[j], byProbes[j-1] = byProbes[j-1], byProbes[j]
-		}
-	}
+	byProbes := byProbes(ps)
 	if len(byProbes) > 0 && byProbes[0].OptimalPct >= FrontierTargetPct {
 		probesFor = byProbes[0].ProbesEval // the loosest point already reaches it: at most that
 	}
@@ -196,7 +190,7 @@ func (r *FrontierReport) WriteText(out io.Writer) error {
 		return fmt.Sprintf(f, v)
 	}
 	forTarget := say(r.ProbesForTarget, "%.2f probes per evaluation URL (interpolated)")
-	if loosest, ok := r.loosest(); ok && loosest.OptimalPct >= FrontierTargetPct {
+	if ps := byProbes(r.Points); len(ps) > 0 && ps[0].OptimalPct >= FrontierTargetPct {
 		forTarget = fmt.Sprintf("at most %.2f probes per evaluation URL (the loosest point already reaches it)", r.ProbesForTarget)
 	}
 	_, err := fmt.Fprintf(out, "at %g probes per evaluation URL: %s\nfor %d %% optimal: %s\n", FrontierTargetProbes,
@@ -204,18 +198,12 @@ func (r *FrontierReport) WriteText(out io.Writer) error {
 	return err
 }
 
-// loosest is the point with the fewest probes per evaluation URL.
-func (r *FrontierReport) loosest() (FrontierPoint, bool) {
-	if len(r.Points) == 0 {
-		return FrontierPoint{}, false
-	}
-	p := r.Points[0]
-	for _, q := range r.Points[1:] {
-		if q.ProbesEval < p.ProbesEval {
-			p = q
-		}
-	}
-	return p, true
+// byProbes returns a copy of ps ordered by probes per evaluation URL,
+// loosest first (ties in sweep order).
+func byProbes(ps []FrontierPoint) []FrontierPoint {
+	out := slices.Clone(ps)
+	slices.SortStableFunc(out, func(a, b FrontierPoint) int { return cmp.Compare(a.ProbesEval, b.ProbesEval) })
+	return out
 }
 
 // WriteJSON prints the frontier as one JSON object (NaN read-offs as null).
@@ -283,11 +271,8 @@ func WriteFrontierSVG(out io.Writer, frs []*FrontierReport) error {
 		L, y(FrontierTargetPct), L+pw, y(FrontierTargetPct), L+pw-150, y(FrontierTargetPct)+14, FrontierTargetPct, FrontierTargetProbes)
 	for k, fr := range frs {
 		c := colors[k%len(colors)]
-		ps := make([]FrontierPoint, len(fr.Points))
-		copy(ps, fr.Points)
-		slices.SortStableFunc(ps, func(a, b FrontierPoint) int { return cmp.Compare(a.ProbesEval, b.ProbesEval) })
 		var pts []string
-		for _, p := range ps {
+		for _, p := range byProbes(fr.Points) {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.ProbesEval), y(p.OptimalPct)))
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(p.ProbesEval), y(p.OptimalPct), c)
 		}

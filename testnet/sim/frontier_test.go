@@ -39,14 +39,14 @@ func TestFrontierCrossings(t *testing.T) {
 	}
 }
 
-// The frontier's point at micra's default risks is micra's default run on
-// the same worlds; looser risks probe less; the JSON carries NaN read-offs
-// as null.
-func TestMicraFrontier(t *testing.T) {
-	ctx := context.Background()
-	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 300, Policies: []string{"micra"}, Logger: quiet()}
+// defaultRun runs policy with its defaults on two small worlds and
+// returns the configuration, the placed worlds (for a sweep to reuse) and
+// the averaged report.
+func defaultRun(t *testing.T, policy string) (Config, []*World, *Report) {
+	t.Helper()
+	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 300, Policies: []string{policy}, Logger: quiet()}
 	worlds := make([]*World, 2)
-	runs, err := RunSeeds(ctx, cfg, worlds, true)
+	runs, err := RunSeeds(context.Background(), cfg, worlds, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,15 @@ func TestMicraFrontier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, worlds, plain
+}
+
+// The frontier's point at micra's default risks is micra's default run on
+// the same worlds; looser risks probe less; the JSON carries NaN read-offs
+// as null.
+func TestMicraFrontier(t *testing.T) {
+	ctx := context.Background()
+	cfg, worlds, plain := defaultRun(t, "micra")
 	fr, err := MicraFrontier(ctx, cfg, worlds, []float64{0.5, 0.06, 0.01})
 	if err != nil {
 		t.Fatal(err)
@@ -100,16 +109,7 @@ func TestMicraFrontier(t *testing.T) {
 // the point at the preset's threshold is IPMicra's default run.
 func TestIPMicraFrontier(t *testing.T) {
 	ctx := context.Background()
-	cfg := Config{Seed: 3, Crawlers: 12, Hosts: 300, Policies: []string{"ipmicra"}, Logger: quiet()}
-	worlds := make([]*World, 2)
-	runs, err := RunSeeds(ctx, cfg, worlds, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := Average(runs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, worlds, plain := defaultRun(t, "ipmicra")
 	fr, err := IPMicraFrontier(ctx, cfg, worlds, []time.Duration{200 * time.Millisecond, 50 * time.Millisecond, 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
