@@ -10,8 +10,8 @@ import (
 // RunSeeds runs cfg on seeds cfg.Seed, cfg.Seed+1, … — one per worlds
 // entry, placing the worlds still nil — and returns their reports in seed
 // order. Worlds are independent, so with parallel set up to GOMAXPROCS of
-// them run at once (a sweep over 32 seeds takes half the time on two
-// cores), except beyond 100,000 hosts, where each world holds gigabytes.
+// them run at once, except beyond 100,000 hosts, where each world holds
+// gigabytes.
 // Each report is a pure function of its seed: the output is the same
 // either way. Hooks that every world would call at once — a Trace writer,
 // micra's OnRound — keep the worlds one at a time.
