@@ -52,6 +52,11 @@ func NewCalibrator(tree Tree, c Config) *Calibrator {
 // (they would raise the baseline they are judged against); after an event
 // the page's history starts afresh, because the new owner's times differ.
 func (c *Calibrator) Observe(page string, ip netip.Addr, took time.Duration, at time.Time) (CalibrationEvent, bool) {
+	if took <= 0 {
+		// no measurement (a clock step, a broken timer): in the history
+		// it would pull the median to zero and make every time slow
+		return CalibrationEvent{}, false
+	}
 	h, ok := c.pages[page]
 	if !ok {
 		h = &pageHistory{times: make([]time.Duration, 0, c.keep)}

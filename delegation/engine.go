@@ -488,7 +488,13 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
-	e.loads.AddPages(s, pub.Owner, 1)
+	if e.redelegating {
+		// the page that raised the calibration event was counted when it
+		// was delegated: only the subnet's pages change hands
+		e.loads.Move(s, pub.Owner)
+	} else {
+		e.loads.AddPages(s, pub.Owner, 1)
+	}
 	e.learnOnce(s, pub)
 	return d, nil
 }
@@ -529,9 +535,13 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("delegation: lookup subnet %d of joining crawler %s: %w", s, c.ID, err)
 	}
-	if ok && rec.OwnerRTT == 0 && rec.DecidedBy == rec.Owner && e.live(rec.Owner) {
+	if oc, live := e.members()[rec.Owner]; ok && live && rec.OwnerRTT == 0 && rec.DecidedBy == rec.Owner &&
+		oc.Addr.IsValid() && e.d.Tree.SmallestNonUnary(oc.Addr) == s {
 		// Another live crawler already sits in this subnet: keep it, so
-		// two co-located crawlers do not take the subnet in turns.
+		// two co-located crawlers do not take the subnet in turns. (Its
+		// address says so: a decision without probes — random, or
+		// micra's blind one — made by the crawler it picked looks the
+		// same otherwise.)
 		d.Owner, d.Record, d.Cached = rec.Owner, rec, true
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "subnet already placed with " + string(rec.Owner)})
 		return d, nil
@@ -567,18 +577,32 @@ func (e *engine) hasRoom(c CrawlerID, pages int) bool {
 // balance applies the configured load-balancing option to the ranked
 // candidates of subnet s and returns the winner.
 func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, ranked []ProbeResult, d *Decision) (ProbeResult, error) {
-	pages := e.loads.Pages(s) + 1
+	// the pages a crawler takes on with s: the subnet's pages and the one
+	// being delegated; a re-delegation's page is counted already, and the
+	// current owner's load holds the subnet's pages
+	extra := 1
+	if e.redelegating {
+		extra = 0
+	}
+	pages := e.loads.Pages(s) + extra
+	owner, owned := e.loads.Owner(s)
+	need := func(c CrawlerID) int {
+		if owned && owner == c {
+			return extra
+		}
+		return pages
+	}
 	best := ranked[0]
-	if e.hasRoom(best.Crawler, pages) {
+	if e.hasRoom(best.Crawler, need(best.Crawler)) {
 		return best, nil
 	}
 	step := Step{Kind: StepBalance, Node: s}
 	if e.c.Balance == BalanceRelease {
-		moved, err := e.release(ctx, best.Crawler, s, pages, d)
+		moved, err := e.release(ctx, best.Crawler, s, need(best.Crawler), d, true)
 		if err != nil {
 			return best, err
 		}
-		if moved > 0 && e.hasRoom(best.Crawler, pages) {
+		if moved > 0 && e.hasRoom(best.Crawler, need(best.Crawler)) {
 			step.Note = fmt.Sprintf("%s full: released %d lowest-variance subnet(s) to their next best", best.Crawler, moved)
 			d.Steps = append(d.Steps, step)
 			return best, nil
@@ -588,7 +612,7 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 	// candidate with room; if none of the ranked ones has room, probe the
 	// live crawlers that do.
 	for _, r := range ranked[1:] {
-		if r.OK && e.hasRoom(r.Crawler, pages) {
+		if r.OK && e.hasRoom(r.Crawler, need(r.Crawler)) {
 			step.Note = fmt.Sprintf("%s full: next best with room", best.Crawler)
 			d.Steps = append(d.Steps, step)
 			return r, nil
@@ -688,20 +712,20 @@ func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok 
 func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Record, d *Decision) error {
 	step := Step{Kind: StepBalance, Node: s}
 	if e.c.Balance == BalanceRelease {
-		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d)
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false)
 		if err != nil {
 			return err
 		}
 		step.Note = fmt.Sprintf("%s full: released %d lowest-variance subnet(s)", rec.Owner, n)
 	} else {
-		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, s)
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, s)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			// nobody probed for s has room: free room by moving another
 			// of the owner's subnets instead
-			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d)
+			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false)
 			if err != nil {
 				return err
 			}
@@ -741,8 +765,12 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 
 // release moves subnets away from crawler c (option a) until it has room
 // for pages more, lowest probe-variance first. It returns how many moved.
-// With only, the candidates are restricted to those subnets.
-func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, only ...hierarchy.NodeID) (int, error) {
+// With only, the candidates are restricted to those subnets. With whole,
+// nothing moves unless the moves make that room: a new subnet that goes to
+// its second best anyway gains nothing from them, and the subnets moved
+// would be crawled from farther away. (A cached subnet's page is added
+// whatever happens, so there any room freed helps.)
+func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, whole bool, only ...hierarchy.NodeID) (int, error) {
 	type victim struct {
 		rec  Record
 		vari float64
@@ -771,9 +799,16 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		}
 		return cmp.Compare(a.rec.Subnet, b.rec.Subnet)
 	})
-	moved := 0
+	// plan the moves on the loads as they would become, then publish
+	type move struct {
+		rec Record
+		to  ProbeResult
+	}
+	var plan []move
+	delta := map[CrawlerID]int{} // pages the plan adds (or takes)
+	room := func(x CrawlerID, n int) bool { return e.hasRoom(x, delta[x]+n) }
 	for _, v := range vs {
-		if e.hasRoom(c, pages) {
+		if room(c, pages) {
 			break
 		}
 		vp := e.loads.Pages(v.rec.Subnet)
@@ -783,23 +818,30 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		alts := slices.Clone(v.rec.Probes)
 		slices.SortStableFunc(alts, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
 		for _, a := range alts {
-			if a.Crawler == c || !a.OK || !e.hasRoom(a.Crawler, vp) {
+			if a.Crawler == c || !a.OK || !room(a.Crawler, vp) {
 				continue
 			}
-			nr := v.rec
-			nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = a.Crawler, a.RTT, v.rec.Epoch+1, e.c.Self, e.now()
-			nr.Blocks = e.carryBlocks(v.rec.Blocks, a.Crawler)
-			pub, err := e.d.Dir.Publish(ctx, nr)
-			if err != nil {
-				return moved, err
-			}
-			e.loads.Move(v.rec.Subnet, pub.Owner)
-			d.Moved = append(d.Moved, pub)
-			moved++
+			plan = append(plan, move{v.rec, a})
+			delta[c] -= vp
+			delta[a.Crawler] += vp
 			break
 		}
 	}
-	return moved, nil
+	if whole && !room(c, pages) {
+		return 0, nil
+	}
+	for moved, mv := range plan {
+		nr := mv.rec
+		nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = mv.to.Crawler, mv.to.RTT, mv.rec.Epoch+1, e.c.Self, e.now()
+		nr.Blocks = e.carryBlocks(mv.rec.Blocks, mv.to.Crawler)
+		pub, err := e.d.Dir.Publish(ctx, nr)
+		if err != nil {
+			return moved, err
+		}
+		e.loads.Move(mv.rec.Subnet, pub.Owner)
+		d.Moved = append(d.Moved, pub)
+	}
+	return len(plan), nil
 }
 
 func probeVariance(ps []ProbeResult) float64 {

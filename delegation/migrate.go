@@ -15,9 +15,11 @@ import (
 // range is identical to the new node wins, else the Select rule decides.
 // A record's block delegations go with it when the new tree puts their
 // hosts in the same subnet. Epochs are kept so later re-delegations still supersede them.
+// Records not made on old are left out: their subnets are nodes of another
+// tree.
 func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 	m := hierarchy.Migrate(old, new)
-	snap := new.ID()
+	snap, oldSnap := new.ID(), old.ID()
 	type cand struct {
 		rec   Record
 		exact bool
@@ -25,7 +27,7 @@ func MigrateRecords(old, new *hierarchy.Tree, recs []Record) []Record {
 	best := make(map[hierarchy.NodeID]cand)
 	var order []hierarchy.NodeID
 	for _, r := range recs {
-		if int(r.Subnet) >= len(m) || r.Subnet == hierarchy.None {
+		if r.Snapshot != oldSnap || int(r.Subnet) >= len(m) || r.Subnet == hierarchy.None {
 			continue
 		}
 		ns := m[r.Subnet]
@@ -66,13 +68,22 @@ func migrateBlocks(new *hierarchy.Tree, ns hierarchy.NodeID, blocks []BlockDeleg
 }
 
 // MigrateDirectory publishes the migrated form of recs (made on old) into
-// dst (indexed on new) and returns how many records it carried over.
+// dst (indexed on new) and returns how many records it carried over. A
+// subnet dst already holds a record for keeps it: that is a decision made
+// on the new tree, while a migrated record is the old tree's guess, and
+// their epochs do not compare (the new tree's start again at 1).
 func MigrateDirectory(ctx context.Context, old, new *hierarchy.Tree, recs []Record, dst Directory) (int, error) {
-	moved := MigrateRecords(old, new, recs)
-	for _, r := range moved {
-		if _, err := dst.Publish(ctx, r); err != nil {
-			return 0, fmt.Errorf("delegation: migrate subnet %d: %w", r.Subnet, err)
+	n := 0
+	for _, r := range MigrateRecords(old, new, recs) {
+		if _, ok, err := dst.Lookup(ctx, r.Subnet); err != nil {
+			return n, fmt.Errorf("delegation: migrate subnet %d: %w", r.Subnet, err)
+		} else if ok {
+			continue
 		}
+		if _, err := dst.Publish(ctx, r); err != nil {
+			return n, fmt.Errorf("delegation: migrate subnet %d: %w", r.Subnet, err)
+		}
+		n++
 	}
-	return len(moved), nil
+	return n, nil
 }

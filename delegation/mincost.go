@@ -46,14 +46,18 @@ func MinCostAssign(pages []int, caps []int, cost [][]float64) (Assignment, error
 		if len(cost[i]) != m {
 			return Assignment{}, fmt.Errorf("delegation: cost row %d has %d entries for %d crawlers", i, len(cost[i]), m)
 		}
+		if p > math.MaxInt-total {
+			return Assignment{}, fmt.Errorf("delegation: total pages overflow an int")
+		}
 		total += p
 	}
 	capTotal, unlimited := 0, false
 	for _, c := range caps {
 		if c <= 0 {
 			unlimited = true
+			continue
 		}
-		capTotal += max(c, 0)
+		capTotal = min(capTotal, math.MaxInt-c) + c // saturates: "no limit" may be written MaxInt
 	}
 	if !unlimited && capTotal < total {
 		return Assignment{}, ErrNoCapacity

@@ -131,7 +131,7 @@ func (c Config) withDefaults() Config {
 	if c.RoomProbes <= 0 {
 		c.RoomProbes = 12
 	}
-	if c.CalibrationFactor <= 1 {
+	if !(c.CalibrationFactor > 1) { // NaN too: it would make every comparison false
 		c.CalibrationFactor = 2
 	}
 	if c.CalibrationStreak <= 0 {

@@ -51,9 +51,14 @@ func (c RingConfig) ReplicasFor(capacity int) int {
 	if c.CapacityUnit <= 0 || capacity <= 0 {
 		return c.Replicas
 	}
-	n := int(math.Round(float64(c.Replicas) * float64(capacity) / float64(c.CapacityUnit)))
-	return max(n, 1)
+	// capped: a capacity is what a peer states about itself, and past the
+	// cap the ring would not fit in memory (or the count would overflow)
+	f := float64(c.Replicas) * float64(capacity) / float64(c.CapacityUnit)
+	return max(int(math.Round(min(f, maxReplicas))), 1)
 }
+
+// maxReplicas caps one crawler's replica count (ReplicasFor).
+const maxReplicas = 1 << 16
 
 // NewRing builds the ring of crawlers cs.
 func NewRing(cs []Crawler, cfg RingConfig) *Ring {
