@@ -42,6 +42,11 @@ func newPlacer(tree *hierarchy.Tree, model *world.Model) (*placer, error) {
 	return p, nil
 }
 
+// maxFutileDraws bounds the draws in a row that add nothing new (an address
+// or subnet already taken): a hierarchy too small for the placement asked
+// for gets an error instead of a loop without end.
+const maxFutileDraws = 10000
+
 func u32(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
@@ -53,7 +58,8 @@ func addr4(x uint32) netip.Addr {
 
 func publicV4(a netip.Addr) bool {
 	b := a.As4()
-	return a.IsGlobalUnicast() && !a.IsPrivate() && b[0] != 0 && b[0] < 224 && b[0] != 100 && b[0] != 127
+	cgn := b[0] == 100 && b[1]&0xc0 == 64 // 100.64.0.0/10, shared address space (RFC 6598)
+	return a.IsGlobalUnicast() && !a.IsPrivate() && b[0] != 0 && b[0] < 224 && !cgn && b[0] != 127
 }
 
 // draw returns one located address and its subnet (smallest non-unary),
@@ -109,12 +115,13 @@ func (p *placer) draw6(rng *rand.Rand) (world.Endpoint, hierarchy.NodeID, error)
 		if eHi > sHi {
 			hi = sHi + rng.Uint64N(eHi-sHi+1)
 		}
-		lo := rng.Uint64()
-		if hi == sHi && lo < sLo {
-			lo = sLo
-		}
-		if hi == eHi && lo > eLo {
-			lo = eLo
+		var lo uint64
+		if sHi == eHi && eLo-sLo != math.MaxUint64 {
+			// inside one /64: uniform over the range itself (clamping a
+			// full 64-bit draw would put nearly every host on an edge)
+			lo = sLo + rng.Uint64N(eLo-sLo+1)
+		} else if lo = rng.Uint64(); (hi == sHi && lo < sLo) || (hi == eHi && lo > eLo) {
+			continue // outside the range: draw again
 		}
 		var b [16]byte
 		binary.BigEndian.PutUint64(b[:8], hi)
@@ -170,6 +177,7 @@ func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]w
 	}
 	out := make([]world.Endpoint, 0, n)
 	seen := make(map[netip.Addr]struct{}, n)
+	dups := 0 // draws in a row that found an address already placed
 	for len(out) < n {
 		var ep world.Endpoint
 		var err error
@@ -182,8 +190,12 @@ func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]w
 			return nil, err
 		}
 		if _, dup := seen[ep.Addr]; dup {
+			if dups++; dups > maxFutileDraws {
+				return nil, fmt.Errorf("sim: %d hosts wanted, but %d draws in a row found only the %d addresses already placed (too few addresses in the hierarchy?)", n, dups, len(out))
+			}
 			continue
 		}
+		dups = 0
 		seen[ep.Addr] = struct{}{}
 		out = append(out, ep)
 	}
@@ -224,10 +236,12 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 	}
 	out := make([]world.Endpoint, 0, k)
 	pick := rng.IntN(len(pool))
+	futile := 0 // candidates drawn in a row that sat in a taken subnet
 	for len(out) < k {
 		if _, dup := taken[subnets[pick]]; !dup {
 			taken[subnets[pick]] = struct{}{}
 			out = append(out, pool[pick])
+			futile = 0
 			c := vs[pick]
 			for i, v := range vs {
 				dx, dy, dz := v[0]-c[0], v[1]-c[1], v[2]-c[2]
@@ -248,6 +262,9 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 		}
 		if sum == 0 || math.IsInf(sum, 1) {
 			// every candidate sits in a taken subnet: draw another one
+			if futile++; futile > maxFutileDraws {
+				return nil, fmt.Errorf("sim: %d crawlers wanted, but the hierarchy yielded only %d distinct subnets in %d draws", k, len(taken), futile)
+			}
 			ep, sn, err := p.draw(rng, nil, nil)
 			if err != nil {
 				return nil, err

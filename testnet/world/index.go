@@ -31,6 +31,9 @@ func kmFromChord2(c2 float64) float64 {
 // chord2FromKm is the inverse of kmFromChord2 (km beyond half the
 // circumference map to the diameter).
 func chord2FromKm(km float64) float64 {
+	if km < 0 {
+		return -1 // no distance is within a negative radius
+	}
 	ang := km / geo.EarthRadiusKm
 	if ang >= math.Pi {
 		return 4

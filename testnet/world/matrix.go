@@ -1,6 +1,7 @@
 package world
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -70,7 +71,13 @@ type csvReader struct {
 }
 
 func newCSV(r io.Reader, name string) *csvReader {
-	cr := csv.NewReader(r)
+	// a UTF-8 byte-order mark goes before encoding/csv sees it: before a
+	// quoted header ("id",…) it would be a bare quote
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
 	cr.Comment = '#'
