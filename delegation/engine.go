@@ -142,17 +142,29 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 		return false
 	}
 	if len(seen) >= learnedPerSubnet {
-		// forget the lowest epoch
+		// forget the lowest epoch — unless rec is older still: forgetting
+		// one of the newest would learn it again when it comes back
 		lo := 0
 		for i := range seen {
 			if seen[i].epoch < seen[lo].epoch {
 				lo = i
 			}
 		}
+		if k.epoch < seen[lo].epoch {
+			return false
+		}
 		seen = slices.Delete(seen, lo, lo+1)
 	}
 	seen = append(seen, k)
 	set.n = uint8(len(seen))
+	if rec.DecidedBy != e.c.Self {
+		// another peer's record (the one the directory kept, or a
+		// placement): only answers of crawlers this peer knows, as Learn
+		// does, or a made-up crawler would enter the learned state
+		if kn, ok := e.ch.(interface{ knows(CrawlerID) bool }); ok {
+			rec.Probes = knownOnly(rec.Probes, kn.knows)
+		}
+	}
 	l.learn(e, s, rec)
 	return true
 }
@@ -377,6 +389,9 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	if err != nil {
 		return d, err
 	}
+	if err := ctx.Err(); err != nil {
+		return d, err // as decide: nothing published from cut-short probes
+	}
 	if len(ranked) == 0 || !ranked[0].OK {
 		// nobody answered: as decide, publish nothing
 		return e.hashed(ip, ReasonNoAnswer, d)
@@ -454,6 +469,10 @@ func (e *engine) rank(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, d 
 func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prev Record, d Decision) (Decision, error) {
 	ranked, err := e.rank(ctx, ip, s, &d)
 	if err != nil {
+		return d, err
+	}
+	if err := ctx.Err(); err != nil {
+		// probes cut short answer nothing: no decision, nothing published
 		return d, err
 	}
 	if len(ranked) == 0 {

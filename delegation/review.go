@@ -120,7 +120,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(rec.Blocks, win.Crawler),
 	}
-	pub, err := e.d.Dir.Publish(ctx, nr)
+	pub, err := e.publish(ctx, nr) // (above a dead owner's record that wins)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
@@ -139,7 +139,7 @@ func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	nr := rec
 	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Host: ip, Owner: to, OwnerRTT: win.RTT})
 	nr.Probes, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), rec.Epoch+1, e.c.Self, e.now()
-	pub, err := e.d.Dir.Publish(ctx, nr)
+	pub, err := e.publish(ctx, nr) // (above a dead owner's record that wins)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
