@@ -32,19 +32,24 @@ type Calibrator struct {
 	minDelta time.Duration
 	streak   int
 	keep     int
+	maxPages int
+	idle     time.Duration
+	swept    time.Time // last sweep of idle histories
 	pages    map[string]*pageHistory
 }
 
 type pageHistory struct {
 	times []time.Duration // ring buffer of normal times
 	next  int
-	slow  int // consecutive slow observations
+	slow  int       // consecutive slow observations
+	last  time.Time // the latest observation
 }
 
 // NewCalibrator returns a calibrator with c's calibration settings.
 func NewCalibrator(tree Tree, c Config) *Calibrator {
 	c = c.withDefaults()
-	return &Calibrator{tree: tree, factor: c.CalibrationFactor, minDelta: c.CalibrationMinDelta, streak: c.CalibrationStreak, keep: c.CalibrationHistory, pages: make(map[string]*pageHistory)}
+	return &Calibrator{tree: tree, factor: c.CalibrationFactor, minDelta: c.CalibrationMinDelta, streak: c.CalibrationStreak, keep: c.CalibrationHistory,
+		maxPages: c.CalibrationMaxPages, idle: c.CalibrationIdle, pages: make(map[string]*pageHistory)}
 }
 
 // Observe records one fetch time of page (hosted at ip) and returns an
@@ -59,9 +64,18 @@ func (c *Calibrator) Observe(page string, ip netip.Addr, took time.Duration, at 
 	}
 	h, ok := c.pages[page]
 	if !ok {
+		if len(c.pages) >= c.maxPages {
+			if at.Sub(c.swept) >= c.idle/8 { // (an O(pages) sweep, so not per fetch)
+				c.sweep(at)
+			}
+			if len(c.pages) >= c.maxPages {
+				return CalibrationEvent{}, false // full: this page gets no history
+			}
+		}
 		h = &pageHistory{times: make([]time.Duration, 0, c.keep)}
 		c.pages[page] = h
 	}
+	h.last = at
 	if len(h.times) == 0 {
 		h.add(took, c.keep)
 		return CalibrationEvent{}, false
@@ -82,6 +96,16 @@ func (c *Calibrator) Observe(page string, ip netip.Addr, took time.Duration, at 
 	}
 	h.times, h.next, h.slow = h.times[:0], 0, 0
 	return ev, true
+}
+
+// sweep drops the histories idle for longer than c.idle at time now.
+func (c *Calibrator) sweep(now time.Time) {
+	c.swept = now
+	for p, h := range c.pages {
+		if now.Sub(h.last) > c.idle {
+			delete(c.pages, p)
+		}
+	}
 }
 
 // Forget drops a page's history (page removed from the crawl).

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -125,5 +126,39 @@ func TestMigrateDirectoryKeepsNewTreeDecisions(t *testing.T) {
 	}
 	if got, _ := ndir.Get(ns); got.Owner != "c1" {
 		t.Fatalf("new-tree decision for 10.1.0.0/16 (c1, epoch 1) replaced by the old /24's record: %+v", got)
+	}
+}
+
+// A crawl revisits its pages in a cycle. With more pages than
+// CalibrationMaxPages, the histories kept must still see their pages come
+// back (the node once threw every history away when the bound was reached,
+// so a cycle longer than it never raised an event), and histories idle
+// past CalibrationIdle make room for new pages.
+func TestCalibratorBoundKeepsHistoriesOverLongCycles(t *testing.T) {
+	const bound = 1000
+	cal := NewCalibrator(nil, Config{CalibrationMaxPages: bound, CalibrationIdle: time.Hour})
+	host := ip("10.1.2.7")
+	at := time.Unix(0, 0)
+	n := bound + bound/8
+	events := 0
+	for _, d := range []time.Duration{40 * time.Millisecond, 40 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond} {
+		for i := range n {
+			at = at.Add(time.Millisecond)
+			if _, ok := cal.Observe(fmt.Sprintf("http://h/p%d", i), host, d, at); ok {
+				events++
+			}
+		}
+	}
+	if cal.Pages() != bound {
+		t.Fatalf("%d pages with a history, bound %d", cal.Pages(), bound)
+	}
+	if events != bound {
+		t.Fatalf("%d pages in a cycle, each 5x slower twice: %d events, want one per page with a history (%d)", n, events, bound)
+	}
+	// an hour later the old histories are idle: new pages get theirs
+	at = at.Add(2 * time.Hour)
+	cal.Observe("http://h/new", host, 40*time.Millisecond, at)
+	if cal.Pages() != 1 {
+		t.Fatalf("after the idle time, %d histories left, want only the new page's", cal.Pages())
 	}
 }

@@ -113,6 +113,16 @@ type Config struct {
 	// LAN, a loaded machine) has not moved away. Default 10 ms; negative:
 	// none.
 	CalibrationMinDelta time.Duration
+	// CalibrationMaxPages bounds the pages with a history. When it is
+	// reached, histories idle for CalibrationIdle are dropped and, if none
+	// is, new pages get no history until some are: a crawl revisits its
+	// pages in a cycle, and dropping any history to admit another page
+	// would, over a cycle longer than the bound, leave none to compare
+	// with. Default 1<<18 (about 100 bytes each).
+	CalibrationMaxPages int
+	// CalibrationIdle is how long a page's history lasts without a fetch
+	// once CalibrationMaxPages is reached. Default 7 days.
+	CalibrationIdle time.Duration
 }
 
 // DefaultConfig returns the paper's settings.
@@ -139,6 +149,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CalibrationHistory <= 0 {
 		c.CalibrationHistory = 8
+	}
+	if c.CalibrationMaxPages <= 0 {
+		c.CalibrationMaxPages = 1 << 18
+	}
+	if c.CalibrationIdle <= 0 {
+		c.CalibrationIdle = 7 * 24 * time.Hour
 	}
 	if c.CalibrationMinDelta == 0 {
 		c.CalibrationMinDelta = 10 * time.Millisecond

@@ -54,9 +54,9 @@ type Router struct {
 	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
 	// the crawler's own fetch timings (Fetched): hosts whose first fetch
 	// went to a review (bounded), and each page's time history
-	reviewed map[netip.Addr]struct{} // by mapped address: a round trip is the address's, not the site's
+	reviewed map[netip.Addr]struct{}        // by mapped address: a round trip is the address's, not the site's
+	lastSlow map[hierarchy.NodeID]time.Time // when a subnet's calibration event was last reported
 	calib    *delegation.Calibrator
-	newCalib func() *delegation.Calibrator
 	log      *slog.Logger
 
 	// ledger records URLs handed to an owner (nil: not recorded).
@@ -71,10 +71,10 @@ var _ crawl.Router = (*Router)(nil)
 
 const maxRememberedHosts = 1 << 16
 
-// maxCalibratedPages bounds the calibrator's page histories (about 100
-// bytes each): past it they start afresh, which delays an event by a few
-// fetches, no more.
-const maxCalibratedPages = 1 << 18
+// calibrationCooldown is how long a subnet's calibration events are not
+// reported again after one was: when a host slows down, every one of its
+// pages crosses the threshold, and one re-delegation is what they mean.
+const calibrationCooldown = 10 * time.Minute
 
 func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc delegation.Config, log *slog.Logger, reg prometheus.Registerer) (*Router, error) {
 	if mapAddr == nil {
@@ -86,9 +86,8 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[netip.Addr]struct{}), log: log,
-		newCalib: func() *delegation.Calibrator { return delegation.NewCalibrator(tree, dc) }}
-	r.calib = r.newCalib()
+	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[netip.Addr]struct{}),
+		lastSlow: make(map[hierarchy.NodeID]time.Time), calib: delegation.NewCalibrator(tree, dc), log: log}
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_" + name, Help: help})
 	}
@@ -289,13 +288,11 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 	}
 	var ev delegation.CalibrationEvent
 	slow := false
-	// the request's own time: a revisit on a new connection (DNS, connect,
-	// TLS: up to three round trips more than a kept-alive one) is no
-	// slower path
-	if req := t.Total - t.DNS - t.Connect - t.TLS; known && req > 0 {
-		if r.calib.Pages() >= maxCalibratedPages {
-			r.calib = r.newCalib()
-		}
+	// the request's own time to its first byte: a revisit on a new
+	// connection (DNS, connect, TLS: up to three round trips more than a
+	// kept-alive one) is no slower path, and neither is a body (a 200
+	// after 304s, a longer page)
+	if req := t.FirstByte - t.DNS - t.Connect - t.TLS; known && req > 0 {
 		ev, slow = r.calib.Observe(u.String(), a, req, time.Now())
 	}
 	r.mu.Unlock()
@@ -326,6 +323,19 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 		// foreign host fetched here (a redirect target) is not reported
 		if d, err := r.peer.Delegate(ctx, a); err != nil || d.Owner != r.peer.CrawlerID() {
 			return
+		}
+		r.mu.Lock()
+		last, ok := r.lastSlow[ev.Subnet]
+		cooling := ok && time.Since(last) < calibrationCooldown
+		if !cooling {
+			if len(r.lastSlow) >= maxRememberedHosts {
+				clear(r.lastSlow)
+			}
+			r.lastSlow[ev.Subnet] = time.Now()
+		}
+		r.mu.Unlock()
+		if cooling {
+			return // this subnet was just reported: its other pages say the same
 		}
 		r.slowPages.Inc()
 		if _, err := r.peer.ReportSlowPage(ctx, a, ev.Page, ev.Last, ev.Baseline); err != nil && ctx.Err() == nil {

@@ -43,6 +43,9 @@ type Directory struct {
 	prov  map[string]provEntry
 	// provPending marks background provider walks in flight.
 	provPending map[string]bool
+	// rechecked: when a subnet's record was last re-read in the
+	// background because a hand-off was refused by it (Recheck)
+	rechecked map[hierarchy.NodeID]time.Time
 }
 
 type cached struct {
@@ -106,7 +109,42 @@ func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.
 		}
 		return delegation.Record{}, false, nil
 	}
+	// the DHT was read: the cache holds the better of the two now, even
+	// when that is the cached one (a record that came by gossip and whose
+	// put never landed), so it is fresh again
+	d.unstale(s)
 	return rec, d.p.members.IsLive(rec.Owner), nil
+}
+
+// recheckEvery bounds the background re-reads of one subnet (Recheck).
+const recheckEvery = 5 * time.Second
+
+// Recheck re-reads s's record from the DHT in the background, at most once
+// per recheckEvery: a hand-off refused because of the cached record may
+// mean the record changed and its announcement never reached this peer
+// (gossip is best-effort), and the cache would otherwise keep refusing the
+// subnet's URLs for good, with the senders sending them back.
+func (d *Directory) Recheck(s hierarchy.NodeID) {
+	d.mu.Lock()
+	if d.rechecked == nil {
+		d.rechecked = make(map[hierarchy.NodeID]time.Time)
+	}
+	if time.Since(d.rechecked[s]) < recheckEvery {
+		d.mu.Unlock()
+		return
+	}
+	if len(d.rechecked) >= 1<<16 {
+		clear(d.rechecked)
+	}
+	d.rechecked[s] = time.Now()
+	d.mu.Unlock()
+	d.p.wg.Add(1)
+	go func() {
+		defer d.p.wg.Done()
+		if _, _, err := d.fetch(d.p.ctx, s); err != nil && d.p.ctx.Err() == nil {
+			d.p.log.Debug("overlay: re-read of a refused subnet failed", "subnet", s, "err", err)
+		}
+	}()
 }
 
 // fetch reads the subnet's record from the DHT and merges it into the cache.

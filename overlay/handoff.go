@@ -595,6 +595,8 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 		// of yet is accepted.
 		if rec, ok := p.dir.get(hierarchy.NodeID(b.Subnet)); ok {
 			if o := p.blockOwner(rec, addr); o != p.selfID && p.members.IsLive(o) {
+				// the sender read another record: ours may be the old one
+				p.dir.Recheck(hierarchy.NodeID(b.Subnet))
 				notOwner = append(notOwner, uint32(i))
 				continue
 			}

@@ -365,13 +365,24 @@ func (p *Peer) Join(ctx context.Context) (delegation.Decision, error) {
 // on this crawler, and re-run delegation for its subnet.
 func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error) {
 	s := p.tree.SmallestNonUnary(ip)
-	p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: uint32(s), Url: url,
-		ObservedNs: int64(observed), ExpectedNs: int64(expected)})
 	p.polMu.Lock()
 	defer p.polMu.Unlock()
 	if p.policy == nil {
 		return delegation.Decision{}, errNoPolicy
 	}
+	if s != hierarchy.None && s != hierarchy.Root {
+		// only the owner's path says anything about the delegation; under
+		// polMu, so a re-delegation that just gave the subnet away is seen
+		rec, ok, err := p.dir.Lookup(ctx, s)
+		if err != nil {
+			return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %w", url, err)
+		}
+		if o := p.blockOwner(rec, ip); !ok || o != p.selfID {
+			return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %v is crawled by %s, not this crawler", url, ip, o)
+		}
+	}
+	p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: uint32(s), Url: url,
+		ObservedNs: int64(observed), ExpectedNs: int64(expected)})
 	p.drainLearnLocked()
 	d, err := p.policy.Redelegate(ctx, ip)
 	p.drainLearnLocked()
