@@ -321,7 +321,14 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 	if slow {
 		// only the owner's path says anything about the delegation: a
 		// foreign host fetched here (a redirect target) is not reported
-		if d, err := r.peer.Delegate(ctx, a); err != nil || d.Owner != r.peer.CrawlerID() {
+		// (from the cache when it knows: Delegate would count a page in
+		// the load book for nothing; ReportSlowPage checks again)
+		self := r.peer.CrawlerID()
+		if o, ok := r.peer.CachedOwner(a); ok {
+			if o != self {
+				return
+			}
+		} else if d, err := r.peer.Delegate(ctx, a); err != nil || d.Owner != self {
 			return
 		}
 		r.mu.Lock()
