@@ -37,6 +37,7 @@ import (
 //	fb/<origin>           robots.txt cache                   → caller's bytes
 //	fo/<hash16>           URLs handed off to other crawlers  → empty
 //	fx/seq                sequence lease
+//	fz/<queue key>        corrupt queue entries, moved aside → their bytes
 var (
 	pQueue     = []byte("fq/")
 	pHostMeta  = []byte("fm/")
@@ -46,6 +47,7 @@ var (
 	pRevisit   = []byte("fr/")
 	pRobots    = []byte("fb/")
 	pHandedOff = []byte("fo/")
+	pBadQueue  = []byte("fz/")
 	kSeq       = []byte("fx/seq")
 )
 
@@ -277,6 +279,7 @@ func (f *Frontier) registerMetrics(reg prometheus.Registerer) {
 func (f *Frontier) recover() error {
 	var hosts []string
 	var metas []hostMeta
+	var repaired []string // damaged metadata of hosts with an empty queue
 	err := f.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: pHostMeta, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
@@ -287,7 +290,15 @@ func (f *Frontier) recover() error {
 			}
 			m, err := decodeHostMeta(v)
 			if err != nil {
-				return err
+				// one damaged value must not keep every other host's
+				// queue from opening: rebuild it from the host's queue
+				host := string(it.Item().Key()[len(pHostMeta):])
+				m = hostMeta{Pending: countPrefix(txn, queuePrefix(host))}
+				m.Admitted = m.Pending // (the budget spent before is unknown)
+				f.log.Error("corrupt host metadata rebuilt from its queue", "host", host, "pending", m.Pending, "err", err)
+				if m.Pending == 0 {
+					repaired = append(repaired, host)
+				}
 			}
 			f.stats.Queued += m.Pending
 			f.stats.Seen += m.Admitted
@@ -307,6 +318,18 @@ func (f *Frontier) recover() error {
 	})
 	if err != nil {
 		return err
+	}
+	if len(repaired) > 0 {
+		if err := f.update(func(txn *badger.Txn) error {
+			for _, h := range repaired {
+				if err := txn.Set(cat(pHostMeta, []byte(h)), hostMeta{}.encode()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	// Hosts with pending URLs that are not on the ready list were active when
 	// the process stopped.
@@ -382,8 +405,23 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.addLocked(cand, hashes)
+	// in chunks: one transaction for a whole seed file or a large hand-off
+	// would exceed Badger's transaction size and admit nothing
+	total := 0
+	for len(cand) > 0 {
+		k := min(len(cand), addChunk)
+		n, err := f.addLocked(cand[:k], hashes[:k])
+		total += n
+		if err != nil {
+			return total, err
+		}
+		cand, hashes = cand[k:], hashes[k:]
+	}
+	return total, nil
 }
+
+// addChunk is how many candidates one admission transaction takes.
+const addChunk = 1024
 
 // addLocked is Add's admission under f.mu, for candidates past the
 // in-memory seen check.
@@ -595,7 +633,8 @@ func (f *Frontier) Next(host string) (Item, bool, error) {
 
 func (f *Frontier) fill(host string, a *activeHost) error {
 	prefix := queuePrefix(host)
-	return f.db.View(func(txn *badger.Txn) error {
+	var bad [][]byte // corrupt entries: moved aside below
+	err := f.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: f.opt.BatchSize})
 		defer it.Close()
 		if a.cursor == nil {
@@ -611,7 +650,9 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 			}
 			qi, err := decodeItem(v)
 			if err != nil {
-				f.log.Error("corrupt queue entry skipped", "key", item.Key(), "err", err)
+				f.log.Error("corrupt queue entry moved aside", "key", item.Key(), "err", err)
+				a.cursor = item.KeyCopy(nil)
+				bad = append(bad, a.cursor)
 				continue
 			}
 			qi.key = item.KeyCopy(nil)
@@ -621,6 +662,60 @@ func (f *Frontier) fill(host string, a *activeHost) error {
 		}
 		return nil
 	})
+	if err != nil || len(bad) == 0 {
+		return err
+	}
+	// left in the queue, an entry nobody can fetch would keep its host's
+	// pending count above zero for ever: the host cycles through the
+	// workers with nothing to fetch and a one-pass crawl never ends
+	moved := 0
+	err = f.update(func(txn *badger.Txn) error {
+		moved = 0 // (a conflicting commit runs this again)
+		m, err := getHostMeta(txn, host)
+		if err != nil {
+			return err
+		}
+		for _, k := range bad {
+			item, err := txn.Get(k)
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(cat(pBadQueue, k), v); err != nil {
+				return err
+			}
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+			m.Pending = max(m.Pending-1, 0)
+			moved++
+		}
+		return txn.Set(cat(pHostMeta, []byte(host)), m.encode())
+	})
+	if err != nil {
+		return err
+	}
+	f.smu.Lock()
+	f.stats.Queued -= int64(moved)
+	f.smu.Unlock()
+	return nil
+}
+
+// countPrefix counts the keys under prefix.
+func countPrefix(txn *badger.Txn, prefix []byte) int64 {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	n := int64(0)
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
 }
 
 // Rewind makes the next Next of an acquired host start again at the head of

@@ -124,6 +124,10 @@ func DecodeHeader(data []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("pack: carrier claims %d raw bytes, limit %d", raw, MaxCarrierRaw)
 	}
 	h.RawBytes = int(raw)
+	if h.Records < 0 || h.Records > h.RawBytes {
+		// (outside the checksum: a damaged count must not size an allocation)
+		return h, nil, fmt.Errorf("pack: carrier claims %d records in %d raw bytes", h.Records, h.RawBytes)
+	}
 	if crc32.Checksum(d.b, crcTable) != binary.LittleEndian.Uint32(sum) {
 		return h, nil, errors.New("pack: carrier checksum mismatch")
 	}
@@ -145,7 +149,7 @@ func Decode(data []byte) (Header, []Record, error) {
 	if len(payload) != h.RawBytes {
 		return h, nil, fmt.Errorf("pack: carrier %s-%d: payload is %d bytes, header says %d", h.CrawlerID, h.Seq, len(payload), h.RawBytes)
 	}
-	recs := make([]Record, 0, h.Records)
+	recs := make([]Record, 0, min(h.Records, 1024))
 	d := decoder{b: payload}
 	for len(d.b) > 0 {
 		n := d.uvarint()

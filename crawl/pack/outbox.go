@@ -122,10 +122,10 @@ func NewOutbox(db *badger.DB, recv Receiver, opt Options) (*Outbox, error) {
 		wake:      make(chan struct{}, 1),
 		delivered: make(chan struct{}, 1),
 	}
+	o.registerMetrics(opt.Registerer) // (load may seal: the counters must exist)
 	if err := o.load(); err != nil {
 		return nil, err
 	}
-	o.registerMetrics(opt.Registerer)
 	return o, nil
 }
 
@@ -154,7 +154,9 @@ func (o *Outbox) registerMetrics(reg prometheus.Registerer) {
 }
 
 func (o *Outbox) load() error {
-	return o.db.View(func(txn *badger.Txn) error {
+	type stored struct{ key, rec []byte }
+	var recs []stored
+	err := o.db.View(func(txn *badger.Txn) error {
 		if it, err := txn.Get(o.seqKey); err == nil {
 			v, _ := it.ValueCopy(nil)
 			if len(v) == 8 {
@@ -178,14 +180,31 @@ func (o *Outbox) load() error {
 			if err != nil {
 				return err
 			}
-			o.appendPending(item.KeyCopy(nil), v, time.Now())
+			recs = append(recs, stored{item.KeyCopy(nil), v})
 			o.nextRecSeq = binary.BigEndian.Uint64(item.Key()[len(o.recPrefix):]) + 1
-		}
-		if n := len(o.pendingKeys); n > 0 || o.stats.PendingCarriers > 0 {
-			o.log.Info("outbox reloaded", "pending_records", n, "pending_carriers", o.stats.PendingCarriers)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// the records stored and not sealed (a run that stopped inside Add, or
+	// a smaller MaxBytes than the last run's) go into carriers as Add puts
+	// them, bound included
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range recs {
+		if len(o.pendingKeys) > 0 && len(o.payload)+len(r.rec)+binary.MaxVarintLen32 > o.opt.MaxBytes {
+			if err := o.sealLocked(); err != nil {
+				return err
+			}
+		}
+		o.appendPending(r.key, r.rec, time.Now())
+	}
+	if n := len(o.pendingKeys); n > 0 || o.stats.PendingCarriers > 0 {
+		o.log.Info("outbox reloaded", "pending_records", n, "pending_carriers", o.stats.PendingCarriers)
+	}
+	return nil
 }
 
 func (o *Outbox) appendPending(key, rec []byte, now time.Time) {
@@ -260,11 +279,19 @@ func (o *Outbox) sealLocked() error {
 	if err := txn.Set(o.seqKey, seq[:]); err != nil {
 		return err
 	}
+	stored := false // the carrier is on disk: its sequence number is spent
 	for _, k := range o.pendingKeys {
 		err := txn.Delete(k)
 		if errors.Is(err, badger.ErrTxnTooBig) {
 			if err = txn.Commit(); err != nil {
 				return fmt.Errorf("pack: seal carrier: %w", err)
+			}
+			if !stored {
+				// a later failure leaves the records pending, to be sealed
+				// again (at-least-once), but never under this number: a
+				// receiver drops carriers by ID as duplicates
+				stored = true
+				o.nextCarSeq++
 			}
 			txn = o.db.NewTransaction(true)
 			err = txn.Delete(k)
@@ -276,7 +303,9 @@ func (o *Outbox) sealLocked() error {
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("pack: seal carrier: %w", err)
 	}
-	o.nextCarSeq++
+	if !stored {
+		o.nextCarSeq++
+	}
 	o.payload = o.payload[:0]
 	o.pendingKeys = o.pendingKeys[:0]
 	o.stats.PendingRecords = 0
@@ -366,12 +395,22 @@ func (o *Outbox) deliverNext(ctx context.Context) (bool, error) {
 	if err != nil {
 		// A corrupt carrier can never be delivered; keep it aside rather than block forever.
 		o.log.Error("corrupt carrier in outbox, moved aside", "key", string(key), "err", err)
-		return true, o.db.Update(func(txn *badger.Txn) error {
+		if err := o.db.Update(func(txn *badger.Txn) error {
 			if err := txn.Set(append([]byte(o.opt.KeyPrefix+"bad/"), key...), data); err != nil {
 				return err
 			}
 			return txn.Delete(key)
-		})
+		}); err != nil {
+			return false, err
+		}
+		o.mu.Lock()
+		o.stats.PendingCarriers-- // no longer pending: Drain must not wait for it
+		o.mu.Unlock()
+		select {
+		case o.delivered <- struct{}{}:
+		default:
+		}
+		return true, nil
 	}
 	c := Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq, Created: h.Created, Records: h.Records, RawBytes: h.RawBytes, Data: data}
 	dctx, cancel := context.WithTimeout(ctx, o.opt.DeliverTimeout)
