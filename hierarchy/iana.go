@@ -191,5 +191,8 @@ func ianaPrefix(p string) (netip.Addr, netip.Addr, string) {
 	if pf.Masked() != pf {
 		return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + " has host bits set"
 	}
+	if end := lastAddr(pf); pf.Addr().Is6() && (pf.Addr().Is4In6() || end.Is4In6()) {
+		return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + " lies in the IPv4-mapped space ::ffff:0:0/96"
+	}
 	return pf.Addr(), lastAddr(pf), ""
 }

@@ -1,7 +1,6 @@
 package hierarchy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/netip"
@@ -26,8 +25,7 @@ const maxLine = 1 << 20
 // against the records actually present.
 func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	rep := LoadReport{File: opt.name()}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), maxLine)
+	sc := newLineReader(r, maxLine)
 	var out []Range
 	sawHeader := false
 	headerLine, headerCount, records := 0, -1, 0
@@ -41,6 +39,13 @@ func LoadRIRStats(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	fail := func(format string, a ...any) error { return opt.bad(&rep, line, format, a...) }
 	for sc.Scan() {
 		line++
+		if sc.TooLong() {
+			if err := fail("line longer than %d bytes", maxLine); err != nil {
+				return nil, rep, err
+			}
+			records++ // (a record line, most likely: the header's count stays checked)
+			continue
+		}
 		text := strings.TrimRight(sc.Text(), "\r")
 		if t := strings.TrimSpace(text); t == "" || t[0] == '#' {
 			rep.Ignored++
@@ -175,7 +180,7 @@ func rirRecord(f []string) (Range, string) {
 			return Range{}, fmt.Sprintf("ipv4 record with address %v", start)
 		}
 		_, s, _ := fromAddr(start)
-		if val == 0 || s.lo+val-1 > 0xFFFFFFFF {
+		if val == 0 || val > 1<<32-s.lo { // (s.lo+val-1 could wrap)
 			return Range{}, fmt.Sprintf("count %d out of range for start %v", val, start)
 		}
 		end = toAddr(fam4, u128{0, s.lo + val - 1})
@@ -197,6 +202,9 @@ func rirRecord(f []string) (Range, string) {
 		}
 		e, _ := s.add(host)
 		end = toAddr(fam6, e)
+		if end.Is4In6() {
+			return Range{}, fmt.Sprintf("%v/%d ends in the IPv4-mapped space ::ffff:0:0/96", start, val)
+		}
 	default:
 		return Range{}, fmt.Sprintf("unknown resource type %q", f[2])
 	}

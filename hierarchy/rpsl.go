@@ -1,7 +1,6 @@
 package hierarchy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/netip"
@@ -23,8 +22,7 @@ import (
 // LIR-PARTITIONED PA, ALLOCATED PORTABLE, LEGACY, …).
 func LoadRPSL(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	rep := LoadReport{File: opt.name()}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), maxLine)
+	sc := newLineReader(r, maxLine)
 	type pending struct {
 		rg     Range
 		orgRef string
@@ -63,6 +61,13 @@ func LoadRPSL(r io.Reader, opt LoadOptions) ([]Range, LoadReport, error) {
 	}
 	for sc.Scan() {
 		line++
+		if sc.TooLong() {
+			// the attribute is lost, not the object or the rest of the file
+			if err := opt.bad(&rep, line, "line longer than %d bytes", maxLine); err != nil {
+				return nil, rep, err
+			}
+			continue
+		}
 		text := strings.TrimRight(sc.Text(), "\r")
 		switch {
 		case strings.TrimSpace(text) == "":
@@ -157,6 +162,9 @@ func rpslObject(attrs [][2]string) (Range, string, string) {
 			return rg, "", fmt.Sprintf("%v has host bits set", p)
 		}
 		rg.Start, rg.End = p.Addr(), lastAddr(p)
+		if rg.End.Is4In6() {
+			return rg, "", fmt.Sprintf("%v ends in the IPv4-mapped space ::ffff:0:0/96", p)
+		}
 	}
 	var netname, descr, orgRef string
 	for _, a := range attrs[1:] {

@@ -328,6 +328,10 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 		if carry || (nd.fam == fam4 && e.lo > 0xFFFFFFFF) {
 			return r.fail("node %d: end out of range", id)
 		}
+		if mapped := func(x u128) bool { return x.hi == 0 && x.lo>>32 == 0xffff }; nd.fam == fam6 && (mapped(s) || mapped(e)) {
+			// the Builder makes such ends IPv4: no tree it builds has them
+			return r.fail("node %d: IPv6 end in the IPv4-mapped space ::ffff:0:0/96", id)
+		}
 		nd.s, nd.e = s, e
 		*prev = s
 		org, err := r.uv()
