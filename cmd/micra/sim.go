@@ -123,6 +123,9 @@ seed print the same report. See docs/simulator.md.`,
 			if policies != "" {
 				for _, p := range strings.Split(policies, ",") {
 					p = strings.TrimSpace(p)
+					if slices.Contains(cfg.Policies, p) {
+						return fmt.Errorf("--policies: %q given twice", p)
+					}
 					if _, ok := sim.LookupPolicy(p); !ok {
 						var names []string
 						for _, s := range sim.Policies {
@@ -402,6 +405,31 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !finite(x) {
 			return m, fmt.Errorf("--micra %s: %q is not a finite number", k, v)
+		}
+		// values MicraConfig would quietly replace by its default, cut or
+		// turn off are refused: the run must be the one asked for
+		switch k {
+		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom":
+			if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
+				return m, fmt.Errorf("--micra %s=%v: want a whole number", k, x)
+			}
+		}
+		switch k {
+		case "miss", "maxprobes", "mincandidates", "parallel", "pairsamples", "bandwidth", "pairprior", "geoafter":
+			if !(x > 0) {
+				return m, fmt.Errorf("--micra %s=%v: want a value above 0 (leave the key out for the default)", k, x)
+			}
+		case "neighbours":
+			if x == 0 || x > 8 {
+				return m, fmt.Errorf("--micra neighbours=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", x)
+			}
+		case "shift":
+			if x < 0 || x > 1 {
+				return m, fmt.Errorf("--micra shift=%v: want 0 to 1", x)
+			}
+		}
+		if k == "pairsamples" && x > math.MaxUint16 {
+			return m, fmt.Errorf("--micra pairsamples=%v: at most %d", x, math.MaxUint16)
 		}
 		switch k {
 		case "miss":
