@@ -13,11 +13,14 @@ import (
 	"strings"
 	"time"
 
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
@@ -110,6 +113,23 @@ func (c *Config) Validate() error {
 	}
 	if c.Crawl.DB != nil || c.Crawl.StateDir != "" || c.Crawl.Router != nil {
 		errs = append(errs, errors.New("node: Crawl.DB, Crawl.StateDir and Crawl.Router are the node's to set"))
+	}
+	if c.Crawler && c.Overlay.Capacity <= 0 {
+		// a peer advertising capacity 0 is no crawler to the others
+		errs = append(errs, fmt.Errorf("node: capacity %d: a crawler needs a positive capacity (pages per day)", c.Overlay.Capacity))
+	}
+	if c.Overlay.LoopbackTestnet || c.Crawl.Fetch.AllowPrivate {
+		// such a node fetches private and loopback addresses: reachable by
+		// other machines, they could make it fetch the operator's network
+		for _, a := range c.Overlay.ListenAddrs {
+			m, err := ma.NewMultiaddr(a)
+			if err != nil {
+				continue // the overlay reports it
+			}
+			if !manet.IsIPLoopback(m) {
+				errs = append(errs, fmt.Errorf("node: listen address %s: a testnet node (private fetches allowed) listens on loopback only", a))
+			}
+		}
 	}
 	oc := c.Overlay
 	c.overlayDefaults(&oc)
@@ -213,6 +233,11 @@ func (f File) Config() (Config, error) {
 		}
 		*dst = d
 	}
+	for name, v := range map[string]int{"capacity": f.Capacity, "max_depth": f.MaxDepth, "concurrency": f.Concurrency, "per_ip": f.PerIP} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf(" %s: %d must not be negative", name, v))
+		}
+	}
 	c.DataDir = f.DataDir
 	if f.Crawler != nil {
 		c.Crawler = *f.Crawler
@@ -242,7 +267,17 @@ func (f File) Config() (Config, error) {
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP
 	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)
-	c.Crawl.Scope.MaxDepth = f.MaxDepth
+	if f.MaxDepth != 0 {
+		// on the default scope: a scope with only MaxDepth set would turn
+		// every other trap limit off (the zero scope means the default)
+		if sc := c.Crawl.Scope; sc.MaxDepth == 0 && sc.MaxPagesPerHost == 0 && sc.MaxURLLength == 0 &&
+			sc.MaxPathRepeat == 0 && sc.MaxPathSegments == 0 && sc.MaxQueryParams == 0 {
+			hosts := sc.Hosts
+			c.Crawl.Scope = urlnorm.DefaultScope()
+			c.Crawl.Scope.Hosts = hosts
+		}
+		c.Crawl.Scope.MaxDepth = f.MaxDepth
+	}
 	c.Crawl.Fetch.AllowPrivate = c.Crawl.Fetch.AllowPrivate || f.AllowPrivate
 	if f.Carriers != "" {
 		c.Crawl.Receiver = pack.FileSink{Dir: f.Carriers}

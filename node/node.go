@@ -233,6 +233,10 @@ func (n *Node) Run(ctx context.Context) error {
 // engine and the store. Run must have returned.
 func (n *Node) Close() error {
 	n.runMu.Lock()
+	if n.closed {
+		n.runMu.Unlock()
+		return nil // closed already
+	}
 	n.closed = true
 	n.runMu.Unlock()
 	var errs []error

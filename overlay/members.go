@@ -38,6 +38,7 @@ type Members struct {
 	byID    map[peer.ID]*member
 	byCID   map[delegation.CrawlerID]*member // same members, keyed for the sub-µs IsLive path
 	live    []delegation.Crawler             // sorted by ID; rebuilt when version changes
+	crawls  []delegation.Crawler             // the live peers that crawl (Crawlers)
 	version atomic.Uint64
 	load    atomic.Uint32
 	subnets atomic.Uint32
@@ -174,7 +175,43 @@ func (m *Members) rebuild() {
 		return 0
 	})
 	m.live = live
+	m.crawls = slices.DeleteFunc(slices.Clone(live), func(c delegation.Crawler) bool { return c.Capacity <= 0 })
 	m.version.Add(1)
+}
+
+// Crawlers is the membership as delegation sees it: the live peers that
+// crawl. A peer without the crawler role advertises capacity 0 and refuses
+// hand-offs, so a subnet given to it would be crawled by nobody; delegation
+// reads capacity ≤ 0 as "no limit", so such peers are left out here.
+func (m *Members) Crawlers() *CrawlerMembers { return &CrawlerMembers{m} }
+
+// CrawlerMembers is Members restricted to crawlers (Members.Crawlers); it
+// implements delegation.Membership, Versioned and Liveness.
+type CrawlerMembers struct{ m *Members }
+
+// Live is every live crawler, sorted by ID. The slice must not be modified.
+func (c *CrawlerMembers) Live() []delegation.Crawler {
+	c.m.mu.RLock()
+	defer c.m.mu.RUnlock()
+	return c.m.crawls
+}
+
+// Version changes with the membership's.
+func (c *CrawlerMembers) Version() uint64 { return c.m.Version() }
+
+// IsLive is Members.IsLive for peers that crawl; a peer not heard of yet
+// is presumed to crawl, as it is presumed live.
+func (c *CrawlerMembers) IsLive(id delegation.CrawlerID) bool {
+	if !c.m.IsLive(id) {
+		return false
+	}
+	if id == c.m.selfC.ID {
+		return c.m.selfC.Capacity > 0
+	}
+	c.m.mu.RLock()
+	st, ok := c.m.byCID[id]
+	c.m.mu.RUnlock()
+	return !ok || st.crawler.Capacity > 0
 }
 
 // observe applies a validated heartbeat from id.

@@ -296,7 +296,7 @@ func (p *Peer) Deps() delegation.Deps {
 	loads := newLoadBook(p)
 	p.loads.Store(loads)
 	return delegation.Deps{
-		Tree: p.tree, Dir: p.dir, Prober: p.prober, Members: p.members, Clock: realClock{},
+		Tree: p.tree, Dir: p.dir, Prober: p.prober, Members: p.members.Crawlers(), Clock: realClock{},
 		Rand:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		Loads: loads,
 	}

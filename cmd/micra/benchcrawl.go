@@ -159,6 +159,9 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	if o.micraMode != "" && o.micraMode != "engine" && o.micraMode != "pipeline" {
 		return fmt.Errorf("--micra %q: want engine or pipeline", o.micraMode)
 	}
+	if o.workers < 1 || o.perIP < 1 {
+		return fmt.Errorf("--workers %d, --per-ip %d: want at least 1 each", o.workers, o.perIP)
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	web, err := synthweb.Start(synthweb.Config{Seed: o.seed, Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, CanonicalLinks: o.canonical, Gzip: o.gzip})

@@ -356,6 +356,14 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	if o.peers < 2 || o.peers > 100 {
 		return fmt.Errorf("--peers %d: want 2..100", o.peers)
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--hosts", o.hosts}, {"--replicas", o.replicas}, {"--pages", o.pagesPerPeer}, {"--links", o.linksPerPage}} {
+		if f.v < 1 {
+			return fmt.Errorf("%s %d: want at least 1", f.name, f.v)
+		}
+	}
 	var specs []sim.PolicySpec
 	var names []string
 	for _, name := range strings.Split(o.policy, ",") {
@@ -791,7 +799,10 @@ func startBenchNet(ctx context.Context, w *sim.World, spec sim.PolicySpec, o *be
 		c := w.Crawlers[i]
 		cfg := overlay.TestnetConfig()
 		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.heartbeat, o.failTimeout, flood
-		cfg.CrawlerAddr, cfg.Capacity = c.Addr, c.Capacity
+		cfg.CrawlerAddr = c.Addr
+		if c.Capacity > 0 { // (0 in the simulator: no limit; on the overlay, no crawler)
+			cfg.Capacity = c.Capacity
+		}
 		cfg.Lat, cfg.Lon, cfg.HasPos = c.Lat, c.Lon, c.HasPos
 		cfg.ProbeGuard = guard
 		cfg.Seed = o.seed*1000 + uint64(i) + 1

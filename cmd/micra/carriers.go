@@ -53,35 +53,37 @@ status is then non-zero.`,
 	rootCmd.AddCommand(c)
 }
 
-// carrierPaths expands directories into their carrier files, in order.
-func carrierPaths(args []string) ([]string, error) {
-	var out []string
+// carrierPaths expands directories into their carrier files, in order. A
+// path that cannot be read is reported on errw and counted in bad; the
+// others are still listed.
+func carrierPaths(errw io.Writer, args []string) (paths []string, bad int) {
 	for _, a := range args {
 		fi, err := os.Stat(a)
 		if err != nil {
-			return nil, err
+			fmt.Fprintln(errw, err) // (names the path)
+			bad++
+			continue
 		}
 		if !fi.IsDir() {
-			out = append(out, a)
+			paths = append(paths, a)
 			continue
 		}
 		files, err := pack.CarrierFiles(a)
 		if err != nil {
-			return nil, err
+			fmt.Fprintf(errw, "%s: %v\n", a, err)
+			bad++
+			continue
 		}
-		out = append(out, files...)
+		paths = append(paths, files...)
 	}
-	return out, nil
+	return paths, bad
 }
 
 // eachCarrier decodes every carrier under args; damaged ones are reported on
 // errw and skipped. It returns an error naming how many were damaged.
 func eachCarrier(errw io.Writer, args []string, fn func(path string, size int64, h pack.Header, recs []pack.Record) error) error {
-	paths, err := carrierPaths(args)
-	if err != nil {
-		return err
-	}
-	bad := 0
+	paths, pathBad := carrierPaths(errw, args)
+	bad := pathBad
 	for _, p := range paths {
 		h, recs, err := pack.ReadFile(p)
 		if err != nil {
@@ -98,7 +100,7 @@ func eachCarrier(errw io.Writer, args []string, fn func(path string, size int64,
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d of %d carrier files unreadable", bad, len(paths))
+		return fmt.Errorf("%d of %d carrier files unreadable", bad, len(paths)+pathBad)
 	}
 	return nil
 }
@@ -191,8 +193,10 @@ func carriersCat(w, errw io.Writer, args []string, asJSON bool, keywords int) er
 }
 
 func carriersStats(w, errw io.Writer, args []string) error {
-	if _, err := carrierPaths(args); err != nil {
-		return err // a missing path: no summary of nothing
+	if paths, bad := carrierPaths(io.Discard, args); len(paths) == 0 && bad > 0 {
+		// no summary of nothing: say why
+		carrierPaths(errw, args)
+		return fmt.Errorf("no readable carrier path among %d", bad)
 	}
 	var carriers, records, fileBytes, rawBytes, htmlBytes int64
 	changes := map[string]int64{}

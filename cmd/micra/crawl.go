@@ -149,6 +149,17 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 	if o.out == "" || (o.seeds == "" && len(o.fileRoots) == 0) {
 		return errors.New("crawl: --out and --seeds (or --file-root) are required")
 	}
+	// checked here, before any directory is made: further down a bad value
+	// is either replaced by a default or reported without its flag's name
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{{"--per-ip", o.perIP < 0}, {"--min-delay", o.minDelay < 0}, {"--concurrency", o.concurrency < 0},
+		{"--carrier-bytes", o.carrierBytes < 0}, {"--carrier-hold", o.carrierHold < 0}} {
+		if f.bad {
+			return fmt.Errorf("crawl: %s must not be negative", f.name)
+		}
+	}
 	if o.state == "" {
 		o.state = filepath.Join(o.out, ".state")
 	}

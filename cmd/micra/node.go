@@ -106,6 +106,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 		cfg.Crawl.Fetch.AllowPrivate = o.allowPrivate
 	}
 	if fl.Changed("concurrency") {
+		if o.concurrency < 0 {
+			return fmt.Errorf("node: --concurrency %d must not be negative", o.concurrency)
+		}
 		cfg.Crawl.Concurrency = o.concurrency
 	}
 	if o.seeds != "" {
