@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/micra-crawler/micra/crawl/netguard"
 )
 
 // Guard decides whether this peer may send probe traffic to target. A
@@ -15,12 +17,12 @@ type Guard func(target netip.Addr) error
 // ErrGuard marks a target refused by the probe guard.
 var ErrGuard = errors.New("target refused by guard")
 
-// PublicOnly allows only globally routable unicast targets.
+// PublicOnly allows only public unicast targets: the crawler's own fetch
+// rules (netguard.ForbiddenAddr), so shared address space, reserved ranges
+// and IPv6 forms that embed a private IPv4 address are refused too.
 func PublicOnly(a netip.Addr) error {
-	a = a.Unmap()
-	if !a.IsValid() || a.IsUnspecified() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() ||
-		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsMulticast() || !a.IsGlobalUnicast() {
-		return fmt.Errorf("%w: %v is not a public unicast address", ErrGuard, a)
+	if bad, why := netguard.ForbiddenAddr(a); bad {
+		return fmt.Errorf("%w: %v is not a public unicast address (%s)", ErrGuard, a.Unmap(), why)
 	}
 	return nil
 }

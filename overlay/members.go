@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
@@ -48,6 +49,7 @@ type Members struct {
 
 type member struct {
 	crawler  delegation.Crawler
+	interval time.Duration // the sender's heartbeat interval
 	lastSeen time.Time
 	seq      uint64
 	at       int64 // sender's clock of the last heartbeat accepted
@@ -249,6 +251,7 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	}
 	changed := !ok || st.dead || st.crawler != c
 	st.crawler, st.lastSeen, st.seq, st.at, st.load, st.addrs, st.dead = c, now, hb.Seq, hb.AtUnixNano, hb.Load, addrs, false
+	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
 		m.rebuild()
 	}
@@ -267,7 +270,9 @@ func (m *Members) sweep(now time.Time) {
 	var evs []MemberEvent
 	m.mu.Lock()
 	for id, st := range m.byID {
-		if !st.dead && now.Sub(st.lastSeen) > m.timeout {
+		// a member that heartbeats more slowly than this peer's timeout
+		// allows is judged by its own pace, or it would flap dead/alive
+		if !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
 			st.dead = true
 			evs = append(evs, MemberEvent{Peer: id, Dead: true, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
 		}
@@ -392,6 +397,11 @@ const meshBelow = 20
 // fails the Noise handshake, so a forged address costs one failed dial.
 func (p *Peer) learnMemberAddrs(id peer.ID) {
 	addrs := p.members.Addrs(id)
+	if p.cfg.PublicDHTFilters {
+		// a member may advertise loopback or LAN addresses: dialled, they
+		// would reach this machine's or its network's own services
+		addrs = slices.DeleteFunc(slices.Clone(addrs), func(a ma.Multiaddr) bool { return !manet.IsPublicAddr(a) })
+	}
 	if len(addrs) == 0 || id == p.h.ID() {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-crawler/micra/crawl/netguard"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
@@ -159,6 +160,12 @@ func (p *Peer) measureLocal(ctx context.Context, t ProbeTarget, samples int) ([]
 	}
 	if err := p.cfg.ProbeGuard(t.Addr); err != nil {
 		return nil, pb.Status_REFUSED, err
+	}
+	if t.Port != 0 && netguard.BadPort(int(t.Port)) {
+		// a probe connects, or sends a HEAD: not to the ports of protocols
+		// a request could be smuggled into (SMTP, SSH, IRC, …), as the
+		// fetcher does not, or any peer could scan them through this one
+		return nil, pb.Status_REFUSED, fmt.Errorf("%w: port %d", ErrGuard, t.Port)
 	}
 	var out []time.Duration
 	var last error

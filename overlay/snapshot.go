@@ -93,7 +93,7 @@ func (p *Peer) FetchSnapshot(ctx context.Context, from peer.ID, id hierarchy.Sna
 		s.Reset()
 		return nil, fmt.Errorf("%s: %s announces %d bytes, limit %d", ProtoSnapshot, shortID(from), hdr.Size, maxSnapshot)
 	}
-	data := make([]byte, 0, hdr.Size)
+	data := make([]byte, 0, min(hdr.Size, 4*snapshotChunk)) // (grows with the data, not on the header's word)
 	for uint64(len(data)) < hdr.Size {
 		var ch pb.SnapshotChunk
 		if err := st.read(&ch); err != nil {

@@ -115,7 +115,6 @@ func TestDecodeBadRecordCountIsAnError(t *testing.T) {
 	}
 }
 
-
 // A carrier that cannot be decoded is moved aside by deliverNext, but the
 // PendingCarriers counter is not decremented, so Drain (and the engine's
 // StopWhenIdle run, which drains before it returns) waits forever although
