@@ -146,6 +146,7 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 	if known {
 		req.ETag, req.LastModified = hist.ETag, hist.LastModified
 	}
+	conditional := req.ETag != "" || req.LastModified != ""
 	e.st.requests.Add(1)
 	resp, err := e.fetcher.Fetch(ctx, req)
 	now := time.Now()
@@ -199,8 +200,16 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 		source: pack.SourceHTTP, notModified: resp.NotModified,
 		timing: pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Elapsed},
 	}
+	if len(resp.Redirects) > 0 {
+		// the validators are the redirect target's, not this URL's
+		f.etag, f.lm = "", ""
+	}
 	e.st.wireBytes.Add(resp.WireBytes)
 	switch {
+	case resp.NotModified && !conditional:
+		// a 304 to a GET without validators carries no page: a server
+		// error, not "unchanged" (there is nothing stored to keep)
+		f.notModified, f.otherFailure = false, "status_304"
 	case resp.NotModified:
 	case resp.Status == 404 || resp.Status == 410:
 		f.gone = true

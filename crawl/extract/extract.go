@@ -19,6 +19,8 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"golang.org/x/net/html"
+
+	"github.com/micra-crawler/micra/crawl/urlnorm"
 )
 
 // Options bound the work and the output of Extract. Zero values take defaults.
@@ -619,12 +621,12 @@ func resolveLinks(base *url.URL, hrefs []rawLink, pageNoFollow bool) []Link {
 		if href == "" || href[0] == '#' {
 			continue
 		}
-		var u *url.URL
-		var err error
-		if base != nil {
-			u, err = base.Parse(href)
-		} else {
-			u, err = url.Parse(href)
+		u, err := url.Parse(href)
+		if err == nil {
+			urlnorm.KeepRawPath(u) // an escaped "/" must survive resolution and String
+			if base != nil {
+				u = base.ResolveReference(u)
+			}
 		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			continue

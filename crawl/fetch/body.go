@@ -24,6 +24,9 @@ import (
 // itself so that the body cap applies to decoded bytes.
 const acceptEncoding = "gzip, br, zstd, deflate"
 
+// maxCodings bounds the Content-Encoding chain of one response.
+const maxCodings = 4
+
 // errBodyTooLarge marks a decoded body above the cap.
 var errBodyTooLarge = errors.New("decoded body exceeds limit")
 
@@ -49,6 +52,11 @@ func decoders(r io.Reader, contentEncoding string, maxWindow uint64) (io.Reader,
 		}
 	}
 	codings := strings.Split(contentEncoding, ",")
+	if len(codings) > maxCodings {
+		// each layer holds a decoder at once: thousands of them are a
+		// memory bomb in a header (curl's CVE-2022-32206 caps them at 5)
+		return nil, nil, fmt.Errorf("%d content-codings (at most %d)", len(codings), maxCodings)
+	}
 	for i := len(codings) - 1; i >= 0; i-- {
 		switch c := strings.ToLower(strings.TrimSpace(codings[i])); c {
 		case "", "identity":

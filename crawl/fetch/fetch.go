@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/micra-crawler/micra/crawl/urlnorm"
 )
 
 // Request is one fetch.
@@ -242,7 +244,7 @@ func (f *Fetcher) do(ctx context.Context, req Request, opts doOptions) (*Respons
 				}
 				return nil, f.fail(newError(ReasonNetwork, u.String(), err))
 			}
-			if !e.Allows(f.cfg.RobotsAgent, u.String()) {
+			if !e.Allows(f.cfg.RobotsAgent, robotsForm(u)) {
 				ferr := &Error{Reason: ReasonRobots, URL: u.String(), Status: e.HTTPStatus, Err: errors.New("disallowed by robots.txt")}
 				if e.Status == RobotsDisallowAll && !e.HostNotFound {
 					// Unreachable robots.txt disallows only for a while
@@ -256,7 +258,14 @@ func (f *Fetcher) do(ctx context.Context, req Request, opts doOptions) (*Respons
 				return nil, f.fail(ferr)
 			}
 		}
-		h, err := f.hop(ctx, u, method, req, opts)
+		hreq := req
+		if hop > 0 {
+			// the validators are the requested URL's: sent to a redirect
+			// target, a 304 from it would pass the source's new content
+			// off as unchanged
+			hreq.ETag, hreq.LastModified = "", ""
+		}
+		h, err := f.hop(ctx, u, method, hreq, opts)
 		if h != nil {
 			resp.Elapsed += h.timing.Total
 			resp.Waited += h.waited
@@ -584,4 +593,15 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return max(t.Sub(now), 0)
 	}
 	return -1
+}
+
+// robotsForm is the form of u that robots.txt rules are matched against:
+// normalised, so percent-encoded unreserved octets are decoded (RFC 9309
+// §2.2.2) — seeds and links are normalised already, redirect targets are
+// not, and /%70rivate must not pass Disallow: /private.
+func robotsForm(u *url.URL) string {
+	if s, err := urlnorm.Normalize(u.String()); err == nil {
+		return s
+	}
+	return u.String()
 }

@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -235,8 +236,9 @@ func (f *Fetcher) fetchRobots(ctx context.Context, u *url.URL) (RobotsEntry, err
 				if fe.URL == robotsURL.String() {
 					return RobotsEntry{}, err // the origin itself is refused
 				}
-			case ReasonRedirectLimit, ReasonRedirectLoop:
-				// RFC 9309 §2.3.1.2: past the redirect limit, "unavailable".
+			case ReasonRedirectLimit, ReasonRedirectLoop, ReasonBadRedirect:
+				// RFC 9309 §2.3.1.2: past the redirect limit, "unavailable";
+				// a redirect without a usable Location leads nowhere either
 				return entry(RobotsAllowAll, 0, f.cfg.RobotsTTL, err.Error()), nil
 			case ReasonRetryLater:
 				return entry(RobotsDisallowAll, fe.Status, max(f.cfg.RobotsErrorTTL, fe.RetryAfter), err.Error()), nil
@@ -329,9 +331,10 @@ func (h *extrasHandler) HandleUnknownAction(_ int, action, value string) {
 		return
 	}
 	secs, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-	if err != nil || secs < 0 || secs > 1e6 {
+	if err != nil || secs < 0 || math.IsNaN(secs) {
 		return
 	}
+	secs = min(secs, 1e6) // a huge delay is capped (MaxCrawlDelay), not ignored
 	d := time.Duration(secs * float64(time.Second))
 	if h.inSpecific && !h.haveSpecific {
 		h.specific, h.haveSpecific = d, true

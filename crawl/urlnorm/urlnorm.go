@@ -127,6 +127,7 @@ func (n *Normalizer) Resolve(base *url.URL, ref string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrInvalidURL, ref, err)
 	}
+	KeepRawPath(r) // (ResolveReference works on EscapedPath)
 	return n.NormalizeURL(base.ResolveReference(r))
 }
 
@@ -165,7 +166,7 @@ func (n *Normalizer) NormalizeURL(u *url.URL) (*url.URL, error) {
 		hostport += ":" + port
 	}
 
-	rawPath := u.EscapedPath()
+	rawPath := rawPathOf(u)
 	p := removeDotSegments(normalizeEscapes(rawPath, pathChar))
 	if p == "" {
 		p = "/"
@@ -232,6 +233,29 @@ func isASCII(s string) bool {
 
 // setEscapedPath stores an already escaped path in u so that u.String()
 // reproduces it exactly.
+// rawPathOf is u's path as written: RawPath when it is a spelling of Path.
+// EscapedPath gives it up when it holds a character Go would escape (a
+// space, "|", raw UTF-8) and escapes the decoded Path instead, which turns
+// an escaped "/" (%2F) into a real one: /a%2Fb/c d and /a/b/c d, two
+// resources, would share one key.
+func rawPathOf(u *url.URL) string {
+	if u.RawPath != "" {
+		if d, err := url.PathUnescape(u.RawPath); err == nil && d == u.Path {
+			return u.RawPath
+		}
+	}
+	return u.EscapedPath()
+}
+
+// KeepRawPath makes u's EscapedPath (and so String and ResolveReference)
+// its path as written, escaped validly, where Go would otherwise escape the
+// decoded path and lose an escaped "/" (rawPathOf).
+func KeepRawPath(u *url.URL) {
+	if raw := rawPathOf(u); raw != u.EscapedPath() {
+		setEscapedPath(u, normalizeEscapes(raw, pathChar))
+	}
+}
+
 func setEscapedPath(u *url.URL, escaped string) {
 	dec, err := url.PathUnescape(escaped)
 	if err != nil {
