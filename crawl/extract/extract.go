@@ -140,9 +140,10 @@ var extractorPool = sync.Pool{New: func() any {
 // reset prepares a pooled extractor for a new page, keeping its buffers.
 func (x *extractor) reset(p *Page, opt Options) {
 	idx, list, w, c, word := x.termIdx, x.termList[:0], x.termW[:0], x.termCount[:0], x.word[:0]
-	clear(idx)
-	if len(list) > 4096 { // a huge page left huge buffers: let them go
+	if cap(list) > 4096 || len(idx) > 4096 { // a huge page left huge buffers: let them go
 		idx, list, w, c = make(map[string]int32, 512), nil, nil, nil
+	} else {
+		clear(idx)
 	}
 	*x = extractor{page: p, opt: opt, termIdx: idx, termList: list, termW: w, termCount: c, word: word, nameBuf: x.nameBuf[:0]}
 }
@@ -203,6 +204,28 @@ func isSkipTag(name []byte) bool {
 	return false
 }
 
+// isRawText: the skipped tags whose content the tokenizer reads as raw text
+// even when the start tag is written self-closing.
+func isRawText(name []byte) bool {
+	switch string(name) {
+	case "script", "style", "noscript", "iframe", "textarea":
+		return true
+	}
+	return false
+}
+
+// isBlockTag: tags whose start or end separates words (minified HTML puts
+// no space between blocks).
+func isBlockTag(name []byte) bool {
+	switch string(name) {
+	case "br", "p", "div", "li", "td", "tr", "th", "dt", "dd", "hr", "table", "ul", "ol", "dl",
+		"section", "article", "nav", "header", "footer", "aside", "main", "blockquote", "pre",
+		"address", "figure", "figcaption", "caption", "form", "fieldset", "legend", "option", "button", "label":
+		return true
+	}
+	return false
+}
+
 func headingLevel(name []byte) int {
 	if len(name) == 2 && (name[0] == 'h' || name[0] == 'H') && name[1] >= '1' && name[1] <= '6' {
 		return int(name[1] - '0')
@@ -216,12 +239,14 @@ func (x *extractor) startTag(z *html.Tokenizer, name []byte, hasAttr, selfClosin
 		if string(name) == "iframe" && hasAttr {
 			x.linkAttrs(z, "src")
 		}
-		if !selfClosing {
+		if !selfClosing || isRawText(name) {
+			// (the tokenizer reads <script/> as raw text up to </script>
+			// all the same: its text is no more the page's)
 			x.skipDepth++
 		}
 		return
 	case string(name) == "title":
-		if !selfClosing && !x.seenTitle {
+		if !x.seenTitle { // (<title/> too: raw text up to </title>)
 			x.titleDepth++
 		}
 		return
@@ -249,7 +274,7 @@ func (x *extractor) startTag(z *html.Tokenizer, name []byte, hasAttr, selfClosin
 		if hasAttr {
 			x.meta(z)
 		}
-	case string(name) == "br" || string(name) == "p" || string(name) == "div" || string(name) == "li" || string(name) == "td" || string(name) == "tr":
+	case isBlockTag(name):
 		x.breakWord()
 		x.space()
 	}
@@ -286,6 +311,10 @@ func (x *extractor) endTag(name []byte) {
 			x.headingDepth--
 		} else if lvl > 0 {
 			x.breakWord()
+		} else if isBlockTag(name) {
+			// </p>X: a block's end ends its last word too
+			x.breakWord()
+			x.space()
 		}
 	}
 }
@@ -313,6 +342,9 @@ func (x *extractor) linkAttrs(z *html.Tokenizer, attr string) {
 		return
 	}
 	x.page.LinkCount++
+	if !followable(href) {
+		return // (dropped later anyway: it must not take a real link's place)
+	}
 	if len(x.hrefs) < x.opt.MaxLinks {
 		x.hrefs = append(x.hrefs, rawLink{href: href, nofollow: nofollow})
 	}
@@ -353,8 +385,8 @@ func (x *extractor) textToken(t []byte) {
 		return
 	}
 	if x.titleDepth > 0 {
-		if len(x.title) < x.opt.MaxTitle {
-			x.title = append(x.title, t...)
+		if room := x.opt.MaxTitle - len(x.title); room > 0 {
+			x.title = append(x.title, t[:min(len(t), room)]...)
 		}
 		if !x.opt.LinksOnly {
 			x.words(t, weightTitle)
@@ -643,4 +675,18 @@ func collapseSpace(s string) string {
 		s = strings.ToValidUTF8(s, "")
 	}
 	return s
+}
+
+// followable reports whether href may lead to an http(s) page: not empty,
+// not a fragment of this page, and with no scheme or an http(s) one.
+func followable(href string) bool {
+	href = strings.TrimSpace(href)
+	if href == "" || href[0] == '#' {
+		return false
+	}
+	if i := strings.IndexAny(href, ":/?#"); i > 0 && href[i] == ':' {
+		scheme := strings.ToLower(href[:i])
+		return scheme == "http" || scheme == "https"
+	}
+	return true
 }

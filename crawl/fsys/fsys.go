@@ -21,7 +21,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/micra-crawler/micra/crawl/urlnorm"
 )
 
 // Root maps a directory to the URL prefix it is served under.
@@ -74,11 +77,17 @@ func Open(roots []Root) (*Source, error) {
 			s.Close()
 			return nil, fmt.Errorf("fsys: prefix %q is not an absolute http(s) URL", r.Prefix)
 		}
+		// the normal form the crawl's URLs have (default port dropped,
+		// host lower-cased and IDNA-encoded), or no URL would ever match
+		nu, err := urlnorm.New(urlnorm.Options{}).NormalizeURL(u)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("fsys: prefix %q: %w", r.Prefix, err)
+		}
+		u = nu
 		if !strings.HasSuffix(u.Path, "/") {
 			u.Path += "/"
 		}
-		u.Host = strings.ToLower(u.Host)
-		u.Scheme = strings.ToLower(u.Scheme)
 		if r.Index == "" {
 			r.Index = "index.html"
 		}
@@ -170,7 +179,9 @@ func (s *Source) Read(u *url.URL, maxBytes int64) (Doc, error) {
 	if !ok {
 		return Doc{}, fmt.Errorf("fsys: %s is not under a file root", u)
 	}
-	f, err := s.roots[i].fs.Open(rel)
+	// non-blocking: opening a FIFO would wait for a writer (the regular-file
+	// check below comes after the open); a regular file reads as usual
+	f, err := s.roots[i].fs.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Doc{}, fmt.Errorf("%w: %s", ErrNotFound, u)

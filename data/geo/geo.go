@@ -255,15 +255,25 @@ func Decode(data []byte) (*Table, error) {
 		g := GridPoint{int32(r.varint()), int32(r.varint())}
 		t.Countries = append(t.Countries, Country{Code: code, Loc: t.point(g)})
 	}
-	for _, dst := range []*[]Run{&t.V4, &t.V6} {
+	for k, dst := range []*[]Run{&t.V4, &t.V6} {
 		n := r.uvarint()
 		if n > uint64(len(r.b)) {
 			return nil, errShort
 		}
+		bits := uint(t.V4Bits)
+		if k == 1 {
+			bits = uint(t.V6Bits)
+		}
 		rs := make([]Run, n)
 		prev := uint64(0)
 		for i := range rs {
-			prev += r.uvarint()
+			// strictly increasing from 0 within the key space, as Encode
+			// writes them: Locate's binary search relies on it
+			d := r.uvarint()
+			if (i == 0 && d != 0) || (i > 0 && (d == 0 || prev+d < prev)) || (bits < 64 && prev+d >= 1<<bits) {
+				return nil, fmt.Errorf("geo: run %d does not follow run %d in order", i, i-1)
+			}
+			prev += d
 			rs[i].Start = prev
 			if l := r.uvarint(); l > 0 {
 				if l > uint64(len(locs)) {

@@ -325,9 +325,14 @@ func gzipBytes(b []byte) []byte {
 func acceptsGzip(ae string) bool {
 	for _, part := range strings.Split(ae, ",") {
 		name, q, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.TrimSpace(strings.ReplaceAll(q, " ", "")) != "q=0" {
-			return true
+		if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			continue
 		}
+		// q=0, q=0.0, q=0.000: not acceptable (RFC 9110 §12.4.2)
+		if v, err := strconv.ParseFloat(strings.TrimPrefix(strings.ReplaceAll(q, " ", ""), "q="), 64); err == nil && v == 0 {
+			continue
+		}
+		return true
 	}
 	return false
 }
