@@ -3,6 +3,8 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"net/url"
 	"time"
 
@@ -155,25 +157,50 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 		if err != nil || len(keys) == 0 {
 			return moved, err
 		}
+		if n.peer != nil && n.peer.Members().IsLive(owner) {
+			return moved, nil // back (a heartbeat, a restart): its ledger stands
+		}
 		var own, foreign []string
-		for _, s := range urls {
+		var done [][]byte // the keys of the URLs dealt with, to delete
+		kept, back := 0, false
+		for i, s := range urls {
 			u, err := url.Parse(s)
 			if err != nil {
+				done = append(done, keys[i])
 				continue
 			}
 			a, err := n.router.addrOf(ctx, u.Hostname())
 			if err != nil {
-				n.log.Warn("re-route: no address; URL dropped", "url", s, "err", err)
+				if ctx.Err() != nil {
+					return moved, ctx.Err() // (shutting down: the chunk stays)
+				}
+				var de *net.DNSError
+				if errors.As(err, &de) && de.IsNotFound {
+					n.log.Warn("re-route: host does not exist; URL dropped", "url", s, "err", err)
+					done = append(done, keys[i])
+					continue
+				}
+				// a passing failure: the URL stays in the ledger for the
+				// next sweep
+				n.log.Warn("re-route: no address now; URL kept for the next sweep", "url", s, "err", err)
+				kept++
 				continue
 			}
 			mine, err := n.router.Owns(ctx, u, a)
 			if err != nil {
 				return moved, err
 			}
-			if mine {
+			switch {
+			case mine:
 				own = append(own, s)
-			} else {
+				done = append(done, keys[i])
+			default:
 				foreign = append(foreign, s)
+				if o, ok := n.router.peer.CachedOwner(a); ok && o == owner {
+					back = true // Handoff writes this very ledger key again: keep it
+				} else {
+					done = append(done, keys[i])
+				}
 			}
 		}
 		if len(own) > 0 {
@@ -187,7 +214,7 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 			}
 		}
 		wb := n.db.NewWriteBatch()
-		for _, k := range keys {
+		for _, k := range done {
 			if err := wb.Delete(k); err != nil {
 				wb.Cancel()
 				return moved, err
@@ -197,5 +224,10 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 			return moved, err
 		}
 		moved += len(own) + len(foreign)
+		if kept > 0 || back {
+			// keys left under the prefix would be read again at once: the
+			// rest waits for the next sweep (or stands, the owner being back)
+			return moved, nil
+		}
 	}
 }

@@ -77,21 +77,28 @@ func newDirectory(p *Peer) *Directory {
 // Cached returns the cached record for s without touching the network:
 // the sub-microsecond path of every owner lookup.
 func (d *Directory) Cached(s hierarchy.NodeID) (delegation.Record, bool) {
-	d.mu.RLock()
-	e, ok := d.recs[s]
-	d.mu.RUnlock()
+	e, ok := d.entry(s)
 	if !ok || e.stale {
 		return delegation.Record{}, false
 	}
 	return e.rec, d.p.members.IsLive(e.rec.Owner)
 }
 
+// entry copies s's cache entry under the lock (stale is written in place).
+func (d *Directory) entry(s hierarchy.NodeID) (cached, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	e, ok := d.recs[s]
+	if !ok {
+		return cached{}, false
+	}
+	return *e, true
+}
+
 // Lookup implements delegation.Directory. A record whose owner is dead is
 // returned with ok == false (so the engine bumps its epoch).
 func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
-	d.mu.RLock()
-	e, ok := d.recs[s]
-	d.mu.RUnlock()
+	e, ok := d.entry(s)
 	if ok && !e.stale {
 		return e.rec, d.p.members.IsLive(e.rec.Owner), nil
 	}

@@ -42,6 +42,9 @@ func (p *Peer) queueLearn(rec delegation.Record) {
 // drainLearnLocked feeds the queued records to the policy. The caller holds
 // polMu.
 func (p *Peer) drainLearnLocked() {
+	if p.policy == nil {
+		return // (the queue waits for UsePolicy: records are evidence all the same)
+	}
 	p.learnMu.Lock()
 	q := p.learnQ
 	p.learnQ = nil

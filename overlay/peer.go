@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -588,9 +589,21 @@ func (p *Peer) runMaintenance(ctx context.Context) {
 				if !ok || rec.Owner != p.selfID {
 					continue
 				}
+				// a block of a crawler that died is not kept alive by the
+				// subnet's owner: the engine never re-decides it, and the
+				// crawler coming back weeks later would take it without its
+				// page history
+				live := slices.DeleteFunc(slices.Clone(rec.Blocks), func(b delegation.BlockDelegation) bool { return !p.members.IsLive(b.Owner) })
+				changed := len(live) != len(rec.Blocks)
+				if changed {
+					if len(live) == 0 {
+						live = nil
+					}
+					rec.Blocks, rec.Epoch = live, rec.Epoch+1
+				}
 				val, err := p.republishValue(rec)
 				if err == nil {
-					_, err = p.dir.put(ctx, s, val, false)
+					_, err = p.dir.put(ctx, s, val, changed)
 				}
 				if err != nil && ctx.Err() == nil {
 					p.log.Warn("overlay: republish failed", "subnet", s, "err", err)

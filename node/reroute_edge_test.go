@@ -1,0 +1,151 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// ledgerOnlyNode is a Node with only what reroute touches: the store (the
+// ledger) and a router over a fake owner. No engine: the tests route no URL
+// to this crawler itself.
+func ledgerOnlyNode(t *testing.T, r *Router) *Node {
+	t.Helper()
+	db, err := frontier.OpenDB(t.TempDir(), frontier.DBOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	n := &Node{db: db, router: r, log: quiet}
+	r.ledger = n.recordHandoff
+	return n
+}
+
+// ledgerURLCount counts the ledger entries held for owner.
+func ledgerURLCount(t *testing.T, n *Node, owner delegation.CrawlerID) int {
+	t.Helper()
+	pre := ledgerPrefix(owner)
+	c := 0
+	err := n.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pre})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if bytes.HasPrefix(it.Item().Key(), pre) {
+				c++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ctxResolver resolves every host to one address, and — like
+// net.Resolver — fails once its context is done.
+type ctxResolver struct{ a netip.Addr }
+
+func (r ctxResolver) LookupNetIP(ctx context.Context, _, _ string) ([]netip.Addr, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lookup: %w", err)
+	}
+	return []netip.Addr{r.a}, nil
+}
+
+// TestRerouteInterruptedKeepsLedger: the node stops (Run's context ends)
+// while the ledger of a dead owner is being re-routed. Every host that is
+// not in the router's in-memory host map (all of them after a restart, when
+// the sweep re-routes) now fails to resolve; reroute logs "URL dropped",
+// deletes the chunk's ledger keys anyway and goes on to the next chunk, so
+// the whole ledger of the dead owner is erased and nothing was re-routed:
+// the URLs it had acknowledged are crawled by nobody. A transient DNS
+// failure does the same to the URLs it hits.
+func TestRerouteInterruptedKeepsLedger(t *testing.T) {
+	r, err := newRouter(reviewTree(t), nil, ctxResolver{netip.MustParseAddr("127.0.0.9")}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.peer = &timingOwner{}
+	n := ledgerOnlyNode(t, r)
+	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	var urls []string
+	for i := range 2500 {
+		urls = append(urls, fmt.Sprintf("http://h%d.example/p", i))
+	}
+	if err := n.recordHandoff(dead, urls); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the node is shutting down mid-reroute
+	moved, err := n.reroute(ctx, dead)
+	if left := ledgerURLCount(t, n, dead); left != len(urls) {
+		t.Fatalf("reroute interrupted by shutdown (moved %d, err %v): %d of %d URLs handed to the dead owner left in the ledger; the rest are lost for good",
+			moved, err, left, len(urls))
+	}
+}
+
+// revivedOwner: the owner declared dead is live again (a later heartbeat
+// revived it, or it restarted with its identity and its frontier): the
+// cached record names it and Delegate answers it.
+type revivedOwner struct {
+	*timingOwner
+	owner  delegation.CrawlerID
+	handed int
+}
+
+func (o *revivedOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
+	return delegation.Decision{IP: ip, Owner: o.owner, Cached: true, Reason: delegation.ReasonCached}, nil
+}
+func (o *revivedOwner) CachedOwner(netip.Addr) (delegation.CrawlerID, bool) { return o.owner, true }
+func (o *revivedOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
+	for _, it := range items {
+		o.handed += len(it.URLs)
+	}
+	return nil
+}
+
+// TestRerouteToSameOwnerKeepsLedger: the death event of owner A is
+// followed one heartbeat later by the re-route, with no liveness check; if
+// A is live again by then (or revives during a long re-route), its URLs are
+// routed to A again: Router.Handoff writes their ledger entries under A —
+// the very keys being re-routed — and reroute then deletes those keys. The
+// URLs sit at A with no ledger entry: when A dies for good, they are not
+// re-routed and nobody crawls them (an owner dying twice loses them).
+func TestRerouteToSameOwnerKeepsLedger(t *testing.T) {
+	r, err := newRouter(reviewTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const a = delegation.CrawlerID("12D3KooWOwnerA")
+	own := &revivedOwner{timingOwner: &timingOwner{}, owner: a}
+	r.peer = own
+	n := ledgerOnlyNode(t, r)
+	var urls []string
+	for i := range 10 {
+		urls = append(urls, fmt.Sprintf("http://127.0.0.%d/p", 10+i))
+	}
+	if err := n.recordHandoff(a, urls); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := n.reroute(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.handed != len(urls) {
+		t.Fatalf("handed %d URLs to A again, want %d", own.handed, len(urls))
+	}
+	if left := ledgerURLCount(t, n, a); left != len(urls) {
+		t.Fatalf("re-route moved %d URLs back to the same owner A, but only %d of %d remain in A's ledger: if A dies again they are lost",
+			moved, left, len(urls))
+	}
+}
