@@ -470,7 +470,7 @@ func TestUnprobedWinnerAddsNoProbe(t *testing.T) {
 		t.Fatalf("random delegation's record claims probes: %v", d.Record.Probes)
 	}
 	// micra's blind decisions: every probe of every record is an answer
-	ws := newSynthWorld(t, 5, 30, 400)
+	ws := newSynthWorld(t, 1, 30, 1000) // (a world with blind decisions: 23 of them)
 	members := NewMemMembership()
 	dir := NewMemDirectory(ws.tree, members)
 	mp := NewMicra(Deps{Tree: ws.tree, Dir: dir, Prober: ws, Members: members, Rand: rand.New(rand.NewPCG(1, 1))}, Config{})
