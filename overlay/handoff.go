@@ -181,7 +181,7 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 	if err != nil {
 		return err
 	}
-	full := false
+	full, now := false, time.Now()
 	q.mu.Lock()
 	for i, c := range todo {
 		k := keyOf(c.Subnet, c.IP)
@@ -195,7 +195,9 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 		}
 		e.ents = append(e.ents, ents[i]...)
 		e.n += len(c.URLs)
-		full = full || e.n >= p.cfg.HandoffBatch
+		// (a queue waiting out its back-off is not sent now: kicking a
+		// flush for it would only send the others early, page after page)
+		full = full || (e.n >= p.cfg.HandoffBatch && !now.Before(e.retryAt))
 	}
 	q.mu.Unlock()
 	if full {
@@ -254,6 +256,7 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		k     handoffKey
 		ip    netip.Addr
 		urls  []string
+		bytes int // of the urls
 		ents  int // spool entries the urls come from (a prefix of pending.ents)
 		retry bool
 	}
@@ -267,10 +270,11 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		// at most maxHandoffURLs, so at least one fits).
 		it := item{k: k, ip: e.ip, retry: e.backoff > 0}
 		for _, en := range e.ents {
-			if it.ents > 0 && len(it.urls)+len(en.urls) > maxHandoffURLs {
+			b := urlBytes(en.urls)
+			if it.ents > 0 && (len(it.urls)+len(en.urls) > maxHandoffURLs || it.bytes+b > maxHandoffPayload) {
 				break
 			}
-			it.urls = append(it.urls, en.urls...)
+			it.urls, it.bytes = append(it.urls, en.urls...), it.bytes+b
 			it.ents++
 		}
 		due = append(due, it)
@@ -301,12 +305,12 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	var msgs []message
 	for owner, items := range byOwner {
 		var cur []item
-		size := 0
+		size, bytes := 0, 0
 		for _, it := range items {
-			if size+len(it.urls) > maxHandoffURLs && len(cur) > 0 {
-				msgs, cur, size = append(msgs, message{owner, cur}), nil, 0
+			if (size+len(it.urls) > maxHandoffURLs || bytes+it.bytes > maxHandoffPayload) && len(cur) > 0 {
+				msgs, cur, size, bytes = append(msgs, message{owner, cur}), nil, 0, 0
 			}
-			cur, size = append(cur, it), size+len(it.urls)
+			cur, size, bytes = append(cur, it), size+len(it.urls), bytes+it.bytes
 		}
 		msgs = append(msgs, message{owner, cur})
 	}
@@ -611,4 +615,19 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 		}
 	}
 	return pb.Status_OK, "", uint32(len(urls)), notOwner
+}
+
+// maxHandoffPayload bounds the URL bytes of one hand-off message: 4096 URLs
+// of up to 8 KiB would pass maxHandoffURLs and still exceed maxHandoffMsg,
+// and a message refused for its size would be rebuilt the same for ever.
+// (Framing is at most 3 bytes a URL, 12 KiB for a full message.)
+const maxHandoffPayload = maxHandoffMsg - 64<<10
+
+// urlBytes is the length of urls together.
+func urlBytes(urls []string) int {
+	n := 0
+	for _, u := range urls {
+		n += len(u)
+	}
+	return n
 }

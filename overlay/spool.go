@@ -46,11 +46,14 @@ func spoolKey(s hierarchy.NodeID, seq uint64) []byte {
 // (tests and benches only: a crash loses it).
 func openSpool(dir string, inMemory, syncWrites bool, log *slog.Logger) (*spool, error) {
 	var opts badger.Options
-	valueThreshold := int64(1 << 10) // on disk, larger chunks go to the value log
+	// Every value stays in the LSM tree, on disk too: values in the value
+	// log were never reclaimed (nothing runs its GC, and a small spool
+	// rarely compacts), so an acknowledged hand-off kept its disk space for
+	// good; in the tree, compaction drops what was removed. A chunk is at
+	// most maxSpoolChunkBytes of URLs plus ≤ 2 framing bytes per URL and a
+	// header (HandoffAll chunks so; in memory there is no value log at all).
+	valueThreshold := int64(maxSpoolChunkBytes + 16<<10)
 	if inMemory {
-		valueThreshold = maxSpoolChunkBytes + 4<<10 // a chunk's URLs plus its framing
-		// No value log in memory: every value must fit under the threshold,
-		// which HandoffAll guarantees by chunking at maxSpoolChunkBytes.
 		opts = badger.DefaultOptions("").WithInMemory(true)
 	} else {
 		opts = badger.DefaultOptions(dir).WithSyncWrites(syncWrites)
