@@ -3,6 +3,7 @@ package crawl
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -105,7 +106,9 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 		e.schedule(&hist, false, now)
 		e.done(it, &hist)
 	default:
-		e.process(ctx, it, u, hist, known, f)
+		if rest := e.process(ctx, it, u, hist, known, f); !rest.IsZero() {
+			return rest // (its retry count stands)
+		}
 	}
 	if f.otherFailure == "" {
 		e.retries.forget(it.URL)
@@ -254,7 +257,10 @@ func (e *Engine) readFile(u *url.URL, hist frontier.History, known bool) fetched
 
 // process handles a page with a body: change detection, extraction, record,
 // links, history.
-func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist frontier.History, known bool, f fetched) {
+// process stores the page's record, queues or hands off its links and marks
+// it done. A non-zero time is when its host may be tried again: the links
+// could not be handed off, so the page stays queued.
+func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist frontier.History, known bool, f fetched) time.Time {
 	e.st.fetched.Add(1)
 	e.st.bodyBytes.Add(int64(len(f.body)))
 	now := f.fetchedAt
@@ -265,7 +271,7 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 		e.touch(&hist, f)
 		e.schedule(&hist, false, now)
 		e.done(it, &hist)
-		return
+		return time.Time{}
 	}
 	rec := e.baseRecord(it, f)
 	rec.ContentHash = hash
@@ -299,13 +305,16 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 		rec.Flags |= pack.FlagTruncated
 	}
 	if e.emit(ctx, &rec) != nil {
-		return
+		return time.Time{}
 	}
 	if page != nil && !page.NoFollow {
 		if err := e.enqueueLinks(ctx, it, page.Links); err != nil {
 			// Links lost now would be lost for good: leave the URL queued, it is
-			// visited again (its record repeats: at-least-once).
-			return
+			// visited again (its record repeats: at-least-once) — after a
+			// rest that doubles, or an unreachable overlay would have the
+			// page fetched again back to back
+			n, _ := e.retries.again(it.URL, math.MaxInt) // (counted only: links are never given up)
+			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), time.Hour))
 		}
 	}
 	e.markRedirectTarget(it, f)
@@ -318,6 +327,7 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	hist.ContentHash, hist.SimHash = hash, rec.SimHash
 	e.schedule(&hist, known, now)
 	e.done(it, &hist)
+	return time.Time{}
 }
 
 // markRedirectTarget remembers the final URL of a redirected fetch as
@@ -411,6 +421,16 @@ func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
 func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []extract.Link) error {
 	items := make([]frontier.Item, 0, len(links))
 	var handoff []string
+	defer func() { // on every path, after MarkHandedOff on success
+		for _, s := range handoff {
+			e.handoffClaims.Delete(s)
+		}
+	}()
+	// The page is already fetched: route its links and finish the hand-off
+	// even if the crawl is being stopped, within a bound (a cancelled
+	// context would fail every lookup and lose the links for good).
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
 	_, local := e.router.(LocalRouter)
 	for _, l := range links {
 		if l.NoFollow {
@@ -444,8 +464,13 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			if handed, _ := e.front.HandedOff(s); handed {
 				continue
 			}
-			owned, err := e.owns(ctx, u)
+			owned, err := e.owns(rctx, u)
 			if err != nil {
+				if rctx.Err() != nil || ctx.Err() != nil {
+					// out of time, or stopping (the overlay may be closing):
+					// the page stays queued, its links come next time
+					return err
+				}
 				e.st.badLinks.Add(1)
 				continue
 			}
@@ -468,11 +493,6 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		}
 		items = append(items, frontier.Item{URL: s, Host: urlnorm.HostKey(u), Depth: from.Depth + 1})
 	}
-	defer func() { // on every path, after MarkHandedOff on success
-		for _, s := range handoff {
-			e.handoffClaims.Delete(s)
-		}
-	}()
 	if len(items) > 0 {
 		if _, err := e.front.Add(items); err != nil {
 			e.log.Error("frontier: add links", "from", from.URL, "err", err)
@@ -480,11 +500,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		}
 	}
 	if len(handoff) > 0 {
-		// The page is already fetched: finish the hand-off even if the crawl
-		// is being stopped, within a bound.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err := e.router.Handoff(hctx, handoff)
-		cancel()
+		err := e.router.Handoff(rctx, handoff)
 		if err != nil {
 			e.log.Warn("hand-off failed, page stays queued", "from", from.URL, "urls", len(handoff), "err", err)
 			e.countError("handoff")

@@ -1,0 +1,145 @@
+package crawl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
+)
+
+// cancellingResolver resolves every name to loopback, except that the
+// first lookup of trigger stops the crawl (as a SIGTERM arriving while a
+// worker routes the links of a page it has just fetched) and, like
+// net.DefaultResolver, a lookup under a cancelled context fails.
+type cancellingResolver struct {
+	trigger string
+	cancel  context.CancelFunc
+	fired   atomic.Bool
+}
+
+func (r *cancellingResolver) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
+	if host == r.trigger && r.fired.CompareAndSwap(false, true) {
+		r.cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &net.DNSError{Err: err.Error(), Name: host}
+	}
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+// ownAllRouter owns every URL with an address (a node's router owning
+// every subnet involved).
+type ownAllRouter struct{}
+
+func (ownAllRouter) Owns(_ context.Context, _ *url.URL, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() {
+		return false, errors.New("no address")
+	}
+	return true, nil
+}
+func (ownAllRouter) Handoff(context.Context, []string) error { return nil }
+func (ownAllRouter) NeedsIP() bool                           { return true }
+
+// A page fetched while the crawl is being stopped must keep its links: the
+// record is stored (emit ignores cancellation) and the hand-off is finished
+// (WithoutCancel), but the ownership check (resolution, Owns) runs on the
+// cancelled context, fails, the links are dropped as "bad links" and the
+// page is marked Done — its links are lost for good.
+func TestLinksOfPageFetchedAtShutdownKept(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		port := srv0port(r)
+		fmt.Fprintf(w, `<title>seed</title><a href="http://other.test:%s/a">a</a> <a href="http://other.test:%s/b">b</a>`, port, port)
+	})
+	port := fmt.Sprint(srv.Listener.Addr().(*net.TCPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := &cancellingResolver{trigger: "other.test", cancel: cancel}
+	seed := "http://seed.test:" + port + "/"
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{seed}, Router: ownAllRouter{},
+		Fetch:    fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Resolver: res, Logger: quiet},
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !res.fired.Load() {
+		t.Fatal("the links were never routed: the test did not exercise the shutdown")
+	}
+	_, done, _ := eng.Frontier().History(seed)
+	for _, l := range []string{"http://other.test:" + port + "/a", "http://other.test:" + port + "/b"} {
+		seen, _ := eng.Frontier().Seen(l)
+		if done && !seen {
+			t.Errorf("page %s marked done, but its link %s was neither queued nor handed off: lost (queued %d, bad links %d)",
+				seed, l, eng.Stats().Queued, eng.Stats().BadLinks)
+		}
+	}
+}
+
+func srv0port(r *http.Request) string {
+	_, p, _ := net.SplitHostPort(r.Host)
+	return p
+}
+
+// failingHandoffRouter owns the seed's host and cannot hand anything off
+// (overlay unreachable, or a permanent refusal such as an address outside
+// the hierarchy).
+type failingHandoffRouter struct{ own string }
+
+func (r failingHandoffRouter) Owns(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
+	return u.Hostname() == r.own, nil
+}
+func (failingHandoffRouter) Handoff(context.Context, []string) error {
+	return errors.New("overlay unreachable")
+}
+func (failingHandoffRouter) NeedsIP() bool { return false }
+
+// A page whose foreign links cannot be handed off stays queued ("visited
+// again"), but with no rest at all: the host is released, acquired again at
+// once and the page fetched back-to-back, a duplicate "new" record stored
+// every time, and a one-pass crawl never ends. Transient failures of a
+// fetch rest RetryDelay (doubling) and are bounded by MaxRetries; a failed
+// hand-off has neither.
+func TestFailedHandoffNotRefetchedInHotLoop(t *testing.T) {
+	srv, hits := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<title>page</title><a href="http://foreign.test/x">x</a>`)
+	})
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Router: failingHandoffRouter{own: "127.0.0.1"},
+		Fetch:    fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := eng.Stats()
+	if n := hits()["/"]; n > 3 {
+		t.Errorf("page fetched %d times in 2 s (records %d, handoff errors %d): a failed hand-off re-fetches its page with no rest and no bound",
+			n, st.Records, st.ByReason["handoff"])
+	}
+}
