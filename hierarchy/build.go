@@ -208,6 +208,11 @@ func (b *Builder) Build() (*Tree, BuildStats, error) {
 			// nest [r.s, top.e] here and place the rest again.
 			rest := r
 			rest.s = top.e.add1()
+			if rest.fam == fam6 && rest.s == (u128{0, 0xffff_0000_0000}) {
+				// skip ::ffff:0:0/96, whose addresses are IPv4 ones (no
+				// input range ends there, so the rest goes past it)
+				rest.s = u128{0, 1 << 48}
+			}
 			rest.isPiece = true
 			heap.Push(&pieces, rest)
 			r.e = top.e

@@ -3,6 +3,7 @@ package hierarchy
 import (
 	"encoding/csv"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strconv"
@@ -78,12 +79,14 @@ func eachCSVRecord(r io.Reader, opt *LoadOptions, rep *LoadReport, fn func(rec [
 			break
 		}
 		if err != nil {
-			line := 0
 			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				line = pe.Line
+			if !errors.As(err, &pe) {
+				// a read error (a truncated gzip stream): it comes back on
+				// every read, so it ends the file even when lenient
+				return fmt.Errorf("%s:%d: read: %w", opt.name(), lc.total()+1, err)
 			}
-			if e := opt.bad(rep, line, "%v", unwrapCSV(err)); e != nil {
+			// the line the bad record starts on, not where csv gave up
+			if e := opt.bad(rep, pe.StartLine, "%v", unwrapCSV(err)); e != nil {
 				return e
 			}
 			continue
@@ -105,7 +108,7 @@ func loadRangeRows(r io.Reader, opt LoadOptions, want int, columns string, parse
 	rep := LoadReport{File: opt.name()}
 	var out []Range
 	first := true
-	err := eachCSVRecord(r, &opt, &rep, func(rec []string, line int) error {
+	err := eachCSVLine(r, &opt, &rep, func(rec []string, line int) error {
 		isFirst := first
 		first = false
 		if len(rec) != want {
@@ -195,4 +198,47 @@ func ianaPrefix(p string) (netip.Addr, netip.Addr, string) {
 		return netip.Addr{}, netip.Addr{}, "prefix " + strconv.Quote(p) + " lies in the IPv4-mapped space ::ffff:0:0/96"
 	}
 	return pf.Addr(), lastAddr(pf), ""
+}
+
+// eachCSVLine is eachCSVRecord for files of one record per line (range and
+// country CSVs): each line is parsed on its own, so a bad line — an
+// unterminated quote, a line over 1 MiB — is reported at its line and
+// costs only itself, and a UTF-8 byte-order mark does not spoil the first
+// row.
+func eachCSVLine(r io.Reader, opt *LoadOptions, rep *LoadReport, fn func(rec []string, line int) error) error {
+	sc := newLineReader(r, maxLine)
+	line := 0
+	for sc.Scan() {
+		line++
+		if sc.TooLong() {
+			if e := opt.bad(rep, line, "line longer than %d bytes", maxLine); e != nil {
+				return e
+			}
+			continue
+		}
+		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff")
+		}
+		if strings.TrimSpace(text) == "" {
+			continue
+		}
+		cr := csv.NewReader(strings.NewReader(text))
+		cr.FieldsPerRecord = -1
+		rec, err := cr.Read()
+		if err != nil {
+			if e := opt.bad(rep, line, "%v", unwrapCSV(err)); e != nil {
+				return e
+			}
+			continue
+		}
+		if err := fn(rec, line); err != nil {
+			return err
+		}
+	}
+	rep.Lines = line
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s:%d: read: %w", opt.name(), line+1, err)
+	}
+	return nil
 }

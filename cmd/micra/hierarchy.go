@@ -252,16 +252,24 @@ func hierarchyLookupCmd() *cobra.Command {
 				return err
 			}
 			var results []LookupResult
+			var bad []string // reported after the others are shown
 			for _, a := range args {
 				ip, err := netip.ParseAddr(a)
 				if err != nil {
-					return fmt.Errorf("lookup: %q is not an IP address", a)
+					bad = append(bad, strconv.Quote(a))
+					continue
 				}
 				results = append(results, lookupPath(t, ip))
 			}
+			badErr := func(err error) error {
+				if err == nil && len(bad) > 0 {
+					err = fmt.Errorf("lookup: not an IP address: %s", strings.Join(bad, ", "))
+				}
+				return err
+			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				return writeJSON(w, results)
+				return badErr(writeJSON(w, results))
 			}
 			for _, r := range results {
 				fmt.Fprintf(w, "%s\n", r.IP)
@@ -282,7 +290,7 @@ func hierarchyLookupCmd() *cobra.Command {
 					fmt.Fprintf(w, "  %s%-8d %-40s %s%s\n", strings.Repeat("  ", s.Depth), s.ID, s.Range, strings.Join(attrs, ", "), mark)
 				}
 			}
-			return nil
+			return badErr(nil)
 		},
 	}
 	c.Flags().StringVar(&snap, "snapshot", "", "snapshot file (default: the embedded one)")
