@@ -164,6 +164,11 @@ func (c *Config) Validate() error {
 	if c.ConnLowWater <= 0 || c.ConnLowWater >= c.ConnHighWater {
 		errs = append(errs, fmt.Errorf("overlay: need 0 < ConnLowWater (%d) < ConnHighWater (%d)", c.ConnLowWater, c.ConnHighWater))
 	}
+	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > time.Minute {
+		// every peer's heartbeat validator refuses others: such a peer
+		// would never be a member anywhere
+		errs = append(errs, fmt.Errorf("overlay: HeartbeatInterval (%v) must be 10ms..1m, as heartbeats on the wire", c.HeartbeatInterval))
+	}
 	if c.HeartbeatInterval <= 0 || c.FailureTimeout < 2*c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("overlay: FailureTimeout (%v) must be at least two heartbeats (%v)", c.FailureTimeout, c.HeartbeatInterval))
 	}

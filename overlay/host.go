@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -28,6 +29,11 @@ import (
 func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
+		// a key others can read is no identity of this peer's any more (SSH
+		// refuses such keys too): say so rather than use it
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("overlay: key file %s: mode %v, want 0600 (chmod 600 it)", path, fi.Mode().Perm())
+		}
 		sk, err := crypto.UnmarshalPrivateKey(data)
 		if err != nil {
 			return nil, fmt.Errorf("overlay: key file %s: %w", path, err)
@@ -51,15 +57,46 @@ func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("overlay: key file %s: %w", path, err)
 	}
-	// Write-then-rename so a crash never leaves a truncated identity.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return nil, fmt.Errorf("overlay: key file %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	// Write-then-rename so a crash never leaves a truncated identity: a
+	// temp file of its own (created 0600, never a leftover's or a symlink's
+	// mode), synced, then renamed and the directory synced.
+	if err := writeFileAtomic(path, data, 0o600); err != nil {
 		return nil, fmt.Errorf("overlay: key file %s: %w", path, err)
 	}
 	return sk, nil
+}
+
+// writeFileAtomic writes data to path through a new temp file in its
+// directory (mode perm), synced before the rename; the directory is synced
+// after it.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // LoadPSK reads a pre-shared key in the go-ipfs swarm.key format.
@@ -68,11 +105,45 @@ func LoadPSK(path string) (pnet.PSK, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overlay: psk file: %w", err)
 	}
+	if err := checkPSKFile(data); err != nil {
+		return nil, fmt.Errorf("overlay: psk file %s: %w", path, err)
+	}
 	psk, err := pnet.DecodeV1PSK(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("overlay: psk file %s: %w", path, err)
 	}
 	return psk, nil
+}
+
+// checkPSKFile refuses what pnet.DecodeV1PSK would accept leniently: it
+// reads the first 32 bytes of the key and ignores the rest, so a 64-byte key
+// or trailing data would pass, and two different files sharing their first
+// half would open the same private network.
+func checkPSKFile(data []byte) error {
+	lines := strings.Split(strings.TrimRight(string(data), "\r\n"), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], "\r")
+	}
+	if len(lines) < 3 || lines[0] != "/key/swarm/psk/1.0.0/" {
+		return errors.New("want the lines /key/swarm/psk/1.0.0/, an encoding and the key")
+	}
+	switch enc, key := lines[1], strings.Join(lines[2:], "\n"); enc {
+	case "/base16/":
+		if len(lines) != 3 || len(key) != 64 {
+			return fmt.Errorf("a /base16/ key is 64 hex digits on one line, not %d characters", len(key))
+		}
+	case "/base64/":
+		if len(lines) != 3 || len(key) != 44 {
+			return fmt.Errorf("a /base64/ key is 44 characters on one line, not %d", len(key))
+		}
+	case "/bin/":
+		if len(data) != len("/key/swarm/psk/1.0.0/\n/bin/\n")+32 {
+			return errors.New("a /bin/ key is exactly 32 bytes after the encoding line")
+		}
+	default:
+		return fmt.Errorf("encoding %q: want /base16/, /base64/ or /bin/", enc)
+	}
+	return nil
 }
 
 // NewHost builds the libp2p host described by cfg: Noise + yamux over TCP
@@ -120,10 +191,17 @@ func NewHost(cfg Config) (host.Host, error) {
 		rm = &network.NullResourceManager{}
 	} else {
 		limits := rcmgr.PartialLimitConfig{
+			// the inbound and outbound sub-limits too: left to their scaled
+			// defaults (inbound 96) they refused connections long before
+			// the connection manager's high water trims any
 			System: rcmgr.ResourceLimits{
-				Conns:   rcmgr.LimitVal(cfg.MaxConns),
-				Streams: rcmgr.LimitVal(cfg.MaxStreams),
-				Memory:  rcmgr.LimitVal64(cfg.MaxMemoryMiB << 20),
+				Conns:           rcmgr.LimitVal(cfg.MaxConns),
+				ConnsInbound:    rcmgr.LimitVal(cfg.MaxConns),
+				ConnsOutbound:   rcmgr.LimitVal(cfg.MaxConns),
+				Streams:         rcmgr.LimitVal(cfg.MaxStreams),
+				StreamsInbound:  rcmgr.LimitVal(cfg.MaxStreams),
+				StreamsOutbound: rcmgr.LimitVal(cfg.MaxStreams),
+				Memory:          rcmgr.LimitVal64(cfg.MaxMemoryMiB << 20),
 			},
 		}.Build(rcmgr.DefaultLimits.Scale(cfg.MaxMemoryMiB<<20, 4*cfg.MaxConns))
 		rm, err = rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits), rcmgr.WithMetricsDisabled())

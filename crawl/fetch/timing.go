@@ -17,8 +17,8 @@ type Timing struct {
 	DNS       time.Duration `json:"dns"`
 	Connect   time.Duration `json:"connect"`
 	TLS       time.Duration `json:"tls"`
-	FirstByte time.Duration `json:"first_byte"` // from sending start to the first response byte
-	Total     time.Duration `json:"total"`      // from sending start to the end of the body
+	FirstByte time.Duration `json:"first_byte"` // from the hop's start (its DNS lookup included) to the first response byte
+	Total     time.Duration `json:"total"`      // from the hop's start (its DNS lookup included) to the end of the body
 	Reused    bool          `json:"reused"`
 }
 
@@ -29,9 +29,10 @@ type hopTimingKey struct{}
 type hopTiming struct {
 	mu                  sync.Mutex
 	start               time.Time
-	preDNS              time.Duration // resolution before the request started (guard, per-IP key)
-	dns                 time.Duration // resolution inside the dialer
-	connStart, connDone time.Time
+	preDNS              time.Duration        // resolution before the request started (guard, per-IP key)
+	dns                 time.Duration        // resolution inside the dialer
+	connStart, connDone time.Time            // of the attempt that connected
+	attempts            map[string]time.Time // start of each address's attempt
 	tlsStart, tlsDone   time.Time
 	firstByte           time.Time
 	reused              bool
@@ -47,17 +48,21 @@ func (h *hopTiming) setDNS(d time.Duration) {
 
 func (h *hopTiming) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		ConnectStart: func(_, _ string) {
+		// Connect is the attempt that connected, alone: a failed attempt on
+		// another address (a broken IPv6 route) is no part of the round
+		// trip a review takes it for.
+		ConnectStart: func(_, addr string) {
 			h.mu.Lock()
-			if h.connStart.IsZero() {
-				h.connStart = time.Now()
+			if h.attempts == nil {
+				h.attempts = map[string]time.Time{}
 			}
+			h.attempts[addr] = time.Now()
 			h.mu.Unlock()
 		},
-		ConnectDone: func(_, _ string, err error) {
+		ConnectDone: func(_, addr string, err error) {
 			h.mu.Lock()
-			if err == nil {
-				h.connDone = time.Now()
+			if start, ok := h.attempts[addr]; err == nil && ok && h.connDone.IsZero() {
+				h.connStart, h.connDone = start, time.Now()
 			}
 			h.mu.Unlock()
 		},
@@ -102,7 +107,10 @@ func (h *hopTiming) result(end time.Time) Timing {
 		t.TLS = h.tlsDone.Sub(h.tlsStart)
 	}
 	if !h.firstByte.IsZero() {
-		t.FirstByte = h.firstByte.Sub(h.start)
+		// from the same start as Total and DNS: the lookup before the
+		// request included (FirstByte − DNS − Connect − TLS is then the
+		// request's own time)
+		t.FirstByte = h.preDNS + h.firstByte.Sub(h.start)
 	}
 	if t.Reused {
 		t.Connect, t.TLS = 0, 0
