@@ -88,6 +88,10 @@ func newPubSub(ctx context.Context, h host.Host, cfg Config) (*pubsub.PubSub, er
 	ps, err := pubsub.NewGossipSub(ctx, h,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMessageIdFn(MessageID),
+		// validators accept messages up to clockSkew old or ahead: the seen
+		// cache must outlive that window, or a signed event forwarded again
+		// after the default 2 minutes is delivered twice
+		pubsub.WithSeenMessagesTTL(2*clockSkew+time.Minute),
 		pubsub.WithFloodPublish(cfg.FloodPublish),
 		pubsub.WithPeerScore(params, thresholds),
 		pubsub.WithMaxMessageSize(maxCalibrationBytes+1024),

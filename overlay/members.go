@@ -371,14 +371,15 @@ func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Me
 		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
 		return pubsub.ValidationReject
 	}
+	if string(hb.Snapshot) != string(p.snap[:]) {
+		// A peer on another hierarchy snapshot is not a member of this
+		// delegation space; not malicious, so ignore rather than penalise
+		// (before the subnet count, which is of its snapshot's tree).
+		return pubsub.ValidationIgnore
+	}
 	if hb.Subnets > uint32(p.tree.Len()) {
 		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", fmt.Sprintf("holds %d subnets of %d", hb.Subnets, p.tree.Len()))
 		return pubsub.ValidationReject
-	}
-	if string(hb.Snapshot) != string(p.snap[:]) {
-		// A peer on another hierarchy snapshot is not a member of this
-		// delegation space; not malicious, so ignore rather than penalise.
-		return pubsub.ValidationIgnore
 	}
 	msg.ValidatorData = hb
 	return pubsub.ValidationAccept

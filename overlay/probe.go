@@ -106,8 +106,9 @@ func (m NetMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration,
 // probeLog remembers RTTs this peer reported, per requester, so that an
 // endorsement request can be checked against what was really measured.
 type probeLog struct {
-	mu sync.Mutex
-	by map[peer.ID][]probeEntry
+	mu   sync.Mutex
+	by   map[peer.ID][]probeEntry
+	adds int // entries added (every 256th sweeps stale requesters)
 }
 
 type probeEntry struct {
@@ -132,6 +133,16 @@ func (l *probeLog) add(p peer.ID, target netip.Addr, rtt time.Duration) {
 		es = es[len(es)-probeLogPerPeer:]
 	}
 	l.by[p] = es
+	// requesters are not members necessarily: forget those whose newest
+	// entry is past probeLogAge, now and then, or the map grows with every
+	// peer ID that ever asked
+	if l.adds++; l.adds%256 == 0 {
+		for id, es := range l.by {
+			if len(es) == 0 || time.Since(es[len(es)-1].at) > probeLogAge {
+				delete(l.by, id)
+			}
+		}
+	}
 }
 
 // consistent reports whether rtt agrees with what this peer reported to p
@@ -266,6 +277,11 @@ func (pr *Prober) Probe(ctx context.Context, target netip.Addr, crawlers []deleg
 
 // ProbeOne asks one crawler for its RTT to t (the minimum of its samples).
 func (p *Peer) ProbeOne(ctx context.Context, c delegation.CrawlerID, t ProbeTarget) (time.Duration, error) {
+	// one probe is bounded by RequestTimeout whatever the caller's deadline:
+	// a target dropping SYNs (asked here) or a crawler that never answers
+	// would otherwise hold the whole decision
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
 	if c == p.selfID {
 		rtts, _, err := p.measureLocal(ctx, t, 1)
 		if err != nil {
