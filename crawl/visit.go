@@ -76,7 +76,7 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 	switch {
 	case f.otherFailure != "" && !known && !f.permanent && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
 		// Kept queued; the host rests RetryDelay (doubling) before it is tried again.
-		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), time.Hour))
+		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 	case f.otherFailure != "":
 		e.retries.forget(it.URL)
 		e.countError(f.otherFailure)
@@ -314,7 +314,7 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 			// rest that doubles, or an unreachable overlay would have the
 			// page fetched again back to back
 			n, _ := e.retries.again(it.URL, math.MaxInt) // (counted only: links are never given up)
-			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), time.Hour))
+			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 		}
 	}
 	e.markRedirectTarget(it, f)

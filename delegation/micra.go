@@ -150,7 +150,7 @@ type MicraConfig struct {
 }
 
 func (m MicraConfig) withDefaults() MicraConfig {
-	if m.Miss <= 0 {
+	if !(m.Miss > 0) { // (NaN too)
 		m.Miss = 0.06
 	}
 	if m.Neighbours == 0 {
@@ -169,7 +169,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if !(m.PriorSigma > 0) { // (NaN too)
 		m.PriorSigma = 0.45
 	}
-	if m.PooledAfter == 0 {
+	if m.PooledAfter == 0 || math.IsNaN(m.PooledAfter) {
 		m.PooledAfter = 20
 	}
 	if m.MinCandidates <= 0 {
@@ -181,16 +181,16 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	if m.Blind == 0 {
 		m.Blind = 0.005
 	}
-	if m.BlindMinObs <= 0 {
+	if !(m.BlindMinObs > 0) { // (NaN too)
 		m.BlindMinObs = 3
 	}
-	if m.PairBandwidth <= 0 {
+	if !(m.PairBandwidth > 0 && m.PairBandwidth < math.Inf(1)) {
 		m.PairBandwidth = 0.3
 	}
 	if m.Walk == 0 {
 		m.Walk = 8
 	}
-	if m.PairPrior <= 0 {
+	if !(m.PairPrior > 0 && m.PairPrior < math.Inf(1)) {
 		m.PairPrior = 0.3
 	}
 	if m.PairSamples <= 0 {
@@ -212,7 +212,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	case !(m.BlockMargin > 0 && m.BlockMargin < 1):
 		m.BlockMargin = -1 // off
 	}
-	if m.GeoAfter <= 0 {
+	if !(m.GeoAfter > 0) {
 		m.GeoAfter = 30
 	}
 	if !(m.Shift >= 0 && m.Shift <= 1) { // (NaN too)

@@ -49,7 +49,7 @@ func (c RingConfig) ReplicasFor(capacity int) int {
 		c.Replicas = 200
 	}
 	if c.CapacityUnit <= 0 || capacity <= 0 {
-		return c.Replicas
+		return min(c.Replicas, maxReplicas)
 	}
 	// capped: a capacity is what a peer states about itself, and past the
 	// cap the ring would not fit in memory (or the count would overflow)

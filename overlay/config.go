@@ -157,12 +157,20 @@ func (c *Config) Validate() error {
 		if c.MaxConns <= 0 {
 			errs = append(errs, errors.New("overlay: MaxConns must be > 0"))
 		}
+		// (0 would be libp2p's default in silence, -2 "block all")
+		if c.MaxStreams <= 0 || c.MaxMemoryMiB <= 0 || c.MaxMemoryMiB > 1<<43 {
+			errs = append(errs, fmt.Errorf("overlay: MaxStreams (%d) and MaxMemoryMiB (%d) must be > 0", c.MaxStreams, c.MaxMemoryMiB))
+		}
 		if c.ConnHighWater >= c.MaxConns {
 			errs = append(errs, fmt.Errorf("overlay: ConnHighWater (%d) must be below MaxConns (%d) so the connection manager trims before the resource manager refuses", c.ConnHighWater, c.MaxConns))
 		}
 	}
 	if c.ConnLowWater <= 0 || c.ConnLowWater >= c.ConnHighWater {
 		errs = append(errs, fmt.Errorf("overlay: need 0 < ConnLowWater (%d) < ConnHighWater (%d)", c.ConnLowWater, c.ConnHighWater))
+	}
+	if w := c.ProbeWindow; w != (Window{}) && (w.From < 0 || w.To < 0 || w.From >= 24*time.Hour || w.To > 24*time.Hour || w.From == w.To) {
+		// such a window is never open: every probe would be refused
+		errs = append(errs, fmt.Errorf("overlay: ProbeWindow %v..%v: want two different offsets within a day", w.From, w.To))
 	}
 	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > time.Minute {
 		// every peer's heartbeat validator refuses others: such a peer

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strings"
 	"time"
@@ -189,8 +191,18 @@ func (c Config) validate() error {
 	if c.PerIPLimit < 0 {
 		errs = append(errs, errors.New("fetch: negative PerIPLimit"))
 	}
-	if c.Timeout < 0 || c.SlowBodyDeadline < 0 || c.MinDelay < 0 {
-		errs = append(errs, errors.New("fetch: negative duration"))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", c.Timeout}, {"SlowBodyDeadline", c.SlowBodyDeadline}, {"MinDelay", c.MinDelay}, {"MaxDelay", c.MaxDelay},
+		{"MaxCrawlDelay", c.MaxCrawlDelay}, {"MaxBackoff", c.MaxBackoff}, {"RobotsTTL", c.RobotsTTL},
+		{"RobotsErrorTTL", c.RobotsErrorTTL}, {"DNSTTL", c.DNSTTL}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("fetch: negative duration %s %v", d.name, d.v))
+		}
+	}
+	if math.IsNaN(c.DelayFactor) || math.IsInf(c.DelayFactor, 0) {
+		errs = append(errs, fmt.Errorf("fetch: DelayFactor %v is not a finite number", c.DelayFactor))
 	}
 	return errors.Join(errs...)
 }

@@ -443,7 +443,7 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		if f.cfg.DelayFactor < 0 {
 			d = 0
 		}
-		rest = min(max(d, f.cfg.MinDelay), f.cfg.MaxDelay)
+		rest = max(min(d, f.cfg.MaxDelay), f.cfg.MinDelay) // MinDelay is the floor, above MaxDelay too
 		rest = max(rest, f.pol.crawlDelay(hs))
 		f.observe(method, res, ferr)
 	}()

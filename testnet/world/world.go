@@ -18,6 +18,7 @@
 package world
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -57,7 +58,7 @@ func DefaultConfig() Config { return Config{Seed: 1}.withDefaults() }
 
 func (c Config) withDefaults() Config {
 	def := func(v *float64, d float64) {
-		if *v <= 0 {
+		if *v <= 0 { // unset (New refuses NaN and ±Inf)
 			*v = d
 		}
 	}
@@ -106,6 +107,14 @@ func New(table *geo.Table, cfg Config) (*Model, error) {
 		table = t
 	}
 	cfg = cfg.withDefaults()
+	for _, v := range []float64{cfg.FibreKmPerMs, cfg.StretchP10, cfg.StretchMedian, cfg.StretchP90, cfg.AccessMedianMs, cfg.AccessSigma, cfg.JitterFrac, cfg.JitterMinMs} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("world: a latency parameter is %v", v)
+		}
+	}
+	if !(1 <= cfg.StretchP10 && cfg.StretchP10 <= cfg.StretchMedian && cfg.StretchMedian <= cfg.StretchP90) {
+		return nil, fmt.Errorf("world: stretch quantiles %v ≤ %v ≤ %v must be ordered and at least 1 (p10, median, p90)", cfg.StretchP10, cfg.StretchMedian, cfg.StretchP90)
+	}
 	m := &Model{cfg: cfg, geo: table}
 	m.logStretch = math.Log(cfg.StretchMedian)
 	m.sigmaLo = math.Max(0, (m.logStretch-math.Log(cfg.StretchP10))/z10)
