@@ -209,9 +209,9 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 	}
 	e.st.wireBytes.Add(resp.WireBytes)
 	switch {
-	case resp.NotModified && !conditional:
-		// a 304 to a GET without validators carries no page: a server
-		// error, not "unchanged" (there is nothing stored to keep)
+	case resp.NotModified && (!conditional || len(resp.Redirects) > 0):
+		// a 304 to a GET without validators (a redirect target gets none)
+		// carries no page: a server error, not "unchanged"
 		f.notModified, f.otherFailure = false, "status_304"
 	case resp.NotModified:
 	case resp.Status == 404 || resp.Status == 410:
