@@ -139,6 +139,8 @@ type Engine struct {
 	idleWorkers atomic.Int32
 
 	robotsRetry retryCounter // per host: refusals for an unreachable robots.txt
+	robotsDown  sync.Map     // host → time.Time: its URLs are given up at once until then (robots.txt still down)
+	handoffFail retryCounter // per URL: failed hand-offs of its links (not fetch failures)
 	retries     retryCounter // per URL: transient fetch failures
 	backoffs    retryCounter // per URL: consecutive 429/503 answers
 	// handoffClaims holds the URLs being handed off right now (one
@@ -693,13 +695,17 @@ func (e *Engine) monitorLoop(ctx context.Context) {
 	}
 	tick := time.NewTicker(max(min(e.cfg.Monitor.MinInterval/4, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
+	firstPassDone := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if !e.cfg.Monitor.DuringFirstPass && e.front.Stats().Queued > 0 {
+		// revisits wait for the first pass only: once it is over, a host
+		// parked with its revisit queued must not stop every other host's
+		firstPassDone = firstPassDone || e.cfg.Monitor.DuringFirstPass || e.front.Stats().Queued == 0
+		if !firstPassDone {
 			continue
 		}
 		if !e.cfg.Windows.Open(time.Now()) {

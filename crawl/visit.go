@@ -172,14 +172,23 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 				until = maxTime(until, now.Add(fe.RetryAfter))
 			}
 			return fetched{}, maxTime(until, now.Add(10*time.Millisecond))
+		case fe != nil && fe.Reason == fetch.ReasonRobots && fe.RetryAfter > 0 && known:
+			// a page already known is revisited on its schedule: no parking
+			// (nor a retry of the host's spent on it)
+			return fetched{fetchedAt: now, otherFailure: "robots_unreachable"}, time.Time{}
 		case fe != nil && fe.Reason == fetch.ReasonRobots && fe.RetryAfter > 0:
 			// robots.txt unreachable: the host is disallowed only until it is
 			// asked again; keep the URL queued and park the host until then.
-			// A host that used its retries stays counted (not forgotten), so
-			// its other URLs are given up at once while robots.txt is down.
-			if _, ok := e.robotsRetry.again(it.Host, maxRobotsRetries); ok {
-				e.countError("robots_unreachable")
-				return fetched{}, now.Add(fe.RetryAfter)
+			// Once a URL is given up, the host's other URLs are given up at
+			// once while that outage lasts — and only while it lasts.
+			if until, down := e.robotsDown.Load(it.Host); !down || !now.Before(until.(time.Time)) {
+				e.robotsDown.Delete(it.Host)
+				if _, ok := e.robotsRetry.again(it.Host, maxRobotsRetries); ok {
+					e.countError("robots_unreachable")
+					return fetched{}, now.Add(fe.RetryAfter)
+				}
+				e.robotsRetry.forget(it.Host)
+				e.robotsDown.Store(it.Host, now.Add(fe.RetryAfter))
 			}
 			e.log.Info("robots.txt still unreachable, URL given up", "url", it.URL, "retries", maxRobotsRetries)
 		default:
@@ -313,10 +322,11 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 			// visited again (its record repeats: at-least-once) — after a
 			// rest that doubles, or an unreachable overlay would have the
 			// page fetched again back to back
-			n, _ := e.retries.again(it.URL, math.MaxInt) // (counted only: links are never given up)
+			n, _ := e.handoffFail.again(it.URL, math.MaxInt) // (counted only: links are never given up)
 			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 		}
 	}
+	e.handoffFail.forget(it.URL)
 	e.markRedirectTarget(it, f)
 	e.touch(&hist, f)
 	if hist.FirstFetch.IsZero() {
