@@ -386,7 +386,10 @@ func (o *oracleModel) posterior(d, base, y float64) posterior {
 		return point(base, lik(base))
 	case y <= lo:
 		if y < lo-tol {
-			return point(lo, 0)
+			// no position explains the answer (the host is nearer than any
+			// listed one): the floor is still at most the answer (jitter is
+			// never negative), not the position's stretch-1 bound above it
+			return point(math.Max(base, math.Min(lo, y-jit(y))), 0)
 		}
 		return point(lo, o.atom*lik(lo))
 	}
