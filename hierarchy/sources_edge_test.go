@@ -33,7 +33,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	return b.r.Read(p)
 }
 
-// Defect: eachCSVRecord treats a read error (truncated or corrupt gzip, I/O
+// Regression (the defect it caught): eachCSVRecord treats a read error (truncated or corrupt gzip, I/O
 // error) like a malformed CSV line; in lenient mode it counts it as a skipped
 // "line 0" and reads again, gets the same sticky error, and loops forever
 // (`micra hierarchy build --lenient --ranges truncated.csv.gz` hangs at 100 %
@@ -73,7 +73,7 @@ func rangeCSVWithUnterminatedQuote() string {
 	return sb.String()
 }
 
-// Defect: a malformed CSV record is reported at the line where encoding/csv
+// Regression (the defect it caught): a malformed CSV record is reported at the line where encoding/csv
 // gave up (ParseError.Line: here the end of the file), not at the line where
 // the bad record starts (ParseError.StartLine).
 func TestCSVErrorLineIsRecordStart(t *testing.T) {
@@ -84,7 +84,7 @@ func TestCSVErrorLineIsRecordStart(t *testing.T) {
 	}
 }
 
-// Defect: in lenient mode one row with an unterminated quote swallows every
+// Regression (the defect it caught): in lenient mode one row with an unterminated quote swallows every
 // following row of a range (or country) CSV — 48 good rows lost, reported as
 // a single skipped line. These formats have one record per line.
 func TestUnterminatedQuoteCostsOneLine(t *testing.T) {
@@ -97,7 +97,7 @@ func TestUnterminatedQuoteCostsOneLine(t *testing.T) {
 	}
 }
 
-// Defect: a UTF-8 BOM before the first data row makes that row a bad start
+// Regression (the defect it caught): a UTF-8 BOM before the first data row makes that row a bad start
 // address (strict: the build fails at line 1; lenient: the row is lost).
 // LoadIANA strips the BOM; the range and country CSV loaders do not.
 func TestRangeCSVByteOrderMark(t *testing.T) {
@@ -116,7 +116,7 @@ func TestRangeCSVByteOrderMark(t *testing.T) {
 	}
 }
 
-// Defect: two valid range-CSV rows make `hierarchy build` write a snapshot
+// Regression (the defect it caught): two valid range-CSV rows make `hierarchy build` write a snapshot
 // that can never be read back. The Builder splits the second row at the
 // first one's end ::fffe:ffff:ffff, so the remainder starts at ::ffff:0.0.0.0,
 // inside the IPv4-mapped space that Decode (rightly) refuses.
@@ -139,7 +139,7 @@ func TestSplitIntoMappedSpaceReadsBack(t *testing.T) {
 	}
 }
 
-// Defect: WriteSnapshotFile writes "<path>.tmp" and leaves it behind when the
+// Regression (the defect it caught): WriteSnapshotFile writes "<path>.tmp" and leaves it behind when the
 // write fails (disk full, quota, file-size limit: simulated with
 // RLIMIT_FSIZE, whose SIGXFSZ the Go runtime ignores), so a failed
 // `hierarchy build` leaves a truncated snapshot next to the output.

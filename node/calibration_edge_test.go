@@ -15,8 +15,8 @@ import (
 	"github.com/micra-crawler/micra/hierarchy"
 )
 
-// reviewTree is a small hierarchy: 127.0.0.0/8 with /16 and /24 subnets.
-func reviewTree(t *testing.T) *hierarchy.Tree {
+// loopbackTree is a small hierarchy: 127.0.0.0/8 with /16 and /24 subnets.
+func loopbackTree(t *testing.T) *hierarchy.Tree {
 	t.Helper()
 	b := hierarchy.NewBuilder()
 	add := func(start, end, org string) {
@@ -72,7 +72,7 @@ func TestCalibrationIgnoresBodyTime(t *testing.T) {
 // One re-delegation per subnet per cool-down is what the event means.
 func TestSlowPagesOfOneSubnetReportedOnce(t *testing.T) {
 	ctx := context.Background()
-	tree := reviewTree(t)
+	tree := loopbackTree(t)
 	r, err := newRouter(tree, nil, mapResolver{"slow.test": netip.MustParseAddr("127.0.0.9")}, delegation.Config{}, quiet, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

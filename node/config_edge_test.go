@@ -15,14 +15,14 @@ import (
 	"github.com/micra-crawler/micra/overlay"
 )
 
-// zzMeasurer answers every probe with the same time; nothing is dialled.
-type zzMeasurer struct{}
+// constMeasurer answers every probe with the same time; nothing is dialled.
+type constMeasurer struct{}
 
-func (zzMeasurer) Measure(context.Context, overlay.ProbeTarget) (time.Duration, error) {
+func (constMeasurer) Measure(context.Context, overlay.ProbeTarget) (time.Duration, error) {
 	return 5 * time.Millisecond, nil
 }
 
-func zzTree(t *testing.T) *hierarchy.Tree {
+func defaultTree(t *testing.T) *hierarchy.Tree {
 	t.Helper()
 	tree, err := hierarchy.Default()
 	if err != nil {
@@ -31,18 +31,18 @@ func zzTree(t *testing.T) *hierarchy.Tree {
 	return tree
 }
 
-func zzConfig(t *testing.T, tree *hierarchy.Tree) Config {
+func edgeConfig(t *testing.T, tree *hierarchy.Tree) Config {
 	cfg := TestnetConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Hierarchy = tree
 	cfg.Logger = quiet
-	cfg.Measurer = zzMeasurer{}
+	cfg.Measurer = constMeasurer{}
 	cfg.Overlay.ProbeGuard = func(netip.Addr) error { return nil }
 	cfg.Crawl.Progress = -1
 	return cfg
 }
 
-// Defect: a file setting max_depth (or any one scope field) replaces the
+// Regression (the defect it caught): a file setting max_depth (or any one scope field) replaces the
 // engine's whole default scope by a Scope with only that field set: the
 // per-host page cap and every crawler-trap rule (URL length, path repeat,
 // path segments, query parameters) are silently switched off.
@@ -59,7 +59,7 @@ func TestMaxDepthKeepsTrapLimits(t *testing.T) {
 	}
 }
 
-// Defect: a testnet configuration (fetches to private and loopback
+// Regression (the defect it caught): a testnet configuration (fetches to private and loopback
 // addresses allowed, probes to loopback) accepts a listen address on every
 // interface, so peers from elsewhere can hand it URLs of the operator's
 // private network to fetch.
@@ -73,7 +73,7 @@ func TestTestnetRefusesNonLoopbackListen(t *testing.T) {
 	}
 }
 
-// Defect: File.Config checks no numeric range. A negative capacity is
+// Regression (the defect it caught): File.Config checks no numeric range. A negative capacity is
 // kept (advertised as 0, which delegation reads as "unlimited"), a negative
 // max_depth means unlimited depth, a negative concurrency silently becomes
 // 64, and a negative per_ip passes Parse and Validate and only fails in
@@ -91,10 +91,10 @@ func TestNegativeNumbersRefused(t *testing.T) {
 	}
 }
 
-// Defect: a second Close panics or fails (badger, spool).
+// Regression (the defect it caught): a second Close panics or fails (badger, spool).
 func TestDoubleClose(t *testing.T) {
-	tree := zzTree(t)
-	cfg := zzConfig(t, tree)
+	tree := defaultTree(t)
+	cfg := edgeConfig(t, tree)
 	n, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -112,15 +112,15 @@ func TestDoubleClose(t *testing.T) {
 	}
 }
 
-// Defect: a node without the crawler role advertises capacity 0, which
+// Regression (the defect it caught): a node without the crawler role advertises capacity 0, which
 // delegation reads as unlimited room: it is a full member of the hash ring
 // (and every policy's fallback), so subnets are delegated to a peer that
 // refuses every hand-off ("this peer does not crawl").
 func TestNoCrawlNodeNeverOwnsSubnets(t *testing.T) {
-	tree := zzTree(t)
+	tree := defaultTree(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ccfg := zzConfig(t, tree)
+	ccfg := edgeConfig(t, tree)
 	ccfg.Policy = "hash"
 	ccfg.Overlay.CrawlerAddr = netip.MustParseAddr("1.1.1.1")
 	crawler, err := Open(ctx, ccfg)
@@ -132,7 +132,7 @@ func TestNoCrawlNodeNeverOwnsSubnets(t *testing.T) {
 	for _, a := range crawler.Peer().Host().Addrs() {
 		boot = append(boot, a.String()+"/p2p/"+crawler.Peer().ID().String())
 	}
-	ocfg := zzConfig(t, tree)
+	ocfg := edgeConfig(t, tree)
 	ocfg.Policy = "hash"
 	ocfg.Crawler = false
 	ocfg.Overlay.Bootstrap = boot
@@ -170,9 +170,9 @@ func TestNoCrawlNodeNeverOwnsSubnets(t *testing.T) {
 // Leak check: a node opened, run (metrics on, one seed) and closed leaves
 // no goroutine behind.
 func TestNoGoroutineLeakAfterClose(t *testing.T) {
-	tree := zzTree(t)
+	tree := defaultTree(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	cfg := zzConfig(t, tree)
+	cfg := edgeConfig(t, tree)
 	cfg.Overlay.CrawlerAddr = netip.MustParseAddr("1.1.1.1")
 	cfg.MetricsAddr = "127.0.0.1:0"
 	cfg.Seeds = []string{"http://127.0.0.1:1/"}

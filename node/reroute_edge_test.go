@@ -71,7 +71,7 @@ func (r ctxResolver) LookupNetIP(ctx context.Context, _, _ string) ([]netip.Addr
 // the URLs it had acknowledged are crawled by nobody. A transient DNS
 // failure does the same to the URLs it hits.
 func TestRerouteInterruptedKeepsLedger(t *testing.T) {
-	r, err := newRouter(reviewTree(t), nil, ctxResolver{netip.MustParseAddr("127.0.0.9")}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	r, err := newRouter(loopbackTree(t), nil, ctxResolver{netip.MustParseAddr("127.0.0.9")}, delegation.Config{}, quiet, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func (o *revivedOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem
 // URLs sit at A with no ledger entry: when A dies for good, they are not
 // re-routed and nobody crawls them (an owner dying twice loses them).
 func TestRerouteToSameOwnerKeepsLedger(t *testing.T) {
-	r, err := newRouter(reviewTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	r, err := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

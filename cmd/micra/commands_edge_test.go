@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Defect: `micra carriers cat GOOD MISSING` prints nothing at all: a path
+// Regression (the defect it caught): `micra carriers cat GOOD MISSING` prints nothing at all: a path
 // that does not exist aborts the whole command before any carrier is read,
 // instead of being reported as "path: reason" while the others are printed.
 func TestCarriersCatMissingPathDoesNotHideOthers(t *testing.T) {
@@ -28,7 +28,7 @@ func TestCarriersCatMissingPathDoesNotHideOthers(t *testing.T) {
 	}
 }
 
-// Defect: `micra bench overlay --replicas 0` (or negative) panics in
+// Regression (the defect it caught): `micra bench overlay --replicas 0` (or negative) panics in
 // slices.Min of an empty spread instead of a flag error.
 func TestBenchOverlayZeroReplicasRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -49,7 +49,7 @@ func TestBenchOverlayZeroReplicasRefused(t *testing.T) {
 	}
 }
 
-// Defect: `micra bench crawl --micra pipeline --workers 0` starts no worker,
+// Regression (the defect it caught): `micra bench crawl --micra pipeline --workers 0` starts no worker,
 // crawls nothing and succeeds (exit 0) with a report of 0 pages.
 func TestBenchCrawlZeroWorkersRefused(t *testing.T) {
 	var out bytes.Buffer
@@ -61,7 +61,7 @@ func TestBenchCrawlZeroWorkersRefused(t *testing.T) {
 	}
 }
 
-// Defect: bad numeric flags of `micra crawl` are reported by the Go field of
+// Regression (the defect it caught): bad numeric flags of `micra crawl` are reported by the Go field of
 // an inner package ("fetch: negative PerIPLimit"), not by the flag.
 func TestCrawlFlagErrorNamesFlag(t *testing.T) {
 	dir := t.TempDir()

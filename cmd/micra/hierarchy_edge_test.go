@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Defect: `micra hierarchy lookup 8.8.8.8 bogus 1.1.1.1` prints nothing: one
+// Regression (the defect it caught): `micra hierarchy lookup 8.8.8.8 bogus 1.1.1.1` prints nothing: one
 // argument that is not an address aborts the command before any lookup, so
 // the valid addresses are lost instead of being answered beside an error
 // naming the bad one (exit status still non-zero).
