@@ -43,7 +43,15 @@ func statsOf(t *testing.T, p Policy) micraStats {
 		t.Fatalf("%T is not a learning engine", p)
 	}
 	m := le.ch.(*micraChooser)
-	return micraStats{m.ctx, m.globalSum, m.globalN, m.pooled, m.geo, m.pairs, m.crawler.ids}
+	// what was learned, not when it was last read (a decider reads its
+	// contexts more often than a peer that only learns its records)
+	ctx := make(map[ctxKey]*ctxInfo, len(m.ctx))
+	for k, c := range m.ctx {
+		cc := *c
+		cc.used = 0
+		ctx[k] = &cc
+	}
+	return micraStats{ctx, m.globalSum, m.globalN, m.pooled, m.geo, m.pairs, m.crawler.ids}
 }
 
 func synthDeps(w *synthWorld, dir Directory, members *MemMembership, seed uint64) Deps {

@@ -137,6 +137,15 @@ type MicraConfig struct {
 	// docs/delegation.md is measured with 0). 0.5 buys 0.3–0.4 points for
 	// 0.1–0.2 more probes/URL (docs/delegation.md). Outside 0..1: 0.
 	Shift float64
+	// MaxContexts bounds the learned state of a long-running peer: the
+	// subnet, ancestor and organisation contexts it keeps statistics for
+	// (about 1.2 per decided subnet on uniform hosts, some 450 bytes each
+	// at 12 crawlers), and the review tallies of subnets. When a new
+	// context would pass it, the quarter used least recently is forgotten
+	// (contexts where live crawlers sit are kept; countries, registries and
+	// everything are few and always kept). Default 1<<18 (≈ 110 MB at 12
+	// crawlers; BenchmarkLearnedState); negative: unbounded.
+	MaxContexts int
 
 	// OnRound, if set, sees every round of the stop rule (experiments:
 	// `micra sim --calibration` measures how well the risk predicts a
@@ -217,6 +226,9 @@ func (m MicraConfig) withDefaults() MicraConfig {
 	}
 	if !(m.Shift >= 0 && m.Shift <= 1) { // (NaN too)
 		m.Shift = 0
+	}
+	if m.MaxContexts == 0 {
+		m.MaxContexts = 1 << 18
 	}
 	return m
 }
@@ -454,6 +466,8 @@ type ctxInfo struct {
 	winTotal float64
 	located  []uint32 // live crawlers sitting here, in membership order
 	sits     []uint32 // the same, sorted
+	used     uint64   // micraChooser.tick when a decision or record last read it
+	key      ctxKey   // its key in micraChooser.ctx (to forget it)
 }
 
 func (c *ctxInfo) stat(ci uint32) *ctxStat {
@@ -524,18 +538,77 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
-		// most contexts (a new subnet, organisation) hold a few
-		// crawlers for ever: allocate them in slabs, with room for four
-		if len(m.slab) == 0 {
-			m.slab = make([]ctxSlab, 256)
+		if forgettable(k) {
+			if m.cfg.MaxContexts > 0 && m.forgettable >= m.cfg.MaxContexts {
+				m.forget()
+			}
+			m.forgettable++
 		}
-		sl := &m.slab[0]
-		m.slab = m.slab[1:]
-		sl.info = ctxInfo{kind: kind, st: sl.st[:0], top: sl.top[:0]}
-		c = &sl.info
+		if n := len(m.freeCtx); n > 0 {
+			// a forgotten record, with the storage it had grown
+			c, m.freeCtx = m.freeCtx[n-1], m.freeCtx[:n-1]
+			*c = ctxInfo{kind: kind, st: c.st[:0], top: c.top[:0], located: c.located[:0], sits: c.sits[:0]}
+		} else {
+			// most contexts (a new subnet, organisation) hold a few
+			// crawlers for ever: allocate them in slabs, with room for
+			// four
+			if len(m.slab) == 0 {
+				m.slab = make([]ctxSlab, 256)
+			}
+			sl := &m.slab[0]
+			m.slab = m.slab[1:]
+			sl.info = ctxInfo{kind: kind, st: sl.st[:0], top: sl.top[:0]}
+			c = &sl.info
+		}
+		c.key, c.used = k, m.tick
 		m.ctx[k] = c
 	}
 	return c
+}
+
+// forgettable reports whether context k may be forgotten under
+// MicraConfig.MaxContexts: subnets (and their ancestors) and organisations
+// are many; countries, registries and everything are few.
+func forgettable(k ctxKey) bool {
+	kind := k >> 32
+	return kind == ctxNode || kind == ctxOrg
+}
+
+// forget drops the least recently used quarter of the forgettable contexts
+// (and of the review tallies), keeping those where live crawlers sit and
+// those of the decision under way (read at the current tick). Only the
+// order of use decides, so every peer (and every run of the simulator)
+// forgets the same contexts given the same history.
+func (m *micraChooser) forget() {
+	stamps := make([]uint64, 0, m.forgettable)
+	for k, c := range m.ctx {
+		if forgettable(k) && len(c.located) == 0 && c.used < m.tick {
+			stamps = append(stamps, c.used)
+		}
+	}
+	if len(stamps) == 0 {
+		return
+	}
+	slices.Sort(stamps)
+	// everything used before the cut goes: at least the oldest stamp
+	cut := max(stamps[len(stamps)/4], stamps[0]+1)
+	for k, c := range m.ctx {
+		if !forgettable(k) || len(c.located) > 0 || c.used >= cut {
+			continue
+		}
+		delete(m.ctx, k)
+		delete(m.liveTops, c)
+		m.forgettable--
+		m.freeCtx = append(m.freeCtx, c)
+		m.forgotten++
+	}
+	// (the last subnet's cached records were read at the current tick:
+	// they stay, and subnetContexts' cache with them)
+	for s, t := range m.tally {
+		if t.used < cut {
+			delete(m.tally, s)
+		}
+	}
 }
 
 // ctxSlab is a context record with inline room for its first crawlers.
@@ -546,10 +619,16 @@ type ctxSlab struct {
 }
 
 type micraChooser struct {
-	slab    []ctxSlab // unused context records, allocated 256 at a time
-	cfg     MicraConfig
-	crawler *crawlerIndex
-	ctx     map[ctxKey]*ctxInfo
+	slab    []ctxSlab  // unused context records, allocated 256 at a time
+	freeCtx []*ctxInfo // forgotten context records, to reuse
+	// tick counts subnets looked at (decisions, records learned): the
+	// clock of least-recent use for MicraConfig.MaxContexts
+	tick        uint64
+	forgettable int    // contexts in ctx that forget may drop
+	forgotten   uint64 // contexts forgotten so far
+	cfg         MicraConfig
+	crawler     *crawlerIndex
+	ctx         map[ctxKey]*ctxInfo
 	// running sum of every crawler's global mean (prediction for unknowns)
 	globalSum float64
 	globalN   int
@@ -890,6 +969,7 @@ func (m *micraChooser) locate(e *engine) {
 // a decision and the learning that follows it (the tree is immutable). The
 // slice is shared until the next call.
 func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, string) {
+	m.tick++
 	if !m.ctxOK || m.ctxS != s {
 		m.ctxKs, m.ctxKind, m.ctxCC = contexts(t, s, m.ctxKs[:0], m.ctxKind[:0])
 		m.ctxS, m.ctxOK = s, true
@@ -898,12 +978,20 @@ func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, str
 			m.ctxInfo = append(m.ctxInfo, m.ctx[k])
 		}
 	}
+	// read at this tick: forget (MaxContexts) keeps them while the
+	// decision or the learning that follows holds them
+	for _, c := range m.ctxInfo {
+		if c != nil {
+			c.used = m.tick
+		}
+	}
 	return m.ctxKs, m.ctxCC
 }
 
 // subnetInfos returns the context records of the subnet of the last
-// subnetContexts call (context records are never deleted, so only the
-// missing ones are looked up again), creating the missing ones when create
+// subnetContexts call (records forgotten under MaxContexts make the next
+// subnetContexts call look them all up again, so only the missing ones are
+// looked up here), creating the missing ones when create
 // is set. The slice is shared until the next call.
 func (m *micraChooser) subnetInfos(create bool) []*ctxInfo {
 	for i, c := range m.ctxInfo {

@@ -180,6 +180,7 @@ func okOnly(rs []ProbeResult) []ProbeResult {
 // starts a new tally, in which its owner has the host that decided it.
 type subnetTally struct {
 	epoch  uint64
+	used   uint64 // micraChooser.tick of its last review (MaxContexts)
 	hosts  uint32 // hosts of the subnet under this record, the deciding one included
 	counts []struct{ ci, n uint32 }
 }
@@ -222,6 +223,7 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	if n := int(t.hosts); m.cfg.ReviewEvery > 0 && n > m.cfg.ReviewEvery && n&(n-1) != 0 {
 		// the tally is settled: past ReviewEvery hosts only the 2^k-th
 		// host votes (the owner keeps the subnet, nothing is counted)
+		t.used = m.tick
 		m.tally[s] = t
 		d.Steps = append(d.Steps, Step{Kind: StepPredict, Node: s, Note: "review skipped: host " + strconv.Itoa(n) + " of the subnet, only powers of two vote past " + strconv.Itoa(m.cfg.ReviewEvery)})
 		return ranked, verdict{}, nil
@@ -247,6 +249,7 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		win = m.crawler.id(ranked[0].Crawler)
 	}
 	t.add(win)
+	t.used = m.tick
 	m.tally[s] = t
 	switch {
 	case win == owner:

@@ -355,7 +355,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts")
 	return cmd
 }
 
@@ -409,7 +409,7 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		// values MicraConfig would quietly replace by its default, cut or
 		// turn off are refused: the run must be the one asked for
 		switch k {
-		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom":
+		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts":
 			if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
 				return m, fmt.Errorf("--micra %s=%v: want a whole number", k, x)
 			}
@@ -422,6 +422,10 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		case "neighbours":
 			if x == 0 || x > 8 {
 				return m, fmt.Errorf("--micra neighbours=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", x)
+			}
+		case "maxcontexts":
+			if x == 0 {
+				return m, fmt.Errorf("--micra maxcontexts=0: want a bound above 0, or a negative number for none (leave the key out for the default)")
 			}
 		case "shift":
 			if x < 0 || x > 1 {
@@ -468,6 +472,8 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			m.ReviewProbeUpTo = int(x)
 		case "pairfrom":
 			m.PairFromLowest = int(x)
+		case "maxcontexts":
+			m.MaxContexts = int(x)
 		case "blocks":
 			if !(x >= 0 && x < 1) {
 				return m, fmt.Errorf("--micra: blocks=%v: the margin must be in [0, 1) (0: no block delegations)", x)
@@ -477,7 +483,7 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts)", k)
 		}
 	}
 	return m, nil

@@ -153,3 +153,59 @@ func BenchmarkSimulatorThroughput(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLearnedState measures the heap micra's learned state holds after
+// 200,000 uniform hosts (12 crawlers) under MicraConfig.MaxContexts: the
+// default bound beside unbounded and a small bound, with consistent hashing
+// (which learns nothing) as the floor — the directory's records and the
+// simulator's own state are in every figure.
+//
+//	go test -run '^$' -bench LearnedState -benchtime 1x ./testnet/sim
+func BenchmarkLearnedState(b *testing.B) {
+	cfg := Config{Seed: 1, Crawlers: 12, Hosts: 200000, Train: 190000, Threshold: 50 * time.Millisecond, Logger: quiet()}.withDefaults()
+	w, err := NewWorld(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, v := range []struct {
+		name  string
+		bound int
+	}{{"hash", 0}, {"micra-unbounded", -1}, {"micra-default", 0}, {"micra-65536", 65536}} {
+		b.Run(v.name, func(b *testing.B) {
+			for range b.N {
+				var keep delegation.Policy
+				// one name: the same probe jitter for every variant
+				spec := PolicySpec{Name: "micra", New: func(d delegation.Deps, c delegation.Config) delegation.Policy {
+					if v.name == "hash" {
+						keep = delegation.NewConsistentHash(d, c)
+					} else {
+						c.Micra.MaxContexts = v.bound
+						keep = delegation.NewMicra(d, c)
+					}
+					return keep
+				}}
+				h0 := heap()
+				r, err := w.runPolicy(context.Background(), cfg, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric((float64(heap())-float64(h0))/1e6, "heap-MB")
+				hits := 0
+				for i := cfg.Train; i < len(w.Hosts); i++ {
+					if r.owner[i] == w.Optimal[i] {
+						hits++
+					}
+				}
+				b.ReportMetric(100*float64(hits)/float64(len(w.Hosts)-cfg.Train), "optimal-%")
+				runtime.KeepAlive(keep)
+			}
+		})
+	}
+}
