@@ -68,6 +68,7 @@ func simCmd() *cobra.Command {
 		seed                                                                                                                  uint64
 		asJSON, worldStats, oracle, review, calibration, frontier                                                             bool
 		oracleEps, oracleHost                                                                                                 string
+		oracleSamples                                                                                                         int
 		capacityFactor, ipv6Share                                                                                             float64
 	)
 	cmd := &cobra.Command{
@@ -190,6 +191,16 @@ seed print the same report. See docs/simulator.md.`,
 			oc, oracleInfos, err := parseOracleFlags(oracle, f.Changed("oracle-eps"), f.Changed("oracle-host"), oracleEps, oracleHost)
 			if err != nil {
 				return err
+			}
+			if f.Changed("oracle-samples") {
+				if !oracle {
+					return fmt.Errorf("--oracle-samples needs --oracle")
+				}
+				if oracleSamples < 1 || oracleSamples > 16384 {
+					return fmt.Errorf("--oracle-samples %d: want 1 to 16384 positions per country", oracleSamples)
+				}
+				// draws in the default's proportion (256 of 50,000)
+				oc.CountrySamples, oc.PoolDraws = oracleSamples, oracleSamples*50000/256
 			}
 			// the plots' files are created before anything runs, so a bad
 			// path does not throw a long run away
@@ -352,6 +363,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.BoolVar(&frontier, "frontier", false, "after the policies, print MICRA FRONTIER — micra (as --micra tunes it, MissFirst at the default ratio to Miss unless missfirst is set) at stop-rule risks 1 … 0.008 — and IPMICRA FRONTIER — IPMicra at thresholds 400 … 10 ms, the paper's trade — on the same worlds, each with the accuracy read off at 1.5 probes per evaluation URL and the probes for 95 % (works on --sites/--rtt too; see docs/delegation.md)")
 	f.BoolVar(&oracle, "oracle", false, "after the policies, print the ORACLE BOUND: the accuracy/probes frontier of a rule that knows exact host and crawler positions, access delays and the stretch distribution (not a pair's stretch) — not a policy; formula latency only (see docs/simulator.md)")
 	f.StringVar(&oracleHost, "oracle-host", "both", "what the oracle knows of a host's position: position (exact), country (its registry country and where that country's hosts are, as a policy could learn) or both")
+	f.IntVar(&oracleSamples, "oracle-samples", 256, "positions per country in the country oracle's prior, drawn from 50,000 × N/256 addresses (1024: converged, about 3× the country variant's time; docs/simulator.md)")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")

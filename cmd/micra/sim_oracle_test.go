@@ -43,3 +43,30 @@ func TestParseOracleFlags(t *testing.T) {
 		}
 	}
 }
+
+// --oracle-samples sets the country prior's resolution, in the default's
+// proportion of draws; bad values and a use without --oracle are refused
+// before anything runs.
+func TestOracleSamplesFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--oracle-samples", "512"}, "--oracle-samples needs --oracle"},
+		{[]string{"sim", "--oracle", "--oracle-samples", "0"}, "want 1 to 16384"},
+		{[]string{"sim", "--oracle", "--oracle-samples", "99999"}, "want 1 to 16384"},
+	} {
+		if _, err := runMicra(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+	out, err := runMicra(t, "sim", "--hosts", "60", "--train", "40", "--crawlers", "4", "--policies", "hash",
+		"--oracle", "--oracle-host", "country", "--oracle-samples", "8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 × 50,000 / 256 addresses drawn
+	if !strings.Contains(out, "(1562 addresses drawn") {
+		t.Fatalf("--oracle-samples 8 should draw 1562 addresses:\n%s", out)
+	}
+}
