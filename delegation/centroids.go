@@ -1,11 +1,25 @@
 package delegation
 
+import _ "embed"
+
+// dsplLicence is the licence of the google/dspl repository the centroid table
+// comes from (BSD 3-clause, Copyright 2018 Google Inc.): binary
+// redistributions must reproduce it, so the binary embeds it.
+//
+//go:embed DSPL-LICENSE
+var dsplLicence string
+
+// CentroidsLicence is DSPL-LICENSE: the copyright notice, conditions and
+// disclaimer of the country-centroid table's source (`micra licenses`).
+func CentroidsLicence() string { return dsplLicence }
+
 // countryCentroids are the geographic centres of countries and territories
 // (ISO 3166-1 alpha-2 → degrees latitude, longitude) from Google's Dataset
 // Publishing Language canonical countries.csv (github.com/google/dspl,
-// samples/google/canonical/countries.csv). Public knowledge a deployment
-// embeds: with the registry's country of a subnet and the positions
-// crawlers state for themselves, it gives a distance before any probe.
+// samples/google/canonical/countries.csv; licence: DSPL-LICENSE). Public
+// knowledge a deployment embeds: with the registry's country of a subnet and
+// the positions crawlers state for themselves, it gives a distance before any
+// probe.
 // Geographic, not population-weighted: the centre of the United States is
 // in Kansas, Russia's in Siberia; the learned statistics per context
 // correct what a centroid gets wrong.

@@ -23,6 +23,13 @@ var rootCmd = &cobra.Command{
 	Short:         "micra — a peer-to-peer, location-aware web crawler",
 	SilenceUsage:  true,
 	SilenceErrors: true,
+	// The embedded data's licences ask for attribution with every copy; the
+	// top-level help says where it is.
+	Long: `micra — a peer-to-peer, location-aware web crawler.
+
+The binary embeds third-party data (IP hierarchy, DB-IP geolocation, country
+centroids) under CC BY 4.0 and BSD licences; "micra licenses" prints their
+attributions.`,
 	PersistentPreRun: func(cmd *cobra.Command, args []string) {
 		if verbose, _ := cmd.Flags().GetBool("verbose"); verbose {
 			logLevel.Set(slog.LevelDebug)

@@ -5,7 +5,9 @@
 // fallback. The testnet world model builds its latency model on it.
 //
 // The table is rebuilt with `make geo` (cmd/mkgeo); it is embedded here so the
-// simulator needs no files at run time.
+// simulator needs no files at run time, and so are its attribution and DB-IP's
+// licence notice, which CC BY 4.0 requires to travel with it (Attribution,
+// Licence; `micra licenses` prints them).
 package geo
 
 import (
@@ -24,6 +26,20 @@ import (
 
 //go:embed dbip-city-lite.bin.zst
 var embedded []byte
+
+var (
+	//go:embed ATTRIBUTION.md
+	attribution string
+	//go:embed DBIP-LICENSE
+	licence string
+)
+
+// Attribution is ATTRIBUTION.md: the embedded table's source, licence,
+// DB-IP's attribution and the changes made.
+func Attribution() string { return attribution }
+
+// Licence is DBIP-LICENSE, the licence notice shipped with DB-IP's database.
+func Licence() string { return licence }
 
 // EarthRadiusKm is the mean Earth radius used for great-circle distances.
 const EarthRadiusKm = 6371.0088
