@@ -23,6 +23,34 @@ func CentroidsLicence() string { return dsplLicence }
 // Geographic, not population-weighted: the centre of the United States is
 // in Kansas, Russia's in Siberia; the learned statistics per context
 // correct what a centroid gets wrong.
+//
+// DSPL lacks some codes the registries use; those entries (each marked
+// beside it) come from elsewhere:
+//   - SS (South Sudan), CW (Curaçao), SX (Sint Maarten), BQ (Bonaire, Sint
+//     Eustatius and Saba: Bonaire's centroid, most of its land and people),
+//     BL (Saint Barthélemy), MF (Saint Martin): the polygon centroids of
+//     github.com/gavinr/world-countries-centroids, dist/countries.csv
+//     (commit 299a4705, Esri World Countries boundaries), rounded to 1e-6°.
+//     mledoze/countries' latlng agrees within 0.7° for the first four but
+//     puts BL and MF 90–95 km off the islands, in the sea.
+//   - AX (Åland; not in the Esri table) and UM (US Minor Outlying Islands;
+//     the point is Wake Island — the Esri table's UM row at that commit is
+//     on none of the islands): the latlng of github.com/mledoze/countries,
+//     dist/countries.csv (commit 02696f0c).
+//   - EU, RIPE NCC's code for resources used across Europe rather than in
+//     one country: not a place, but the registrants are European networks,
+//     so the geographic centre of the European Union as IGN (the French
+//     national mapping institute) computes it for the EU-27 since 2020,
+//     49°50′35″N 9°54′07″E (Gadheim, near Würzburg) — within 1500 km of most
+//     of the EU, an error like the United States' centroid's.
+//
+// AP, APNIC's code for resources used across the Asia-Pacific region, is
+// deliberately absent: the region runs from Pakistan to Samoa and from
+// Japan to New Zealand, so any one point would be thousands of kilometres
+// from most hosts it stands for, and would enter the shared distance fit
+// with them. A code without a centroid gets no distance prior (geoX reports
+// no feature): the crawler's overall mean is the base of its prediction and
+// the code's own context (the country level) still learns from probes.
 var countryCentroids = map[string][2]float64{
 	"AD": {42.546245, 1.601554},
 	"AE": {23.424076, 53.847818},
@@ -39,6 +67,7 @@ var countryCentroids = map[string][2]float64{
 	"AT": {47.516231, 14.550072},
 	"AU": {-25.274398, 133.775136},
 	"AW": {12.52111, -69.968338},
+	"AX": {60.116667, 19.9}, // mledoze/countries
 	"AZ": {40.143105, 47.576927},
 	"BA": {43.915886, 17.679076},
 	"BB": {13.193887, -59.543198},
@@ -49,9 +78,11 @@ var countryCentroids = map[string][2]float64{
 	"BH": {25.930414, 50.637772},
 	"BI": {-3.373056, 29.918886},
 	"BJ": {9.30769, 2.315834},
+	"BL": {17.905617, -62.830516}, // gavinr/world-countries-centroids
 	"BM": {32.321384, -64.75737},
 	"BN": {4.535277, 114.727669},
 	"BO": {-16.290154, -63.588653},
+	"BQ": {12.180845, -68.293504}, // gavinr/world-countries-centroids (Bonaire)
 	"BR": {-14.235004, -51.92528},
 	"BS": {25.03428, -77.39628},
 	"BT": {27.514162, 90.433601},
@@ -74,6 +105,7 @@ var countryCentroids = map[string][2]float64{
 	"CR": {9.748917, -83.753428},
 	"CU": {21.521757, -77.781167},
 	"CV": {16.002082, -24.013197},
+	"CW": {12.199997, -68.969398}, // gavinr/world-countries-centroids
 	"CX": {-10.447525, 105.690449},
 	"CY": {35.126413, 33.429859},
 	"CZ": {49.817492, 15.472962},
@@ -90,6 +122,7 @@ var countryCentroids = map[string][2]float64{
 	"ER": {15.179384, 39.782334},
 	"ES": {40.463667, -3.74922},
 	"ET": {9.145, 40.489673},
+	"EU": {49.843056, 9.901944}, // IGN: centre of the EU-27 (pseudo-code, see above)
 	"FI": {61.92411, 25.748151},
 	"FJ": {-16.578193, 179.414413},
 	"FK": {-51.796253, -59.523613},
@@ -161,6 +194,7 @@ var countryCentroids = map[string][2]float64{
 	"MC": {43.750298, 7.412841},
 	"MD": {47.411631, 28.369885},
 	"ME": {42.708678, 19.37439},
+	"MF": {18.078012, -63.066785}, // gavinr/world-countries-centroids
 	"MG": {-18.766947, 46.869107},
 	"MH": {7.131474, 171.184478},
 	"MK": {41.608635, 21.745275},
@@ -227,8 +261,10 @@ var countryCentroids = map[string][2]float64{
 	"SN": {14.497401, -14.452362},
 	"SO": {5.152149, 46.199616},
 	"SR": {3.919305, -56.027783},
+	"SS": {7.657782, 30.385186}, // gavinr/world-countries-centroids
 	"ST": {0.18636, 6.613081},
 	"SV": {13.794185, -88.89653},
+	"SX": {18.039426, -63.068831}, // gavinr/world-countries-centroids
 	"SY": {34.802075, 38.996815},
 	"SZ": {-26.522503, 31.465866},
 	"TC": {21.694025, -71.797928},
@@ -249,6 +285,7 @@ var countryCentroids = map[string][2]float64{
 	"TZ": {-6.369028, 34.888822},
 	"UA": {48.379433, 31.16558},
 	"UG": {1.373333, 32.290275},
+	"UM": {19.3, 166.633333}, // mledoze/countries (Wake Island)
 	"US": {37.09024, -95.712891},
 	"UY": {-32.522779, -55.765835},
 	"UZ": {41.377491, 64.585262},
