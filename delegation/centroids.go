@@ -9,9 +9,17 @@ import _ "embed"
 //go:embed DSPL-LICENSE
 var dsplLicence string
 
-// CentroidsLicence is DSPL-LICENSE: the copyright notice, conditions and
-// disclaimer of the country-centroid table's source (`micra licenses`).
-func CentroidsLicence() string { return dsplLicence }
+// centroidSources names the sources of the entries DSPL lacks, with the
+// notices their licences ask to reproduce.
+//
+//go:embed CENTROIDS-SOURCES
+var centroidSources string
+
+// CentroidsLicence is DSPL-LICENSE (the copyright notice, conditions and
+// disclaimer of the country-centroid table's source) followed by
+// CENTROIDS-SOURCES (the sources and notices of the entries DSPL lacks), as
+// `micra licenses` prints them.
+func CentroidsLicence() string { return dsplLicence + "\n" + centroidSources }
 
 // countryCentroids are the geographic centres of countries and territories
 // (ISO 3166-1 alpha-2 → degrees latitude, longitude) from Google's Dataset

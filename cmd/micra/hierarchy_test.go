@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/netip"
 	"os"
@@ -22,7 +23,9 @@ func runMicra(t *testing.T, args ...string) (string, error) {
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&out)
 	rootCmd.SetArgs(args)
-	err := rootCmd.Execute()
+	// a fresh context: cobra keeps the last ExecuteContext's, which another
+	// test may have let expire
+	err := rootCmd.ExecuteContext(context.Background())
 	return out.String(), err
 }
 

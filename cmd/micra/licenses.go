@@ -73,8 +73,8 @@ func embeddedDatasets() []embeddedData {
 	ds = append(ds, embeddedData{
 		name:        "country centroids (delegation/centroids.go)",
 		what:        "the geographic centre of each country, the delegation policy's distance prior",
-		source:      "Google Dataset Publishing Language, canonical countries.csv (github.com/google/dspl)",
-		licence:     "BSD 3-clause (the google/dspl repository's LICENSE)",
+		source:      "Google Dataset Publishing Language, canonical countries.csv (github.com/google/dspl); nine entries it lacks from gavinr/world-countries-centroids, mledoze/countries and IGN",
+		licence:     "BSD 3-clause (the google/dspl repository's LICENSE); MIT (gavinr); ODbL 1.0 (mledoze)",
 		attribution: delegation.CentroidsLicence(),
 	})
 	return ds
