@@ -18,6 +18,9 @@ const CarrierExt = ".mcar"
 // overwrites the same file (idempotent).
 type FileSink struct {
 	Dir string
+
+	// syncDir makes a rename in Dir durable (nil: syncDir); tests make it fail.
+	syncDir func(dir string) error
 }
 
 // Deliver writes c to Dir/<id>.mcar.
@@ -49,11 +52,26 @@ func (s FileSink) Deliver(ctx context.Context, c Carrier) error {
 		return fmt.Errorf("file sink: %w", err)
 	}
 	// Sync the directory so the rename itself is durable.
-	if d, err := os.Open(s.Dir); err == nil {
-		d.Sync()
-		d.Close()
+	sync := s.syncDir
+	if sync == nil {
+		sync = syncDir
 	}
+	sync(s.Dir)
 	return nil
+}
+
+// syncDir fsyncs the directory dir, making the entries created or renamed in
+// it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func sanitizeFileName(s string) string {
