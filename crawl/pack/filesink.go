@@ -13,9 +13,9 @@ import (
 const CarrierExt = ".mcar"
 
 // FileSink is a Receiver that writes each carrier to its own file in Dir,
-// named by the carrier ID. It acknowledges only after the file is fsynced and
-// renamed into place, so an acknowledged carrier survives a crash; a redelivery
-// overwrites the same file (idempotent).
+// named by the carrier ID. It acknowledges only after the file is fsynced,
+// renamed into place and the directory fsynced, so an acknowledged carrier
+// survives a crash; a redelivery overwrites the same file (idempotent).
 type FileSink struct {
 	Dir string
 
@@ -51,12 +51,16 @@ func (s FileSink) Deliver(ctx context.Context, c Carrier) error {
 		os.Remove(tmp)
 		return fmt.Errorf("file sink: %w", err)
 	}
-	// Sync the directory so the rename itself is durable.
+	// Sync the directory so the rename itself is durable. Until it is, the
+	// carrier is not acknowledged: the outbox keeps it and delivers it again,
+	// overwriting the same file.
 	sync := s.syncDir
 	if sync == nil {
 		sync = syncDir
 	}
-	sync(s.Dir)
+	if err := sync(s.Dir); err != nil {
+		return fmt.Errorf("file sink: sync directory %s after writing %s: %w", s.Dir, filepath.Base(name), err)
+	}
 	return nil
 }
 

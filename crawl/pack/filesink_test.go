@@ -1,0 +1,63 @@
+package pack
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Regression (the defect it caught): FileSink ignored the error of the
+// directory fsync after renaming a carrier into place and acknowledged it
+// anyway, so the outbox deleted a carrier whose file name might not survive
+// a crash. A failed directory sync must be an error naming the directory,
+// and the outbox must keep the carrier and deliver it again.
+func TestFileSinkDirSyncFailureNotAcknowledged(t *testing.T) {
+	out := t.TempDir()
+	errSync := errors.New("injected: directory fsync failed")
+	var fails atomic.Int32
+	sink := FileSink{Dir: out, syncDir: func(dir string) error {
+		if fails.Add(-1) >= 0 {
+			return errSync
+		}
+		return syncDir(dir)
+	}}
+
+	fails.Store(1)
+	err := sink.Deliver(context.Background(), EncodeCarrier("c1", 1, time.Now(), []Record{sampleRecord(1)}))
+	if !errors.Is(err, errSync) || !strings.Contains(err.Error(), out) {
+		t.Fatalf("Deliver with a failing directory sync = %v, want the sync error wrapped with the directory %s", err, out)
+	}
+
+	// Through the outbox: the carrier stays until a Deliver succeeds.
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	fails.Store(2)
+	ob, err := NewOutbox(db, sink, Options{CrawlerID: "c1", MaxHold: time.Hour,
+		RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { ob.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	r := sampleRecord(2)
+	if err := ob.Add(ctx, &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer dcancel()
+	if err := ob.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := ob.Stats(); st.DeliveryErrors != 2 || st.CarriersDelivered != 1 || st.PendingCarriers != 0 {
+		t.Fatalf("outbox after two failed directory syncs: %+v, want 2 delivery errors, then the carrier delivered once", st)
+	}
+}
