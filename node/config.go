@@ -157,7 +157,9 @@ func (c *Config) overlayDefaults(oc *overlay.Config) {
 
 // File is the JSON form of a node's configuration (LoadFile). Durations
 // are Go duration strings ("1s", "24h"); unknown fields are errors, so a
-// misspelt key is reported, not silently ignored.
+// misspelt key is reported, not silently ignored. Relative paths (data_dir,
+// key_file, psk_file, hierarchy, carriers: a new path field joins them in
+// resolvePaths) are relative to the file's directory.
 type File struct {
 	DataDir     string   `json:"data_dir"`
 	Crawler     *bool    `json:"crawler,omitempty"` // default true
@@ -191,28 +193,49 @@ func LoadFile(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c, err := Parse(b)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s:%w", path, err)
+	f, err := decodeFile(b)
+	if err == nil {
+		f.resolvePaths(filepath.Dir(path))
+		var c Config
+		if c, err = f.Config(); err == nil {
+			return c, nil
+		}
 	}
-	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
-		c.DataDir = filepath.Join(filepath.Dir(path), c.DataDir)
-	}
-	return c, nil
+	return Config{}, fmt.Errorf("%s:%w", path, err)
 }
 
-// Parse decodes the JSON form (errors start with "line:col: ").
+// Parse decodes the JSON form (errors start with "line:col: "). There is no
+// file, so relative paths stay as written (relative to the working directory).
 func Parse(b []byte) (Config, error) {
+	f, err := decodeFile(b)
+	if err != nil {
+		return Config{}, err
+	}
+	return f.Config()
+}
+
+func decodeFile(b []byte) (File, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f File
 	if err := dec.Decode(&f); err != nil {
-		return Config{}, jsonError(b, dec, err)
+		return File{}, jsonError(b, dec, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Config{}, fmt.Errorf("%s: unexpected data after the configuration object", position(b, dec.InputOffset()))
+		return File{}, fmt.Errorf("%s: unexpected data after the configuration object", position(b, dec.InputOffset()))
 	}
-	return f.Config()
+	return f, nil
+}
+
+// resolvePaths makes every relative path of f relative to dir, the
+// directory of the file it was read from, so a configuration names the same
+// files wherever the node is started; absolute paths stay as they are.
+func (f *File) resolvePaths(dir string) {
+	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Hierarchy, &f.Carriers} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 }
 
 // Config turns the file form into a Config.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
@@ -51,6 +52,46 @@ func TestLoadFile(t *testing.T) {
 	}
 	if _, err := LoadFile(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// Regression (the defect it caught): only data_dir was resolved against the
+// configuration file's directory; key_file, psk_file, hierarchy and carriers
+// resolved against the process's working directory, so the same file named
+// other files depending on where micra was started.
+func TestLoadFileResolvesPathsAgainstItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abs := filepath.Join(t.TempDir(), "net.psk")
+	path := filepath.Join(dir, "node.json")
+	os.WriteFile(path, []byte(`{"data_dir": "n1", "key_file": "keys/id.key", "psk_file": "`+filepath.ToSlash(abs)+`",
+		"hierarchy": "../snap.bin", "carriers": "out"}`), 0o644)
+	t.Chdir(t.TempDir()) // the working directory is elsewhere
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, _ := c.Crawl.Receiver.(pack.FileSink)
+	for _, p := range []struct{ field, got, want string }{
+		{"data_dir", c.DataDir, filepath.Join(dir, "n1")},
+		{"key_file", c.Overlay.KeyFile, filepath.Join(dir, "keys", "id.key")},
+		{"psk_file", c.Overlay.PSKFile, abs}, // absolute: unchanged
+		{"hierarchy", c.HierarchyFile, filepath.Join(filepath.Dir(dir), "snap.bin")},
+		{"carriers", sink.Dir, filepath.Join(dir, "out")},
+	} {
+		if p.got != p.want {
+			t.Errorf("%s: %q, want %q (relative to the file's directory)", p.field, p.got, p.want)
+		}
+	}
+	// Parse has no file: its paths stay as written.
+	c, err = Parse([]byte(`{"data_dir": "n1", "key_file": "k", "hierarchy": "h", "carriers": "out"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sink, _ := c.Crawl.Receiver.(pack.FileSink); c.DataDir != "n1" || c.Overlay.KeyFile != "k" || c.HierarchyFile != "h" || sink.Dir != "out" {
+		t.Errorf("Parse changed relative paths: %+v", c)
 	}
 }
 

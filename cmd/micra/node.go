@@ -36,7 +36,8 @@ state, hand-off spool, carriers), so a restarted node resumes.
 
 --config FILE reads a JSON configuration (node.File: data_dir, listen, bootstrap,
 crawler_addr, policy, seeds, concurrency, min_delay, metrics, …; unknown keys are
-errors). Flags given on the command line override the file.`,
+errors; relative paths in it are relative to the file's directory). Flags given on
+the command line override the file; their paths are relative to the working directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runNode(cmd, o) },
 	}
