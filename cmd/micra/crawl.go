@@ -62,7 +62,9 @@ per-IP limits, back-off), each HTML page is reduced on the spot to title, ranked
 stemmed keywords and fingerprints, and the records leave in zstd carriers written
 to --out (one file per carrier). State (frontier, seen-set, page history, outbox)
 lives in Badger under --state: interrupt it (Ctrl-C, or even kill -9) and run the
-same command again to resume without refetching.
+same command again to resume without refetching. Interrupted (SIGINT, SIGTERM), it
+still writes out the pending records and closes the state, then exits with status
+128+signal (130 for Ctrl-C) rather than 0.
 
 Without --monitor the command returns when the first pass is complete; with
 --monitor it keeps revisiting pages with conditional GETs (adaptive intervals
@@ -242,7 +244,6 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		}
 		return err
 	}
-	defer eng.Close()
 	if metricsLn != nil {
 		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -255,13 +256,18 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 	slog.Info("crawl starting", "id", o.id, "seeds", len(seeds), "file_roots", len(roots), "out", o.out, "state", o.state, "monitor", o.monitor)
 	runErr := eng.Run(ctx)
 	printCrawlSummary(eng.Stats())
-	if runErr != nil && ctx.Err() == nil {
-		return runErr
+	// Closing writes the state out: its error is the run's too.
+	if err := eng.Close(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("crawl: close state %s: %w", o.state, err))
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintln(os.Stderr, "interrupted: state kept in", o.state, "— run the same command to resume")
+		// Interrupted: the state is closed (nothing acknowledged is lost),
+		// but the crawl is not done. Say so, with the run's own error if it
+		// had one, and exit non-zero (main: 128+signal).
+		return errors.Join(fmt.Errorf("crawl: %w; state kept in %s — run the same command to resume",
+			context.Cause(ctx), o.state), runErr)
 	}
-	return nil
+	return runErr
 }
 
 func printCrawlSummary(s crawl.Stats) {

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -40,10 +41,59 @@ attributions.`,
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})))
 	rootCmd.PersistentFlags().BoolP("verbose", "v", false, "debug logging")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := rootCmd.ExecuteContext(ctx); err != nil {
+	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "micra:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCode is the process status for a command's error: 128+n when a signal
+// n stopped the command and it says so (an error wrapping an interrupted,
+// e.g. 130 for SIGINT, as shells report it), else 1.
+func exitCode(err error) int {
+	var in interrupted
+	if errors.As(err, &in) {
+		if s, ok := in.sig.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+	}
+	return 1
+}
+
+// interrupted is the cause (context.Cause) of the command context's end when
+// a signal stopped micra. A command that was cut short returns an error
+// wrapping it, and main exits with 128+signal.
+type interrupted struct{ sig os.Signal }
+
+func (e interrupted) Error() string {
+	switch e.sig {
+	case os.Interrupt:
+		return "interrupted (SIGINT)"
+	case syscall.SIGTERM:
+		return "interrupted (SIGTERM)"
+	}
+	return "interrupted (" + e.sig.String() + ")"
+}
+
+// notifyContext is signal.NotifyContext, but the context's cause is an
+// interrupted naming the signal, so commands can report it and main can
+// map it to an exit status.
+func notifyContext(parent context.Context, sigs ...os.Signal) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	go func() {
+		select {
+		case s := <-ch:
+			cancel(interrupted{s})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		cancel(context.Canceled)
 	}
 }
