@@ -67,7 +67,7 @@ func oldContexts(m *micraChooser) int {
 
 // runBounded delegates and reviews every host of w with micra at the given
 // bound, checking the bookkeeping after each call; it returns the owners.
-func runBounded(t *testing.T, w *synthWorld, bound int) ([]CrawlerID, *micraChooser) {
+func runBounded(t *testing.T, w *synthWorld, bound int) ([]CrawlerID, *micraChooser, *engine) {
 	t.Helper()
 	members := NewMemMembership(w.crawlers...)
 	dir := NewMemDirectory(w.tree, members)
@@ -114,13 +114,22 @@ func runBounded(t *testing.T, w *synthWorld, bound int) ([]CrawlerID, *micraChoo
 		if n := oldContexts(m); bound > 0 && n > bound {
 			t.Fatalf("host %d: %d forgettable contexts over the bound %d", i, n, bound)
 		}
+		e := p.(learningEngine).engine
+		if n := len(e.learnedAt); bound > 0 && n > bound {
+			t.Fatalf("host %d: learn dedup memory holds %d subnets, over the bound %d", i, n, bound)
+		}
+		// the record just published is known: offered again, it is not
+		// learned twice
+		if !d.Cached && d.Record.Owner != "" && p.(Learner).Learn(d.Record) {
+			t.Fatalf("host %d: the record just made was learned again", i)
+		}
 	}
-	return owners, m
+	return owners, m, p.(learningEngine).engine
 }
 
 func TestMaxContextsBoundsLearnedState(t *testing.T) {
 	w := newSynthWorld(t, 3, 12, 1500)
-	_, free := runBounded(t, w, -1)
+	_, free, freeEng := runBounded(t, w, -1)
 	if free.forgotten != 0 {
 		t.Fatalf("unbounded: %d contexts forgotten", free.forgotten)
 	}
@@ -129,20 +138,23 @@ func TestMaxContextsBoundsLearnedState(t *testing.T) {
 		t.Fatalf("world too small to test the bound: %d forgettable contexts unbounded", free.forgettable)
 	}
 	// a fresh world of the same seed: w's jitter source has moved on
-	owners, m := runBounded(t, newSynthWorld(t, 3, 12, 1500), bound)
-	t.Logf("unbounded: %d forgettable contexts, %d tallies; bound %d: %d contexts, %d tallies, %d forgotten",
-		free.forgettable, len(free.tally), bound, m.forgettable, len(m.tally), m.forgotten)
+	owners, m, eng := runBounded(t, newSynthWorld(t, 3, 12, 1500), bound)
+	t.Logf("unbounded: %d forgettable contexts, %d tallies, %d dedup sets; bound %d: %d contexts, %d tallies, %d dedup sets, %d contexts forgotten",
+		free.forgettable, len(free.tally), len(freeEng.learnedAt), bound, m.forgettable, len(m.tally), len(eng.learnedAt), m.forgotten)
 	if m.forgotten == 0 {
 		t.Fatal("nothing forgotten under the bound")
 	}
 	if len(m.tally) > bound+len(m.locCtx) {
 		t.Fatalf("%d review tallies kept under a bound of %d contexts", len(m.tally), bound)
 	}
+	if len(freeEng.learnedAt) <= 4*bound || len(eng.learnedAt) > bound {
+		t.Fatalf("learn dedup memory: %d subnets unbounded, %d under the bound %d", len(freeEng.learnedAt), len(eng.learnedAt), bound)
+	}
 	if len(free.tally) <= len(m.tally) {
 		t.Fatalf("tallies not forgotten: %d bounded, %d unbounded", len(m.tally), len(free.tally))
 	}
 	// same inputs, same forgetting, same decisions
-	again, _ := runBounded(t, newSynthWorld(t, 3, 12, 1500), bound)
+	again, _, _ := runBounded(t, newSynthWorld(t, 3, 12, 1500), bound)
 	for i := range owners {
 		if owners[i] != again[i] {
 			t.Fatalf("host %d: %q then %q with the same inputs", i, owners[i], again[i])

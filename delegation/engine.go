@@ -75,8 +75,9 @@ func fnv64a(s CrawlerID) uint64 {
 // learnedSet is the dedup memory of one subnet, held in a slice by value
 // (no allocation per subnet learned).
 type learnedSet struct {
-	n uint8
-	k [learnedPerSubnet]learnedKey
+	n    uint8
+	used uint64 // engine.learnTick when the subnet last had a record to learn
+	k    [learnedPerSubnet]learnedKey
 }
 
 // learningEngine is an engine whose chooser learns: it exports Learn.
@@ -131,12 +132,14 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 		e.learnedAt = make(map[hierarchy.NodeID]int32)
 	}
 	k := learnedKey{rec.Epoch, fnv64a(rec.DecidedBy)}
+	e.learnTick++
 	at, ok := e.learnedAt[s]
 	if !ok {
-		at = e.learnedSets.add()
+		at = e.newLearnedSet(l)
 		e.learnedAt[s] = at
 	}
 	set := e.learnedSets.at(at)
+	set.used = e.learnTick
 	seen := set.k[:set.n]
 	if slices.Contains(seen, k) {
 		return false
@@ -169,6 +172,40 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	return true
 }
 
+// learnBounder is implemented by learners whose learned state is bounded
+// (MicraConfig.MaxContexts): the engine bounds its dedup memory alike.
+type learnBounder interface{ learnBound() int }
+
+// newLearnedSet returns the index of an empty dedup set for a subnet. Past
+// the learner's bound, the least recently learned quarter of the subnets'
+// sets is forgotten first: a record of such a subnet that comes back is
+// learned once more, which only a subnet idle for that long can see.
+func (e *engine) newLearnedSet(l learner) int32 {
+	if b, ok := l.(learnBounder); ok {
+		if bound := b.learnBound(); bound > 0 && len(e.learnedAt) >= bound {
+			stamps := make([]uint64, 0, len(e.learnedAt))
+			for _, at := range e.learnedAt {
+				stamps = append(stamps, e.learnedSets.at(at).used)
+			}
+			slices.Sort(stamps)
+			cut := max(stamps[len(stamps)/4], stamps[0]+1)
+			for s, at := range e.learnedAt {
+				if e.learnedSets.at(at).used < cut {
+					delete(e.learnedAt, s)
+					e.learnedFree = append(e.learnedFree, at)
+				}
+			}
+		}
+	}
+	if n := len(e.learnedFree); n > 0 {
+		at := e.learnedFree[n-1]
+		e.learnedFree = e.learnedFree[:n-1]
+		*e.learnedSets.at(at) = learnedSet{}
+		return at
+	}
+	return e.learnedSets.add()
+}
+
 // engine is the state machine shared by every policy: directory lookups,
 // liveness, publishing with epochs, load balancing, hash fallback.
 type engine struct {
@@ -198,10 +235,12 @@ type engine struct {
 
 	// learnedSets[learnedAt[s]]: per subnet, the records already folded
 	// into the chooser (Learner's idempotence). The map holds an index, not
-	// the 104-byte set: nearly every decision inserts a new subnet, and
+	// the 80-byte set: nearly every decision inserts a new subnet, and
 	// small map slots keep the insert and the map's growth cheap.
 	learnedAt   map[hierarchy.NodeID]int32
 	learnedSets chunked[learnedSet]
+	learnedFree []int32 // indexes of forgotten sets, to reuse
+	learnTick   uint64  // counts records offered to learnOnce
 
 	ranking Decision // the decision being ranked (see decide)
 }

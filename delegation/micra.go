@@ -566,6 +566,10 @@ func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 	return c
 }
 
+// learnBound implements learnBounder: the engine's dedup memory of learned
+// records is bounded like the contexts (one set per subnet learned).
+func (m *micraChooser) learnBound() int { return m.cfg.MaxContexts }
+
 // forgettable reports whether context k may be forgotten under
 // MicraConfig.MaxContexts: subnets (and their ancestors) and organisations
 // are many; countries, registries and everything are few.
