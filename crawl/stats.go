@@ -117,7 +117,7 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "errors_total",
 			Help: "Failed visits by reason (fetch reasons, status_NNN, file_read, outbox, handoff)."}, []string{"reason"}),
 		scope: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "out_of_scope_total",
-			Help: "Discovered links refused by a scope rule."}, []string{"rule"}),
+			Help: "Discovered links and redirect targets refused by a scope rule."}, []string{"rule"}),
 	}
 	if reg == nil {
 		return m

@@ -34,6 +34,10 @@ type fetched struct {
 	gone         bool // 404/410 or file removed
 	otherFailure string
 	permanent    bool // the failure will not pass by itself (host name gone)
+	// After redirects: the final hop's validators and timing, the
+	// redirect target's own (etag, lm and timing above are the source's).
+	targetETag, targetLM string
+	targetTiming         pack.Timing
 }
 
 // visit fetches (or reads) one queued URL, processes it and marks it Done.
@@ -53,8 +57,9 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 	}
 	if known && !it.Revisit && hist.Fetches > 0 {
 		// A discovered URL with a history was fetched after it was queued: as
-		// the target of another URL's redirect (MarkFetched), whose record
-		// carries its content. Fetching it again would be a duplicate.
+		// the target of another URL's redirect (admitRedirectTarget), whose
+		// record carries its content and which has a revisit schedule of its
+		// own when monitoring. Fetching it again would be a duplicate.
 		e.st.alreadyFetched.Add(1)
 		e.done(it, nil)
 		return time.Time{}
@@ -213,7 +218,10 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 		timing: pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Elapsed},
 	}
 	if len(resp.Redirects) > 0 {
-		// the validators are the redirect target's, not this URL's
+		// the validators are the redirect target's, not this URL's: they go
+		// to the target's own history (admitRedirectTarget)
+		f.targetETag, f.targetLM = f.etag, f.lm
+		f.targetTiming = pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Timing.Total}
 		f.etag, f.lm = "", ""
 	}
 	e.st.wireBytes.Add(resp.WireBytes)
@@ -275,8 +283,13 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	now := f.fetchedAt
 	hash := extract.ContentHash(f.body)
 	if known && hist.Fetches > 0 && hash == hist.ContentHash {
-		// Same content (a server without validators, or a touched file): no record.
+		// Same content (a server without validators, a touched file, or a
+		// redirect's target unchanged): no record.
 		e.st.unchanged.Add(1)
+		// A target with a schedule keeps it; this admits one whose source
+		// now redirects elsewhere, or a mark from an older version. (A
+		// failed hand-off is tried again on the next revisit.)
+		_ = e.admitRedirectTarget(ctx, it, f, hash, hist.SimHash)
 		e.touch(&hist, f)
 		e.schedule(&hist, false, now)
 		e.done(it, &hist)
@@ -326,8 +339,12 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 		}
 	}
+	if err := e.admitRedirectTarget(ctx, it, f, hash, rec.SimHash); err != nil {
+		// as for links: the target would be lost for good
+		n, _ := e.handoffFail.again(it.URL, math.MaxInt)
+		return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
+	}
 	e.handoffFail.forget(it.URL)
-	e.markRedirectTarget(it, f)
 	e.touch(&hist, f)
 	if hist.FirstFetch.IsZero() {
 		hist.FirstFetch = now
@@ -340,19 +357,90 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	return time.Time{}
 }
 
-// markRedirectTarget remembers the final URL of a redirected fetch as
-// fetched, so a link straight to it does not fetch the page again.
-func (e *Engine) markRedirectTarget(it frontier.Item, f fetched) {
+// admitRedirectTarget gives the page a followed redirect of it led to —
+// whose content the record of it carries — its own place in the crawl,
+// decided as for a link of it: in scope at its depth (the redirect is no
+// link hop), owned by this crawler (Router), within its host's budget
+// (frontier); robots.txt allowed it, or the fetch would have failed. A
+// target admitted is stored as fetched (Frontier.AdmitFetched) with its
+// own validators, content hash, timing and, when monitoring, revisit
+// schedule, exactly as a page fetched directly: it is revisited with
+// conditional GETs even once the source is gone or redirects elsewhere. A
+// target another crawler owns is handed off to it; one out of scope is
+// dropped. A target with a history already keeps it, and its schedule.
+// An error means the hand-off failed (the caller keeps it queued).
+func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fetched, hash [16]byte, simHash uint64) error {
 	if f.finalURL == "" || f.finalURL == it.URL || f.source != pack.SourceHTTP {
-		return
+		return nil
 	}
 	u, err := e.norm.Parse(f.finalURL)
 	if err != nil || u.String() == it.URL {
-		return
+		return nil
 	}
-	if err := e.front.MarkFetched(u.String(), urlnorm.HostKey(u), f.fetchedAt, f.status); err != nil {
-		e.log.Warn("frontier: redirect target not marked, it may be fetched again", "url", u.String(), "err", err)
+	if err := e.scope.CheckURL(u, it.Depth); err != nil {
+		var se *urlnorm.ScopeError
+		if errors.As(err, &se) {
+			e.m.scope.WithLabelValues(string(se.Reason)).Inc()
+		}
+		e.st.outOfScope.Add(1)
+		return nil
 	}
+	s := u.String()
+	if _, local := e.router.(LocalRouter); !local {
+		if seen, _ := e.front.Seen(s); !seen {
+			if handed, _ := e.front.HandedOff(s); handed {
+				return nil
+			}
+			// as for links: finish even if the crawl is being stopped, within a bound
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			owned, err := e.owns(rctx, u)
+			if err != nil {
+				if rctx.Err() != nil || ctx.Err() != nil {
+					return err
+				}
+				e.log.Debug("redirect target's owner unknown, not admitted", "url", s, "err", err)
+				return nil
+			}
+			if !owned {
+				return e.handOffTarget(rctx, it, s)
+			}
+		}
+	}
+	now := f.fetchedAt
+	h := frontier.History{URL: s, Host: urlnorm.HostKey(u), Depth: it.Depth}
+	tf := f
+	tf.etag, tf.lm, tf.timing = f.targetETag, f.targetLM, f.targetTiming
+	e.touch(&h, tf)
+	h.FirstFetch, h.LastChange, h.Changes = now, now, 1
+	h.ContentHash, h.SimHash = hash, simHash
+	e.schedule(&h, false, now)
+	if _, err := e.front.AdmitFetched(h); err != nil {
+		e.log.Warn("frontier: redirect target not admitted, it may be fetched again", "url", s, "err", err)
+	}
+	return nil
+}
+
+// handOffTarget hands a redirect target another crawler owns to it, once
+// (the claim and mark of enqueueLinks).
+func (e *Engine) handOffTarget(ctx context.Context, from frontier.Item, s string) error {
+	if _, busy := e.handoffClaims.LoadOrStore(s, struct{}{}); busy {
+		return nil
+	}
+	defer e.handoffClaims.Delete(s)
+	if handed, _ := e.front.HandedOff(s); handed {
+		return nil
+	}
+	if err := e.router.Handoff(ctx, []string{s}); err != nil {
+		e.log.Warn("hand-off of a redirect target failed", "from", from.URL, "url", s, "err", err)
+		e.countError("handoff")
+		return err
+	}
+	e.st.handedOff.Add(1)
+	if err := e.front.MarkHandedOff([]string{s}); err != nil {
+		e.log.Warn("frontier: handed-off redirect target not marked", "url", s, "err", err)
+	}
+	return nil
 }
 
 // touch records a fetch in the page history.

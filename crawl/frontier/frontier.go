@@ -842,10 +842,10 @@ func (f *Frontier) Withdraw(items []Item, handoff func([]string) error) error {
 }
 
 // A seen mark's value says whether its URL counts in the host's budget
-// (hostMeta.Admitted, Stats.Seen): Add's marks do (an empty value); the
-// marks of pages recovered from another crawler (ImportHistory) and of
-// redirect targets (MarkFetched) do not (seenUncounted), so a withdrawal
-// gives back only what Add took.
+// (hostMeta.Admitted, Stats.Seen): the marks of Add and AdmitFetched do
+// (an empty value); the marks of pages recovered from another crawler
+// (ImportHistory), and of redirect targets marked by older versions, do
+// not (seenUncounted), so a withdrawal gives back only what was taken.
 var seenUncounted = []byte{1}
 
 // markSeenUncounted gives h a seen mark that does not count, unless it

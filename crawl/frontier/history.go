@@ -167,28 +167,116 @@ func (f *Frontier) History(u string) (History, bool, error) {
 	return h, ok, err
 }
 
-// MarkFetched records that u (politeness key host) was fetched as the target
-// of another URL's redirect: u joins the seen-set and, unless it has a
-// history already, gets one with one fetch, so a discovered copy of u —
-// queued already, as siblings on one page are, or found later — is known to
-// be fetched (the engine then skips it).
-func (f *Frontier) MarkFetched(u, host string, at time.Time, status int) error {
-	h := HashURL(u)
-	err := f.update(func(txn *badger.Txn) error {
-		if err := markSeenUncounted(txn, h); err != nil {
-			return err
-		}
-		_, found, err := getHistory(txn, h)
-		if err != nil || found {
-			return err
-		}
-		hist := History{URL: u, Host: host, FirstFetch: at, LastFetch: at, Status: status, Fetches: 1}
-		return txn.Set(cat(pPage, h[:]), hist.encode())
-	})
-	if err == nil {
-		f.seen.add(h)
+// AdmitFetched admits a page that was fetched without being queued — the
+// target of another URL's redirect, whose content the source's record
+// carries — as if it had been queued and Done: it joins the seen-set,
+// counts in its host's budget (MaxPagesPerHost) like any admitted URL,
+// and h becomes its history; when h.NextVisit is set it goes on the
+// revisit schedule, so the page is monitored on its own, conditionally,
+// even once no source redirects to it. h must carry the URL, its Host and
+// Depth. A discovered copy of the URL — queued already, as siblings on one
+// page are, or found later — is then known to be fetched (the engine skips
+// it).
+//
+// A URL with a history already keeps it, and its schedule: one page, one
+// schedule, however many sources lead to it and whether it was also
+// fetched directly. The exception is a history without content and
+// schedule (isRedirectMark): the one-fetch mark older versions stored for
+// a redirect target; it is replaced (and keeps its seen mark, which does
+// not count in the budget). A URL already seen — queued and not yet
+// fetched — is not counted twice.
+//
+// It reports whether h was stored: false for a URL with a history, or when
+// its host's budget is spent (counted as rejected, nothing stored).
+func (f *Frontier) AdmitFetched(h History) (bool, error) {
+	if h.URL == "" || h.Host == "" {
+		return false, errors.New("frontier: AdmitFetched needs the URL and its host")
 	}
-	return err
+	k := HashURL(h.URL)
+	// Most calls find the page known (a source revisited, a second source):
+	// answer those without the write lock.
+	var known bool
+	if err := f.db.View(func(txn *badger.Txn) error {
+		old, found, err := getHistory(txn, k)
+		known = found && !isRedirectMark(old)
+		return err
+	}); err != nil || known {
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var stored, counted, rejected, scheduled bool
+	err := f.update(func(txn *badger.Txn) error {
+		stored, counted, rejected, scheduled = false, false, false, false
+		old, found, err := getHistory(txn, k)
+		if err != nil {
+			return err
+		}
+		if found && !isRedirectMark(old) {
+			return nil
+		}
+		sk := cat(pSeen, k[:])
+		if _, err := txn.Get(sk); errors.Is(err, badger.ErrKeyNotFound) {
+			m, err := getHostMeta(txn, h.Host)
+			if err != nil {
+				return err
+			}
+			if f.opt.MaxPagesPerHost > 0 && m.Admitted >= int64(f.opt.MaxPagesPerHost) {
+				rejected = true
+				return nil
+			}
+			m.Admitted++
+			if err := txn.Set(cat(pHostMeta, []byte(h.Host)), m.encode()); err != nil {
+				return err
+			}
+			if err := txn.Set(sk, nil); err != nil { // counted, as Add's marks
+				return err
+			}
+			counted = true
+		} else if err != nil {
+			return err
+		}
+		if err := txn.Set(cat(pPage, k[:]), h.encode()); err != nil {
+			return err
+		}
+		if !h.NextVisit.IsZero() {
+			if err := txn.Set(revisitKey(h.NextVisit, k), encodeItem(Item{URL: h.URL, Host: h.Host, Depth: h.Depth, Revisit: true})); err != nil {
+				return err
+			}
+			scheduled = true
+		}
+		stored = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if stored {
+		f.seen.add(k)
+	}
+	f.smu.Lock()
+	if counted {
+		f.stats.Seen++
+	}
+	if rejected {
+		f.stats.Rejected++
+	}
+	if scheduled {
+		f.stats.Scheduled++
+	}
+	f.smu.Unlock()
+	if rejected {
+		f.mRejected.Inc()
+	}
+	return stored, nil
+}
+
+// isRedirectMark reports whether h is the one-fetch mark older versions
+// stored for a redirect target: no content (no change seen, no content
+// hash — every page fetched with a body has both, an imported one its
+// hash) and no schedule.
+func isRedirectMark(h History) bool {
+	return h.Changes == 0 && h.ContentHash == [16]byte{} && h.NextVisit.IsZero()
 }
 
 // MarkHandedOff remembers URLs another crawler durably took (a hand-off),
