@@ -131,6 +131,7 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 	if e.learnedAt == nil {
 		e.learnedAt = make(map[hierarchy.NodeID]int32)
 	}
+	e.dropForgotten(l)
 	k := learnedKey{rec.Epoch, fnv64a(rec.DecidedBy)}
 	e.learnTick++
 	at, ok := e.learnedAt[s]
@@ -173,16 +174,37 @@ func (e *engine) learnOnce(s hierarchy.NodeID, rec Record) bool {
 }
 
 // learnBounder is implemented by learners whose learned state is bounded
-// (MicraConfig.MaxContexts): the engine bounds its dedup memory alike.
-type learnBounder interface{ learnBound() int }
+// (MicraConfig.MaxContexts): the engine forgets a subnet's dedup memory when
+// the learner forgets the subnet's own statistics (takeForgotten), so a
+// record is learned twice only into statistics that no longer hold it.
+type learnBounder interface {
+	learnBound() int
+	takeForgotten() []hierarchy.NodeID
+}
 
-// newLearnedSet returns the index of an empty dedup set for a subnet. Past
-// the learner's bound, the least recently learned quarter of the subnets'
-// sets is forgotten first: a record of such a subnet that comes back is
-// learned once more, which only a subnet idle for that long can see.
+// dropForgotten forgets the dedup memory of the subnets the learner has
+// forgotten.
+func (e *engine) dropForgotten(l learner) {
+	b, ok := l.(learnBounder)
+	if !ok {
+		return
+	}
+	for _, s := range b.takeForgotten() {
+		if at, ok := e.learnedAt[s]; ok {
+			delete(e.learnedAt, s)
+			e.learnedFree = append(e.learnedFree, at)
+		}
+	}
+}
+
+// newLearnedSet returns the index of an empty dedup set for a subnet. The
+// sets follow the learner's statistics (dropForgotten); records that leave
+// no statistics (every answer unknown or failed) leave a set all the same,
+// so past twice the learner's bound the least recently offered quarter is
+// forgotten as well: a record of such a subnet learned again adds nothing.
 func (e *engine) newLearnedSet(l learner) int32 {
 	if b, ok := l.(learnBounder); ok {
-		if bound := b.learnBound(); bound > 0 && len(e.learnedAt) >= bound {
+		if bound := b.learnBound(); bound > 0 && len(e.learnedAt) >= 2*bound {
 			stamps := make([]uint64, 0, len(e.learnedAt))
 			for _, at := range e.learnedAt {
 				stamps = append(stamps, e.learnedSets.at(at).used)

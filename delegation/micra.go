@@ -143,8 +143,9 @@ type MicraConfig struct {
 	// at 12 crawlers), and the review tallies of subnets. When a new
 	// context would pass it, the quarter used least recently is forgotten
 	// (contexts where live crawlers sit are kept; countries, registries and
-	// everything are few and always kept). Default 1<<18 (≈ 110 MB at 12
-	// crawlers; BenchmarkLearnedState); negative: unbounded.
+	// everything are few and always kept). Default 1<<16 (≈ 30 MB at 12
+	// crawlers, a little more with many; BenchmarkLearnedState);
+	// negative: unbounded.
 	MaxContexts int
 
 	// OnRound, if set, sees every round of the stop rule (experiments:
@@ -228,7 +229,7 @@ func (m MicraConfig) withDefaults() MicraConfig {
 		m.Shift = 0
 	}
 	if m.MaxContexts == 0 {
-		m.MaxContexts = 1 << 18
+		m.MaxContexts = 1 << 16
 	}
 	return m
 }
@@ -539,7 +540,10 @@ func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 	c := m.ctx[k]
 	if c == nil {
 		if forgettable(k) {
-			if m.cfg.MaxContexts > 0 && m.forgettable >= m.cfg.MaxContexts {
+			// not while locate rebuilds the located lists: the homes of
+			// crawlers it has not reached yet look unlocated then (the
+			// next new context forgets instead)
+			if m.cfg.MaxContexts > 0 && m.forgettable >= m.cfg.MaxContexts && !m.locating {
 				m.forget()
 			}
 			m.forgettable++
@@ -569,6 +573,16 @@ func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 // learnBound implements learnBounder: the engine's dedup memory of learned
 // records is bounded like the contexts (one set per subnet learned).
 func (m *micraChooser) learnBound() int { return m.cfg.MaxContexts }
+
+// takeForgotten implements learnBounder: the subnets (and ancestors) whose
+// own context was forgotten since the last call. A record of such a subnet
+// learned again lands in statistics that no longer hold it, except in the
+// wider contexts, where one observation among many is noise.
+func (m *micraChooser) takeForgotten() []hierarchy.NodeID {
+	f := m.forgotNodes
+	m.forgotNodes = m.forgotNodes[:0]
+	return f
+}
 
 // forgettable reports whether context k may be forgotten under
 // MicraConfig.MaxContexts: subnets (and their ancestors) and organisations
@@ -605,9 +619,20 @@ func (m *micraChooser) forget() {
 		m.forgettable--
 		m.freeCtx = append(m.freeCtx, c)
 		m.forgotten++
+		if k>>32 == ctxNode {
+			// the engine drops the subnet's learned-record memory with it
+			m.forgotNodes = append(m.forgotNodes, hierarchy.NodeID(uint32(k)))
+		}
 	}
-	// (the last subnet's cached records were read at the current tick:
-	// they stay, and subnetContexts' cache with them)
+	// The last subnet's cached records are stamped with the tick they were
+	// read at, so they stay; should one ever be forgotten, the cache is
+	// rebuilt rather than trusted.
+	for i, c := range m.ctxInfo {
+		if c != nil && m.ctx[m.ctxKs[i]] != c {
+			m.ctxOK = false
+			break
+		}
+	}
 	for s, t := range m.tally {
 		if t.used < cut {
 			delete(m.tally, s)
@@ -630,6 +655,10 @@ type micraChooser struct {
 	tick        uint64
 	forgettable int    // contexts in ctx that forget may drop
 	forgotten   uint64 // contexts forgotten so far
+	locating    bool   // locate is rebuilding the located lists: no forget
+	// forgotNodes: node contexts forgotten since the engine last asked
+	// (takeForgotten), whose learned-record memory goes with them
+	forgotNodes []hierarchy.NodeID
 	cfg         MicraConfig
 	crawler     *crawlerIndex
 	ctx         map[ctxKey]*ctxInfo
@@ -907,6 +936,8 @@ func (m *micraChooser) locate(e *engine) {
 	if versioned && m.locValid && ver == m.locVer {
 		return
 	}
+	m.locating = true
+	defer func() { m.locating = false }()
 	for _, c := range m.locCtx {
 		c.located, c.sits = c.located[:0], c.sits[:0]
 	}
@@ -1006,6 +1037,10 @@ func (m *micraChooser) subnetInfos(create bool) []*ctxInfo {
 			m.ctxInfo[i] = m.info(m.ctxKs[i], m.ctxKind[i])
 		} else {
 			m.ctxInfo[i] = m.ctx[m.ctxKs[i]]
+		}
+		if c := m.ctxInfo[i]; c != nil {
+			// in the cache now: read at this tick (forget keeps it)
+			c.used = m.tick
 		}
 	}
 	return m.ctxInfo

@@ -177,7 +177,7 @@ func BenchmarkLearnedState(b *testing.B) {
 	for _, v := range []struct {
 		name  string
 		bound int
-	}{{"hash", 0}, {"micra-unbounded", -1}, {"micra-default", 0}, {"micra-65536", 65536}} {
+	}{{"hash", 0}, {"micra-unbounded", -1}, {"micra-default", 0}, {"micra-16384", 16384}} {
 		b.Run(v.name, func(b *testing.B) {
 			for range b.N {
 				var keep delegation.Policy
