@@ -65,9 +65,16 @@ func fromPagePB(m *pb.PageState) (PageState, error) {
 	return ps, nil
 }
 
+// Page recovery is a bulk transfer like a snapshot (snapshot.go): each read
+// and write must move bytes within RequestTimeout (a stalled peer costs
+// that, not the whole budget), and the whole transfer is capped at
+// recoverBudget — the history's size is not announced, so the cap is a
+// fixed multiple of RequestTimeout — and by the caller's context.
+const recoverBudget = 6
+
 func (p *Peer) handleRecover(s network.Stream) {
 	defer s.Close()
-	st := newStream(s, maxRecoverMsg, 6*p.cfg.RequestTimeout)
+	st := newIdleStream(s, maxRecoverMsg, p.cfg.RequestTimeout, time.Now().Add(recoverBudget*p.cfg.RequestTimeout))
 	var req pb.RecoverRequest
 	if err := st.read(&req); err != nil {
 		s.Reset()
@@ -97,7 +104,7 @@ func (p *Peer) handleRecover(s network.Stream) {
 		}
 		block = delegation.BlockOf(host)
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, 6*p.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(p.ctx, recoverBudget*p.cfg.RequestTimeout)
 	defer cancel()
 	frame := &pb.RecoverFrame{Version: wireVersion}
 	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
@@ -138,21 +145,33 @@ func (p *Peer) RecoverBlock(ctx context.Context, from peer.ID, s hierarchy.NodeI
 	return p.recoverPages(ctx, from, s, host)
 }
 
-func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr) (int, error) {
+func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr) (n int, err error) {
 	if p.pages == nil {
 		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
 	}
-	timeout := 6 * p.cfg.RequestTimeout
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	rt := p.cfg.RequestTimeout
+	ctx, cancel := context.WithTimeout(ctx, recoverBudget*rt)
 	defer cancel()
-	str, err := p.h.NewStream(ctx, from, ProtoRecover)
+	end, _ := ctx.Deadline()
+	octx, ocancel := context.WithTimeout(ctx, rt) // dial and protocol negotiation
+	str, err := p.h.NewStream(octx, from, ProtoRecover)
+	ocancel()
 	if err != nil {
 		return 0, fmt.Errorf("%s: open stream to %s: %w", ProtoRecover, shortID(from), err)
 	}
-	defer str.Close()
 	stop := context.AfterFunc(ctx, func() { str.Reset() })
-	defer stop()
-	st := newStream(str, maxRecoverMsg, timeout)
+	defer func() {
+		stop()
+		if err != nil {
+			str.Reset() // the server's handler stops at once
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", err, ctx.Err())
+			}
+			return
+		}
+		str.Close()
+	}()
+	st := newIdleStream(str, maxRecoverMsg, rt, end)
 	req := &pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:]}
 	if blockHost.IsValid() {
 		req.BlockHost = blockHost.AsSlice()
@@ -161,7 +180,6 @@ func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeI
 		return 0, fmt.Errorf("%s: %w", ProtoRecover, err)
 	}
 	_ = str.CloseWrite()
-	n := 0
 	for {
 		var f pb.RecoverFrame
 		if err := st.read(&f); err != nil {

@@ -84,19 +84,89 @@ func shortID(p peer.ID) string {
 type stream struct {
 	s   network.Stream
 	r   *bufio.Reader
+	w   io.Writer
 	max int
+	// idle, when set, renews the stream's deadlines on every read and write
+	// (newIdleStream); nil: one deadline for the whole exchange (newStream).
+	idle *idleDeadline
 }
 
+// newStream bounds the whole exchange on s by one deadline: the request /
+// response protocols, whose messages are small next to their timeout.
 func newStream(s network.Stream, max int, deadline time.Duration) *stream {
 	_ = s.SetDeadline(time.Now().Add(deadline))
-	return &stream{s: s, r: bufio.NewReader(s), max: max}
+	return &stream{s: s, r: bufio.NewReader(s), w: s, max: max}
+}
+
+// newIdleStream is for bulk transfers (snapshots, page recovery): every
+// read and write on s must move bytes within idle — the deadline is renewed
+// before each call on the stream, so a transfer that keeps moving is never
+// cut by it — and no call runs past end (zero: no overall end; the caller
+// then bounds the transfer otherwise). A peer that stalls is dropped after
+// idle, however long the transfer may last in all.
+func newIdleStream(s network.Stream, max int, idle time.Duration, end time.Time) *stream {
+	d := &idleDeadline{s: s, idle: idle, end: end}
+	return &stream{s: s, r: bufio.NewReader(idleReader{d}), w: idleWriter{d}, max: max, idle: d}
+}
+
+// setEnd moves the overall end of an idle stream (a snapshot's, once its
+// header announced the size); no-op on a newStream stream.
+func (st *stream) setEnd(end time.Time) {
+	if st.idle != nil {
+		st.idle.end = end
+	}
+}
+
+// idleDeadline renews a stream's deadline per call: now + idle, but never
+// past end. A stream is read and written by one goroutine at a time here,
+// so end needs no lock.
+type idleDeadline struct {
+	s    network.Stream
+	idle time.Duration
+	end  time.Time
+}
+
+func (d *idleDeadline) next() time.Time {
+	t := time.Now().Add(d.idle)
+	if !d.end.IsZero() && d.end.Before(t) {
+		t = d.end
+	}
+	return t
+}
+
+type idleReader struct{ d *idleDeadline }
+
+func (r idleReader) Read(b []byte) (int, error) {
+	_ = r.d.s.SetReadDeadline(r.d.next())
+	return r.d.s.Read(b)
+}
+
+// idleWriteChunk is the most one write call sends under one renewed
+// deadline: a 1 MiB chunk to a slow reader completes in pieces, each of
+// which must go within the idle time, rather than all of it.
+const idleWriteChunk = 64 << 10
+
+type idleWriter struct{ d *idleDeadline }
+
+func (w idleWriter) Write(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k := min(len(b)-n, idleWriteChunk)
+		_ = w.d.s.SetWriteDeadline(w.d.next())
+		m, err := w.d.s.Write(b[n : n+k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (st *stream) write(m proto.Message) error {
 	if n := proto.Size(m); n > st.max {
 		return fmt.Errorf("%s: message of %d bytes exceeds limit %d", st.s.Protocol(), n, st.max)
 	}
-	_, err := protodelim.MarshalTo(st.s, m)
+	_, err := protodelim.MarshalTo(st.w, m)
 	return err
 }
 
@@ -112,27 +182,34 @@ func (st *stream) read(m proto.Message) error {
 	return err
 }
 
-// roundTrip opens a stream to p, writes req and reads resp, all within the
-// context's deadline (or timeout if the context has none).
+// roundTrip opens a stream to p, writes req and reads resp. The whole
+// exchange is bounded by timeout, the protocol's own, and by the caller's
+// context, whichever ends first. (Until 25 Nov a caller's deadline replaced
+// timeout: a long-lived context — a decision's, a flush's — let a peer
+// that accepts the stream and never answers hold the caller for as long as
+// that context lasted; probes were bounded separately in ProbeOne.) On any
+// failure the stream is reset, so the other side's handler stops at once
+// rather than at its own deadline.
 func roundTrip(ctx context.Context, h interface {
 	NewStream(context.Context, peer.ID, ...protocol.ID) (network.Stream, error)
 }, p peer.ID, proto protocol.ID, max int, timeout time.Duration, req, resp proto.Message) error {
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	end, _ := ctx.Deadline() // the earlier of the caller's and now+timeout
 	s, err := h.NewStream(ctx, p, proto)
 	if err != nil {
 		return fmt.Errorf("%s: open stream to %s: %w", proto, shortID(p), err)
 	}
 	defer s.Close()
-	st := newStream(s, max, timeout)
-	// Reset the stream if the context ends first, so reads unblock.
+	st := newStream(s, max, time.Until(end))
+	// Reset the stream if the context ends first (cancelled), so reads unblock.
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	if err := st.write(req); err != nil {
 		s.Reset()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: send to %s: %w", proto, shortID(p), ctx.Err())
+		}
 		return fmt.Errorf("%s: send to %s: %w", proto, shortID(p), err)
 	}
 	_ = s.CloseWrite()
