@@ -145,13 +145,11 @@ func (d *Directory) Recheck(s hierarchy.NodeID) {
 	}
 	d.rechecked[s] = time.Now()
 	d.mu.Unlock()
-	d.p.wg.Add(1)
-	go func() {
-		defer d.p.wg.Done()
+	d.p.goBackground(func() {
 		if _, _, err := d.fetch(d.p.ctx, s); err != nil && d.p.ctx.Err() == nil {
 			d.p.log.Debug("overlay: re-read of a refused subnet failed", "subnet", s, "err", err)
 		}
-	}()
+	})
 }
 
 // fetch reads the subnet's record from the DHT and merges it into the cache.
@@ -491,14 +489,17 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 		d.mu.Lock()
 		d.provPending[k] = true
 		d.mu.Unlock()
-		d.p.wg.Add(1)
-		go func() {
-			defer d.p.wg.Done()
+		started := d.p.goBackground(func() {
 			d.findProviders(d.p.ctx, c)
 			d.mu.Lock()
 			delete(d.provPending, k)
 			d.mu.Unlock()
-		}()
+		})
+		if !started { // closing
+			d.mu.Lock()
+			delete(d.provPending, k)
+			d.mu.Unlock()
+		}
 	}
 	for _, id := range pe.ids {
 		if d.p.members.IsLive(id) && !slices.Contains(out, id) {

@@ -97,6 +97,10 @@ type Peer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// bgMu orders goBackground's wg.Add before Close's wg.Wait: closing is
+	// set under it before Close waits, and no goroutine starts after.
+	bgMu    sync.Mutex
+	closing bool
 }
 
 // CalibrationNotice is a received calibration event.
@@ -264,6 +268,9 @@ func (p *Peer) Close() error {
 	}
 	p.subMem.Cancel()
 	p.subCal.Cancel()
+	p.bgMu.Lock()
+	p.closing = true
+	p.bgMu.Unlock()
 	p.wg.Wait()
 	var errs []error
 	errs = append(errs, p.handoff.close(), p.topicMem.Close(), p.topicCal.Close())
@@ -273,6 +280,27 @@ func (p *Peer) Close() error {
 		errs = append(errs, p.h.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// goBackground runs fn in a goroutine that Close waits for, unless Close
+// has begun: then it starts nothing and returns false. Work started on
+// demand (a subnet re-read after a refused hand-off, a page recovery, a
+// provider query) may be asked for while the peer closes — by a stream
+// handler still running or a caller's Delegate — and a WaitGroup must not
+// be added to once Wait may have returned (the goroutine would outlive
+// Close and use a closed DHT).
+func (p *Peer) goBackground(fn func()) bool {
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	if p.closing {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 // ID is this peer's libp2p id; CrawlerID the same as a delegation.CrawlerID.
@@ -535,16 +563,16 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 	if host.IsValid() {
 		log = log.With("block", delegation.BlockOf(host))
 	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.goBackground(func() {
 		n, err := p.recoverPages(p.ctx, from, s, host)
 		if err != nil {
-			log.Warn("overlay: page recovery failed", "err", err)
+			if p.ctx.Err() == nil {
+				log.Warn("overlay: page recovery failed", "err", err)
+			}
 			return
 		}
 		log.Debug("overlay: pages received", "pages", n)
-	}()
+	})
 }
 
 // runMaintenance provides holder records for owned subnets, reprovides them
