@@ -3,9 +3,12 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -133,78 +136,164 @@ func (n *Node) ledgerOwners() ([]delegation.CrawlerID, error) {
 	return owners, err
 }
 
+// Re-routing a URL needs its host's address. A lookup that fails without
+// saying the host does not exist (SERVFAIL, a timeout, a resolver down)
+// leaves the URL in the ledger, to be tried again with back-off: its
+// attempts and the time of its next try are kept in its ledger value. After
+// rerouteMaxAttempts failures (about 2.5 hours of sweeps) the URL is queued
+// in this crawler's own frontier — the hand-off fallback: this crawler is
+// live and its frontier durable, and the engine, before fetching a queued
+// URL, resolves its host and hands it to its owner if that is another
+// crawler (Router.StillOwns), or fetches it here and reports the DNS
+// failure like any other. So a URL a dead owner had acknowledged is never
+// dropped for a failing resolver, and a sweep is never held by such URLs:
+// it walks the whole ledger of the owner (until 25 Nov it re-read the
+// ledger's first 1024 entries and stopped at the first it could not
+// resolve, so 1024 failing entries at its head stopped the owner's ledger
+// for good).
+const (
+	rerouteMaxAttempts = 6
+	// rerouteChunk is how many ledger entries one pass reads and writes.
+	rerouteChunk = 1024
+	// rerouteLookups is how many host lookups a re-route runs at once, and
+	// rerouteLookupTimeout how long each may take.
+	rerouteLookups       = 8
+	rerouteLookupTimeout = 15 * time.Second
+)
+
+// rerouteBackoff is the wait after a URL's attempts-th failed lookup: one
+// sweep interval, doubling (5, 10, 20, 40, 80 min).
+func rerouteBackoff(attempts int) time.Duration {
+	return ledgerSweepEvery << min(max(attempts-1, 0), 10)
+}
+
+// ledgerRetry marks a ledger value that carries a re-route's attempts: 0,
+// the attempts (1 byte), the next try (Unix seconds, 8 bytes big-endian),
+// the URL. recordHandoff writes the bare URL (no URL starts with 0).
+const ledgerRetry = 0
+
+type ledgerEntry struct {
+	key      []byte
+	url      string
+	attempts int
+	next     time.Time // zero: due now
+}
+
+func decodeLedger(key, v []byte) ledgerEntry {
+	e := ledgerEntry{key: key}
+	if len(v) >= 10 && v[0] == ledgerRetry {
+		e.attempts = int(v[1])
+		e.next = time.Unix(int64(binary.BigEndian.Uint64(v[2:10])), 0)
+		e.url = string(v[10:])
+		return e
+	}
+	e.url = string(v)
+	return e
+}
+
+func (e ledgerEntry) value() []byte {
+	if e.attempts == 0 {
+		return []byte(e.url)
+	}
+	v := make([]byte, 10, 10+len(e.url))
+	v[0], v[1] = ledgerRetry, byte(min(e.attempts, 255))
+	binary.BigEndian.PutUint64(v[2:10], uint64(e.next.Unix()))
+	return append(v, e.url...)
+}
+
 // reroute routes the ledger of owner again, in chunks; each chunk leaves
-// the ledger only once it is queued here or spooled for its new owner.
+// the ledger only once it is queued here or spooled for its new owner. It
+// walks the whole ledger once: URLs whose host cannot be resolved now stay
+// (with back-off, see rerouteMaxAttempts) and do not stop the walk.
 func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, error) {
 	pre := ledgerPrefix(owner)
+	from := pre
 	moved := 0
+	var st rerouteStats
+	defer st.log(n, owner)
 	for {
-		var keys [][]byte
-		var urls []string
+		var ents []ledgerEntry
 		err := n.db.View(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: pre, PrefetchValues: true})
 			defer it.Close()
-			for it.Rewind(); it.Valid() && len(keys) < 1024; it.Next() {
+			for it.Seek(from); it.Valid() && len(ents) < rerouteChunk; it.Next() {
 				v, err := it.Item().ValueCopy(nil)
 				if err != nil {
 					return err
 				}
-				keys = append(keys, it.Item().KeyCopy(nil))
-				urls = append(urls, string(v))
+				ents = append(ents, decodeLedger(it.Item().KeyCopy(nil), v))
 			}
 			return nil
 		})
-		if err != nil || len(keys) == 0 {
+		if err != nil || len(ents) == 0 {
 			return moved, err
 		}
+		from = append(bytes.Clone(ents[len(ents)-1].key), 0) // the next pass starts past this chunk
 		if n.peer != nil && n.peer.Members().IsLive(owner) {
 			return moved, nil // back (a heartbeat, a restart): its ledger stands
 		}
-		var own, foreign []string
-		var done [][]byte // the keys of the URLs dealt with, to delete
-		kept, back := 0, false
-		for i, s := range urls {
-			u, err := url.Parse(s)
-			if err != nil {
-				done = append(done, keys[i])
+		now := time.Now()
+		urls := make([]*url.URL, len(ents))
+		addrs := n.resolveLedger(ctx, ents, urls, now)
+		if ctx.Err() != nil {
+			return moved, ctx.Err() // (shutting down: the chunk stays)
+		}
+		var own, foreign, fallback []string
+		var done [][]byte       // the keys of the URLs dealt with, to delete
+		var retry []ledgerEntry // URLs kept, with one more attempt counted
+		back := false
+		for i, e := range ents {
+			if !e.next.IsZero() && now.Before(e.next) {
+				st.waiting++
 				continue
 			}
-			a, err := n.router.addrOf(ctx, u.Hostname())
-			if err != nil {
-				if ctx.Err() != nil {
-					return moved, ctx.Err() // (shutting down: the chunk stays)
-				}
+			if urls[i] == nil {
+				done = append(done, e.key) // not a URL
+				continue
+			}
+			r := addrs[urls[i].Hostname()]
+			if r.err != nil {
 				var de *net.DNSError
-				if errors.As(err, &de) && de.IsNotFound {
-					n.log.Warn("re-route: host does not exist; URL dropped", "url", s, "err", err)
-					done = append(done, keys[i])
+				if errors.As(r.err, &de) && de.IsNotFound {
+					n.log.Warn("re-route: host does not exist; URL dropped", "url", e.url, "err", r.err)
+					done = append(done, e.key)
 					continue
 				}
-				// a passing failure: the URL stays in the ledger for the
-				// next sweep
-				n.log.Warn("re-route: no address now; URL kept for the next sweep", "url", s, "err", err)
-				kept++
+				e.attempts++
+				if e.attempts >= rerouteMaxAttempts {
+					// the fallback: queued here, never dropped (see rerouteMaxAttempts)
+					fallback = append(fallback, e.url)
+					done = append(done, e.key)
+					st.fallback.add(e.url, r.err)
+					continue
+				}
+				e.next = now.Add(rerouteBackoff(e.attempts))
+				retry = append(retry, e)
+				st.kept.add(e.url, r.err)
 				continue
 			}
-			mine, err := n.router.Owns(ctx, u, a)
+			mine, err := n.router.Owns(ctx, urls[i], r.a)
 			if err != nil {
 				return moved, err
 			}
 			switch {
 			case mine:
-				own = append(own, s)
-				done = append(done, keys[i])
+				own = append(own, e.url)
+				done = append(done, e.key)
 			default:
-				foreign = append(foreign, s)
-				if o, ok := n.router.peer.CachedOwner(a); ok && o == owner {
+				foreign = append(foreign, e.url)
+				if o, ok := n.router.peer.CachedOwner(r.a); ok && o == owner {
 					back = true // Handoff writes this very ledger key again: keep it
 				} else {
-					done = append(done, keys[i])
+					done = append(done, e.key)
 				}
 			}
 		}
-		if len(own) > 0 {
-			if err := n.eng.Accept(ctx, own); err != nil {
+		if len(own)+len(fallback) > 0 {
+			if n.eng == nil {
+				return moved, errors.New("node: re-route: no crawl engine to queue URLs here")
+			}
+			if err := n.eng.Accept(ctx, append(own, fallback...)); err != nil {
 				return moved, err
 			}
 		}
@@ -220,14 +309,97 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 				return moved, err
 			}
 		}
+		for _, e := range retry {
+			if err := wb.Set(e.key, e.value()); err != nil {
+				wb.Cancel()
+				return moved, err
+			}
+		}
 		if err := wb.Flush(); err != nil {
 			return moved, err
 		}
-		moved += len(own) + len(foreign)
-		if kept > 0 || back {
-			// keys left under the prefix would be read again at once: the
-			// rest waits for the next sweep (or stands, the owner being back)
+		moved += len(own) + len(foreign) + len(fallback)
+		if back {
+			// the owner is live again: the rest of its ledger stands
 			return moved, nil
 		}
+	}
+}
+
+type hostAddr struct {
+	a   netip.Addr
+	err error
+}
+
+// resolveLedger resolves, once per host and rerouteLookups at a time, the
+// hosts of the entries that are due at now; it parses their URLs into urls
+// (nil: not a URL).
+func (n *Node) resolveLedger(ctx context.Context, ents []ledgerEntry, urls []*url.URL, now time.Time) map[string]hostAddr {
+	hosts := map[string]hostAddr{}
+	var names []string
+	for i, e := range ents {
+		if !e.next.IsZero() && now.Before(e.next) {
+			continue
+		}
+		u, err := url.Parse(e.url)
+		if err != nil {
+			continue
+		}
+		urls[i] = u
+		if _, ok := hosts[u.Hostname()]; !ok {
+			hosts[u.Hostname()] = hostAddr{}
+			names = append(names, u.Hostname())
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, rerouteLookups)
+	for _, h := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			lctx, cancel := context.WithTimeout(ctx, rerouteLookupTimeout)
+			defer cancel()
+			a, err := n.router.addrOf(lctx, h)
+			mu.Lock()
+			hosts[h] = hostAddr{a, err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return hosts
+}
+
+// rerouteStats sums up a re-route's URLs that could not go now, for a log
+// line per kind rather than one per URL.
+type rerouteStats struct {
+	waiting  int      // in back-off, not tried
+	kept     failNote // failed now, kept for a later sweep
+	fallback failNote // failed for the last time, queued here
+}
+
+type failNote struct {
+	n       int
+	example string // the first URL that failed, and why
+	err     error
+}
+
+func (f *failNote) add(u string, err error) {
+	if f.n++; f.n == 1 {
+		f.example, f.err = u, err
+	}
+}
+
+func (st *rerouteStats) log(n *Node, owner delegation.CrawlerID) {
+	if k := st.kept; k.n > 0 {
+		n.log.Warn("re-route: hosts not resolvable now; URLs kept for a later sweep", "owner", owner,
+			"urls", k.n, "example", k.example, "err", k.err)
+	}
+	if f := st.fallback; f.n > 0 {
+		n.log.Warn("re-route: hosts still not resolvable after the last attempt; URLs queued here (the fetch resolves them again and hands them to their owner, or reports the failure)",
+			"owner", owner, "urls", f.n, "attempts", rerouteMaxAttempts, "example", f.example, "err", f.err)
+	}
+	if st.waiting > 0 {
+		n.log.Debug("re-route: URLs waiting for their next try", "owner", owner, "urls", st.waiting)
 	}
 }

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/delegation"
+)
+
+// writeLedger writes entries as a re-route that failed before left them.
+func writeLedger(t *testing.T, n *Node, owner delegation.CrawlerID, ents ...ledgerEntry) {
+	t.Helper()
+	wb := n.db.NewWriteBatch()
+	for _, e := range ents {
+		h := frontier.HashURL(e.url)
+		if err := wb.Set(append(ledgerPrefix(owner), h[:]...), e.value()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ledgerEntries(t *testing.T, n *Node, owner delegation.CrawlerID) map[string]ledgerEntry {
+	t.Helper()
+	out := map[string]ledgerEntry{}
+	err := n.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: ledgerPrefix(owner)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			e := decodeLedger(it.Item().KeyCopy(nil), v)
+			out[e.url] = e
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The cap: a URL whose host fails its last attempt is queued in this
+// crawler's own frontier (the engine resolves it again before fetching and
+// hands it to its owner, or reports the failure), not dropped; one that
+// fails an earlier attempt waits longer; one in back-off is not looked up.
+func TestRerouteUnresolvableQueuedHereAfterLastAttempt(t *testing.T) {
+	res := &servfailResolver{addr: netip.MustParseAddr("127.0.1.50")}
+	r, err := newRouter(loopbackTree(t), nil, res, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.peer = &handingOwner{timingOwner: &timingOwner{}}
+	n := ledgerOnlyNode(t, r)
+	eng, err := crawl.New(crawl.Config{DB: n.db, Router: r, Receiver: pack.FileSink{Dir: t.TempDir()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	n.eng = eng
+
+	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	last := ledgerEntry{url: "http://bad-last.example/p", attempts: rerouteMaxAttempts - 1, next: past}
+	again := ledgerEntry{url: "http://bad-again.example/p", attempts: 2, next: past}
+	waiting := ledgerEntry{url: "http://bad-waiting.example/p", attempts: 3, next: future}
+	writeLedger(t, n, dead, last, again, waiting)
+
+	start := time.Now()
+	moved, err := n.reroute(context.Background(), dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved != 1 {
+		t.Errorf("moved %d URLs, want 1 (the one past its last attempt)", moved)
+	}
+	if seen, err := eng.Frontier().Seen(last.url); err != nil || !seen {
+		t.Errorf("a URL past its last re-route attempt is not queued here (seen %v, %v): acknowledged by the dead owner, it is crawled by nobody", seen, err)
+	}
+	left := ledgerEntries(t, n, dead)
+	if _, ok := left[last.url]; ok {
+		t.Errorf("%s queued here but still in the dead owner's ledger", last.url)
+	}
+	if e, ok := left[again.url]; !ok || e.attempts != 3 || e.next.Before(start.Add(rerouteBackoff(3)-time.Second)) {
+		t.Errorf("%s after a third failure: %+v (in ledger %v), want 3 attempts and its next try %v later", again.url, e, ok, rerouteBackoff(3))
+	}
+	if e, ok := left[waiting.url]; !ok || e.attempts != 3 || !e.next.Equal(future.Truncate(time.Second)) {
+		t.Errorf("%s in back-off: %+v (in ledger %v), want it untouched", waiting.url, e, ok)
+	}
+	if asked := res.lookups(func(h string) bool { return h == "bad-waiting.example" }); asked != 0 {
+		t.Errorf("a URL in back-off was looked up %d times", asked)
+	}
+}
