@@ -179,6 +179,13 @@ type ledgerEntry struct {
 	next     time.Time // zero: due now
 }
 
+// due reports whether e is to be tried at now. A next try further ahead
+// than the longest back-off was written under a clock since corrected (set
+// ahead, then fixed by NTP): it is due now rather than at that wrong date.
+func (e ledgerEntry) due(now time.Time) bool {
+	return e.next.IsZero() || !now.Before(e.next) || e.next.Sub(now) > rerouteBackoff(rerouteMaxAttempts-1)
+}
+
 func decodeLedger(key, v []byte) ledgerEntry {
 	e := ledgerEntry{key: key}
 	if len(v) >= 10 && v[0] == ledgerRetry {
@@ -238,17 +245,37 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 		if ctx.Err() != nil {
 			return moved, ctx.Err() // (shutting down: the chunk stays)
 		}
-		var own, foreign, fallback []string
+		var own, fallback []string
 		var done [][]byte       // the keys of the URLs dealt with, to delete
 		var retry []ledgerEntry // URLs kept, with one more attempt counted
 		back := false
+		// failed counts a failed attempt at e (a lookup that did not say
+		// NXDOMAIN, an ownership check or a hand-off that failed for this
+		// URL alone): kept with back-off, or queued here after the last
+		// attempt — one URL never holds the rest of the ledger
+		failed := func(e ledgerEntry, err error) {
+			e.attempts++
+			if e.attempts >= rerouteMaxAttempts {
+				// the fallback: queued here, never dropped (see rerouteMaxAttempts)
+				fallback = append(fallback, e.url)
+				done = append(done, e.key)
+				st.fallback.add(e.url, err)
+				return
+			}
+			e.next = now.Add(rerouteBackoff(e.attempts))
+			retry = append(retry, e)
+			st.kept.add(e.url, err)
+		}
+		var foreignEnts []ledgerEntry
+		var foreignDone []bool // whether the key goes once handed off
 		for i, e := range ents {
-			if !e.next.IsZero() && now.Before(e.next) {
+			if !e.due(now) {
 				st.waiting++
 				continue
 			}
 			if urls[i] == nil {
-				done = append(done, e.key) // not a URL
+				n.log.Warn("re-route: ledger entry is not a URL; dropped", "key", string(e.key), "value", e.url)
+				done = append(done, e.key)
 				continue
 			}
 			r := addrs[urls[i].Hostname()]
@@ -259,33 +286,56 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 					done = append(done, e.key)
 					continue
 				}
-				e.attempts++
-				if e.attempts >= rerouteMaxAttempts {
-					// the fallback: queued here, never dropped (see rerouteMaxAttempts)
-					fallback = append(fallback, e.url)
-					done = append(done, e.key)
-					st.fallback.add(e.url, r.err)
-					continue
-				}
-				e.next = now.Add(rerouteBackoff(e.attempts))
-				retry = append(retry, e)
-				st.kept.add(e.url, r.err)
+				failed(e, r.err)
 				continue
 			}
 			mine, err := n.router.Owns(ctx, urls[i], r.a)
 			if err != nil {
-				return moved, err
+				if ctx.Err() != nil {
+					return moved, ctx.Err() // (shutting down: the chunk stays)
+				}
+				failed(e, err)
+				continue
 			}
 			switch {
 			case mine:
 				own = append(own, e.url)
 				done = append(done, e.key)
 			default:
-				foreign = append(foreign, e.url)
-				if o, ok := n.router.peer.CachedOwner(r.a); ok && o == owner {
-					back = true // Handoff writes this very ledger key again: keep it
-				} else {
+				o, ok := n.router.peer.CachedOwner(r.a)
+				// Handoff writes this very ledger key again when the
+				// owner is this one, back: keep it
+				foreignEnts = append(foreignEnts, e)
+				foreignDone = append(foreignDone, !(ok && o == owner))
+			}
+		}
+		if len(foreignEnts) > 0 {
+			// one hand-off for the chunk; if it fails, one per URL, so a
+			// URL that cannot be handed off (its host now outside the
+			// hierarchy, its subnet's lookup failing) fails alone
+			foreign := make([]string, len(foreignEnts))
+			for i, e := range foreignEnts {
+				foreign[i] = e.url
+			}
+			err := n.router.Handoff(ctx, foreign)
+			for i, e := range foreignEnts {
+				if err != nil {
+					if ctx.Err() != nil {
+						return moved, ctx.Err()
+					}
+					if err1 := n.router.Handoff(ctx, foreign[i:i+1]); err1 != nil {
+						if ctx.Err() != nil {
+							return moved, ctx.Err()
+						}
+						failed(e, err1)
+						continue
+					}
+				}
+				moved++
+				if foreignDone[i] {
 					done = append(done, e.key)
+				} else {
+					back = true
 				}
 			}
 		}
@@ -294,11 +344,6 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 				return moved, errors.New("node: re-route: no crawl engine to queue URLs here")
 			}
 			if err := n.eng.Accept(ctx, append(own, fallback...)); err != nil {
-				return moved, err
-			}
-		}
-		if len(foreign) > 0 {
-			if err := n.router.Handoff(ctx, foreign); err != nil {
 				return moved, err
 			}
 		}
@@ -318,7 +363,7 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 		if err := wb.Flush(); err != nil {
 			return moved, err
 		}
-		moved += len(own) + len(foreign) + len(fallback)
+		moved += len(own) + len(fallback)
 		if back {
 			// the owner is live again: the rest of its ledger stands
 			return moved, nil
@@ -338,7 +383,7 @@ func (n *Node) resolveLedger(ctx context.Context, ents []ledgerEntry, urls []*ur
 	hosts := map[string]hostAddr{}
 	var names []string
 	for i, e := range ents {
-		if !e.next.IsZero() && now.Before(e.next) {
+		if !e.due(now) {
 			continue
 		}
 		u, err := url.Parse(e.url)

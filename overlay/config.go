@@ -186,8 +186,10 @@ func (c *Config) Validate() error {
 	if c.ReprovideInterval <= 0 {
 		errs = append(errs, errors.New("overlay: ReprovideInterval must be > 0"))
 	}
-	if c.RequestTimeout <= 0 {
-		errs = append(errs, errors.New("overlay: RequestTimeout must be > 0"))
+	if c.RequestTimeout <= 0 || c.RequestTimeout > time.Hour {
+		// (the transfer budgets are small multiples of it: an hour keeps
+		// them far from overflowing)
+		errs = append(errs, fmt.Errorf("overlay: RequestTimeout %v must be > 0 and at most 1h", c.RequestTimeout))
 	}
 	if c.HandoffBatch <= 0 || c.HandoffBatch > maxHandoffURLs {
 		errs = append(errs, fmt.Errorf("overlay: HandoffBatch must be in 1..%d", maxHandoffURLs))

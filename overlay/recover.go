@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -65,11 +66,20 @@ func fromPagePB(m *pb.PageState) (PageState, error) {
 	return ps, nil
 }
 
-// Page recovery is a bulk transfer like a snapshot (snapshot.go): each read
-// and write must move bytes within RequestTimeout (a stalled peer costs
+// Page recovery is a bulk transfer like a snapshot (snapshot.go): the
+// client's reads must move bytes within RequestTimeout (a stalled peer costs
 // that, not the whole budget), and the whole transfer is capped at
 // recoverBudget — the history's size is not announced, so the cap is a
-// fixed multiple of RequestTimeout — and by the caller's context.
+// fixed multiple of RequestTimeout — and by the caller's context. The
+// server's side is shaped by the two ways a live transfer goes quiet:
+//   - its history scan may find nothing to send for a while (a sparse
+//     subnet, a slow DNS lookup per host): it sends an empty frame whenever
+//     nothing was written for RequestTimeout/2, so the client's idle read
+//     deadline measures a live peer, not the scan's luck;
+//   - the client imports each frame before reading the next, and an import
+//     may outlast RequestTimeout (a lookup per new host, a database write):
+//     the server's writes are bounded by the budget only, not by an idle
+//     time, or a slow importer would be cut mid-transfer.
 const recoverBudget = 6
 
 func (p *Peer) handleRecover(s network.Stream) {
@@ -104,19 +114,56 @@ func (p *Peer) handleRecover(s network.Stream) {
 		}
 		block = delegation.BlockOf(host)
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, recoverBudget*p.cfg.RequestTimeout)
+	rt := p.cfg.RequestTimeout
+	st.setIdle(recoverBudget * rt) // writes: the budget only (see above)
+	ctx, cancel := context.WithTimeout(p.ctx, recoverBudget*rt)
 	defer cancel()
+	// frames go out under wmu: the scan's and the keep-alives
+	var wmu sync.Mutex
+	lastWrite := time.Now()
+	send := func(f *pb.RecoverFrame) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		lastWrite = time.Now()
+		return st.write(f)
+	}
+	kctx, kstop := context.WithCancel(ctx)
+	var kwg sync.WaitGroup
+	kwg.Go(func() {
+		t := time.NewTicker(rt / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+			}
+			wmu.Lock()
+			var err error
+			if time.Since(lastWrite) >= rt/2 {
+				lastWrite = time.Now()
+				err = st.write(&pb.RecoverFrame{Version: wireVersion})
+			}
+			wmu.Unlock()
+			if err != nil {
+				cancel() // the client is gone: stop the scan
+				return
+			}
+		}
+	})
 	frame := &pb.RecoverFrame{Version: wireVersion}
 	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
 		frame.Pages = append(frame.Pages, toPagePB(ps))
 		if len(frame.Pages) >= recoverBatch {
-			if err := st.write(frame); err != nil {
+			if err := send(frame); err != nil {
 				return err
 			}
 			frame = &pb.RecoverFrame{Version: wireVersion}
 		}
 		return nil
 	})
+	kstop()
+	kwg.Wait()
 	if err != nil {
 		fail(pb.Status_INTERNAL, "history: "+err.Error())
 		return

@@ -117,6 +117,14 @@ func (st *stream) setEnd(end time.Time) {
 	}
 }
 
+// setIdle changes the idle time of an idle stream (a server whose writes
+// wait on a slow reader); no-op on a newStream stream.
+func (st *stream) setIdle(idle time.Duration) {
+	if st.idle != nil {
+		st.idle.idle = idle
+	}
+}
+
 // idleDeadline renews a stream's deadline per call: now + idle, but never
 // past end. A stream is read and written by one goroutine at a time here,
 // so end needs no lock.
