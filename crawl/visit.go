@@ -289,7 +289,7 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 		// A target with a schedule keeps it; this admits one whose source
 		// now redirects elsewhere, or a mark from an older version. (A
 		// failed hand-off is tried again on the next revisit.)
-		_ = e.admitRedirectTarget(ctx, it, f, hash, hist.SimHash)
+		_ = e.admitRedirectTarget(ctx, it, f, hash, hist.SimHash, true)
 		e.touch(&hist, f)
 		e.schedule(&hist, false, now)
 		e.done(it, &hist)
@@ -329,6 +329,13 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	if e.emit(ctx, &rec) != nil {
 		return time.Time{}
 	}
+	// the redirect's target before its links: it is fetched already, and
+	// they would otherwise take the last places of its host's budget
+	if err := e.admitRedirectTarget(ctx, it, f, hash, rec.SimHash, false); err != nil {
+		// as for links (below): the target would be lost for good
+		n, _ := e.handoffFail.again(it.URL, math.MaxInt)
+		return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
+	}
 	if page != nil && !page.NoFollow {
 		if err := e.enqueueLinks(ctx, it, page.Links); err != nil {
 			// Links lost now would be lost for good: leave the URL queued, it is
@@ -338,11 +345,6 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 			n, _ := e.handoffFail.again(it.URL, math.MaxInt) // (counted only: links are never given up)
 			return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 		}
-	}
-	if err := e.admitRedirectTarget(ctx, it, f, hash, rec.SimHash); err != nil {
-		// as for links: the target would be lost for good
-		n, _ := e.handoffFail.again(it.URL, math.MaxInt)
-		return f.fetchedAt.Add(min(e.cfg.RetryDelay<<min(n-1, 10), max(time.Hour, e.cfg.RetryDelay)))
 	}
 	e.handoffFail.forget(it.URL)
 	e.touch(&hist, f)
@@ -368,8 +370,10 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 // conditional GETs even once the source is gone or redirects elsewhere. A
 // target another crawler owns is handed off to it; one out of scope is
 // dropped. A target with a history already keeps it, and its schedule.
-// An error means the hand-off failed (the caller keeps it queued).
-func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fetched, hash [16]byte, simHash uint64) error {
+// An error means the hand-off failed (the caller keeps it queued). quiet
+// (an unchanged revisit of the source, which offers the same target again)
+// leaves a refusal uncounted: the counters count refusals, not revisits.
+func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fetched, hash [16]byte, simHash uint64, quiet bool) error {
 	if f.finalURL == "" || f.finalURL == it.URL || f.source != pack.SourceHTTP {
 		return nil
 	}
@@ -378,6 +382,9 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 		return nil
 	}
 	if err := e.scope.CheckURL(u, it.Depth); err != nil {
+		if quiet {
+			return nil
+		}
 		var se *urlnorm.ScopeError
 		if errors.As(err, &se) {
 			e.m.scope.WithLabelValues(string(se.Reason)).Inc()
@@ -415,7 +422,11 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 	h.FirstFetch, h.LastChange, h.Changes = now, now, 1
 	h.ContentHash, h.SimHash = hash, simHash
 	e.schedule(&h, false, now)
-	if _, err := e.front.AdmitFetched(h); err != nil {
+	admit := e.front.AdmitFetched
+	if quiet {
+		admit = e.front.AdmitFetchedQuiet
+	}
+	if _, err := admit(h); err != nil {
 		e.log.Warn("frontier: redirect target not admitted, it may be fetched again", "url", s, "err", err)
 	}
 	return nil

@@ -990,6 +990,15 @@ func (f *Frontier) forget(items []Item, hashes []Hash) error {
 				return err
 			}
 			pending[it.Host]++
+			// admitted again while the hand-off was under way (it came
+			// back, or a redirect led here): unsee took its old mark, so a
+			// mark now is new, and its history and schedule are its own —
+			// only the old queue entry goes, as resee would keep it
+			if _, err := txn.Get(cat(pSeen, h[:])); err == nil {
+				continue
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
 			old, found, err := getHistory(txn, h)
 			if err != nil {
 				return err

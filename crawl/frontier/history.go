@@ -188,7 +188,14 @@ func (f *Frontier) History(u string) (History, bool, error) {
 //
 // It reports whether h was stored: false for a URL with a history, or when
 // its host's budget is spent (counted as rejected, nothing stored).
-func (f *Frontier) AdmitFetched(h History) (bool, error) {
+func (f *Frontier) AdmitFetched(h History) (bool, error) { return f.admitFetched(h, true) }
+
+// AdmitFetchedQuiet is AdmitFetched for a target offered before (its
+// source revisited unchanged): a refusal over the host's budget is not
+// counted again.
+func (f *Frontier) AdmitFetchedQuiet(h History) (bool, error) { return f.admitFetched(h, false) }
+
+func (f *Frontier) admitFetched(h History, countRejected bool) (bool, error) {
 	if h.URL == "" || h.Host == "" {
 		return false, errors.New("frontier: AdmitFetched needs the URL and its host")
 	}
@@ -198,7 +205,7 @@ func (f *Frontier) AdmitFetched(h History) (bool, error) {
 	var known bool
 	if err := f.db.View(func(txn *badger.Txn) error {
 		old, found, err := getHistory(txn, k)
-		known = found && !isRedirectMark(old)
+		known = found && !replaceable(old, h)
 		return err
 	}); err != nil || known {
 		return false, err
@@ -212,8 +219,15 @@ func (f *Frontier) AdmitFetched(h History) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if found && !isRedirectMark(old) {
+		if found && !replaceable(old, h) {
 			return nil
+		}
+		if found && isGone(old) {
+			// the page is back: its record goes on (it already holds its
+			// seen mark and its place in the budget)
+			h.FirstFetch = old.FirstFetch
+			h.Fetches += old.Fetches
+			h.Changes += old.Changes
 		}
 		sk := cat(pSeen, k[:])
 		if _, err := txn.Get(sk); errors.Is(err, badger.ErrKeyNotFound) {
@@ -222,7 +236,7 @@ func (f *Frontier) AdmitFetched(h History) (bool, error) {
 				return err
 			}
 			if f.opt.MaxPagesPerHost > 0 && m.Admitted >= int64(f.opt.MaxPagesPerHost) {
-				rejected = true
+				rejected = countRejected
 				return nil
 			}
 			m.Admitted++
@@ -277,6 +291,20 @@ func (f *Frontier) AdmitFetched(h History) (bool, error) {
 // hash) and no schedule.
 func isRedirectMark(h History) bool {
 	return h.Changes == 0 && h.ContentHash == [16]byte{} && h.NextVisit.IsZero()
+}
+
+// isGone reports a page whose last fetch said it went away (404, 410) and
+// that is no longer scheduled.
+func isGone(h History) bool {
+	return h.NextVisit.IsZero() && (h.Status == 404 || h.Status == 410)
+}
+
+// replaceable reports whether AdmitFetched replaces old by h: an old
+// redirect mark, or a page gone that a redirect now reaches alive and
+// scheduled (else, once the source went too, the live page would never be
+// fetched again).
+func replaceable(old, h History) bool {
+	return isRedirectMark(old) || (isGone(old) && !h.NextVisit.IsZero())
 }
 
 // MarkHandedOff remembers URLs another crawler durably took (a hand-off),
