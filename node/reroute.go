@@ -136,9 +136,10 @@ func (n *Node) ledgerOwners() ([]delegation.CrawlerID, error) {
 	return owners, err
 }
 
-// Re-routing a URL needs its host's address. A lookup that fails without
-// saying the host does not exist (SERVFAIL, a timeout, a resolver down)
-// leaves the URL in the ledger, to be tried again with back-off: its
+// Re-routing a URL needs its host's address. A lookup that says the host
+// does not exist (NXDOMAIN) queues the URL here at once (the fallback
+// below). A lookup that fails otherwise (SERVFAIL, a timeout, a resolver
+// down) leaves the URL in the ledger, to be tried again with back-off: its
 // attempts and the time of its next try are kept in its ledger value. After
 // rerouteMaxAttempts failures (about 2.5 hours of sweeps) the URL is queued
 // in this crawler's own frontier — the hand-off fallback: this crawler is
@@ -282,8 +283,13 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 			if r.err != nil {
 				var de *net.DNSError
 				if errors.As(r.err, &de) && de.IsNotFound {
-					n.log.Warn("re-route: host does not exist; URL dropped", "url", e.url, "err", r.err)
+					// queued here, not dropped: a passing NXDOMAIN (a
+					// resolver wrong for a minute) would lose URLs the
+					// dead owner acknowledged; the engine resolves the
+					// host again and reports a failure like any fetch
+					fallback = append(fallback, e.url)
 					done = append(done, e.key)
+					st.fallback.add(e.url, r.err)
 					continue
 				}
 				failed(e, r.err)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -101,5 +102,46 @@ func TestRerouteUnresolvableQueuedHereAfterLastAttempt(t *testing.T) {
 	}
 	if asked := res.lookups(func(h string) bool { return h == "bad-waiting.example" }); asked != 0 {
 		t.Errorf("a URL in back-off was looked up %d times", asked)
+	}
+}
+
+// nxdomainResolver answers NXDOMAIN for every host (a resolver briefly
+// wrong, or a site whose name lapsed).
+type nxdomainResolver struct{}
+
+func (nxdomainResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// Regression (the defect it caught): a re-route dropped every URL whose
+// host answered NXDOMAIN, so one passing NXDOMAIN (a resolver misconfigured
+// for a minute) lost URLs the dead owner had acknowledged. They are queued
+// here: the engine resolves the host again before fetching and reports a
+// failure like any fetch — the fate they had at the dead owner.
+func TestRerouteNXDOMAINQueuedHereNotDropped(t *testing.T) {
+	r, err := newRouter(loopbackTree(t), nil, nxdomainResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.peer = &handingOwner{timingOwner: &timingOwner{}}
+	n := ledgerOnlyNode(t, r)
+	eng, err := crawl.New(crawl.Config{DB: n.db, Router: r, Receiver: pack.FileSink{Dir: t.TempDir()}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	n.eng = eng
+
+	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	e := ledgerEntry{url: "http://lapsed.example/p"}
+	writeLedger(t, n, dead, e)
+	if _, err := n.reroute(context.Background(), dead); err != nil {
+		t.Fatal(err)
+	}
+	if seen, err := eng.Frontier().Seen(e.url); err != nil || !seen {
+		t.Errorf("a URL whose host answered NXDOMAIN is not queued here (seen %v, %v): acknowledged by the dead owner, it is lost", seen, err)
+	}
+	if left := ledgerEntries(t, n, dead); len(left) != 0 {
+		t.Errorf("ledger still holds %v", left)
 	}
 }
