@@ -28,8 +28,12 @@ func (s FileSink) Deliver(ctx context.Context, c Carrier) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return err
+	sync := s.syncDir
+	if sync == nil {
+		sync = syncDir
+	}
+	if err := mkdirDurable(s.Dir, sync); err != nil {
+		return fmt.Errorf("file sink: %w", err)
 	}
 	name := filepath.Join(s.Dir, sanitizeFileName(c.ID())+CarrierExt)
 	f, err := os.CreateTemp(s.Dir, ".carrier-*")
@@ -54,12 +58,40 @@ func (s FileSink) Deliver(ctx context.Context, c Carrier) error {
 	// Sync the directory so the rename itself is durable. Until it is, the
 	// carrier is not acknowledged: the outbox keeps it and delivers it again,
 	// overwriting the same file.
-	sync := s.syncDir
-	if sync == nil {
-		sync = syncDir
-	}
 	if err := sync(s.Dir); err != nil {
 		return fmt.Errorf("file sink: sync directory %s after writing %s: %w", s.Dir, filepath.Base(name), err)
+	}
+	return nil
+}
+
+// mkdirDurable creates dir and its missing parents, syncing the parent of
+// each directory it creates: an entry is durable only once its parent
+// directory is synced, and a carrier acknowledged in a directory a power
+// cut then loses is lost with it.
+func mkdirDurable(dir string, sync func(string) error) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !os.IsNotExist(err) {
+			return err
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// outermost first: each new directory's entry, in its parent
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := sync(filepath.Dir(created[i])); err != nil {
+			return fmt.Errorf("sync directory %s after creating %s: %w", filepath.Dir(created[i]), filepath.Base(created[i]), err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package pack
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,5 +61,47 @@ func TestFileSinkDirSyncFailureNotAcknowledged(t *testing.T) {
 	}
 	if st := ob.Stats(); st.DeliveryErrors != 2 || st.CarriersDelivered != 1 || st.PendingCarriers != 0 {
 		t.Fatalf("outbox after two failed directory syncs: %+v, want 2 delivery errors, then the carrier delivered once", st)
+	}
+}
+
+// Regression (the defect it caught): FileSink created its directory (and
+// missing parents) without syncing their parents, so after a power cut a
+// carrier it had acknowledged could vanish with the directory holding it.
+// Each new directory's parent is synced before the carrier is acknowledged,
+// and a failure there is an error.
+func TestFileSinkNewDirectoryDurable(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b")
+	var synced []string
+	sink := FileSink{Dir: dir, syncDir: func(d string) error {
+		synced = append(synced, d)
+		return syncDir(d)
+	}}
+	if err := sink.Deliver(context.Background(), EncodeCarrier("c1", 1, time.Now(), []Record{sampleRecord(1)})); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{root, filepath.Join(root, "a"), dir}
+	if !slices.Equal(synced, want) {
+		t.Fatalf("synced %v, want %v (each new directory's parent, then the carrier's directory)", synced, want)
+	}
+	// a second carrier creates no directory: only its own is synced
+	synced = nil
+	if err := sink.Deliver(context.Background(), EncodeCarrier("c1", 2, time.Now(), []Record{sampleRecord(2)})); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(synced, []string{dir}) {
+		t.Fatalf("second carrier synced %v, want only %s", synced, dir)
+	}
+
+	errSync := errors.New("injected: parent fsync failed")
+	other := filepath.Join(root, "c")
+	failing := FileSink{Dir: other, syncDir: func(d string) error {
+		if d == root {
+			return errSync
+		}
+		return syncDir(d)
+	}}
+	if err := failing.Deliver(context.Background(), EncodeCarrier("c1", 3, time.Now(), []Record{sampleRecord(3)})); !errors.Is(err, errSync) {
+		t.Fatalf("Deliver into a new directory whose parent cannot be synced = %v, want the sync error", err)
 	}
 }
