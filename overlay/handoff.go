@@ -533,9 +533,17 @@ func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.Crawl
 	return rec.Owner
 }
 
+// handleHandoff serves /micra/handoff/1. The request may be up to 4 MiB, so
+// it is read like a bulk transfer (see roundTrip): bytes must come every
+// RequestTimeout — a sender that stalls is dropped after that — and the
+// whole of it within exchangeBudget of a full message (RequestTimeout + 64
+// s), so a sender on a slow link is not cut, and one trickling a byte per
+// RequestTimeout not held for ever. The answer is small and keeps a bound
+// of RequestTimeout.
 func (p *Peer) handleHandoff(s network.Stream) {
 	defer s.Close()
-	st := newStream(s, maxHandoffMsg, p.cfg.RequestTimeout)
+	rt := p.cfg.RequestTimeout
+	st := newIdleStream(s, maxHandoffMsg, rt, time.Now().Add(exchangeBudget(rt, maxHandoffMsg)))
 	var req pb.HandoffRequest
 	if err := st.read(&req); err != nil {
 		s.Reset()
@@ -543,6 +551,7 @@ func (p *Peer) handleHandoff(s network.Stream) {
 	}
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
 	resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
+	st.setEnd(time.Now().Add(rt))
 	seen := map[uint32]bool{}
 	for _, i := range resp.NotOwnerBatch {
 		if s := req.Batches[i].Subnet; !seen[s] {

@@ -91,14 +91,16 @@ type stream struct {
 	idle *idleDeadline
 }
 
-// newStream bounds the whole exchange on s by one deadline: the request /
-// response protocols, whose messages are small next to their timeout.
+// newStream bounds the whole exchange on s by one deadline: the servers of
+// the request / response protocols whose messages are small next to their
+// timeout (probe, endorse).
 func newStream(s network.Stream, max int, deadline time.Duration) *stream {
 	_ = s.SetDeadline(time.Now().Add(deadline))
 	return &stream{s: s, r: bufio.NewReader(s), w: s, max: max}
 }
 
-// newIdleStream is for bulk transfers (snapshots, page recovery): every
+// newIdleStream is for bulk transfers (snapshots, page recovery) and for
+// exchanges whose request may be large (roundTrip, hand-offs): every
 // read and write on s must move bytes within idle — the deadline is renewed
 // before each call on the stream, so a transfer that keeps moving is never
 // cut by it — and no call runs past end (zero: no overall end; the caller
@@ -190,45 +192,81 @@ func (st *stream) read(m proto.Message) error {
 	return err
 }
 
-// roundTrip opens a stream to p, writes req and reads resp. The whole
-// exchange is bounded by timeout, the protocol's own, and by the caller's
-// context, whichever ends first. (Until 25 Nov a caller's deadline replaced
-// timeout: a long-lived context — a decision's, a flush's — let a peer
-// that accepts the stream and never answers hold the caller for as long as
-// that context lasted; probes were bounded separately in ProbeOne.) On any
-// failure the stream is reset, so the other side's handler stops at once
-// rather than at its own deadline.
+// roundTrip opens a stream to p, writes req and reads resp. The exchange is
+// bounded by the caller's context and by exchangeBudget — timeout, the
+// protocol's own, plus req's size at minSnapshotRate — whichever ends
+// first. (Until 25 Nov a caller's deadline replaced timeout: a long-lived
+// context — a decision's, a flush's — let a peer that accepts the stream
+// and never answers hold the caller for as long as that context lasted;
+// probes were bounded separately in ProbeOne.) For a probe or an
+// endorsement the size adds milliseconds. A hand-off message of up to
+// 4 MiB, bounded by timeout alone, needed ≈ 3.4 Mbit/s to fit 10 s: on a
+// slower link every full message timed out and was re-sent the same for
+// ever. A bound that only grows with the size would let a peer that stalls
+// hold the caller for all of it (74 s for a full message at the default
+// 10 s), so within it the stream has an idle deadline, as the bulk
+// transfers do (newIdleStream): each 64 KiB written must leave within
+// timeout, and the answer must come within timeout plus inFlight of the
+// last write (the bytes the peer had not read yet when that write returned
+// may still be on their way). A stalled or vanished peer costs about
+// timeout. The dial and protocol negotiation get timeout. On any failure
+// the stream is reset, so the other side's handler stops at once rather
+// than at its own deadline.
 func roundTrip(ctx context.Context, h interface {
 	NewStream(context.Context, peer.ID, ...protocol.ID) (network.Stream, error)
-}, p peer.ID, proto protocol.ID, max int, timeout time.Duration, req, resp proto.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+}, p peer.ID, pid protocol.ID, max int, timeout time.Duration, req, resp proto.Message) error {
+	size := proto.Size(req)
+	ctx, cancel := context.WithTimeout(ctx, exchangeBudget(timeout, size))
 	defer cancel()
-	end, _ := ctx.Deadline() // the earlier of the caller's and now+timeout
-	s, err := h.NewStream(ctx, p, proto)
+	end, _ := ctx.Deadline() // the earlier of the caller's and the budget's
+	octx, ocancel := context.WithTimeout(ctx, timeout)
+	s, err := h.NewStream(octx, p, pid)
+	ocancel()
 	if err != nil {
-		return fmt.Errorf("%s: open stream to %s: %w", proto, shortID(p), err)
+		return fmt.Errorf("%s: open stream to %s: %w", pid, shortID(p), err)
 	}
 	defer s.Close()
-	st := newStream(s, max, time.Until(end))
+	st := newIdleStream(s, max, timeout, end)
 	// Reset the stream if the context ends first (cancelled), so reads unblock.
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
 	if err := st.write(req); err != nil {
 		s.Reset()
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: send to %s: %w", proto, shortID(p), ctx.Err())
+			return fmt.Errorf("%s: send to %s: %w", pid, shortID(p), ctx.Err())
 		}
-		return fmt.Errorf("%s: send to %s: %w", proto, shortID(p), err)
+		return fmt.Errorf("%s: send to %s: %w", pid, shortID(p), err)
 	}
 	_ = s.CloseWrite()
+	st.setIdle(timeout + inFlight(size))
 	if err := st.read(resp); err != nil {
 		s.Reset()
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %s: %w", proto, shortID(p), ctx.Err())
+			return fmt.Errorf("%s: %s: %w", pid, shortID(p), ctx.Err())
 		}
-		return fmt.Errorf("%s: read from %s: %w", proto, shortID(p), err)
+		return fmt.Errorf("%s: read from %s: %w", pid, shortID(p), err)
 	}
 	return nil
+}
+
+// exchangeBudget is the overall bound of a request / response exchange
+// whose request is size bytes: timeout plus the request at minSnapshotRate
+// (a full hand-off message, 4 MiB: 64 s more).
+func exchangeBudget(timeout time.Duration, size int) time.Duration {
+	return timeout + time.Duration(size)*time.Second/minSnapshotRate
+}
+
+// maxInFlight bounds what a peer may not have read yet when the write of
+// the last bytes to it returns: a stream's flow-control window, 256 KiB to
+// start with on yamux, 512 KiB on QUIC. (A window grows only when the peer
+// reads a whole one within a few round trips, so it stays small on a link
+// that is slow for its round-trip time.)
+const maxInFlight = 512 << 10
+
+// inFlight is how long the bytes a write of size bytes may leave unread
+// take at minSnapshotRate (at most 8 s).
+func inFlight(size int) time.Duration {
+	return time.Duration(min(size, maxInFlight)) * time.Second / minSnapshotRate
 }
 
 func protocolID(s string) protocol.ID { return protocol.ID(s) }
