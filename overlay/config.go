@@ -102,14 +102,6 @@ type Config struct {
 	// memory-mapped). Default on.
 	HandoffSyncWrites bool
 
-	// MaxCachedRecords bounds the delegation records the directory keeps in
-	// memory (Directory; 1.7–2.3 KB each with 4–8 probes, 11 KB with 64,
-	// BenchmarkDirectoryRecordBytes). When a new record would pass it,
-	// the least recently used quarter of the cached records is forgotten
-	// (re-read from the DHT when next needed); records of subnets or blocks
-	// this peer crawls are kept whatever the bound.
-	MaxCachedRecords int
-
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil: metrics not registered
 }
@@ -138,19 +130,8 @@ func DefaultConfig() Config {
 		HandoffBatch:      256,
 		HandoffInterval:   500 * time.Millisecond,
 		HandoffSyncWrites: true,
-		MaxCachedRecords:  DefaultMaxCachedRecords,
 	}
 }
-
-// DefaultMaxCachedRecords is Config.MaxCachedRecords for a volunteer's
-// machine: 110–150 MB of typical records, as many subnets as the micra
-// engine keeps learned contexts for (delegation.MicraConfig.MaxContexts);
-// a miss costs a DHT read (docs/overlay.md).
-const DefaultMaxCachedRecords = 1 << 16
-
-// minCachedRecords is the smallest Config.MaxCachedRecords: below it nearly
-// every lookup would read the DHT again.
-const minCachedRecords = 16
 
 // TestnetConfig is DefaultConfig for in-process loopback networks: loopback
 // listen address, ephemeral key, no resource limits, fast failure detection,
@@ -235,9 +216,6 @@ func (c *Config) validatePeer() error {
 	}
 	if c.HandoffDir != "" && c.HandoffInMemory {
 		return errors.New("overlay: HandoffDir and HandoffInMemory exclude each other")
-	}
-	if c.MaxCachedRecords < minCachedRecords {
-		return fmt.Errorf("overlay: MaxCachedRecords (%d) must be at least %d", c.MaxCachedRecords, minCachedRecords)
 	}
 	return nil
 }

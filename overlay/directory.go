@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -30,10 +29,6 @@ import (
 // SLOW_PAGE and RELEASED events. Every merge applies the Select rule, so all
 // caches converge on the same record per subnet.
 //
-// The cache is bounded (Config.MaxCachedRecords, see makeRoomLocked): the
-// least recently used records are forgotten, and a forgotten record is read
-// from the DHT again when next needed, as if this peer had never seen it.
-//
 // Holder sets (crawlers holding subnets under an ancestor, or of an
 // organisation) are the union of what the cache knows and DHT provider
 // records, filtered to live peers.
@@ -51,29 +46,12 @@ type Directory struct {
 	// rechecked: when a subnet's record was last re-read in the
 	// background because a hand-off was refused by it (Recheck)
 	rechecked map[hierarchy.NodeID]time.Time
-
-	// clock orders uses of the cached records (least recently used ones are
-	// forgotten first): it ticks on every record stored, and a use stamps
-	// the entry with its current value. Written under mu; read by the
-	// lookups under the read lock, hence atomic.
-	clock atomic.Uint64
-	// forgetAt: a new record passing this size starts a forget pass (the
-	// bound, or more while the records kept whatever the bound pass it).
-	forgetAt int
-	// forgotten has a bit per hierarchy node whose record was forgotten and
-	// not read again since (nil until the first forget pass): such a record
-	// is re-read before a hand-off of the subnet is accepted or an
-	// endorsement of it given.
-	forgotten []uint64
-	// forgets counts forgotten records (tests).
-	forgets int
 }
 
 type cached struct {
 	rec   delegation.Record
 	raw   []byte
-	stale bool          // a gossip event says the DHT may hold something newer
-	used  atomic.Uint64 // Directory.clock when last used
+	stale bool // a gossip event says the DHT may hold something newer
 }
 
 type provEntry struct {
@@ -82,9 +60,6 @@ type provEntry struct {
 }
 
 const providerCacheTTL = 30 * time.Second
-
-// maxProvEntries bounds the cached provider answers (Directory.prov).
-const maxProvEntries = 4096
 
 func newDirectory(p *Peer) *Directory {
 	return &Directory{
@@ -96,61 +71,48 @@ func newDirectory(p *Peer) *Directory {
 		prov:  make(map[string]provEntry),
 
 		provPending: make(map[string]bool),
-		rechecked:   make(map[hierarchy.NodeID]time.Time),
-		forgetAt:    p.cfg.MaxCachedRecords,
 	}
 }
 
 // Cached returns the cached record for s without touching the network:
 // the sub-microsecond path of every owner lookup.
 func (d *Directory) Cached(s hierarchy.NodeID) (delegation.Record, bool) {
-	rec, stale, ok := d.entry(s)
-	if !ok || stale {
+	e, ok := d.entry(s)
+	if !ok || e.stale {
 		return delegation.Record{}, false
 	}
-	return rec, d.p.members.IsLive(rec.Owner)
+	return e.rec, d.p.members.IsLive(e.rec.Owner)
 }
 
-// entry reads s's cache entry under the lock (stale is written in place)
-// and marks it used.
-func (d *Directory) entry(s hierarchy.NodeID) (rec delegation.Record, stale, ok bool) {
+// entry copies s's cache entry under the lock (stale is written in place).
+func (d *Directory) entry(s hierarchy.NodeID) (cached, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	e, ok := d.recs[s]
 	if !ok {
-		return delegation.Record{}, false, false
+		return cached{}, false
 	}
-	d.touch(e)
-	return e.rec, e.stale, true
-}
-
-// touch marks e used now. Under d.mu, read or write.
-func (d *Directory) touch(e *cached) {
-	if now := d.clock.Load(); e.used.Load() != now {
-		e.used.Store(now)
-	}
+	return *e, true
 }
 
 // Lookup implements delegation.Directory. A record whose owner is dead is
 // returned with ok == false (so the engine bumps its epoch).
 func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
-	old, stale, ok := d.entry(s)
-	if ok && !stale {
-		return old, d.p.members.IsLive(old.Owner), nil
+	e, ok := d.entry(s)
+	if ok && !e.stale {
+		return e.rec, d.p.members.IsLive(e.rec.Owner), nil
 	}
-	// not cached (never seen, or forgotten: see makeRoomLocked) or stale:
-	// the DHT answers
 	rec, found, err := d.fetch(ctx, s)
 	if err != nil {
 		if ok { // stale but usable
-			return old, d.p.members.IsLive(old.Owner), nil
+			return e.rec, d.p.members.IsLive(e.rec.Owner), nil
 		}
 		return delegation.Record{}, false, err
 	}
 	if !found {
 		if ok {
 			d.unstale(s)
-			return old, d.p.members.IsLive(old.Owner), nil
+			return e.rec, d.p.members.IsLive(e.rec.Owner), nil
 		}
 		return delegation.Record{}, false, nil
 	}
@@ -164,10 +126,6 @@ func (d *Directory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.
 // recheckEvery bounds the background re-reads of one subnet (Recheck).
 const recheckEvery = 5 * time.Second
 
-// maxRechecked bounds Directory.rechecked: past it, entries older than
-// recheckEvery are dropped (all of them if that leaves more than half).
-const maxRechecked = 4096
-
 // Recheck re-reads s's record from the DHT in the background, at most once
 // per recheckEvery: a hand-off refused because of the cached record may
 // mean the record changed and its announcement never reached this peer
@@ -178,25 +136,14 @@ func (d *Directory) Recheck(s hierarchy.NodeID) {
 	if d.rechecked == nil {
 		d.rechecked = make(map[hierarchy.NodeID]time.Time)
 	}
-	now := time.Now()
-	if now.Sub(d.rechecked[s]) < recheckEvery {
+	if time.Since(d.rechecked[s]) < recheckEvery {
 		d.mu.Unlock()
 		return
 	}
-	if len(d.rechecked) >= maxRechecked {
-		// only the last recheckEvery matters; should more subnets than
-		// half the bound have been re-read within it, they may be re-read
-		// again sooner
-		for k, t := range d.rechecked {
-			if now.Sub(t) >= recheckEvery {
-				delete(d.rechecked, k)
-			}
-		}
-		if len(d.rechecked) > maxRechecked/2 {
-			clear(d.rechecked)
-		}
+	if len(d.rechecked) >= 1<<16 {
+		clear(d.rechecked)
 	}
-	d.rechecked[s] = now
+	d.rechecked[s] = time.Now()
 	d.mu.Unlock()
 	d.p.goBackground(func() {
 		if _, _, err := d.fetch(d.p.ctx, s); err != nil && d.p.ctx.Err() == nil {
@@ -246,13 +193,6 @@ func (d *Directory) Invalidate(s hierarchy.NodeID) {
 	d.mu.Unlock()
 }
 
-// Len is the number of cached records.
-func (d *Directory) Len() int {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return len(d.recs)
-}
-
 // mergeValue verifies a DHT value and merges it by the Select rule. It
 // returns the record that prevails in the cache afterwards.
 func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Record, bool, error) {
@@ -275,7 +215,6 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 		if string(raw) == string(old.raw) {
 			old.stale = false
 		}
-		d.touch(old)
 		best := old.rec
 		d.mu.Unlock()
 		return best, false
@@ -286,13 +225,8 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 		if prevOwner != rec.Owner {
 			d.indexLocked(old.rec, -1)
 		}
-	} else {
-		d.makeRoomLocked()
-		d.unforgetLocked(s)
 	}
-	e := &cached{rec: rec, raw: raw}
-	e.used.Store(d.clock.Add(1))
-	d.recs[s] = e
+	d.recs[s] = &cached{rec: rec, raw: raw}
 	if !had || prevOwner != rec.Owner {
 		d.indexLocked(rec, +1)
 	}
@@ -319,143 +253,6 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 		}
 	}
 	return rec, true
-}
-
-// makeRoomLocked bounds the cache (Config.MaxCachedRecords) before a new
-// record is stored: when the cache holds forgetAt records, it forgets the
-// least recently used quarter of the bound (ties: lower subnet first, so
-// the same history forgets the same records), removing their contribution
-// to the holder indexes. A use is a Lookup, Cached or get hit, a store, or
-// a gossip or DHT copy of the record arriving. Records this peer crawls
-// from — its subnets (owned) and records giving it a block — are kept:
-// republishing, hand-off checks and page recovery need them here. Should
-// those alone pass the bound, the cache holds them and at most a quarter of
-// the bound more, and the next pass waits for a quarter of the bound of new
-// records (a pass sorts the cache: O(n log n) per quarter of the bound).
-//
-// A forgotten record is simply unknown here until read again: Lookup reads
-// the DHT, a hand-off of the subnet or an endorsement of it reads it first
-// (forgotten marks it), and gossip brings it back.
-func (d *Directory) makeRoomLocked() {
-	bound := d.p.cfg.MaxCachedRecords
-	if bound <= 0 || len(d.recs) < d.forgetAt {
-		return
-	}
-	quarter := max(1, bound/4)
-	self := d.p.selfID
-	type cand struct {
-		used uint64
-		s    hierarchy.NodeID
-	}
-	cands := make([]cand, 0, len(d.recs))
-	for s, e := range d.recs {
-		if d.keepLocked(e, self) {
-			continue
-		}
-		cands = append(cands, cand{e.used.Load(), s})
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.used != b.used {
-			if a.used < b.used {
-				return -1
-			}
-			return 1
-		}
-		return int(a.s) - int(b.s)
-	})
-	if len(cands) > quarter {
-		cands = cands[:quarter]
-	}
-	if d.forgotten == nil {
-		d.forgotten = make([]uint64, (d.p.tree.Len()+63)/64)
-	}
-	for _, c := range cands {
-		e := d.recs[c.s]
-		d.indexLocked(e.rec, -1)
-		delete(d.recs, c.s)
-		if int(c.s) < d.p.tree.Len() {
-			d.forgotten[c.s/64] |= 1 << (c.s % 64)
-		}
-	}
-	d.forgets += len(cands)
-	d.p.metrics.recordsForgotten.Add(float64(len(cands)))
-	d.forgetAt = max(bound, len(d.recs)+quarter)
-}
-
-// keepLocked: e is never forgotten — this peer crawls from it (its subnet,
-// or a block of it).
-func (d *Directory) keepLocked(e *cached, self delegation.CrawlerID) bool {
-	if e.rec.Owner == self || d.owned[e.rec.Subnet] {
-		return true
-	}
-	for _, b := range e.rec.Blocks {
-		if b.Owner == self {
-			return true
-		}
-	}
-	return false
-}
-
-// unforgetLocked clears s's forgotten mark (its record is cached again).
-func (d *Directory) unforgetLocked(s hierarchy.NodeID) {
-	if d.forgotten != nil && int(s) < d.p.tree.Len() {
-		d.forgotten[s/64] &^= 1 << (s % 64)
-	}
-}
-
-// wasForgotten reports whether s's record was forgotten (makeRoomLocked)
-// and has not been cached again since.
-func (d *Directory) wasForgotten(s hierarchy.NodeID) bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.forgotten == nil || int(s) >= d.p.tree.Len() {
-		return false
-	}
-	_, cachedNow := d.recs[s]
-	return !cachedNow && d.forgotten[s/64]&(1<<(s%64)) != 0
-}
-
-// rereadForgotten reads from the DHT, concurrently (8 at a time) and
-// within ctx, the records of the subnets among ss that were forgotten
-// (makeRoomLocked), so that a check of their ownership sees what this peer
-// would have kept without the bound. A subnet whose read fails is left
-// unknown for this check (as if never seen) and read again by the next; one
-// the DHT no longer holds is unknown from then on.
-func (d *Directory) rereadForgotten(ctx context.Context, ss []hierarchy.NodeID) {
-	var todo []hierarchy.NodeID
-	seen := map[hierarchy.NodeID]bool{}
-	for _, s := range ss {
-		if !seen[s] && d.wasForgotten(s) {
-			todo = append(todo, s)
-		}
-		seen[s] = true
-	}
-	if len(todo) == 0 {
-		return
-	}
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for _, s := range todo {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			_, found, err := d.fetch(ctx, s)
-			switch {
-			case err != nil:
-				// (marked still: the next check tries again)
-				if d.p.ctx.Err() == nil {
-					d.p.log.Debug("overlay: re-read of a forgotten record failed", "subnet", s, "err", err)
-				}
-			case !found:
-				// gone from the DHT too (expired): unknown, as never seen
-				d.mu.Lock()
-				d.unforgetLocked(s)
-				d.mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // blocksGained lists the blocks whose hosts self crawls under rec but
@@ -501,37 +298,28 @@ func (d *Directory) indexLocked(r delegation.Record, delta int) {
 	if int(r.Subnet) >= t.Len() {
 		return
 	}
-	for _, a := range append([]hierarchy.NodeID{r.Subnet}, t.Ancestors(r.Subnet)...) {
-		if m := indexAdd(d.under[a], r.Owner, delta); m != nil {
-			d.under[a] = m
-		} else {
-			delete(d.under, a)
+	add := func(m map[delegation.CrawlerID]int) {
+		m[r.Owner] += delta
+		if m[r.Owner] <= 0 {
+			delete(m, r.Owner)
 		}
+	}
+	for _, a := range append([]hierarchy.NodeID{r.Subnet}, t.Ancestors(r.Subnet)...) {
+		m, ok := d.under[a]
+		if !ok {
+			m = make(map[delegation.CrawlerID]int)
+			d.under[a] = m
+		}
+		add(m)
 	}
 	if o := t.Node(r.Subnet).Org; o != 0 {
-		if m := indexAdd(d.org[o], r.Owner, delta); m != nil {
+		m, ok := d.org[o]
+		if !ok {
+			m = make(map[delegation.CrawlerID]int)
 			d.org[o] = m
-		} else {
-			delete(d.org, o)
 		}
+		add(m)
 	}
-}
-
-// indexAdd adds delta to owner's count in m and returns m, nil once empty:
-// an emptied set is dropped, not kept (forgotten records would otherwise
-// leave an empty set behind for every subnet ever cached).
-func indexAdd(m map[delegation.CrawlerID]int, owner delegation.CrawlerID, delta int) map[delegation.CrawlerID]int {
-	if m == nil {
-		m = make(map[delegation.CrawlerID]int)
-	}
-	m[owner] += delta
-	if m[owner] <= 0 {
-		delete(m, owner)
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	return m
 }
 
 // Publish implements delegation.Directory: obtain the owner's signature
@@ -614,7 +402,6 @@ func (d *Directory) get(s hierarchy.NodeID) (delegation.Record, bool) {
 	if !ok {
 		return delegation.Record{}, false
 	}
-	d.touch(e)
 	return e.rec, true
 }
 
@@ -735,18 +522,6 @@ func (d *Directory) findProviders(ctx context.Context, c cid.Cid) provEntry {
 		pe.ids = append(pe.ids, delegation.CrawlerID(ai.ID.String()))
 	}
 	d.mu.Lock()
-	if len(d.prov) >= maxProvEntries {
-		// answers older than providerCacheTTL are never used again;
-		// should more than half the bound be fresh, they are walked again
-		for k, e := range d.prov {
-			if pe.at.Sub(e.at) > providerCacheTTL {
-				delete(d.prov, k)
-			}
-		}
-		if len(d.prov) > maxProvEntries/2 {
-			clear(d.prov)
-		}
-	}
 	d.prov[c.KeyString()] = pe
 	d.mu.Unlock()
 	return pe

@@ -91,15 +91,6 @@ func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte
 	if !p.probes.consistent(from, in, rec.OwnerRTT) {
 		return pb.Status_REFUSED, fmt.Sprintf("owner rtt %v disagrees with what this peer measured for subnet %d", rec.OwnerRTT, rec.Subnet), nil
 	}
-	if p.dir.wasForgotten(rec.Subnet) {
-		// This peer is about to gain the subnet and forgot its record (the
-		// bounded cache): read it again now, while the DHT still holds the
-		// record being replaced, so that the gain knows the previous owner
-		// and recovers its pages (merge, onGained).
-		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout/4)
-		p.dir.rereadForgotten(ctx, []hierarchy.NodeID{rec.Subnet})
-		cancel()
-	}
 	env, err := sealOwner(&m, p.sk)
 	if err != nil {
 		return pb.Status_INTERNAL, err.Error(), nil

@@ -592,15 +592,6 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 	if total == 0 || total > maxHandoffURLs {
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("%d urls (1..%d allowed)", total, maxHandoffURLs), 0, nil
 	}
-	// a record this peer forgot (the bounded cache) is read again first:
-	// the check below must see what an unbounded cache would have
-	subnets := make([]hierarchy.NodeID, len(req.Batches))
-	for i, b := range req.Batches {
-		subnets[i] = hierarchy.NodeID(b.Subnet)
-	}
-	rctx, rcancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout/4)
-	p.dir.rereadForgotten(rctx, subnets)
-	rcancel()
 	var urls []string
 	var notOwner []uint32
 	for i, b := range req.Batches {
@@ -614,8 +605,7 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 		}
 		// Refuse only when a live peer holds the subnet (or the batch's
 		// block) by our cache; a lazily delegated subnet we have not heard
-		// of yet is accepted (one whose record was forgotten was read
-		// again above).
+		// of yet is accepted.
 		if rec, ok := p.dir.get(hierarchy.NodeID(b.Subnet)); ok {
 			if o := p.blockOwner(rec, addr); o != p.selfID && p.members.IsLive(o) {
 				// the sender read another record: ours may be the old one

@@ -11,7 +11,6 @@ type metrics struct {
 	probesSent, probesServed, endorsements, delegations prometheus.Counter
 	pagesRecovered, calibrationEvents, deaths           prometheus.Counter
 	learned, learnDropped                               prometheus.Counter
-	recordsForgotten                                    prometheus.Counter
 }
 
 // newMetrics registers the overlay's metrics on reg (nil: unregistered),
@@ -32,11 +31,10 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		deaths:            prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total", Help: "Peers declared dead by the failure detector."}),
 		learned:           prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_learned_total", Help: "Delegation records (this peer's and others') the policy learned from."}),
 		learnDropped:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "learn_dropped_total", Help: "Delegation records dropped from a full learn queue before the policy learned them."}),
-		recordsForgotten:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_forgotten_total", Help: "Delegation records forgotten from the directory's bounded cache (Config.MaxCachedRecords)."}),
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.learned, m.learnDropped, m.recordsForgotten} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.learned, m.learnDropped} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}
