@@ -43,6 +43,12 @@ func main() {
 	rootCmd.PersistentFlags().BoolP("verbose", "v", false, "debug logging")
 	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := rootCmd.ExecuteContext(ctx)
+	var in interrupted
+	if err != nil && errors.As(context.Cause(ctx), &in) && !errors.As(err, new(interrupted)) {
+		// a command cut short by the signal that says only "context
+		// canceled" (sim, bench, …): name the signal, and exit with it
+		err = fmt.Errorf("%w: %w", in, err)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "micra:", err)

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // mainEnv, set in a child process started from a test, makes the test
@@ -17,4 +22,38 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// Regression (the defect it caught): a command other than crawl cut short
+// by SIGINT said only "context canceled" and exited 1; every command cut
+// short by a signal names it and exits 128+signal, as shells report it.
+func TestSimSIGINTExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	// a run long enough to be interrupted: the scale preset's placement alone
+	// takes tens of seconds
+	cmd := exec.Command(os.Args[0], "sim", "--preset", "scale", "--policies", "hash")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("micra sim did not stop on SIGINT\n%s", out.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(out.String(), "interrupted (SIGINT)") {
+		t.Fatalf("micra sim interrupted: exit %d, want 130 and the signal named:\n%s", code, out.String())
+	}
 }
