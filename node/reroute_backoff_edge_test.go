@@ -13,8 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -73,6 +75,22 @@ func (o *handingOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem
 	return nil
 }
 
+// deadOwner is the crawler whose ledger the re-route tests walk.
+const deadOwner = delegation.CrawlerID("12D3KooWDeadOwner")
+
+// handingLedgerNode is a node with a ledger and a router over tree that
+// resolves hosts with res, whose peer owns nothing (handingOwner).
+func handingLedgerNode(t *testing.T, tree *hierarchy.Tree, res fetch.Resolver) (*Node, *handingOwner) {
+	t.Helper()
+	r, err := newRouter(tree, nil, res, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &handingOwner{timingOwner: &timingOwner{}}
+	r.peer = own
+	return ledgerOnlyNode(t, r), own
+}
+
 // A re-route kept the URLs whose host could not be resolved for now and
 // stopped, to start again from the head of the owner's ledger at the next
 // sweep; each pass read the first 1024 entries. With 1024 or more URLs at
@@ -82,14 +100,8 @@ func (o *handingOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem
 // stopped moving.
 func TestRerouteProgressesPastUnresolvableHead(t *testing.T) {
 	res := &servfailResolver{addr: netip.MustParseAddr("127.0.1.50")}
-	r, err := newRouter(loopbackTree(t), nil, res, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &handingOwner{timingOwner: &timingOwner{}}
-	r.peer = own
-	n := ledgerOnlyNode(t, r)
-	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	n, own := handingLedgerNode(t, loopbackTree(t), res)
+	const dead = deadOwner
 
 	// 1500 URLs that never resolve; the resolvable ones all sort after the
 	// first 1100 of them in the ledger (keys are URL hashes)

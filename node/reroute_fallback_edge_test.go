@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
@@ -57,22 +57,25 @@ func ledgerEntries(t *testing.T, n *Node, owner delegation.CrawlerID) map[string
 // crawler's own frontier (the engine resolves it again before fetching and
 // hands it to its owner, or reports the failure), not dropped; one that
 // fails an earlier attempt waits longer; one in back-off is not looked up.
-func TestRerouteUnresolvableQueuedHereAfterLastAttempt(t *testing.T) {
-	res := &servfailResolver{addr: netip.MustParseAddr("127.0.1.50")}
-	r, err := newRouter(loopbackTree(t), nil, res, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.peer = &handingOwner{timingOwner: &timingOwner{}}
-	n := ledgerOnlyNode(t, r)
-	eng, err := crawl.New(crawl.Config{DB: n.db, Router: r, Receiver: pack.FileSink{Dir: t.TempDir()}, Logger: quiet})
+// rerouteNodeWithEngine is a node with a ledger, a router resolving hosts
+// with res whose peer owns nothing, and a crawl engine to queue URLs here.
+func rerouteNodeWithEngine(t *testing.T, res fetch.Resolver) (*Node, *crawl.Engine) {
+	t.Helper()
+	n, _ := handingLedgerNode(t, loopbackTree(t), res)
+	eng, err := crawl.New(crawl.Config{DB: n.db, Router: n.router, Receiver: pack.FileSink{Dir: t.TempDir()}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
 	n.eng = eng
+	return n, eng
+}
 
-	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+func TestRerouteUnresolvableQueuedHereAfterLastAttempt(t *testing.T) {
+	res := &servfailResolver{addr: netip.MustParseAddr("127.0.1.50")}
+	n, eng := rerouteNodeWithEngine(t, res)
+
+	const dead = deadOwner
 	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	last := ledgerEntry{url: "http://bad-last.example/p", attempts: rerouteMaxAttempts - 1, next: past}
 	again := ledgerEntry{url: "http://bad-again.example/p", attempts: 2, next: past}
@@ -119,20 +122,9 @@ func (nxdomainResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 // here: the engine resolves the host again before fetching and reports a
 // failure like any fetch — the fate they had at the dead owner.
 func TestRerouteNXDOMAINQueuedHereNotDropped(t *testing.T) {
-	r, err := newRouter(loopbackTree(t), nil, nxdomainResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.peer = &handingOwner{timingOwner: &timingOwner{}}
-	n := ledgerOnlyNode(t, r)
-	eng, err := crawl.New(crawl.Config{DB: n.db, Router: r, Receiver: pack.FileSink{Dir: t.TempDir()}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	n.eng = eng
+	n, eng := rerouteNodeWithEngine(t, nxdomainResolver{})
 
-	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	const dead = deadOwner
 	e := ledgerEntry{url: "http://lapsed.example/p"}
 	writeLedger(t, n, dead, e)
 	if _, err := n.reroute(context.Background(), dead); err != nil {

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 )
 
@@ -42,14 +39,8 @@ func TestRerouteOneUnhandableURLDoesNotBlockLedger(t *testing.T) {
 	if s := tree.SmallestNonUnary(netip.MustParseAddr("10.1.2.3")); s != hierarchy.None && s != hierarchy.Root {
 		t.Fatalf("test premise: 10.1.2.3 is in subnet %d of the test hierarchy", s)
 	}
-	r, err := newRouter(tree, nil, movedResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &handingOwner{timingOwner: &timingOwner{}}
-	r.peer = own
-	n := ledgerOnlyNode(t, r)
-	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	n, own := handingLedgerNode(t, tree, movedResolver{})
+	const dead = deadOwner
 	var good []string
 	for i := range 3000 {
 		good = append(good, fmt.Sprintf("http://h%d.example/p", i))
@@ -80,14 +71,8 @@ func TestRerouteOneUnhandableURLDoesNotBlockLedger(t *testing.T) {
 // then waits until the wrong date — here a year — before it is looked up
 // again, and is neither re-routed nor queued here meanwhile.
 func TestRerouteBackoffBoundedAfterClockCorrection(t *testing.T) {
-	r, err := newRouter(loopbackTree(t), nil, movedResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := &handingOwner{timingOwner: &timingOwner{}}
-	r.peer = own
-	n := ledgerOnlyNode(t, r)
-	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
+	n, own := handingLedgerNode(t, loopbackTree(t), movedResolver{})
+	const dead = deadOwner
 	// written by a sweep while the clock read a year ahead: 1 attempt, next
 	// try 5 min after that wrong "now"
 	e := ledgerEntry{url: "http://h1.example/p", attempts: 1, next: time.Now().AddDate(1, 0, 0).Add(rerouteBackoff(1))}
