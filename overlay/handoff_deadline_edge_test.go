@@ -111,25 +111,7 @@ func TestHandoffServerSlowSenderNotCut(t *testing.T) {
 	const rt = 2 * time.Second
 	sink := &memSink{}
 	p := openHandoffPeer(t, rt, sink)
-	client, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
-
-	batches := largeHandoff(2560, 1024)
-	var buf bytes.Buffer
-	if _, err := protodelim.MarshalTo(&buf, &pb.HandoffRequest{Version: wireVersion, BatchId: 9, Snapshot: p.snap[:], Batches: batches}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := client.NewStream(ctx, p.ID(), ProtoHandoff)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, buf, batches := rawHandoffStream(t, p)
 	start := time.Now()
 	const piece, every = 64 << 10, 150 * time.Millisecond // ≈ 430 KiB/s: ≈ 6 s in all
 	wire := buf.Bytes()
@@ -229,6 +211,32 @@ func TestHandoffStalledReceiverDropped(t *testing.T) {
 	}
 }
 
+// rawHandoffStream opens a hand-off stream to p from a bare host, so the
+// test writes the message at its own pace; it returns the stream, the
+// encoded message of 2560 URLs of 1 KiB, and its batches.
+func rawHandoffStream(t *testing.T, p *Peer) (network.Stream, *bytes.Buffer, []*pb.HandoffBatch) {
+	t.Helper()
+	client, err := NewHost(TestnetConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
+	batches := largeHandoff(2560, 1024)
+	var buf bytes.Buffer
+	if _, err := protodelim.MarshalTo(&buf, &pb.HandoffRequest{Version: wireVersion, BatchId: 9, Snapshot: p.snap[:], Batches: batches}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, err := client.NewStream(ctx, p.ID(), ProtoHandoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, &buf, batches
+}
+
 func isTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
@@ -241,31 +249,14 @@ func isTimeout(err error) bool {
 func TestHandoffServerStalledSenderDropped(t *testing.T) {
 	const rt = 2 * time.Second
 	p := openHandoffPeer(t, rt, &memSink{})
-	client, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
-
-	var buf bytes.Buffer
-	if _, err := protodelim.MarshalTo(&buf, &pb.HandoffRequest{Version: wireVersion, BatchId: 9, Snapshot: p.snap[:], Batches: largeHandoff(2560, 1024)}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := client.NewStream(ctx, p.ID(), ProtoHandoff)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, buf, _ := rawHandoffStream(t, p)
 	// the first MiB of the message, then nothing
 	if _, err := s.Write(buf.Bytes()[:1<<20]); err != nil {
 		t.Fatal(err)
 	}
 	last := time.Now()
 	_ = s.SetReadDeadline(time.Now().Add(time.Minute))
-	_, err = s.Read(make([]byte, 1))
+	_, err := s.Read(make([]byte, 1))
 	took := time.Since(last)
 	if err == nil || isTimeout(err) {
 		t.Fatalf("the receiver neither reset nor answered a sender stalled mid-message within %v: %v", took.Round(time.Millisecond), err)
