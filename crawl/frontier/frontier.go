@@ -212,8 +212,17 @@ type Frontier struct {
 	active  map[string]*activeHost
 	stats   Stats
 	readyCh chan struct{} // signalled when a host becomes ready
+	// unreleased holds hosts, neither active nor ready, whose ReleaseHost
+	// failed to put them back on the ready list (under mu); AcquireHost
+	// retries them, so a storage error delays their queue but never strands
+	// it. The value says whether a failed retry was logged.
+	unreleased map[string]bool
 	// buffered counts items in the active hosts' read-ahead buffers.
 	buffered atomic.Int64
+	// failCommit, set only by tests (before use), is asked before each
+	// commit of update; an error from it fails the transaction as a storage
+	// error would: Badger discards its writes.
+	failCommit func() error
 
 	mAdded, mDone, mRejected, mSeenHits prometheus.Counter
 }
@@ -241,9 +250,10 @@ func New(db *badger.DB, opt Options) (*Frontier, error) {
 	}
 	f := &Frontier{
 		db: db, opt: opt, log: opt.Logger.With("component", "frontier"), seq: seq,
-		seen:    newSeenFront(opt.SeenCacheSize),
-		active:  make(map[string]*activeHost),
-		readyCh: make(chan struct{}, 1),
+		seen:       newSeenFront(opt.SeenCacheSize),
+		active:     make(map[string]*activeHost),
+		readyCh:    make(chan struct{}, 1),
+		unreleased: make(map[string]bool),
 	}
 	if err := f.recover(); err != nil {
 		seq.Release()
@@ -522,6 +532,15 @@ func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
 // update runs fn in a read-write transaction, retrying on conflicts (Done
 // runs beside the serialised writers and may meet them on a host's metadata).
 func (f *Frontier) update(fn func(txn *badger.Txn) error) error {
+	if fail := f.failCommit; fail != nil {
+		inner := fn
+		fn = func(txn *badger.Txn) error {
+			if err := inner(txn); err != nil {
+				return err
+			}
+			return fail()
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		err := f.db.Update(fn)
 		if errors.Is(err, badger.ErrConflict) && attempt < 100 {
@@ -567,6 +586,7 @@ func (f *Frontier) Ready() <-chan struct{} { return f.readyCh }
 func (f *Frontier) AcquireHost() (string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.retryReleasesLocked()
 	var host string
 	err := f.update(func(txn *badger.Txn) error {
 		host = ""
@@ -601,6 +621,9 @@ func (f *Frontier) AcquireHost() (string, bool, error) {
 	if err != nil || host == "" {
 		return "", false, err
 	}
+	// re-readied by Add since its release failed: its retry, should it
+	// still be pending, would put it on the ready list while held
+	delete(f.unreleased, host)
 	f.smu.Lock()
 	f.active[host] = &activeHost{}
 	f.stats.ReadyHosts--
@@ -1045,7 +1068,8 @@ func (f *Frontier) forget(items []Item, hashes []Hash) error {
 
 // ReleaseHost gives an acquired host back. Items returned by Next and not
 // Done stay queued and are returned again when the host is next acquired; a
-// host with queued items goes back on the ready list.
+// host with queued items goes back on the ready list. When that fails the
+// host is remembered and the next AcquireHost tries again.
 func (f *Frontier) ReleaseHost(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -1059,6 +1083,35 @@ func (f *Frontier) ReleaseHost(host string) error {
 	if !ok {
 		return fmt.Errorf("frontier: host %q not acquired", host)
 	}
+	if err := f.readyLocked(host); err != nil {
+		// neither active nor ready now: nothing else would ready it but a
+		// chance link to it (Add) or a restart (recover)
+		f.unreleased[host] = false
+		return err
+	}
+	return nil
+}
+
+// retryReleasesLocked puts the hosts whose release failed back on the ready
+// list; a host that fails again stays for the next call. Under f.mu.
+func (f *Frontier) retryReleasesLocked() {
+	for host, logged := range f.unreleased {
+		if err := f.readyLocked(host); err != nil {
+			if !logged { // (AcquireHost is polled: once is enough)
+				f.log.Warn("host still not back on the ready list after a failed release, will retry", "host", host, "err", err)
+				f.unreleased[host] = true
+			}
+			continue
+		}
+		delete(f.unreleased, host)
+		f.log.Info("host back on the ready list after a failed release", "host", host)
+	}
+}
+
+// readyLocked puts a host that is not active back on the ready list if it
+// has queued items and is not there already (Add may have put it there).
+// Under f.mu.
+func (f *Frontier) readyLocked(host string) error {
 	readied := false
 	err := f.update(func(txn *badger.Txn) error {
 		readied = false
