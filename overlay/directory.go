@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -46,12 +47,53 @@ type Directory struct {
 	// rechecked: when a subnet's record was last re-read in the
 	// background because a hand-off was refused by it (Recheck)
 	rechecked map[hierarchy.NodeID]time.Time
+
+	// ids interns crawler ids: a record names its owner, its decider and
+	// every crawler it probed, and the same few hundred peers recur in
+	// every record, so the cache keeps one copy of each (idMu, not mu:
+	// records are interned before they are queued for learning, outside
+	// the cache's lock).
+	idMu sync.Mutex
+	ids  map[delegation.CrawlerID]delegation.CrawlerID
 }
 
+// cached is one subnet's record as the cache keeps it. The sealed value is
+// not kept, only its SHA-256 (all that Better and the equality test need):
+// the value is about as large again as the decoded record. Crawler ids are
+// interned (Directory.ids).
 type cached struct {
 	rec   delegation.Record
-	raw   []byte
-	stale bool // a gossip event says the DHT may hold something newer
+	sum   [32]byte // SHA-256 of the sealed value
+	stale bool     // a gossip event says the DHT may hold something newer
+}
+
+// maxInterned bounds Directory.ids: past it the table starts again (ids
+// already cached keep their copies; only sharing with later records is lost).
+const maxInterned = 1 << 16
+
+// intern replaces the crawler ids of rec (which the caller owns) by the
+// directory's shared copies.
+func (d *Directory) intern(rec *delegation.Record) {
+	d.idMu.Lock()
+	defer d.idMu.Unlock()
+	if d.ids == nil || len(d.ids) >= maxInterned {
+		d.ids = make(map[delegation.CrawlerID]delegation.CrawlerID)
+	}
+	one := func(id *delegation.CrawlerID) {
+		if c, ok := d.ids[*id]; ok {
+			*id = c
+			return
+		}
+		d.ids[*id] = *id
+	}
+	one(&rec.Owner)
+	one(&rec.DecidedBy)
+	for i := range rec.Probes {
+		one(&rec.Probes[i].Crawler)
+	}
+	for i := range rec.Blocks {
+		one(&rec.Blocks[i].Owner)
+	}
 }
 
 type provEntry struct {
@@ -204,15 +246,18 @@ func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Recor
 	return best, changed, nil
 }
 
-// merge applies Select against the cached record for rec.Subnet.
+// merge applies Select against the cached record for rec.Subnet. rec is
+// the caller's (validator.check returns a copy), raw its sealed value.
 func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record, bool) {
+	d.intern(&rec)
+	sum := sha256.Sum256(raw)
 	// every verified record is evidence, whether or not it prevails
 	d.p.queueLearn(rec)
 	s := rec.Subnet
 	d.mu.Lock()
 	old, had := d.recs[s]
-	if had && !Better(rec, raw, old.rec, old.raw) {
-		if string(raw) == string(old.raw) {
+	if had && !betterSum(rec, sum, old.rec, old.sum) {
+		if sum == old.sum {
 			old.stale = false
 		}
 		best := old.rec
@@ -226,7 +271,7 @@ func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record,
 			d.indexLocked(old.rec, -1)
 		}
 	}
-	d.recs[s] = &cached{rec: rec, raw: raw}
+	d.recs[s] = &cached{rec: rec, sum: sum}
 	if !had || prevOwner != rec.Owner {
 		d.indexLocked(rec, +1)
 	}
@@ -293,32 +338,38 @@ func blocksGained(old, rec delegation.Record, self delegation.CrawlerID, live fu
 	return out
 }
 
+// indexLocked counts r's owner (delta +1 or -1) in the holder sets of r's
+// ancestors and of its organisation. The subnet's own owner is not counted
+// under the subnet itself (HoldersUnder adds it from the record): most
+// delegated subnets have nothing delegated below them, and a holder set
+// each would weigh more than the record.
 func (d *Directory) indexLocked(r delegation.Record, delta int) {
 	t := d.p.tree
 	if int(r.Subnet) >= t.Len() {
 		return
 	}
-	add := func(m map[delegation.CrawlerID]int) {
-		m[r.Owner] += delta
-		if m[r.Owner] <= 0 {
-			delete(m, r.Owner)
-		}
-	}
-	for _, a := range append([]hierarchy.NodeID{r.Subnet}, t.Ancestors(r.Subnet)...) {
-		m, ok := d.under[a]
-		if !ok {
-			m = make(map[delegation.CrawlerID]int)
-			d.under[a] = m
-		}
-		add(m)
+	for _, a := range t.Ancestors(r.Subnet) {
+		countHolder(d.under, a, r.Owner, delta)
 	}
 	if o := t.Node(r.Subnet).Org; o != 0 {
-		m, ok := d.org[o]
-		if !ok {
-			m = make(map[delegation.CrawlerID]int)
-			d.org[o] = m
+		countHolder(d.org, o, r.Owner, delta)
+	}
+}
+
+// countHolder adds delta to c's count in set k of sets, dropping counts and
+// sets that reach zero.
+func countHolder[K comparable](sets map[K]map[delegation.CrawlerID]int, k K, c delegation.CrawlerID, delta int) {
+	m, ok := sets[k]
+	if !ok {
+		m = make(map[delegation.CrawlerID]int)
+		sets[k] = m
+	}
+	m[c] += delta
+	if m[c] <= 0 {
+		delete(m, c)
+		if len(m) == 0 {
+			delete(sets, k)
 		}
-		add(m)
 	}
 }
 
@@ -433,6 +484,9 @@ func (d *Directory) Owned() []hierarchy.NodeID {
 func (d *Directory) HoldersUnder(ctx context.Context, a hierarchy.NodeID) ([]delegation.CrawlerID, error) {
 	d.mu.RLock()
 	local := keys(d.under[a])
+	if e, ok := d.recs[a]; ok && !slices.Contains(local, e.rec.Owner) {
+		local = append(local, e.rec.Owner) // a's own owner (indexLocked)
+	}
 	d.mu.RUnlock()
 	return d.holders(ctx, underCID(d.p.snap, a), local)
 }

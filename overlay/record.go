@@ -409,8 +409,30 @@ func (v RecordValidator) Select(key string, vals [][]byte) (int, error) {
 // Better is the total order every peer applies to competing delegations of
 // one subnet: higher epoch; then lower owner RTT; then lower owner peer id;
 // then later time (an owner's refresh supersedes its older copy); then lower
-// decider id; then lower bytes. It reports whether a strictly beats b.
+// decider id; then lower SHA-256 of the sealed bytes. It reports whether a
+// strictly beats b.
+//
+// The last step compares digests, not bytes, so that a peer's cache can keep
+// 32 bytes per record instead of the whole sealed value (Directory). It is
+// reached only by two different values with the same epoch, owner, RTT,
+// decider and time to the nanosecond: one decider sealing two records of the
+// same instant.
 func Better(a delegation.Record, aRaw []byte, b delegation.Record, bRaw []byte) bool {
+	return better(a, b, func() int {
+		sa, sb := sha256.Sum256(aRaw), sha256.Sum256(bRaw)
+		return bytes.Compare(sa[:], sb[:])
+	})
+}
+
+// betterSum is Better over records whose sealed values are known by their
+// SHA-256 only.
+func betterSum(a delegation.Record, aSum [32]byte, b delegation.Record, bSum [32]byte) bool {
+	return better(a, b, func() int { return bytes.Compare(aSum[:], bSum[:]) })
+}
+
+// better is Better with the last step, a comparison of the sealed values'
+// digests, left to digestCmp (called only when everything else ties).
+func better(a, b delegation.Record, digestCmp func() int) bool {
 	if a.Epoch != b.Epoch {
 		return a.Epoch > b.Epoch
 	}
@@ -426,5 +448,5 @@ func Better(a delegation.Record, aRaw []byte, b delegation.Record, bRaw []byte) 
 	if a.DecidedBy != b.DecidedBy {
 		return a.DecidedBy < b.DecidedBy
 	}
-	return bytes.Compare(aRaw, bRaw) < 0
+	return digestCmp() < 0
 }

@@ -25,7 +25,7 @@ type keyed struct {
 	id delegation.CrawlerID
 }
 
-func newKeyed(t *testing.T) keyed {
+func newKeyed(t testing.TB) keyed {
 	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func newKeyed(t *testing.T) keyed {
 	return keyed{sk, delegation.CrawlerID(id.String())}
 }
 
-func seal(t *testing.T, r delegation.Record, owner, decider crypto.PrivKey) []byte {
+func seal(t testing.TB, r delegation.Record, owner, decider crypto.PrivKey) []byte {
 	t.Helper()
 	m, err := toPB(r)
 	if err != nil {
