@@ -221,7 +221,7 @@ seed print the same report. See docs/simulator.md.`,
 			defer out.Flush()
 			if worldStats {
 				out := cmd.OutOrStdout()
-				return sim.WriteWorldStats(cfg, out)
+				return sim.WriteWorldStats(cmd.Context(), cfg, out)
 			}
 			if seeds < 1 {
 				return fmt.Errorf("--seeds %d: want at least 1", seeds)

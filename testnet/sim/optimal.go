@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"github.com/micra-crawler/micra/hierarchy"
 	"math"
 	"sync"
@@ -20,7 +21,10 @@ import (
 //     better crawlers turn up;
 //   - matrix mode: the RTT depends on the host only through its site and its
 //     own access delay, so the best crawler is computed once per site.
-func (w *World) computeOptimal(workers int) {
+//
+// It returns ctx.Err() when ctx ends first (a million hosts are seconds of
+// work), leaving Optimal incomplete.
+func (w *World) computeOptimal(ctx context.Context, workers int) error {
 	n := len(w.Hosts)
 	w.Optimal = make([]int32, n)
 	w.OptimalRTT = make([]float64, n)
@@ -29,13 +33,19 @@ func (w *World) computeOptimal(workers int) {
 		perSite := map[int]int32{}
 		var sites []int
 		for i := range w.Hosts {
+			if i%ctxEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			if _, ok := perSite[w.Hosts[i].Site]; !ok {
 				perSite[w.Hosts[i].Site] = -1
 				sites = append(sites, w.Hosts[i].Site)
 			}
 		}
 		best := make([]int32, len(sites))
-		parallel(workers, len(sites), func(k int) {
+		// one scan of every crawler per site
+		if err := parallelCtx(ctx, workers, len(sites), max(1, ctxEvery/max(1, len(w.CrawlerE))), func(k int) {
 			var rep *world.Endpoint
 			for i := range w.Hosts {
 				if w.Hosts[i].Site == sites[k] {
@@ -44,16 +54,17 @@ func (w *World) computeOptimal(workers int) {
 				}
 			}
 			best[k] = w.scanAll(rep)
-		})
+		}); err != nil {
+			return err
+		}
 		for k, s := range sites {
 			perSite[s] = best[k]
 		}
-		parallel(workers, n, func(i int) {
+		return parallelCtx(ctx, workers, n, ctxEvery, func(i int) {
 			c := perSite[w.Hosts[i].Site]
 			w.Optimal[i] = c
 			w.OptimalRTT[i] = m.MeanRTT(&w.CrawlerE[c], &w.Hosts[i])
 		})
-		return
 	}
 	pts := make([]geo.Point, len(w.CrawlerE))
 	minAcc := math.Inf(1)
@@ -63,7 +74,8 @@ func (w *World) computeOptimal(workers int) {
 	}
 	ix := world.NewIndex(pts)
 	fibre := m.Config().FibreKmPerMs
-	parallel(workers, n, func(i int) {
+	// a k-d tree search per host: microseconds each
+	return parallelCtx(ctx, workers, n, 1024, func(i int) {
 		h := &w.Hosts[i]
 		c0, _ := ix.Nearest(h.Loc)
 		best, bestRTT := int32(c0), m.FloorRTT(&w.CrawlerE[c0], h)
@@ -97,7 +109,16 @@ func (w *World) scanAll(h *world.Endpoint) int32 {
 
 // parallel runs fn(0..n-1) on up to workers goroutines, in contiguous chunks.
 func parallel(workers, n int, fn func(i int)) {
+	_ = parallelCtx(context.Background(), workers, n, math.MaxInt, fn)
+}
+
+// parallelCtx is parallel, cut short when ctx ends: each goroutine looks at
+// ctx before every every-th item of its chunk (every ≥ 1; fn itself is not
+// interrupted) and stops there. It returns ctx.Err() once every goroutine
+// has stopped; nil means fn ran on every item.
+func parallelCtx(ctx context.Context, workers, n, every int, fn func(i int)) error {
 	workers = max(1, min(workers, n))
+	every = max(1, every)
 	var wg sync.WaitGroup
 	chunk := (n + workers - 1) / workers
 	for lo := 0; lo < n; lo += chunk {
@@ -106,11 +127,15 @@ func parallel(workers, n int, fn func(i int)) {
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
+				if (i-lo)%every == 0 && ctx.Err() != nil {
+					return
+				}
 				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
+	return ctx.Err()
 }
 
 // SubnetCeiling is the share (%) of hosts from index from on that any

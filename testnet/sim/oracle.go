@@ -298,12 +298,29 @@ func (o *oracleModel) cdf(d, base, x float64) float64 {
 // the lowest floor RTT (where the Bayes rule probes first), that
 // probability, and the expected number of crawlers that beat it.
 func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
+	p, _ := o.priorChoiceCtx(context.Background(), v)
+	return p
+}
+
+// oracleCtxEvery is how many positions of a prior the oracle's integrals
+// go through between two looks at the context: a country's prior with
+// --oracle-samples 16384 is seconds of work, a few hundred µs per position.
+const oracleCtxEvery = 16
+
+// priorChoiceCtx is priorChoice, cut short when ctx ends (nil and
+// ctx.Err(); v.prior is left nil).
+func (o *oracleModel) priorChoiceCtx(ctx context.Context, v *hostView) (*oraclePrior, error) {
 	if v.prior != nil {
-		return v.prior
+		return v.prior, nil
 	}
 	p := make([]float64, len(v.base))
 	cands := make([]int32, 0, len(v.base))
 	for m, pm := range v.pi {
+		if m%oracleCtxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		d := v.d[m]
 		upper := math.Inf(1)
 		for c := range d {
@@ -341,6 +358,11 @@ func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
 	// E[#crawlers below best] = Σ_m π_m Σ_j P(floor_j < floor_best | m)
 	beat := 0.0
 	for m, pm := range v.pi {
+		if m%oracleCtxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		d := v.d[m]
 		hi := d[best]*o.qHi + v.base[best]
 		for j := range d {
@@ -355,7 +377,7 @@ func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
 		}
 	}
 	v.prior = &oraclePrior{choice: best, pNearest: p[best], beat: beat}
-	return v.prior
+	return v.prior, nil
 }
 
 // posterior is the distribution of a probed crawler's floor RTT given its
@@ -436,6 +458,15 @@ type oracleTrace struct {
 // gated rule needs the first answer even where the prior alone would
 // stop). probe returns one answer (ms).
 func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
+	t, _ := o.traceCtx(context.Background(), v, probe, epsMin, kMax)
+	return t
+}
+
+// traceCtx is trace, cut short when ctx ends, returning ctx.Err(): it looks
+// before each probe and, with a large prior (--oracle-samples 16384: a round
+// is a good part of a second), every 1024 positions and every crawler
+// weighed within the round.
+func (o *oracleModel) traceCtx(ctx context.Context, v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) (oracleTrace, error) {
 	n, M := len(v.base), len(v.pi)
 	kMax = min(kMax, n)
 	var t oracleTrace
@@ -447,9 +478,16 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 	}
 	pi := slices.Clone(v.pi)
 	upd := make([]float64, M)
-	t.prior = *o.priorChoice(v)
+	prior, err := o.priorChoiceCtx(ctx, v)
+	if err != nil {
+		return t, err
+	}
+	t.prior = *prior
 	next := t.prior.choice
 	for len(t.order) < kMax {
+		if err := ctx.Err(); err != nil {
+			return t, err
+		}
 		c := next
 		probed[c] = true
 		y, ok := probe(c)
@@ -458,6 +496,11 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 			ps := make([]posterior, M)
 			mx := math.Inf(-1)
 			for m := range M {
+				if m%1024 == 1023 {
+					if err := ctx.Err(); err != nil {
+						return t, err
+					}
+				}
 				ps[m] = o.posterior(v.d[m][c], v.base[c], y)
 				upd[m] = logpi[m] + ps[m].logZ
 				mx = math.Max(mx, upd[m])
@@ -503,9 +546,16 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 		} else {
 			yb := t.answer[slices.Index(t.order, b)]
 			best := -1.0
+			work := 0 // positions weighed since the last look at ctx
 			for _, j := range v.byLB {
 				if probed[j] {
 					continue
+				}
+				if work += M; work >= 1024 {
+					work = 0
+					if err := ctx.Err(); err != nil {
+						return t, err
+					}
 				}
 				p, possible := 0.0, false
 				for m := range M {
@@ -539,7 +589,7 @@ func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), ep
 			break
 		}
 	}
-	return t
+	return t, nil
 }
 
 // stopAt is how many probes the (eps, k) rule spends on a traced host: none
@@ -671,7 +721,7 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 		view = func(i int) hostView { return o.view(&w.Hosts[i]) }
 	case OracleHostCountry:
 		o = newOracleModel(w, oracleCells, oraclePost)
-		priors, fallbacks, err := w.countryPriors(cfg, o, cmp.Or(oc.CountrySamples, 256), cmp.Or(oc.PoolDraws, oraclePoolDraws))
+		priors, fallbacks, err := w.countryPriors(ctx, cfg, o, cmp.Or(oc.CountrySamples, 256), cmp.Or(oc.PoolDraws, oraclePoolDraws))
 		if err != nil {
 			return nil, err
 		}
@@ -688,10 +738,9 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 	probes := make([][]uint8, n)
 	hits := make([][]bool, n)
 	base := seedOf("probe/oracle")
-	parallel(cfg.Workers, n, func(i int) {
-		if ctx.Err() != nil {
-			return
-		}
+	// a host is milliseconds of work (up to a second with a large country
+	// prior): ctx is looked at before each, and in its trace before each probe
+	_ = parallelCtx(ctx, cfg.Workers, n, 1, func(i int) {
 		h := &w.Hosts[i]
 		v := view(i)
 		asker := func(tag uint64) func(c int32) (float64, bool) {
@@ -706,7 +755,10 @@ func (w *World) Oracle(ctx context.Context, cfg Config, oc OracleConfig) (*Oracl
 				return float64(r.RTT.Nanoseconds()) / 1e6, r.OK
 			}
 		}
-		t := o.trace(&v, asker(0), epsMin, kAll)
+		t, err := o.traceCtx(ctx, &v, asker(0), epsMin, kAll)
+		if err != nil {
+			return // cut short: the ctx.Err() below ends the run
+		}
 		// the fixed rules: the nearest crawler by (expected) distance, and
 		// the better answer of the two lowest expected RTTs
 		dist := make([]float64, len(w.Crawlers))
@@ -1047,8 +1099,8 @@ func oracleCountry(w *World, s hierarchy.NodeID) string {
 // countryPriors gives every host the prior of its registry country: up to
 // per positions of addresses drawn like uniform hosts in that country (IPv4
 // addresses only: with --ipv6 the IPv6 hosts get their country's IPv4
-// positions).
-func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*countryPrior, int, error) {
+// positions). It returns ctx.Err() when ctx ends first.
+func (w *World) countryPriors(ctx context.Context, cfg Config, o *oracleModel, per, draws int) ([]*countryPrior, int, error) {
 	pl, err := newPlacer(w.Tree, w.Model)
 	if err != nil {
 		return nil, 0, err
@@ -1056,7 +1108,12 @@ func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*co
 	rng := rand.New(rand.NewPCG(cfg.Seed, seedOf("oracle/positions")))
 	pool := map[string][]world.Endpoint{}
 	var global []world.Endpoint
-	for range draws {
+	for i := range draws {
+		if i%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+		}
 		ep, s, err := pl.draw(rng, nil, nil)
 		if err != nil {
 			return nil, 0, err
@@ -1070,41 +1127,62 @@ func (w *World) countryPriors(cfg Config, o *oracleModel, per, draws int) ([]*co
 	}
 	made := map[string]*countryPrior{}
 	var keys []string
-	prior := func(key string, pos []world.Endpoint) *countryPrior {
+	// a prior's distances are positions × crawlers: with 10,000 crawlers,
+	// ctx is looked at every few positions
+	prior := func(key string, pos []world.Endpoint) (*countryPrior, error) {
 		if cp, ok := made[key]; ok {
-			return cp
+			return cp, nil
 		}
 		cp := &countryPrior{pi: make([]float64, len(pos)), d: make([][]float64, len(pos))}
 		for m := range pos {
+			if m%oracleCtxEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
 			cp.pi[m] = 1 / float64(len(pos))
 			cp.d[m] = o.distances(&pos[m])
 		}
 		made[key] = cp
 		keys = append(keys, key)
-		return cp
+		return cp, nil
 	}
 	out := make([]*countryPrior, len(w.Hosts))
 	fallbacks := 0
 	for i := range w.Hosts {
+		if i%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+		}
 		h := &w.Hosts[i]
 		cc := oracleCountry(w, w.Tree.SmallestNonUnary(h.Addr))
 		if pos, ok := pool[cc]; ok {
-			out[i] = prior(cc, pos)
+			if out[i], err = prior(cc, pos); err != nil {
+				return nil, 0, err
+			}
 			continue
 		}
 		fallbacks++
 		if p, ok := w.Model.Geo().CountryCentroid(cc); ok && cc != "" {
-			out[i] = prior("centroid "+cc, []world.Endpoint{w.Model.EndpointAt(h.Addr, p)})
+			out[i], err = prior("centroid "+cc, []world.Endpoint{w.Model.EndpointAt(h.Addr, p)})
 		} else {
-			out[i] = prior("", global)
+			out[i], err = prior("", global)
+		}
+		if err != nil {
+			return nil, 0, err
 		}
 	}
 	// the prior's choice depends on the country only (the host's own access
 	// delay shifts every floor alike)
-	parallel(cfg.Workers, len(keys), func(k int) {
+	// seconds per country with a large prior: ctx is looked at before each
+	// country and, in priorChoiceCtx, every few positions
+	if err := parallelCtx(ctx, cfg.Workers, len(keys), 1, func(k int) {
 		cp := made[keys[k]]
 		v := o.mixView(0, cp.pi, cp.d, nil)
-		cp.prior = o.priorChoice(&v)
-	})
+		cp.prior, _ = o.priorChoiceCtx(ctx, &v) // nil when cut short: not returned
+	}); err != nil {
+		return nil, 0, err
+	}
 	return out, fallbacks, nil
 }

@@ -287,7 +287,9 @@ func rekey(t *testing.T, w *World, seed uint64) *World {
 	}
 	b := *w
 	b.Model, b.CrawlerE, b.Hosts = m, re(w.CrawlerE), re(w.Hosts)
-	b.computeOptimal(2)
+	if err := b.computeOptimal(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
 	return &b
 }
 
@@ -479,13 +481,13 @@ func TestOracleCountryOnly(t *testing.T) {
 	}
 
 	o := newOracleModel(a, oracleCells, oraclePost)
-	pa, _, err := a.countryPriors(cfg, o, 32, 5000)
+	pa, _, err := a.countryPriors(context.Background(), cfg, o, 32, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := rekey(t, a, 999)
 	ob := newOracleModel(b, oracleCells, oraclePost)
-	pb, _, err := b.countryPriors(cfg, ob, 32, 5000)
+	pb, _, err := b.countryPriors(context.Background(), cfg, ob, 32, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -155,9 +156,15 @@ const (
 	HostsZipf = "zipf"
 )
 
+// ctxEvery is how many cheap iterations (an address drawn, a host searched)
+// a long loop runs between two looks at its context: a million hosts are
+// seconds of work, and an interrupted run must stop within milliseconds.
+const ctxEvery = 4096
+
 // placeHosts draws n distinct host addresses, a share v6 of them IPv6
-// (uniform over the IPv6 leaf ranges whatever dist says).
-func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]world.Endpoint, error) {
+// (uniform over the IPv6 leaf ranges whatever dist says). It returns
+// ctx.Err() when ctx ends first.
+func (p *placer) placeHosts(ctx context.Context, rng *rand.Rand, n int, dist string, v6 float64) ([]world.Endpoint, error) {
 	var pick func() int
 	var within func(hierarchy.NodeID, uint32) uint32
 	switch dist {
@@ -178,7 +185,12 @@ func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]w
 	out := make([]world.Endpoint, 0, n)
 	seen := make(map[netip.Addr]struct{}, n)
 	dups := 0 // draws in a row that found an address already placed
-	for len(out) < n {
+	for iter := 0; len(out) < n; iter++ {
+		if iter%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		var ep world.Endpoint
 		var err error
 		if v6 > 0 && rng.Float64() < v6 {
@@ -205,12 +217,18 @@ func (p *placer) placeHosts(rng *rand.Rand, n int, dist string, v6 float64) ([]w
 // placeCrawlers spreads k crawlers world-wide: k-means++ seeding (D²
 // sampling) over a pool of candidate addresses drawn like hosts, so crawlers
 // land far from each other yet where the Internet is dense. Every crawler
-// gets its own subnet (it owns it on joining).
-func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) {
+// gets its own subnet (it owns it on joining). It returns ctx.Err() when ctx
+// ends first.
+func (p *placer) placeCrawlers(ctx context.Context, rng *rand.Rand, k int) ([]world.Endpoint, error) {
 	poolSize := max(4*k, 2000)
 	pool := make([]world.Endpoint, 0, poolSize)
 	subnets := make([]hierarchy.NodeID, 0, poolSize)
 	for len(pool) < poolSize {
+		if len(pool)%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		ep, s, err := p.draw(rng, nil, nil)
 		if err != nil {
 			return nil, err
@@ -237,7 +255,14 @@ func (p *placer) placeCrawlers(rng *rand.Rand, k int) ([]world.Endpoint, error) 
 	out := make([]world.Endpoint, 0, k)
 	pick := rng.IntN(len(pool))
 	futile := 0 // candidates drawn in a row that sat in a taken subnet
-	for len(out) < k {
+	// every iteration scans the whole pool (4k candidates: 10,000 crawlers
+	// are seconds of work), so the context is looked at more often
+	for iter := 0; len(out) < k; iter++ {
+		if iter%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		if _, dup := taken[subnets[pick]]; !dup {
 			taken[subnets[pick]] = struct{}{}
 			out = append(out, pool[pick])

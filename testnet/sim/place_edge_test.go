@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -53,7 +54,7 @@ func TestPlaceCrawlersTooFewSubnetsIsAnError(t *testing.T) {
 	p := smallPlacer(t, tree)
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.placeCrawlers(rand.New(rand.NewPCG(1, 2)), 3)
+		_, err := p.placeCrawlers(context.Background(), rand.New(rand.NewPCG(1, 2)), 3)
 		done <- err
 	}()
 	select {
@@ -73,7 +74,7 @@ func TestPlaceHostsTooFewAddressesIsAnError(t *testing.T) {
 	p := smallPlacer(t, tree)
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.placeHosts(rand.New(rand.NewPCG(1, 2)), 10, HostsUniform, 0)
+		_, err := p.placeHosts(context.Background(), rand.New(rand.NewPCG(1, 2)), 10, HostsUniform, 0)
 		done <- err
 	}()
 	select {

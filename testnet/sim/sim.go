@@ -222,19 +222,24 @@ type World struct {
 // maxFloors bounds the precomputed floor RTTs (16 MB).
 const maxFloors = 1 << 21
 
-// computeFloors fills w.floor when the world is small enough.
-func (w *World) computeFloors(workers int) {
+// computeFloors fills w.floor when the world is small enough (none when ctx
+// ends first: it returns ctx.Err()).
+func (w *World) computeFloors(ctx context.Context, workers int) error {
 	nc := len(w.CrawlerE)
 	if len(w.Hosts) == 0 || nc == 0 || len(w.Hosts)*nc > maxFloors {
-		return
+		return nil
 	}
-	w.floor = make([]float64, len(w.Hosts)*nc)
-	parallel(workers, len(w.Hosts), func(h int) {
+	floor := make([]float64, len(w.Hosts)*nc)
+	if err := parallelCtx(ctx, workers, len(w.Hosts), max(1, ctxEvery/nc), func(h int) {
 		for c := range w.CrawlerE {
-			w.floor[h*nc+c] = w.Model.FloorRTT(&w.CrawlerE[c], &w.Hosts[h])
+			floor[h*nc+c] = w.Model.FloorRTT(&w.CrawlerE[c], &w.Hosts[h])
 		}
-	})
+	}); err != nil {
+		return err
+	}
+	w.floor = floor
 	w.floorModel, w.floorHosts, w.floorCrawl = w.Model, &w.Hosts[0], &w.CrawlerE[0]
+	return nil
 }
 
 // floorOf returns the precomputed FloorRTT of host h and crawler c, if any.
@@ -248,8 +253,17 @@ func (w *World) floorOf(h int, c int32) (float64, bool) {
 
 // NewWorld places crawlers and hosts for cfg and computes the optimal
 // crawler of every host.
-func NewWorld(cfg Config) (*World, error) {
+func NewWorld(cfg Config) (*World, error) { return NewWorldContext(context.Background(), cfg) }
+
+// NewWorldContext is NewWorld, cut short when ctx ends: placing a large
+// world (the scale preset's million hosts) takes seconds, and it returns
+// ctx.Err() within milliseconds of the end instead of finishing first. A
+// world that is not cut short is the same as NewWorld's.
+func NewWorldContext(ctx context.Context, cfg Config) (*World, error) {
 	cfg = cfg.withDefaults()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	tree := cfg.Tree
 	if tree == nil {
 		t, err := hierarchy.Default()
@@ -271,11 +285,11 @@ func NewWorld(cfg Config) (*World, error) {
 	}
 	w := &World{Model: model, Tree: tree}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6372617720))
-	if w.CrawlerE, err = pl.placeCrawlers(rng, cfg.Crawlers); err != nil {
+	if w.CrawlerE, err = pl.placeCrawlers(ctx, rng, cfg.Crawlers); err != nil {
 		return nil, err
 	}
 	rng = rand.New(rand.NewPCG(cfg.Seed, 0x686f737473))
-	if w.Hosts, err = pl.placeHosts(rng, cfg.Hosts, cfg.HostDist, cfg.IPv6Share); err != nil {
+	if w.Hosts, err = pl.placeHosts(ctx, rng, cfg.Hosts, cfg.HostDist, cfg.IPv6Share); err != nil {
 		return nil, err
 	}
 	width := len(fmt.Sprint(cfg.Crawlers - 1))
@@ -308,10 +322,19 @@ func NewWorld(cfg Config) (*World, error) {
 	}
 	w.hostIdx = make(map[netip.Addr]int32, len(w.Hosts))
 	for i, h := range w.Hosts {
+		if i%ctxEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		w.hostIdx[h.Addr] = int32(i)
 	}
-	w.computeOptimal(cfg.Workers)
-	w.computeFloors(cfg.Workers)
+	if err := w.computeOptimal(ctx, cfg.Workers); err != nil {
+		return nil, err
+	}
+	if err := w.computeFloors(ctx, cfg.Workers); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -460,7 +483,9 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 	subnets := make([]hierarchy.NodeID, len(w.Hosts))
 	start := time.Now()
 	for i := range w.Hosts {
-		if i&1023 == 0 {
+		// often: a decision of micra among 10,000 crawlers can take
+		// milliseconds, and 1024 of them once delayed an interrupt by seconds
+		if i&15 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
@@ -547,7 +572,7 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 	if w == nil {
 		t0 := time.Now()
 		var err error
-		if w, err = NewWorld(cfg); err != nil {
+		if w, err = NewWorldContext(ctx, cfg); err != nil {
 			return nil, nil, err
 		}
 		cfg.Logger.Debug("world placed", "crawlers", len(w.Crawlers), "hosts", len(w.Hosts), "took", time.Since(t0))
@@ -585,12 +610,13 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 
 // WriteWorldStats prints the latency model's calibration figures over the
 // placed hosts (formula) and, with a measured matrix, the same figures of
-// the matrix, so the two can be compared before trusting either.
-func WriteWorldStats(cfg Config, out io.Writer) error {
+// the matrix, so the two can be compared before trusting either. It returns
+// ctx.Err() when ctx ends before the hosts are placed.
+func WriteWorldStats(ctx context.Context, cfg Config, out io.Writer) error {
 	cfg = cfg.withDefaults()
 	mx := cfg.Matrix
 	cfg.Matrix = nil
-	w, err := NewWorld(cfg)
+	w, err := NewWorldContext(ctx, cfg)
 	if err != nil {
 		return err
 	}
