@@ -42,13 +42,7 @@ func (l *recordingLearner) Learn(r delegation.Record) bool {
 // prevails" — is dropped silently (not even learn_dropped counts it).
 func TestRecordsBeforePolicyAreLearned(t *testing.T) {
 	tree := testTree(t)
-	cfg := TestnetConfig()
-	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
-	p, err := Open(context.Background(), tree, cfg, Services{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := lonePeer(t, tree)
 	x, y := newKeyed(t), newKeyed(t)
 	s := tree.SmallestNonUnary(netip.MustParseAddr("127.5.2.9"))
 	now := time.Now()

@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -11,32 +10,6 @@ import (
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 )
-
-// footprintTree is a loopback hierarchy with many subnets: 32 /16s, each
-// split into 128 /24s.
-func footprintTree(t testing.TB) *hierarchy.Tree {
-	t.Helper()
-	b := hierarchy.NewBuilder()
-	add := func(start, end, org string) {
-		if err := b.Add(hierarchy.Range{Start: netip.MustParseAddr(start), End: netip.MustParseAddr(end), Org: org,
-			Registry: hierarchy.Registry(1), Country: "NL"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add("127.0.0.0", "127.255.255.255", "LOOPBACK-NIC")
-	for i := range 32 {
-		org := fmt.Sprintf("ORG-%d", i)
-		add(fmt.Sprintf("127.%d.0.0", i), fmt.Sprintf("127.%d.255.255", i), org)
-		for j := range 128 {
-			add(fmt.Sprintf("127.%d.%d.0", i, j), fmt.Sprintf("127.%d.%d.255", i, j), org)
-		}
-	}
-	tr, _, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
 
 // discardLearner learns nothing and keeps nothing, so the learn queue does
 // not hold records while the footprint is measured.
@@ -51,17 +24,11 @@ func (*discardLearner) Learn(delegation.Record) bool { return true }
 // kept digests and interned ids).
 func footprint(t testing.TB, n int) (perRecord, sealedPerRecord float64) {
 	t.Helper()
-	tree := footprintTree(t)
+	tree := loopbackTree(t, 32, 128) // 4,129 nodes
 	if n >= tree.Len() {
 		t.Fatalf("%d records need as many subnets; the tree has %d nodes", n, tree.Len())
 	}
-	cfg := TestnetConfig()
-	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
-	p, err := Open(context.Background(), tree, cfg, Services{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := lonePeer(t, tree)
 	p.UsePolicy(&discardLearner{})
 	ks := make([]keyed, 12)
 	for i := range ks {
@@ -170,13 +137,7 @@ func BenchmarkDirectoryFootprint(b *testing.B) {
 // must still name it, for the subnet and for its ancestors.
 func TestHoldersUnderCountsTheSubnetsOwnOwner(t *testing.T) {
 	tree := testTree(t)
-	cfg := TestnetConfig()
-	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
-	p, err := Open(context.Background(), tree, cfg, Services{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := lonePeer(t, tree)
 	s := tree.SmallestNonUnary(netip.MustParseAddr("127.5.2.9"))
 	rec := delegation.Record{Subnet: s, Snapshot: p.snap, Owner: p.selfID, OwnerRTT: time.Millisecond, Epoch: 1, DecidedBy: p.selfID, At: time.Now(),
 		Probes: []delegation.ProbeResult{{Crawler: p.selfID, RTT: time.Millisecond, OK: true}}}

@@ -15,7 +15,11 @@ import (
 
 // testTree is a small hierarchy over loopback space: 127.0.0.0/8 split into
 // 8 /16s (4 organisations), each split into 4 /24s.
-func testTree(t testing.TB) *hierarchy.Tree {
+func testTree(t testing.TB) *hierarchy.Tree { return loopbackTree(t, 8, 4) }
+
+// loopbackTree splits 127.0.0.0/8 into n16 /16s (an organisation per two),
+// each split into n24 /24s.
+func loopbackTree(t testing.TB, n16, n24 int) *hierarchy.Tree {
 	t.Helper()
 	b := hierarchy.NewBuilder()
 	add := func(start, end, org string) {
@@ -25,10 +29,10 @@ func testTree(t testing.TB) *hierarchy.Tree {
 		}
 	}
 	add("127.0.0.0", "127.255.255.255", "LOOPBACK-NIC")
-	for i := range 8 {
+	for i := range n16 {
 		org := fmt.Sprintf("ORG-%d", i/2)
 		add(fmt.Sprintf("127.%d.0.0", i), fmt.Sprintf("127.%d.255.255", i), org)
-		for j := range 4 {
+		for j := range n24 {
 			add(fmt.Sprintf("127.%d.%d.0", i, j), fmt.Sprintf("127.%d.%d.255", i, j), org)
 		}
 	}
@@ -37,6 +41,20 @@ func testTree(t testing.TB) *hierarchy.Tree {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// lonePeer opens a peer on its own (no other peers, no services) over
+// tree, closed when the test ends.
+func lonePeer(t testing.TB, tree *hierarchy.Tree) *Peer {
+	t.Helper()
+	cfg := TestnetConfig()
+	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
+	p, err := Open(context.Background(), tree, cfg, Services{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 // modelMeasurer is a deterministic latency model: RTT from crawler index i

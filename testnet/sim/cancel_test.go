@@ -65,15 +65,7 @@ func defaultPlacer(t *testing.T) *placer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := world.New(nil, world.Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newPlacer(tree, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return placerOn(t, tree)
 }
 
 // The scale preset's world, asked for with a context already cancelled:

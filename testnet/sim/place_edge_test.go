@@ -30,7 +30,8 @@ func leafRange(s, e, cc string) hierarchy.Range {
 	return hierarchy.Range{Start: netip.MustParseAddr(s), End: netip.MustParseAddr(e), Country: cc}
 }
 
-func smallPlacer(t *testing.T, tree *hierarchy.Tree) *placer {
+// placerOn is a placer over tree with the default latency model (seed 1).
+func placerOn(t *testing.T, tree *hierarchy.Tree) *placer {
 	t.Helper()
 	m, err := world.New(nil, world.Config{Seed: 1})
 	if err != nil {
@@ -51,7 +52,7 @@ func TestPlaceCrawlersTooFewSubnetsIsAnError(t *testing.T) {
 	tree := smallTree(t,
 		leafRange("8.8.8.0", "8.8.8.255", "US"),
 		leafRange("1.1.1.0", "1.1.1.255", "AU"))
-	p := smallPlacer(t, tree)
+	p := placerOn(t, tree)
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.placeCrawlers(context.Background(), rand.New(rand.NewPCG(1, 2)), 3)
@@ -71,7 +72,7 @@ func TestPlaceCrawlersTooFewSubnetsIsAnError(t *testing.T) {
 // duplicates.
 func TestPlaceHostsTooFewAddressesIsAnError(t *testing.T) {
 	tree := smallTree(t, leafRange("8.8.8.0", "8.8.8.3", "US"))
-	p := smallPlacer(t, tree)
+	p := placerOn(t, tree)
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.placeHosts(context.Background(), rand.New(rand.NewPCG(1, 2)), 10, HostsUniform, 0)
@@ -94,7 +95,7 @@ func TestDraw6UniformInLeafBelowSlash64(t *testing.T) {
 	tree := smallTree(t,
 		leafRange("8.8.8.0", "8.8.8.255", "US"),
 		leafRange("2a01:4f8::", "2a01:4f8::ffff:ffff", "DE")) // a /96
-	p := smallPlacer(t, tree)
+	p := placerOn(t, tree)
 	rng := rand.New(rand.NewPCG(1, 2))
 	seen := map[netip.Addr]int{}
 	for range 200 {
