@@ -2,7 +2,6 @@ package overlay
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -238,19 +237,19 @@ func (d *Directory) Invalidate(s hierarchy.NodeID) {
 // mergeValue verifies a DHT value and merges it by the Select rule. It
 // returns the record that prevails in the cache afterwards.
 func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Record, bool, error) {
-	rec, err := d.p.validator.check(DelegKey(s), val)
+	rec, sum, err := d.p.validator.check(DelegKey(s), val)
 	if err != nil {
 		return delegation.Record{}, false, err
 	}
-	best, changed := d.merge(rec, val)
+	best, changed := d.merge(rec, sum)
 	return best, changed, nil
 }
 
 // merge applies Select against the cached record for rec.Subnet. rec is
-// the caller's (validator.check returns a copy), raw its sealed value.
-func (d *Directory) merge(rec delegation.Record, raw []byte) (delegation.Record, bool) {
+// the caller's (validator.check returns a copy), sum its sealed value's
+// SHA-256.
+func (d *Directory) merge(rec delegation.Record, sum [32]byte) (delegation.Record, bool) {
 	d.intern(&rec)
-	sum := sha256.Sum256(raw)
 	// every verified record is evidence, whether or not it prevails
 	d.p.queueLearn(rec)
 	s := rec.Subnet
@@ -418,11 +417,11 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 func (d *Directory) put(ctx context.Context, s hierarchy.NodeID, val []byte, announce bool) (delegation.Record, error) {
 	p := d.p
 	key := DelegKey(s)
-	mine, err := p.validator.check(key, val)
+	mine, sum, err := p.validator.check(key, val)
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: own record rejected: %w", err)
 	}
-	best, _ := d.merge(mine, val)
+	best, _ := d.merge(mine, sum)
 	if announce {
 		p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_DELEGATED, Subnet: uint32(s), Value: val})
 	}

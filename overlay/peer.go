@@ -469,6 +469,7 @@ func (p *Peer) OnCalibration(fn func(CalibrationNotice)) {
 type calData struct {
 	ev  *pb.CalibrationEvent
 	rec *delegation.Record
+	sum [32]byte // SHA-256 of ev.Value, with rec
 }
 
 // validateCalibration is the micra/calibration/1 topic validator: schema,
@@ -489,7 +490,7 @@ func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.
 	}
 	cd := &calData{ev: ev}
 	if ev.Kind == pb.CalibrationKind_DELEGATED {
-		rec, err := p.validator.check(DelegKey(hierarchy.NodeID(ev.Subnet)), ev.Value)
+		rec, sum, err := p.validator.check(DelegKey(hierarchy.NodeID(ev.Subnet)), ev.Value)
 		if err != nil {
 			p.log.Debug("overlay: rejected delegation announcement", "author", author, "err", err)
 			return pubsub.ValidationReject
@@ -497,7 +498,7 @@ func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.
 		if a := author.String(); string(rec.DecidedBy) != a && string(rec.Owner) != a {
 			return pubsub.ValidationReject
 		}
-		cd.rec = &rec
+		cd.rec, cd.sum = &rec, sum
 	}
 	msg.ValidatorData = cd
 	return pubsub.ValidationAccept
@@ -518,7 +519,7 @@ func (p *Peer) runCalibration(ctx context.Context) {
 		s := hierarchy.NodeID(cd.ev.Subnet)
 		switch cd.ev.Kind {
 		case pb.CalibrationKind_DELEGATED:
-			p.dir.merge(*cd.rec, cd.ev.Value)
+			p.dir.merge(*cd.rec, cd.sum)
 			p.tryDrainLearn()
 		case pb.CalibrationKind_SLOW_PAGE, pb.CalibrationKind_RELEASED:
 			if msg.GetFrom() != p.h.ID() {

@@ -306,12 +306,15 @@ func NewVerifiedCache(max int) *VerifiedCache {
 	return &VerifiedCache{max: max, m: make(map[[32]byte]delegation.Record)}
 }
 
-func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
+// open verifies and decodes value, and returns it with its SHA-256 (the
+// cache's key, which the directory keeps in place of the value).
+func (c *VerifiedCache) open(value []byte) (delegation.Record, [32]byte, error) {
 	if c == nil {
-		return openRecord(value)
+		rec, err := openRecord(value)
+		return rec, sha256.Sum256(value), err
 	}
 	if len(value) > maxRecordBytes {
-		return delegation.Record{}, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
+		return delegation.Record{}, [32]byte{}, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
 	}
 	h := sha256.Sum256(value)
 	c.mu.Lock()
@@ -320,11 +323,11 @@ func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
 	if ok {
 		rec.Probes = slices.Clone(rec.Probes) // callers own what they get
 		rec.Blocks = slices.Clone(rec.Blocks)
-		return rec, nil
+		return rec, h, nil
 	}
 	rec, err := openRecord(value)
 	if err != nil {
-		return rec, err
+		return rec, h, err
 	}
 	c.mu.Lock()
 	if len(c.m) >= c.max {
@@ -334,7 +337,7 @@ func (c *VerifiedCache) open(value []byte) (delegation.Record, error) {
 	c.mu.Unlock()
 	// the cache keeps its own slices: callers own what they get
 	rec.Probes, rec.Blocks = slices.Clone(rec.Probes), slices.Clone(rec.Blocks)
-	return rec, nil
+	return rec, h, nil
 }
 
 // Validate implements record.Validator.
@@ -342,32 +345,34 @@ func (v RecordValidator) Validate(key string, value []byte) error {
 	if !strings.HasPrefix(key, delegPrefix) {
 		return fmt.Errorf("micra validator: unknown key %q (only %s<subnet> is stored)", key, delegPrefix)
 	}
-	_, err := v.check(key, value)
+	_, _, err := v.check(key, value)
 	return err
 }
 
-func (v RecordValidator) check(key string, value []byte) (delegation.Record, error) {
+// check verifies value as the record under key and returns it (the
+// caller's own copy) with the value's SHA-256.
+func (v RecordValidator) check(key string, value []byte) (delegation.Record, [32]byte, error) {
 	s, err := parseDelegKey(key)
 	if err != nil {
-		return delegation.Record{}, fmt.Errorf("micra validator: %w", err)
+		return delegation.Record{}, [32]byte{}, fmt.Errorf("micra validator: %w", err)
 	}
-	rec, err := v.Verified.open(value)
+	rec, sum, err := v.Verified.open(value)
 	if err != nil {
-		return rec, fmt.Errorf("micra validator: %s: %w", key, err)
+		return rec, sum, fmt.Errorf("micra validator: %s: %w", key, err)
 	}
 	if rec.Subnet != s {
-		return rec, fmt.Errorf("micra validator: %s: record is for subnet %d", key, rec.Subnet)
+		return rec, sum, fmt.Errorf("micra validator: %s: record is for subnet %d", key, rec.Subnet)
 	}
 	if v.Nodes > 0 && (int(s) >= v.Nodes || s == hierarchy.Root) {
-		return rec, fmt.Errorf("micra validator: %s: subnet %d is not a subnet of the hierarchy (%d nodes)", key, s, v.Nodes)
+		return rec, sum, fmt.Errorf("micra validator: %s: subnet %d is not a subnet of the hierarchy (%d nodes)", key, s, v.Nodes)
 	}
 	if rec.Snapshot != v.Snapshot {
-		return rec, fmt.Errorf("micra validator: %s: snapshot %x, this peer runs %x", key, rec.Snapshot[:6], v.Snapshot[:6])
+		return rec, sum, fmt.Errorf("micra validator: %s: snapshot %x, this peer runs %x", key, rec.Snapshot[:6], v.Snapshot[:6])
 	}
 	if v.Tree != nil {
 		for _, b := range rec.Blocks {
 			if v.Tree.SmallestNonUnary(b.Host) != s {
-				return rec, fmt.Errorf("micra validator: %s: block %v is not in subnet %d", key, b.Block(), s)
+				return rec, sum, fmt.Errorf("micra validator: %s: block %v is not in subnet %d", key, b.Block(), s)
 			}
 		}
 	}
@@ -377,12 +382,12 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, err
 	}
 	t := now()
 	if rec.At.After(t.Add(clockSkew)) {
-		return rec, fmt.Errorf("micra validator: %s: record time %v is in the future", key, rec.At)
+		return rec, sum, fmt.Errorf("micra validator: %s: record time %v is in the future", key, rec.At)
 	}
 	if v.MaxAge > 0 && rec.At.Before(t.Add(-v.MaxAge-clockSkew)) {
-		return rec, fmt.Errorf("micra validator: %s: record from %v is older than %v", key, rec.At, v.MaxAge)
+		return rec, sum, fmt.Errorf("micra validator: %s: record from %v is older than %v", key, rec.At, v.MaxAge)
 	}
-	return rec, nil
+	return rec, sum, nil
 }
 
 // Select implements record.Validator: the best of vals, by Better. Invalid
@@ -392,7 +397,7 @@ func (v RecordValidator) Select(key string, vals [][]byte) (int, error) {
 	best := -1
 	var bestRec delegation.Record
 	for i, val := range vals {
-		rec, err := v.check(key, val)
+		rec, _, err := v.check(key, val)
 		if err != nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -337,9 +338,12 @@ func TestVerifiedCacheOwnsItsSlices(t *testing.T) {
 	val := seal(t, rec, owner.sk, owner.sk)
 	c := NewVerifiedCache(4)
 	for range 2 { // a miss, then a hit
-		got, err := c.open(val)
+		got, sum, err := c.open(val)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if sum != sha256.Sum256(val) {
+			t.Fatal("open returned another digest than the value's SHA-256")
 		}
 		if got.Probes[0].RTT != time.Millisecond || got.Blocks[0].Owner != b.id {
 			t.Fatalf("the cache returned a record changed by a caller: %+v", got)
