@@ -107,14 +107,10 @@ func (w *World) scanAll(h *world.Endpoint) int32 {
 	return best
 }
 
-// parallel runs fn(0..n-1) on up to workers goroutines, in contiguous chunks.
-func parallel(workers, n int, fn func(i int)) {
-	_ = parallelCtx(context.Background(), workers, n, math.MaxInt, fn)
-}
-
-// parallelCtx is parallel, cut short when ctx ends: each goroutine looks at
-// ctx before every every-th item of its chunk (every ≥ 1; fn itself is not
-// interrupted) and stops there. It returns ctx.Err() once every goroutine
+// parallelCtx runs fn(0..n-1) on up to workers goroutines, in contiguous
+// chunks, cut short when ctx ends: each goroutine looks at ctx before every
+// every-th item of its chunk (every ≥ 1; fn itself is not interrupted) and
+// stops there. It returns ctx.Err() once every goroutine
 // has stopped; nil means fn ran on every item.
 func parallelCtx(ctx context.Context, workers, n, every int, fn func(i int)) error {
 	workers = max(1, min(workers, n))

@@ -294,21 +294,15 @@ func (o *oracleModel) cdf(d, base, x float64) float64 {
 	return o.stretchCDF((x - base) / d)
 }
 
-// priorChoice is the crawler with the highest prior probability of having
-// the lowest floor RTT (where the Bayes rule probes first), that
-// probability, and the expected number of crawlers that beat it.
-func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
-	p, _ := o.priorChoiceCtx(context.Background(), v)
-	return p
-}
-
 // oracleCtxEvery is how many positions of a prior the oracle's integrals
 // go through between two looks at the context: a country's prior with
 // --oracle-samples 16384 is seconds of work, a few hundred µs per position.
 const oracleCtxEvery = 16
 
-// priorChoiceCtx is priorChoice, cut short when ctx ends (nil and
-// ctx.Err(); v.prior is left nil).
+// priorChoiceCtx is the crawler with the highest prior probability of
+// having the lowest floor RTT (where the Bayes rule probes first), that
+// probability, and the expected number of crawlers that beat it — or nil
+// and ctx.Err() when ctx ends first (v.prior is then left nil).
 func (o *oracleModel) priorChoiceCtx(ctx context.Context, v *hostView) (*oraclePrior, error) {
 	if v.prior != nil {
 		return v.prior, nil
@@ -453,17 +447,11 @@ type oracleTrace struct {
 	sum    []float64
 }
 
-// trace runs the Bayes rule on one host until the stop statistic falls
+// traceCtx runs the Bayes rule on one host until the stop statistic falls
 // below epsMin or kMax crawlers were probed; it always probes once (the
 // gated rule needs the first answer even where the prior alone would
-// stop). probe returns one answer (ms).
-func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
-	t, _ := o.traceCtx(context.Background(), v, probe, epsMin, kMax)
-	return t
-}
-
-// traceCtx is trace, cut short when ctx ends, returning ctx.Err(): it looks
-// before each probe and, with a large prior (--oracle-samples 16384: a round
+// stop). probe returns one answer (ms). It is cut short when ctx ends,
+// returning ctx.Err(): it looks before each probe and, with a large prior (--oracle-samples 16384: a round
 // is a good part of a second), every 1024 positions and every crawler
 // weighed within the round.
 func (o *oracleModel) traceCtx(ctx context.Context, v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) (oracleTrace, error) {

@@ -663,3 +663,15 @@ func oracleOn(t *testing.T, cfg Config) (*World, *OracleReport, *bytes.Buffer) {
 	}
 	return w, r, &buf
 }
+
+// priorChoice is priorChoiceCtx for a test that does not cancel.
+func (o *oracleModel) priorChoice(v *hostView) *oraclePrior {
+	p, _ := o.priorChoiceCtx(context.Background(), v)
+	return p
+}
+
+// trace is traceCtx for a test that does not cancel.
+func (o *oracleModel) trace(v *hostView, probe func(c int32) (float64, bool), epsMin float64, kMax int) oracleTrace {
+	t, _ := o.traceCtx(context.Background(), v, probe, epsMin, kMax)
+	return t
+}
