@@ -220,7 +220,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// splitRouter owns the hosts whose name is in own and hands off the rest.
+// splitRouter owns the hosts whose name (or name:port, for test servers
+// that share an address) is in own, and hands off the rest.
 type splitRouter struct {
 	own    map[string]bool
 	mu     sync.Mutex
@@ -231,7 +232,7 @@ func (r *splitRouter) Owns(_ context.Context, u *url.URL, ip netip.Addr) (bool, 
 	if !ip.IsValid() {
 		return false, os.ErrInvalid
 	}
-	return r.own[u.Hostname()], nil
+	return r.own[u.Hostname()] || r.own[u.Host], nil
 }
 func (r *splitRouter) Handoff(_ context.Context, urls []string) error {
 	r.mu.Lock()

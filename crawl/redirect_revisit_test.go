@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -218,24 +217,6 @@ func TestRedirectTargetRefusedNotScheduled(t *testing.T) {
 	}
 }
 
-// hostRouter owns one host (host:port) and records what it hands off.
-type hostRouter struct {
-	own    string
-	mu     sync.Mutex
-	handed []string
-}
-
-func (r *hostRouter) Owns(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
-	return u.Host == r.own, nil
-}
-func (r *hostRouter) Handoff(_ context.Context, urls []string) error {
-	r.mu.Lock()
-	r.handed = append(r.handed, urls...)
-	r.mu.Unlock()
-	return nil
-}
-func (*hostRouter) NeedsIP() bool { return false }
-
 // A redirect target another crawler owns is handed to it, as a link to it
 // would be (its owner monitors it), and is not scheduled here.
 func TestRedirectTargetOfOtherCrawlerHandedOff(t *testing.T) {
@@ -255,7 +236,7 @@ func TestRedirectTargetOfOtherCrawlerHandedOff(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/b", http.StatusMovedPermanently)
 	})
 	su, _ := url.Parse(srv.URL)
-	rt := &hostRouter{own: su.Host}
+	rt := &splitRouter{own: map[string]bool{su.Host: true}}
 	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/a"}, Router: rt, Fetch: revisitFetch(),
 		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t),
 		Monitor: Monitor{Enabled: true, Sleep: time.Hour}})

@@ -61,16 +61,8 @@ func TestSelfProbeBoundedByRequestTimeout(t *testing.T) {
 func TestRemoteProbeBoundedByRequestTimeout(t *testing.T) {
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = 300 * time.Millisecond
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	staller, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { staller.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}})
+	staller := rawHost(t)
 	done := make(chan struct{})
 	staller.SetStreamHandler(ProtoProbe, func(s network.Stream) {
 		select {
@@ -138,11 +130,7 @@ func TestProbeLogForgetsStaleRequesters(t *testing.T) {
 // invalidate again, hooks fire again, and a replayed DELEGATED of the
 // cached bytes clears a stale mark (merge: same bytes → stale = false).
 func TestSeenCacheOutlivesReplayWindow(t *testing.T) {
-	p, err := Open(context.Background(), testTree(t), TestnetConfig(), Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), TestnetConfig(), Services{Measurer: modelMeasurer{}})
 	ttl := time.Duration(reflect.ValueOf(p.ps).Elem().FieldByName("seenMsgTTL").Int())
 	age := ttl + 30*time.Second
 	ev := &pb.CalibrationEvent{Version: wireVersion, Snapshot: p.snap[:], AtUnixNano: time.Now().Add(-age).UnixNano(),

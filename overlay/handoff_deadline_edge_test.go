@@ -44,11 +44,7 @@ func openHandoffPeer(t *testing.T, rt time.Duration, sink HandoffSink) *Peer {
 	t.Helper()
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = rt
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}, Sink: sink})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}, Sink: sink})
 	return p
 }
 
@@ -60,11 +56,7 @@ func TestHandoffSlowReceiverNotCut(t *testing.T) {
 	p := openHandoffPeer(t, rt, nil)
 	batches := largeHandoff(1536, 1024) // ≈ 1.5 MiB
 
-	slow, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { slow.Close() })
+	slow := rawHost(t)
 	served := make(chan error, 1)
 	slow.SetStreamHandler(ProtoHandoff, func(s network.Stream) {
 		defer s.Close()
@@ -157,11 +149,7 @@ func TestHandoffStalledReceiverDropped(t *testing.T) {
 		{"never answers", true, 3*rt + 8*time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewHost(TestnetConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { h.Close() })
+			h := rawHost(t)
 			release, reset := make(chan struct{}), make(chan bool, 1)
 			t.Cleanup(func() {
 				select {
@@ -189,7 +177,7 @@ func TestHandoffStalledReceiverDropped(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			start := time.Now()
-			_, err = p.handoff.deliver(ctx, delegation.CrawlerID(h.ID().String()), batches)
+			_, err := p.handoff.deliver(ctx, delegation.CrawlerID(h.ID().String()), batches)
 			took := time.Since(start)
 			if err == nil {
 				t.Fatal("a receiver that stalls: deliver returned nil")
@@ -216,11 +204,7 @@ func TestHandoffStalledReceiverDropped(t *testing.T) {
 // encoded message of 2560 URLs of 1 KiB, and its batches.
 func rawHandoffStream(t *testing.T, p *Peer) (network.Stream, *bytes.Buffer, []*pb.HandoffBatch) {
 	t.Helper()
-	client, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := rawHost(t)
 	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
 	batches := largeHandoff(2560, 1024)
 	var buf bytes.Buffer

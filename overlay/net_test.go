@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
+
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 )
@@ -43,18 +45,37 @@ func loopbackTree(t testing.TB, n16, n24 int) *hierarchy.Tree {
 	return tr
 }
 
+// openPeer opens a peer over tree with cfg and svc, closed when the test
+// ends.
+func openPeer(t testing.TB, tree *hierarchy.Tree, cfg Config, svc Services) *Peer {
+	t.Helper()
+	p, err := Open(context.Background(), tree, cfg, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // lonePeer opens a peer on its own (no other peers, no services) over
 // tree, closed when the test ends.
 func lonePeer(t testing.TB, tree *hierarchy.Tree) *Peer {
 	t.Helper()
 	cfg := TestnetConfig()
 	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
-	p, err := Open(context.Background(), tree, cfg, Services{})
+	return openPeer(t, tree, cfg, Services{})
+}
+
+// rawHost is a bare libp2p host (testnet config, no micra protocols) for
+// a test to speak the wire itself, closed when the test ends.
+func rawHost(t testing.TB) host.Host {
+	t.Helper()
+	h, err := NewHost(TestnetConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	t.Cleanup(func() { h.Close() })
+	return h
 }
 
 // modelMeasurer is a deterministic latency model: RTT from crawler index i

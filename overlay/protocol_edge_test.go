@@ -133,11 +133,7 @@ func TestHeartbeatAddrsNotDialledWhenPublic(t *testing.T) {
 	}()
 	cfg := TestnetConfig()
 	cfg.PublicDHTFilters = true
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}})
 
 	forged := newKeyed(t)
 	fid, _ := peer.Decode(string(forged.id))
@@ -169,16 +165,8 @@ func TestHeartbeatAddrsNotDialledWhenPublic(t *testing.T) {
 func TestSnapshotHeaderSizeNotTrustedForAllocation(t *testing.T) {
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = 2 * time.Second
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	liar, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { liar.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}})
+	liar := rawHost(t)
 	liar.SetStreamHandler(ProtoSnapshot, func(s network.Stream) {
 		defer s.Close()
 		st := newStream(s, maxSnapshotMsg, 5*time.Second)
@@ -193,7 +181,7 @@ func TestSnapshotHeaderSizeNotTrustedForAllocation(t *testing.T) {
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err = p.FetchSnapshot(context.Background(), liar.ID(), p.snap)
+	_, err := p.FetchSnapshot(context.Background(), liar.ID(), p.snap)
 	runtime.ReadMemStats(&after)
 	if err == nil {
 		t.Fatal("empty answer accepted")

@@ -67,11 +67,7 @@ func openRecoverPair(t *testing.T, rt time.Duration, server, client PageHistory)
 	open := func(pages PageHistory) *Peer {
 		cfg := TestnetConfig()
 		cfg.RequestTimeout = rt
-		p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}, Pages: pages})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}, Pages: pages})
 		return p
 	}
 	srv, cli = open(server), open(client)

@@ -35,11 +35,7 @@ type staller struct {
 
 func newStaller(t *testing.T, proto protocol.ID, prefix func(s network.Stream)) *staller {
 	t.Helper()
-	h, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
+	h := rawHost(t)
 	st := &staller{h: h, release: make(chan struct{}), reset: make(chan bool, 1)}
 	t.Cleanup(st.let) // before h.Close (LIFO)
 	h.SetStreamHandler(proto, func(s network.Stream) {
@@ -89,18 +85,14 @@ func (st *staller) releaseAndCheckReset(t *testing.T) {
 func TestRoundTripBoundedByTimeoutUnderLongerDeadline(t *testing.T) {
 	const timeout = 2 * time.Second
 	st := newStaller(t, ProtoEndorse, nil)
-	client, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := rawHost(t)
 	client.Peerstore().AddAddrs(st.h.ID(), st.h.Addrs(), time.Minute)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	start := time.Now()
 	var resp pb.EndorseResponse
-	err = roundTrip(ctx, client, st.h.ID(), ProtoEndorse, maxEndorseMsg, timeout, &pb.EndorseRequest{Version: wireVersion}, &resp)
+	err := roundTrip(ctx, client, st.h.ID(), ProtoEndorse, maxEndorseMsg, timeout, &pb.EndorseRequest{Version: wireVersion}, &resp)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("a peer that never answers: roundTrip returned nil")
@@ -119,11 +111,7 @@ func TestRoundTripBoundedByTimeoutUnderLongerDeadline(t *testing.T) {
 func TestFetchSnapshotStalledPeerDroppedAfterIdleTimeout(t *testing.T) {
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = 2 * time.Second
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}})
 	for _, tc := range []struct {
 		name   string
 		prefix func(s network.Stream)
@@ -161,20 +149,12 @@ func TestFetchSnapshotStalledPeerDroppedAfterIdleTimeout(t *testing.T) {
 func TestFetchSnapshotSlowLinkNotCut(t *testing.T) {
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = time.Second
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}})
 	data := bytes.Repeat([]byte("micra snapshot "), (5<<19)/15) // ≈ 2.5 MiB
 	id := sha256.Sum256(data)
 	const piece, every = 64 << 10, 150 * time.Millisecond // ≈ 430 KiB/s: 6 s in all, 4 × RequestTimeout is 4 s
 
-	slow, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { slow.Close() })
+	slow := rawHost(t)
 	served := make(chan error, 1)
 	slow.SetStreamHandler(ProtoSnapshot, func(s network.Stream) {
 		defer s.Close()
@@ -227,16 +207,8 @@ func TestSnapshotServerSlowReaderNotCut(t *testing.T) {
 	id := sha256.Sum256(data)
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = time.Second
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}, Snapshots: TreeSnapshots{id: data}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	client, err := NewHost(TestnetConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}, Snapshots: TreeSnapshots{id: data}})
+	client := rawHost(t)
 	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -289,17 +261,13 @@ func (t *throttled) Read(b []byte) (int, error) {
 func TestRecoverPagesStalledPeerDroppedAfterIdleTimeout(t *testing.T) {
 	cfg := TestnetConfig()
 	cfg.RequestTimeout = 2 * time.Second
-	p, err := Open(context.Background(), testTree(t), cfg, Services{Measurer: modelMeasurer{}, Pages: &memPages{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := openPeer(t, testTree(t), cfg, Services{Measurer: modelMeasurer{}, Pages: &memPages{}})
 	st := newStaller(t, ProtoRecover, nil)
 	p.h.Peerstore().AddAddrs(st.h.ID(), st.h.Addrs(), time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = p.RecoverPages(ctx, st.h.ID(), 7)
+	_, err := p.RecoverPages(ctx, st.h.ID(), 7)
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("a peer that never answers: RecoverPages returned nil")

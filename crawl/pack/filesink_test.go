@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,15 +37,9 @@ func TestFileSinkDirSyncFailureNotAcknowledged(t *testing.T) {
 	db := openDB(t, t.TempDir())
 	defer db.Close()
 	fails.Store(2)
-	ob, err := NewOutbox(db, sink, Options{CrawlerID: "c1", MaxHold: time.Hour,
+	ob, ctx, stop := runOutbox(t, db, sink, Options{CrawlerID: "c1", MaxHold: time.Hour,
 		RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { ob.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	defer stop()
 	r := sampleRecord(2)
 	if err := ob.Add(ctx, &r); err != nil {
 		t.Fatal(err)

@@ -128,14 +128,8 @@ func TestDrainEndsAfterCorruptCarrierMovedAside(t *testing.T) {
 	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(key, []byte("garbage, not a carrier")) }); err != nil {
 		t.Fatal(err)
 	}
-	ob, err := NewOutbox(db, FileSink{Dir: out}, Options{CrawlerID: "c1", MaxHold: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { ob.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	ob, ctx, stop := runOutbox(t, db, FileSink{Dir: out}, Options{CrawlerID: "c1", MaxHold: time.Hour})
+	defer stop()
 	r := sampleRecord(1)
 	if err := ob.Add(ctx, &r); err != nil {
 		t.Fatal(err)

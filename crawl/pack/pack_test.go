@@ -87,6 +87,20 @@ func openDB(t *testing.T, dir string) *badger.DB {
 	return db
 }
 
+// runOutbox opens an outbox over db and runs it until the returned stop is
+// called (defer it before db's Close runs: stop waits for Run to return).
+func runOutbox(t *testing.T, db *badger.DB, sink Receiver, opt Options) (*Outbox, context.Context, func()) {
+	t.Helper()
+	ob, err := NewOutbox(db, sink, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { ob.Run(ctx) })
+	return ob, ctx, func() { cancel(); wg.Wait() }
+}
+
 // flakySink fails its first n deliveries, then writes to a FileSink.
 type flakySink struct {
 	fail  atomic.Int32
@@ -160,14 +174,8 @@ func TestOutboxHoldTime(t *testing.T) {
 	db := openDB(t, t.TempDir())
 	defer db.Close()
 	out := t.TempDir()
-	ob, err := NewOutbox(db, FileSink{Dir: out}, Options{CrawlerID: "c1", MaxHold: 40 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { ob.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	ob, ctx, stop := runOutbox(t, db, FileSink{Dir: out}, Options{CrawlerID: "c1", MaxHold: 40 * time.Millisecond})
+	defer stop()
 	r := sampleRecord(1)
 	ob.Add(ctx, &r)
 	deadline := time.Now().Add(5 * time.Second)
