@@ -109,7 +109,8 @@ func BlockOf(ip netip.Addr) netip.Prefix {
 	return p
 }
 
-// BlockOwner returns the delegation of ip's block in r, if r has one.
+// BlockOwner returns the delegation of ip's block in r, if r has one
+// (whether its owner is live or not).
 func (r Record) BlockOwner(ip netip.Addr) (BlockDelegation, bool) {
 	if len(r.Blocks) == 0 {
 		return BlockDelegation{}, false
@@ -123,10 +124,25 @@ func (r Record) BlockOwner(ip netip.Addr) (BlockDelegation, bool) {
 	return BlockDelegation{}, false
 }
 
-// OwnerOf is the crawler that crawls ip under r: its block's owner if ip's
-// block is delegated, else the subnet's owner (liveness is the caller's).
-func (r Record) OwnerOf(ip netip.Addr) CrawlerID {
-	if b, ok := r.BlockOwner(ip); ok {
+// LiveBlock returns the delegation of ip's block in r when r delegates it
+// to a crawler that live reports live (nil live: every crawler is). A block
+// whose owner died goes back to the subnet's owner until it is re-decided.
+func (r Record) LiveBlock(ip netip.Addr, live func(CrawlerID) bool) (BlockDelegation, bool) {
+	b, ok := r.BlockOwner(ip)
+	if !ok || (live != nil && !live(b.Owner)) {
+		return BlockDelegation{}, false
+	}
+	return b, true
+}
+
+// OwnerOf is the one rule for who crawls ip under r: the owner of ip's
+// block when r delegates the block to a live crawler (LiveBlock), else the
+// subnet's owner. Whether r stands at all (its owner alive) is the
+// caller's to judge: a dead owner's record is re-decided, not read. The
+// engine, the overlay's directory, hand-off and router, and the simulator
+// all ask this.
+func (r Record) OwnerOf(ip netip.Addr, live func(CrawlerID) bool) CrawlerID {
+	if b, ok := r.LiveBlock(ip, live); ok {
 		return b.Owner
 	}
 	return r.Owner
@@ -186,19 +202,37 @@ type Tree interface {
 	Contains(id hierarchy.NodeID, ip netip.Addr) bool
 }
 
-// Better is the Select rule every peer applies to competing records for one
-// subnet: the higher epoch wins, then the lower owner RTT, then the lower
-// owner ID, then the lower decider ID. It is a strict order, so all peers
-// converge on the same record whatever order they see them in.
-func Better(a, b Record) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
+// Compare is the Select order, the one total order every peer applies to
+// competing records of one subnet: the higher epoch wins, then the lower
+// owner RTT, then the lower owner ID, then the later time (an owner's
+// refresh supersedes its older copy), then the lower decider ID. It
+// returns a negative number when a wins, positive when b wins, and 0 when
+// the fields it reads tie — only two values one decider sealed for the
+// same subnet at the same instant; the overlay breaks that tie by the
+// sealed values' digests (overlay.Better).
+func Compare(a, b Record) int {
+	switch {
+	case a.Epoch != b.Epoch:
+		return cmpBool(a.Epoch > b.Epoch)
+	case a.OwnerRTT != b.OwnerRTT:
+		return cmpBool(a.OwnerRTT < b.OwnerRTT)
+	case a.Owner != b.Owner:
+		return cmpBool(a.Owner < b.Owner)
+	case !a.At.Equal(b.At):
+		return cmpBool(a.At.After(b.At))
+	case a.DecidedBy != b.DecidedBy:
+		return cmpBool(a.DecidedBy < b.DecidedBy)
 	}
-	if a.OwnerRTT != b.OwnerRTT {
-		return a.OwnerRTT < b.OwnerRTT
-	}
-	if a.Owner != b.Owner {
-		return a.Owner < b.Owner
-	}
-	return a.DecidedBy < b.DecidedBy
+	return 0
 }
+
+// cmpBool is -1 when a wins, else 1.
+func cmpBool(aWins bool) int {
+	if aWins {
+		return -1
+	}
+	return 1
+}
+
+// Better reports whether a strictly beats b by the Select order (Compare).
+func Better(a, b Record) bool { return Compare(a, b) < 0 }

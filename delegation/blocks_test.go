@@ -46,8 +46,41 @@ func TestBlockOf(t *testing.T) {
 		}
 	}
 	r := Record{Owner: "a", Blocks: []BlockDelegation{{Host: ip("30.1.2.9"), Owner: "b"}}}
-	if r.OwnerOf(ip("30.1.2.200")) != "b" || r.OwnerOf(ip("30.1.3.1")) != "a" {
-		t.Fatalf("OwnerOf: %q for the block, %q outside", r.OwnerOf(ip("30.1.2.200")), r.OwnerOf(ip("30.1.3.1")))
+	if r.OwnerOf(ip("30.1.2.200"), nil) != "b" || r.OwnerOf(ip("30.1.3.1"), nil) != "a" {
+		t.Fatalf("OwnerOf: %q for the block, %q outside", r.OwnerOf(ip("30.1.2.200"), nil), r.OwnerOf(ip("30.1.3.1"), nil))
+	}
+	// a block whose owner is dead is crawled by the subnet's owner
+	deadB := func(c CrawlerID) bool { return c != "b" }
+	if got := r.OwnerOf(ip("30.1.2.200"), deadB); got != "a" {
+		t.Fatalf("OwnerOf with b dead = %q, want the subnet's owner a", got)
+	}
+	if _, ok := r.LiveBlock(ip("30.1.2.200"), deadB); ok {
+		t.Fatal("LiveBlock reports a dead owner's block")
+	}
+}
+
+// TestCompareIsTheSelectOrder: every field of the order, in its place.
+func TestCompareIsTheSelectOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	base := Record{Epoch: 3, OwnerRTT: 10 * time.Millisecond, Owner: "m", At: t0, DecidedBy: "m"}
+	for _, tc := range []struct {
+		name string
+		win  func(r *Record)
+	}{
+		{"higher epoch", func(r *Record) { r.Epoch, r.OwnerRTT = 4, time.Hour }},
+		{"lower owner RTT", func(r *Record) { r.OwnerRTT, r.Owner = time.Millisecond, "z" }},
+		{"lower owner", func(r *Record) { r.Owner, r.At = "a", t0.Add(-time.Hour) }},
+		{"later time", func(r *Record) { r.At, r.DecidedBy = t0.Add(time.Second), "z" }},
+		{"lower decider", func(r *Record) { r.DecidedBy = "a" }},
+	} {
+		w := base
+		tc.win(&w)
+		if Compare(w, base) >= 0 || Compare(base, w) <= 0 || !Better(w, base) || Better(base, w) {
+			t.Errorf("%s: Compare(w, base) = %d, Compare(base, w) = %d", tc.name, Compare(w, base), Compare(base, w))
+		}
+	}
+	if Compare(base, base) != 0 || Better(base, base) {
+		t.Error("a record beats itself")
 	}
 }
 

@@ -499,8 +499,7 @@ func (e *engine) liveBlock(rec Record, ip netip.Addr) (BlockDelegation, bool) {
 	if len(rec.Blocks) == 0 {
 		return BlockDelegation{}, false
 	}
-	b, ok := rec.BlockOwner(ip)
-	return b, ok && e.live(b.Owner)
+	return rec.LiveBlock(ip, e.live)
 }
 
 // carryBlocks returns, in a new slice, the blocks of a subnet's record that

@@ -426,7 +426,7 @@ func TestReviewerDeterministic(t *testing.T) {
 				}
 			case ReasonBlockDelegated:
 				blocked++
-				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.OwnerOf(h) || d.Owner == rec.Owner {
+				if rec, _ := dir.Get(d.Subnet); !reflect.DeepEqual(rec, d.Record) || d.Owner != rec.OwnerOf(h, nil) || d.Owner == rec.Owner {
 					t.Fatalf("block of %v delegated to %s, the directory holds %+v", h, d.Owner, rec)
 				}
 			case ReasonCached:

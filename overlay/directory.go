@@ -310,13 +310,10 @@ func blocksGained(old, rec delegation.Record, self delegation.CrawlerID, live fu
 	}
 	var out []delegation.BlockDelegation
 	consider := func(host netip.Addr) {
-		if rec.OwnerOf(host) != self {
+		if rec.OwnerOf(host, nil) != self {
 			return
 		}
-		prev := old.Owner
-		if b, ok := old.BlockOwner(host); ok && live(b.Owner) {
-			prev = b.Owner
-		}
+		prev := old.OwnerOf(host, live)
 		if prev == self || prev == "" {
 			return
 		}

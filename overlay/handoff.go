@@ -522,15 +522,10 @@ func (p *Peer) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
 // (Directory.Cached).
 func (p *Peer) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool) { return p.dir.Cached(s) }
 
-// blockOwner is who crawls ip under rec: its block's owner when rec
-// delegates ip's block to a live crawler, else rec's owner.
+// blockOwner is who crawls ip under rec by this peer's liveness view
+// (delegation.Record.OwnerOf).
 func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.CrawlerID {
-	if ip.IsValid() {
-		if b, ok := rec.BlockOwner(ip); ok && p.members.IsLive(b.Owner) {
-			return b.Owner
-		}
-	}
-	return rec.Owner
+	return rec.OwnerOf(ip, p.members.IsLive)
 }
 
 // handleHandoff serves /micra/handoff/1. The request may be up to 4 MiB, so

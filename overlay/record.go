@@ -411,11 +411,9 @@ func (v RecordValidator) Select(key string, vals [][]byte) (int, error) {
 	return best, nil
 }
 
-// Better is the total order every peer applies to competing delegations of
-// one subnet: higher epoch; then lower owner RTT; then lower owner peer id;
-// then later time (an owner's refresh supersedes its older copy); then lower
-// decider id; then lower SHA-256 of the sealed bytes. It reports whether a
-// strictly beats b.
+// Better is the DHT's Select rule: delegation.Compare, the one Select order,
+// and where that ties, the lower SHA-256 of the sealed bytes. It reports
+// whether a strictly beats b.
 //
 // The last step compares digests, not bytes, so that a peer's cache can keep
 // 32 bytes per record instead of the whole sealed value (Directory). It is
@@ -436,22 +434,10 @@ func betterSum(a delegation.Record, aSum [32]byte, b delegation.Record, bSum [32
 }
 
 // better is Better with the last step, a comparison of the sealed values'
-// digests, left to digestCmp (called only when everything else ties).
+// digests, left to digestCmp (called only when delegation.Compare ties).
 func better(a, b delegation.Record, digestCmp func() int) bool {
-	if a.Epoch != b.Epoch {
-		return a.Epoch > b.Epoch
-	}
-	if a.OwnerRTT != b.OwnerRTT {
-		return a.OwnerRTT < b.OwnerRTT
-	}
-	if a.Owner != b.Owner {
-		return a.Owner < b.Owner
-	}
-	if !a.At.Equal(b.At) {
-		return a.At.After(b.At)
-	}
-	if a.DecidedBy != b.DecidedBy {
-		return a.DecidedBy < b.DecidedBy
+	if c := delegation.Compare(a, b); c != 0 {
+		return c < 0
 	}
 	return digestCmp() < 0
 }

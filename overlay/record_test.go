@@ -283,7 +283,7 @@ func TestBlocksOnTheWire(t *testing.T) {
 	if !reflect.DeepEqual(got.Blocks, rec.Blocks) {
 		t.Fatalf("blocks after the wire: %+v, want %+v", got.Blocks, rec.Blocks)
 	}
-	if got.OwnerOf(netip.MustParseAddr("30.1.2.200")) != b.id || got.OwnerOf(netip.MustParseAddr("30.1.3.1")) != owner.id {
+	if got.OwnerOf(netip.MustParseAddr("30.1.2.200"), nil) != b.id || got.OwnerOf(netip.MustParseAddr("30.1.3.1"), nil) != owner.id {
 		t.Fatal("OwnerOf after the wire does not follow the blocks")
 	}
 

@@ -533,7 +533,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 	// hosts.
 	for i, sn := range subnets {
 		if rec, ok := dir.Get(sn); ok && sn != hierarchy.None {
-			if ci, ok := w.crawler(rec.OwnerOf(w.Hosts[i].Addr)); ok {
+			if ci, ok := w.crawler(rec.OwnerOf(w.Hosts[i].Addr, nil)); ok {
 				r.owner[i] = ci
 			}
 		}
