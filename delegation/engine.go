@@ -246,9 +246,10 @@ type engine struct {
 	ringVer   uint64
 	ringValid bool
 
-	// redelegating is set while Redelegate decides: a calibration event
-	// says the owner is slow, which the statistics that made the decision
-	// do not know, so the decision must probe (no blind guess)
+	// redelegating is set while Redelegate decides, up to publishing: a
+	// calibration event says the owner is slow, which the statistics that
+	// made the decision do not know, so the decision must probe (no blind
+	// guess)
 	redelegating bool
 
 	ids      []CrawlerID
@@ -278,6 +279,11 @@ func newEngine(name string, d Deps, c Config, ch chooser) *engine {
 }
 
 func (e *engine) Name() string { return e.name }
+
+// Balancing reports whether the policy balances load: then a cached
+// owner without room is moved by Delegate, and a caller that answers
+// cached owners itself (the overlay's fast path) must ask the policy.
+func (e *engine) Balancing() bool { return e.c.Balance != BalanceOff }
 
 func (e *engine) now() time.Time {
 	if e.d.Clock == nil {
@@ -469,6 +475,7 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		// checks the record's RTT against what it answered)
 		nr.OwnerRTT = r.RTT
 	}
+	e.redelegating = false // (as in decide: not across publishing)
 	pub, err := e.publish(ctx, nr)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
@@ -562,12 +569,17 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		Probes: probes, Epoch: prev.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(prev.Blocks, win.Crawler),
 	}
+	// The flag is this call's only until here: a Directory may let other
+	// decisions run while it publishes (the overlay does, around its
+	// network I/O), and they must not see it.
+	moving := e.redelegating
+	e.redelegating = false
 	pub, err := e.publish(ctx, rec)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
-	if e.redelegating {
+	if moving {
 		// the page that raised the calibration event was counted when it
 		// was delegated: only the subnet's pages change hands
 		e.loads.Move(s, pub.Owner)

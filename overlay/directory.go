@@ -478,13 +478,20 @@ func (d *Directory) Owned() []hierarchy.NodeID {
 
 // HoldersUnder implements delegation.Directory.
 func (d *Directory) HoldersUnder(ctx context.Context, a hierarchy.NodeID) ([]delegation.CrawlerID, error) {
+	c, local := d.underHolders(a)
+	return d.holders(ctx, c, local)
+}
+
+// underHolders names a's holder set: its provider record and the holders
+// the cache knows.
+func (d *Directory) underHolders(a hierarchy.NodeID) (cid.Cid, []delegation.CrawlerID) {
 	d.mu.RLock()
 	local := keys(d.under[a])
 	if e, ok := d.recs[a]; ok && !slices.Contains(local, e.rec.Owner) {
 		local = append(local, e.rec.Owner) // a's own owner (indexLocked)
 	}
 	d.mu.RUnlock()
-	return d.holders(ctx, underCID(d.p.snap, a), local)
+	return underCID(d.p.snap, a), local
 }
 
 // HoldersOfOrg implements delegation.Directory.
@@ -492,10 +499,16 @@ func (d *Directory) HoldersOfOrg(ctx context.Context, o hierarchy.OrgID) ([]dele
 	if o == 0 {
 		return nil, nil
 	}
+	c, local := d.orgHolders(o)
+	return d.holders(ctx, c, local)
+}
+
+// orgHolders names o's holder set, as underHolders.
+func (d *Directory) orgHolders(o hierarchy.OrgID) (cid.Cid, []delegation.CrawlerID) {
 	d.mu.RLock()
 	local := keys(d.org[o])
 	d.mu.RUnlock()
-	return d.holders(ctx, orgCID(d.p.snap, o), local)
+	return orgCID(d.p.snap, o), local
 }
 
 func keys(m map[delegation.CrawlerID]int) []delegation.CrawlerID {
@@ -514,7 +527,21 @@ func keys(m map[delegation.CrawlerID]int) []delegation.CrawlerID {
 // from a provider answer cached for providerCacheTTL and refreshed in the
 // background, so a decision never waits for a provider walk in steady state.
 func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.CrawlerID) ([]delegation.CrawlerID, error) {
-	var out []delegation.CrawlerID
+	out, wait := d.holdersCached(c, local)
+	if !wait {
+		return out, nil
+	}
+	d.findProviders(ctx, c)
+	out, _ = d.holdersCached(c, local)
+	return out, nil
+}
+
+// holdersCached answers a holder set from what this peer knows: the live
+// holders among local, else the cached provider walk (a stale one is
+// refreshed in the background). wait is true when the answer needs a
+// provider walk first: nothing cached while this peer may still be
+// missing announcements (just started, or no record known).
+func (d *Directory) holdersCached(c cid.Cid, local []delegation.CrawlerID) (out []delegation.CrawlerID, wait bool) {
 	for _, id := range local {
 		if d.p.members.IsLive(id) {
 			out = append(out, id)
@@ -522,7 +549,7 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 	}
 	if len(out) > 0 {
 		slices.Sort(out)
-		return out, nil
+		return out, false
 	}
 	k := c.KeyString()
 	d.mu.RLock()
@@ -534,7 +561,7 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 	switch {
 	case fresh:
 	case known == 0 || time.Since(d.p.members.started) < d.warmup():
-		pe = d.findProviders(ctx, c)
+		return nil, true
 	case !pending:
 		d.mu.Lock()
 		d.provPending[k] = true
@@ -557,7 +584,7 @@ func (d *Directory) holders(ctx context.Context, c cid.Cid, local []delegation.C
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out, false
 }
 
 // warmup is how long after start a peer may still be missing announcements.

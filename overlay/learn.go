@@ -14,11 +14,11 @@ import (
 // Records reach the learn queue from Directory.merge, the single door of
 // every verified record into the cache: gossip announcements, DHT reads
 // (lookups, publish read-backs) and this peer's own puts. The policy is a
-// state machine serialised by polMu, and a decision holds polMu for its
-// whole probe round, so the gossip loop must never wait for it (a slow
-// subscriber loses messages): it queues, and the queue is drained by whoever
-// holds polMu next — the gossip loop when the lock is free (TryLock), or the
-// next Delegate/Join/ReportSlowPage before and after its policy call.
+// state machine serialised by polMu. A decision holds polMu only while it
+// computes (decide.go), but the gossip loop must never wait even for that
+// (a slow subscriber loses messages): it queues, and the queue is drained
+// by whoever holds polMu next — the gossip loop when the lock is free
+// (TryLock), or the next policy call before and after each attempt.
 
 // maxLearnQueue bounds the records waiting for the policy lock; beyond it the
 // oldest are dropped (counted in micra_overlay_learn_dropped_total).

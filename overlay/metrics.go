@@ -11,6 +11,8 @@ type metrics struct {
 	probesSent, probesServed, endorsements, delegations prometheus.Counter
 	pagesRecovered, calibrationEvents, deaths           prometheus.Counter
 	learned, learnDropped                               prometheus.Counter
+	decisionAttempts                                    prometheus.Histogram
+	decisionInPlace, cachedRoutes                       prometheus.Counter
 }
 
 // newMetrics registers the overlay's metrics on reg (nil: unregistered),
@@ -31,10 +33,16 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		deaths:            prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total", Help: "Peers declared dead by the failure detector."}),
 		learned:           prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_learned_total", Help: "Delegation records (this peer's and others') the policy learned from."}),
 		learnDropped:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "learn_dropped_total", Help: "Delegation records dropped from a full learn queue before the policy learned them."}),
+		decisionAttempts: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "decision_attempts",
+			Help: "Attempts per policy call (one plus one per network wait: lookup, probe round, provider walk).", Buckets: prometheus.LinearBuckets(1, 1, 8)}),
+		decisionInPlace: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "decision_inplace_total",
+			Help: "Policy calls that kept asking new questions and ran their last attempt with its I/O under the policy lock."}),
+		cachedRoutes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "cached_owner_lookups_total",
+			Help: "Owner lookups answered from the cached record without the policy."}),
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.learned, m.learnDropped} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}

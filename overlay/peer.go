@@ -74,13 +74,23 @@ type Peer struct {
 	snapshots SnapshotStore
 	measurer  Measurer
 
-	polMu  sync.Mutex
-	policy delegation.Policy
+	// polMu serialises the policy's computation; decide (decide.go) never
+	// holds it across network I/O. attempt is the policy call holding it.
+	polMu       sync.Mutex
+	policy      delegation.Policy
+	attempt     *attempt
+	subnetLocks subnetLocks
+	// dhtDelay, when set (tests, benchmarks), runs before every DHT read a
+	// decision waits for: an emulated Internet lookup.
+	dhtDelay func(context.Context) error
 	// learnQ: verified delegation records waiting for the policy to learn
 	// from them (learn.go)
 	learnMu sync.Mutex
 	learnQ  []delegation.Record
 	loads   atomic.Pointer[LoadBook] // of the latest Deps
+	// balancing: the installed policy balances load, so a cached owner
+	// may be moved by it (Delegate's fast path is off)
+	balancing atomic.Bool
 	// loadSet: the crawler reported its load (SetLoad).
 	loadSet atomic.Bool
 
@@ -325,7 +335,7 @@ func (p *Peer) Deps() delegation.Deps {
 	loads := newLoadBook(p)
 	p.loads.Store(loads)
 	return delegation.Deps{
-		Tree: p.tree, Dir: p.dir, Prober: p.prober, Members: p.members.Crawlers(), Clock: realClock{},
+		Tree: p.tree, Dir: decisionDirectory{p}, Prober: decisionProber{p}, Members: p.members.Crawlers(), Clock: realClock{},
 		Rand:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		Loads: loads,
 	}
@@ -344,6 +354,8 @@ func (realClock) Now() time.Time { return time.Now() }
 func (p *Peer) UsePolicy(pol delegation.Policy) {
 	p.polMu.Lock()
 	p.policy = pol
+	b, ok := pol.(interface{ Balancing() bool })
+	p.balancing.Store(ok && b.Balancing())
 	p.learnMu.Lock()
 	p.learnQ = append(p.dir.Records(), p.learnQ...)
 	p.learnMu.Unlock()
@@ -363,59 +375,91 @@ func (p *Peer) NewPolicy(ctor func(delegation.Deps, delegation.Config) delegatio
 var errNoPolicy = errors.New("overlay: no delegation policy installed (UsePolicy)")
 
 // Delegate returns the owner of ip's subnet, delegating it first if nobody
-// alive owns it. Policy calls are serialised (the engine is a state machine).
+// alive owns it. An owner in the cache is answered at once, without the
+// policy's lock (cachedOwner); a decision waits on the network without it
+// (decide).
 func (p *Peer) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision, error) {
-	p.polMu.Lock()
-	defer p.polMu.Unlock()
-	if p.policy == nil {
-		return delegation.Decision{}, errNoPolicy
+	if d, ok := p.cachedOwner(ip); ok {
+		return d, nil
 	}
-	p.drainLearnLocked()
-	d, err := p.policy.Delegate(ctx, ip)
+	d, err := p.decide(ctx, p.tree.SmallestNonUnary(ip), func(ctx context.Context, pol delegation.Policy) (delegation.Decision, error) {
+		return pol.Delegate(ctx, ip)
+	})
 	if err == nil && !d.Cached {
 		p.metrics.delegations.Inc()
 	}
-	p.drainLearnLocked() // what the decision read from the DHT
 	return d, err
+}
+
+// cachedOwner is Delegate's answer from a cached record, as the policy's
+// own cached path gives it (one page accounted to the subnet), when the
+// record stands (its owner, or ip's block's owner, is live) and the policy
+// does not balance load (a cached owner without room is the policy's to
+// move).
+func (p *Peer) cachedOwner(ip netip.Addr) (delegation.Decision, bool) {
+	if p.balancing.Load() {
+		return delegation.Decision{}, false
+	}
+	s := p.tree.SmallestNonUnary(ip)
+	if s == hierarchy.None || s == hierarchy.Root {
+		return delegation.Decision{}, false
+	}
+	e, ok := p.dir.entry(s)
+	if !ok || e.stale {
+		return delegation.Decision{}, false
+	}
+	rec := e.rec
+	d := delegation.Decision{IP: ip, Subnet: s, Record: rec, Cached: true, Reason: delegation.ReasonCached}
+	ownerLive := p.members.IsLive(rec.Owner)
+	if b, in := rec.LiveBlock(ip, p.members.IsLive); in {
+		d.Owner, d.OwnerRTT = b.Owner, b.OwnerRTT
+	} else if ownerLive {
+		d.Owner, d.OwnerRTT = rec.Owner, rec.OwnerRTT
+	} else {
+		return delegation.Decision{}, false // re-decided by the policy
+	}
+	if ownerLive {
+		if lb := p.loads.Load(); lb != nil {
+			lb.AddPages(s, rec.Owner, 1)
+		}
+	}
+	p.metrics.cachedRoutes.Inc()
+	return d, true
 }
 
 // Join publishes this crawler's own subnet's delegation.
 func (p *Peer) Join(ctx context.Context) (delegation.Decision, error) {
-	p.polMu.Lock()
-	defer p.polMu.Unlock()
-	if p.policy == nil {
-		return delegation.Decision{}, errNoPolicy
-	}
-	p.drainLearnLocked()
-	return p.policy.Join(ctx, p.selfCrawler())
+	self := p.selfCrawler()
+	return p.decide(ctx, p.tree.SmallestNonUnary(self.Addr), func(ctx context.Context, pol delegation.Policy) (delegation.Decision, error) {
+		return pol.Join(ctx, self)
+	})
 }
 
 // ReportSlowPage is dynamic calibration: announce that url (on ip) was slow
 // on this crawler, and re-run delegation for its subnet.
 func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error) {
 	s := p.tree.SmallestNonUnary(ip)
-	p.polMu.Lock()
-	defer p.polMu.Unlock()
-	if p.policy == nil {
-		return delegation.Decision{}, errNoPolicy
-	}
-	if s != hierarchy.None && s != hierarchy.Root {
-		// only the owner's path says anything about the delegation; under
-		// polMu, so a re-delegation that just gave the subnet away is seen
-		rec, ok, err := p.dir.Lookup(ctx, s)
-		if err != nil {
-			return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %w", url, err)
+	announced := false
+	return p.decide(ctx, s, func(ctx context.Context, pol delegation.Policy) (delegation.Decision, error) {
+		if s != hierarchy.None && s != hierarchy.Root {
+			// only the owner's path says anything about the delegation;
+			// under the subnet's lock, so a re-delegation that just gave
+			// the subnet away is seen
+			rec, ok, err := decisionDirectory{p}.Lookup(ctx, s)
+			if err != nil {
+				return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %w", url, err)
+			}
+			if o := p.blockOwner(rec, ip); !ok || o != p.selfID {
+				return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %v is crawled by %s, not this crawler", url, ip, o)
+			}
 		}
-		if o := p.blockOwner(rec, ip); !ok || o != p.selfID {
-			return delegation.Decision{}, fmt.Errorf("overlay: slow page %s: %v is crawled by %s, not this crawler", url, ip, o)
+		if !announced {
+			announced = true
+			p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: uint32(s), Url: url,
+				ObservedNs: int64(observed), ExpectedNs: int64(expected)})
 		}
-	}
-	p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: uint32(s), Url: url,
-		ObservedNs: int64(observed), ExpectedNs: int64(expected)})
-	p.drainLearnLocked()
-	d, err := p.policy.Redelegate(ctx, ip)
-	p.drainLearnLocked()
-	return d, err
+		return pol.Redelegate(ctx, ip)
+	})
 }
 
 // Review gives this crawler's timing of its first fetch from a host at ip
@@ -425,22 +469,18 @@ func (p *Peer) ReportSlowPage(ctx context.Context, ip netip.Addr, url string, ob
 // published like any decision. reviewed is false when the policy does not
 // review (nothing happened).
 func (p *Peer) Review(ctx context.Context, ip netip.Addr, took time.Duration) (d delegation.Decision, reviewed bool, err error) {
-	p.polMu.Lock()
-	defer p.polMu.Unlock()
-	if p.policy == nil {
-		return delegation.Decision{}, false, errNoPolicy
-	}
-	rv, ok := p.policy.(delegation.Reviewer)
-	if !ok {
-		return delegation.Decision{}, false, nil
-	}
-	p.drainLearnLocked()
-	d, err = rv.Review(ctx, ip, p.CrawlerID(), took)
+	d, err = p.decide(ctx, p.tree.SmallestNonUnary(ip), func(ctx context.Context, pol delegation.Policy) (delegation.Decision, error) {
+		rv, ok := pol.(delegation.Reviewer)
+		if !ok {
+			return delegation.Decision{}, nil
+		}
+		reviewed = true
+		return rv.Review(ctx, ip, p.CrawlerID(), took)
+	})
 	if err == nil && d.Reason == delegation.ReasonHandedOver {
 		p.metrics.delegations.Inc() // a new record, decided here
 	}
-	p.drainLearnLocked()
-	return d, true, err
+	return d, reviewed, err
 }
 
 // announce publishes a calibration event (filling version, snapshot, time).
