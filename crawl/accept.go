@@ -45,12 +45,13 @@ func (e *Engine) Accept(ctx context.Context, urls []string) error {
 // the overlay (page history export and import).
 func (e *Engine) Frontier() *frontier.Frontier { return e.front }
 
-// ResolveHost resolves host the way the engine does for its router (cached),
-// or reports false when the engine does not resolve (its router needs no IP).
+// ResolveHost resolves host the way the engine does for its router and
+// fetcher (one cache for both), or reports false when the engine does not
+// resolve (its router needs no IP).
 func (e *Engine) ResolveHost(ctx context.Context, host string) (netip.Addr, bool, error) {
-	if e.dns == nil {
+	if !e.router.NeedsIP() {
 		return netip.Addr{}, false, nil
 	}
-	a, err := e.dns.lookup(ctx, host)
+	a, err := e.resolve(ctx, host)
 	return a, err == nil, err
 }

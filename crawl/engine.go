@@ -143,9 +143,10 @@ type Engine struct {
 	handoffFail retryCounter // per URL: failed hand-offs of its links (not fetch failures)
 	retries     retryCounter // per URL: transient fetch failures
 	backoffs    retryCounter // per URL: consecutive 429/503 answers
-	// handoffClaims holds the URLs being handed off right now (one
-	// hand-off per URL, see enqueueLinks).
-	handoffClaims sync.Map
+	// routeClaims holds the URLs being routed (and queued or handed off)
+	// right now: a URL several pages being processed link to is routed
+	// once (enqueueLinks).
+	routeClaims sync.Map
 }
 
 // New validates cfg, opens the state and builds the crawler.
@@ -254,7 +255,7 @@ func New(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
-	if e.router.NeedsIP() {
+	if e.router.NeedsIP() && e.fetcher == nil {
 		var r fetch.Resolver = net.DefaultResolver
 		if cfg.Fetch.Resolver != nil {
 			r = cfg.Fetch.Resolver
@@ -515,8 +516,10 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 		if !ok {
 			return time.Time{}, false
 		}
+		rt := Route{Mine: true}
 		if recheck {
-			gone, err := e.withdrawForeign(ctx, host, it)
+			var gone bool
+			rt, gone, err = e.withdrawForeign(ctx, host, it)
 			if err != nil {
 				// crawled here as before: overlap, never a loss
 				e.log.Warn("queued URLs of a host now another crawler's not withdrawn", "host", host, "err", err)
@@ -536,7 +539,7 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 				}
 			}
 		}
-		if retry := e.visit(ctx, it); !retry.IsZero() {
+		if retry := e.visit(ctx, it, rt); !retry.IsZero() {
 			return retry, true
 		}
 	}
@@ -548,40 +551,45 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 const withdrawBatch = 512
 
 // withdrawForeign asks the router (a Rechecker) whether it, the next queued
-// URL of host, is still this crawler's. If not, it hands it and up to
-// withdrawBatch−1 further queued URLs of the host (same host, same
-// address, same owner) to their owner and withdraws them from the
-// frontier (Frontier.Withdraw), and returns true. An ownership it cannot
-// tell (no Rechecker, a resolution error) leaves the URL to be crawled
-// here. On an error the items taken from the queue are still queued: the
-// caller rewinds.
-func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.Item) (bool, error) {
+// URL of host, is still this crawler's, and returns its route. If not, it
+// hands it and up to withdrawBatch−1 further queued URLs of the host (same
+// host, same address, same route) to their owner and withdraws them from
+// the frontier (Frontier.Withdraw), and returns gone. An ownership it
+// cannot tell (no Rechecker, a resolution error) leaves the URL to be
+// crawled here, resolved by the fetch. On an error the items taken from
+// the queue are still queued: the caller rewinds.
+func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.Item) (rt Route, gone bool, err error) {
+	rt = Route{Mine: true}
 	rc, ok := e.router.(Rechecker)
 	if !ok {
-		return false, nil
+		return rt, false, nil
 	}
 	u, err := url.Parse(it.URL)
 	if err != nil {
-		return false, nil
+		return rt, false, nil
 	}
 	if _, _, file := e.files.Match(u); file {
-		return false, nil
+		return rt, false, nil
 	}
 	var ip netip.Addr
-	if e.dns != nil {
-		if ip, err = e.dns.lookup(ctx, u.Hostname()); err != nil {
-			return false, nil // the fetch meets the same error and reports it
+	if e.router.NeedsIP() {
+		if ip, err = e.resolve(ctx, u.Hostname()); err != nil {
+			return rt, false, nil // the fetch meets the same error and reports it
 		}
 	}
-	if mine, err := rc.StillOwns(ctx, u, ip); err != nil || mine {
-		return false, nil
+	r, err := rc.Recheck(ctx, u, ip)
+	if err != nil {
+		return rt, false, nil
+	}
+	if r.Mine {
+		return r, false, nil
 	}
 	batch := []frontier.Item{it}
 	skipped := false // items of a file root: read here, not handed off
 	for len(batch) < withdrawBatch {
 		next, ok, err := e.front.Next(host)
 		if err != nil {
-			return false, err
+			return rt, false, err
 		}
 		if !ok {
 			break
@@ -597,17 +605,21 @@ func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.I
 		// stopped, within a bound.
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		return e.router.Handoff(hctx, urls)
+		routed := make([]Routed, len(urls))
+		for i, s := range urls {
+			routed[i] = Routed{URL: s, Route: r} // one host, one address: one route
+		}
+		return e.router.Handoff(hctx, routed)
 	})
 	if err != nil {
-		return false, fmt.Errorf("withdraw %d URLs: %w", len(batch), err)
+		return rt, false, fmt.Errorf("withdraw %d URLs: %w", len(batch), err)
 	}
 	if skipped {
 		e.front.Rewind(host) // serve the file-root items taken meanwhile
 	}
 	e.st.withdrawn.Add(int64(len(batch)))
 	e.log.Debug("queued URLs withdrawn: their host is another crawler's now", "host", host, "urls", len(batch))
-	return true, nil
+	return rt, true, nil
 }
 
 func mustParse(s string) *url.URL {
@@ -725,17 +737,32 @@ func (e *Engine) monitorLoop(ctx context.Context) {
 	}
 }
 
-// resolveForRouter resolves u's host when the router needs the address.
-func (e *Engine) owns(ctx context.Context, u *url.URL) (bool, error) {
+// route is the routing step of a URL: its host resolved (when the router
+// needs the address) and the router's answer.
+func (e *Engine) route(ctx context.Context, u *url.URL) (Route, error) {
 	var ip netip.Addr
-	if e.dns != nil {
-		a, err := e.dns.lookup(ctx, u.Hostname())
+	if e.router.NeedsIP() {
+		a, err := e.resolve(ctx, u.Hostname())
 		if err != nil {
-			return false, err
+			return Route{}, err
 		}
 		ip = a
 	}
-	return e.router.Owns(ctx, u, ip)
+	return e.router.Route(ctx, u, ip)
+}
+
+// resolve returns the address a fetch of host dials: the fetcher's first
+// guard-approved address, through its DNS cache (one resolver for routing
+// and fetching), or the engine's own cache when it does not fetch.
+func (e *Engine) resolve(ctx context.Context, host string) (netip.Addr, error) {
+	if e.fetcher != nil {
+		addrs, err := e.fetcher.ResolveAllowed(ctx, host)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		return addrs[0], nil
+	}
+	return e.dns.lookup(ctx, host)
 }
 
 func isHTML(ct string) bool {

@@ -228,15 +228,17 @@ type splitRouter struct {
 	handed []string
 }
 
-func (r *splitRouter) Owns(_ context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+func (r *splitRouter) Route(_ context.Context, u *url.URL, ip netip.Addr) (Route, error) {
 	if !ip.IsValid() {
-		return false, os.ErrInvalid
+		return Route{}, os.ErrInvalid
 	}
-	return r.own[u.Hostname()] || r.own[u.Host], nil
+	return Route{Addr: ip, Mine: r.own[u.Hostname()] || r.own[u.Host]}, nil
 }
-func (r *splitRouter) Handoff(_ context.Context, urls []string) error {
+func (r *splitRouter) Handoff(_ context.Context, urls []Routed) error {
 	r.mu.Lock()
-	r.handed = append(r.handed, urls...)
+	for _, u := range urls {
+		r.handed = append(r.handed, u.URL)
+	}
 	r.mu.Unlock()
 	return nil
 }
@@ -539,7 +541,7 @@ type observingRouter struct {
 	took map[string]time.Duration
 }
 
-func (r *observingRouter) Fetched(_ context.Context, u *url.URL, t fetch.Timing, took time.Duration) {
+func (r *observingRouter) Fetched(_ context.Context, u *url.URL, _ Route, t fetch.Timing, took time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen[u.String()] = append(r.seen[u.String()], t)
@@ -586,11 +588,11 @@ type movingRouter struct {
 	moved map[string]bool
 }
 
-func (r *movingRouter) StillOwns(_ context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+func (r *movingRouter) Recheck(_ context.Context, u *url.URL, ip netip.Addr) (Route, error) {
 	if !ip.IsValid() {
-		return false, os.ErrInvalid
+		return Route{}, os.ErrInvalid
 	}
-	return !r.moved[u.Hostname()], nil
+	return Route{Addr: ip, Mine: !r.moved[u.Hostname()]}, nil
 }
 
 // URLs queued for a host whose subnet moved to another crawler are handed
@@ -640,18 +642,22 @@ type bouncingRouter struct {
 	bounced atomic.Int64
 }
 
-func (r *bouncingRouter) StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+func (r *bouncingRouter) Recheck(ctx context.Context, u *url.URL, ip netip.Addr) (Route, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.movingRouter.StillOwns(ctx, u, ip)
+	return r.movingRouter.Recheck(ctx, u, ip)
 }
 
-func (r *bouncingRouter) Handoff(ctx context.Context, urls []string) error {
+func (r *bouncingRouter) Handoff(ctx context.Context, urls []Routed) error {
 	r.mu.Lock()
 	clear(r.moved)
 	r.mu.Unlock()
 	r.bounced.Add(int64(len(urls)))
-	return r.eng.Accept(ctx, urls)
+	back := make([]string, len(urls))
+	for i, u := range urls {
+		back[i] = u.URL
+	}
+	return r.eng.Accept(ctx, back)
 }
 
 // A withdrawal whose hand-off comes back to this crawler loses nothing:

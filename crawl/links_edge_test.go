@@ -40,13 +40,13 @@ func (r *cancellingResolver) LookupNetIP(ctx context.Context, _, host string) ([
 // every subnet involved).
 type ownAllRouter struct{}
 
-func (ownAllRouter) Owns(_ context.Context, _ *url.URL, ip netip.Addr) (bool, error) {
+func (ownAllRouter) Route(_ context.Context, _ *url.URL, ip netip.Addr) (Route, error) {
 	if !ip.IsValid() {
-		return false, errors.New("no address")
+		return Route{}, errors.New("no address")
 	}
-	return true, nil
+	return Route{Addr: ip, Mine: true}, nil
 }
-func (ownAllRouter) Handoff(context.Context, []string) error { return nil }
+func (ownAllRouter) Handoff(context.Context, []Routed) error { return nil }
 func (ownAllRouter) NeedsIP() bool                           { return true }
 
 // A page fetched while the crawl is being stopped must keep its links: the
@@ -102,10 +102,10 @@ func srv0port(r *http.Request) string {
 // the hierarchy).
 type failingHandoffRouter struct{ own string }
 
-func (r failingHandoffRouter) Owns(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
-	return u.Hostname() == r.own, nil
+func (r failingHandoffRouter) Route(_ context.Context, u *url.URL, _ netip.Addr) (Route, error) {
+	return Route{Mine: u.Hostname() == r.own}, nil
 }
-func (failingHandoffRouter) Handoff(context.Context, []string) error {
+func (failingHandoffRouter) Handoff(context.Context, []Routed) error {
 	return errors.New("overlay unreachable")
 }
 func (failingHandoffRouter) NeedsIP() bool { return false }

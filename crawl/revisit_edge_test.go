@@ -159,10 +159,10 @@ type flakyHandoffRouter struct {
 	n     atomic.Int32
 }
 
-func (r *flakyHandoffRouter) Owns(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
-	return u.Hostname() == "127.0.0.1", nil
+func (r *flakyHandoffRouter) Route(_ context.Context, u *url.URL, _ netip.Addr) (Route, error) {
+	return Route{Mine: u.Hostname() == "127.0.0.1"}, nil
 }
-func (r *flakyHandoffRouter) Handoff(context.Context, []string) error {
+func (r *flakyHandoffRouter) Handoff(context.Context, []Routed) error {
 	if r.n.Add(1) <= r.fails {
 		return errors.New("overlay unreachable")
 	}

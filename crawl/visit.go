@@ -43,7 +43,7 @@ type fetched struct {
 // visit fetches (or reads) one queued URL, processes it and marks it Done.
 // It returns a non-zero time when the host must rest first (the URL stays
 // queued).
-func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
+func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Time {
 	u, err := url.Parse(it.URL)
 	if err != nil { // cannot happen for URLs the frontier admitted; drop it loudly
 		e.log.Error("queued URL unparsable, dropped", "url", it.URL, "err", err)
@@ -72,7 +72,7 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item) time.Time {
 		return time.Time{}
 	} else {
 		var retry time.Time
-		f, retry = e.fetchHTTP(ctx, it, hist, known)
+		f, retry = e.fetchHTTP(ctx, it, rt, hist, known)
 		if !retry.IsZero() || ctx.Err() != nil {
 			return retry
 		}
@@ -149,8 +149,8 @@ func (e *Engine) done(it frontier.Item, h *frontier.History) {
 	}
 }
 
-func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.History, known bool) (fetched, time.Time) {
-	req := fetch.Request{URL: it.URL}
+func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, rt Route, hist frontier.History, known bool) (fetched, time.Time) {
+	req := fetch.Request{URL: it.URL, Addr: rt.Addr}
 	if known {
 		req.ETag, req.LastModified = hist.ETag, hist.LastModified
 	}
@@ -208,7 +208,7 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, hist frontier.
 	e.backoffs.forget(it.URL)
 	if obs, ok := e.router.(FetchObserver); ok {
 		if fu, err := url.Parse(resp.FinalURL); err == nil {
-			obs.Fetched(ctx, fu, resp.Timing, resp.Elapsed)
+			obs.Fetched(ctx, fu, rt, resp.Timing, resp.Elapsed)
 		}
 	}
 	f := fetched{
@@ -401,7 +401,7 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 			// as for links: finish even if the crawl is being stopped, within a bound
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			owned, err := e.owns(rctx, u)
+			r, err := e.route(rctx, u)
 			if err != nil {
 				if rctx.Err() != nil || ctx.Err() != nil {
 					return err
@@ -409,8 +409,8 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 				e.log.Debug("redirect target's owner unknown, not admitted", "url", s, "err", err)
 				return nil
 			}
-			if !owned {
-				return e.handOffTarget(rctx, it, s)
+			if !r.Mine {
+				return e.handOffTarget(rctx, it, Routed{URL: s, Route: r})
 			}
 		}
 	}
@@ -434,15 +434,16 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 
 // handOffTarget hands a redirect target another crawler owns to it, once
 // (the claim and mark of enqueueLinks).
-func (e *Engine) handOffTarget(ctx context.Context, from frontier.Item, s string) error {
-	if _, busy := e.handoffClaims.LoadOrStore(s, struct{}{}); busy {
+func (e *Engine) handOffTarget(ctx context.Context, from frontier.Item, target Routed) error {
+	s := target.URL
+	if _, busy := e.routeClaims.LoadOrStore(s, struct{}{}); busy {
 		return nil
 	}
-	defer e.handoffClaims.Delete(s)
+	defer e.routeClaims.Delete(s)
 	if handed, _ := e.front.HandedOff(s); handed {
 		return nil
 	}
-	if err := e.router.Handoff(ctx, []string{s}); err != nil {
+	if err := e.router.Handoff(ctx, []Routed{target}); err != nil {
 		e.log.Warn("hand-off of a redirect target failed", "from", from.URL, "url", s, "err", err)
 		e.countError("handoff")
 		return err
@@ -529,10 +530,11 @@ func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
 // some links were not stored.
 func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []extract.Link) error {
 	items := make([]frontier.Item, 0, len(links))
-	var handoff []string
-	defer func() { // on every path, after MarkHandedOff on success
-		for _, s := range handoff {
-			e.handoffClaims.Delete(s)
+	var handoff []Routed
+	var claimed []string
+	defer func() { // on every path, after Add and MarkHandedOff on success
+		for _, s := range claimed {
+			e.routeClaims.Delete(s)
 		}
 	}()
 	// The page is already fetched: route its links and finish the hand-off
@@ -573,7 +575,22 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			if handed, _ := e.front.HandedOff(s); handed {
 				continue
 			}
-			owned, err := e.owns(rctx, u)
+			// Claim the URL so it is routed once: a worker handling
+			// another page (or this page, linking twice) that links to it
+			// skips it; the claimant queues it or marks it handed off
+			// before it drops the claim, and the second Seen and
+			// HandedOff checks close the gap in between.
+			if _, busy := e.routeClaims.LoadOrStore(s, struct{}{}); busy {
+				continue
+			}
+			claimed = append(claimed, s)
+			if seen, _ := e.front.Seen(s); seen {
+				continue
+			}
+			if handed, _ := e.front.HandedOff(s); handed {
+				continue
+			}
+			r, err := e.route(rctx, u)
 			if err != nil {
 				if rctx.Err() != nil || ctx.Err() != nil {
 					// out of time, or stopping (the overlay may be closing):
@@ -583,20 +600,8 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 				e.st.badLinks.Add(1)
 				continue
 			}
-			if !owned {
-				// Claim the URL so it goes once per page and a worker handling
-				// another page that links to it does not hand it off at the
-				// same time; the claimant
-				// marks it seen before it drops the claim, and the second
-				// Seen check closes the gap in between.
-				if _, busy := e.handoffClaims.LoadOrStore(s, struct{}{}); busy {
-					continue
-				}
-				if handed, _ := e.front.HandedOff(s); handed {
-					e.handoffClaims.Delete(s)
-					continue
-				}
-				handoff = append(handoff, s)
+			if !r.Mine {
+				handoff = append(handoff, Routed{URL: s, Route: r})
 				continue
 			}
 		}
@@ -618,7 +623,11 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		e.st.handedOff.Add(int64(len(handoff)))
 		// The owners have them: other pages linking to them must not hand
 		// them off again. Losing this mark costs only a repeated hand-off.
-		if err := e.front.MarkHandedOff(handoff); err != nil {
+		urls := make([]string, len(handoff))
+		for i, h := range handoff {
+			urls[i] = h.URL
+		}
+		if err := e.front.MarkHandedOff(urls); err != nil {
 			e.log.Warn("frontier: handed-off URLs not marked seen", "urls", len(handoff), "err", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
@@ -51,14 +52,14 @@ func TestCalibrationIgnoresBodyTime(t *testing.T) {
 	ms := time.Millisecond
 	page, _ := url.Parse("http://news.test/front")
 	// first visit, 200 with its body
-	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 130 * ms}, 130*ms)
+	r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 130 * ms}, 130*ms)
 	// unchanged revisits: 304, no body
 	for range 4 {
-		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 31 * ms}, 31*ms)
+		r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 31 * ms}, 31*ms)
 	}
 	// the page changes twice: 200s, same time to first byte, 100 ms of body
 	for range 2 {
-		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 31 * ms, Total: 131 * ms}, 131*ms)
+		r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 31 * ms, Total: 131 * ms}, 131*ms)
 	}
 	if len(own.slow) != 0 {
 		t.Fatalf("page changed (200 after 304s, time to first byte unchanged 30→31 ms) reported slow: %+v", own.slow)
@@ -87,12 +88,12 @@ func TestSlowPagesOfOneSubnetReportedOnce(t *testing.T) {
 	}
 	for range 3 {
 		for _, u := range us {
-			r.Fetched(ctx, u, fetch.Timing{Reused: true, FirstByte: 39 * ms, Total: 40 * ms}, 40*ms)
+			r.Fetched(ctx, u, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 39 * ms, Total: 40 * ms}, 40*ms)
 		}
 	}
 	for range 2 {
 		for _, u := range us {
-			r.Fetched(ctx, u, fetch.Timing{Reused: true, FirstByte: 199 * ms, Total: 200 * ms}, 200*ms)
+			r.Fetched(ctx, u, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 199 * ms, Total: 200 * ms}, 200*ms)
 		}
 	}
 	if len(own.slow) > 1 {

@@ -208,8 +208,8 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	}
 	// Import keeps only the pages of hosts this crawler owns: as long as
 	// another crawler owns the subnet (or the block), nothing is imported
-	other := &Router{peer: elsewhereOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res,
-		hosts: map[string]netip.Addr{}, log: quiet}
+	other := &Router{peer: elsewhereOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res, resolveHost: b.router.resolveHost,
+		log: quiet}
 	if err := (&pageHistory{eng: b.Engine(), router: other}).Import(ctx, s, pages); err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +220,8 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	}
 	// half the pages while a block of the subnet is another crawler's (each
 	// host is then checked), the rest as the subnet's sole owner (none is)
-	blocked := &Router{peer: blockedOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res,
-		hosts: map[string]netip.Addr{}, log: quiet}
+	blocked := &Router{peer: blockedOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res, resolveHost: b.router.resolveHost,
+		log: quiet}
 	if err := (&pageHistory{eng: b.Engine(), router: blocked}).Import(ctx, s, pages[:len(pages)/2]); err != nil {
 		t.Fatal(err)
 	}

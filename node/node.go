@@ -122,6 +122,15 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	n.router.peer = n.peer
 	if n.eng != nil {
+		// one resolver for routing and fetching: the engine's (its
+		// fetcher's DNS cache)
+		eng := n.eng
+		n.router.resolveHost = func(ctx context.Context, host string) (netip.Addr, error) {
+			a, _, err := eng.ResolveHost(ctx, host)
+			return a, err
+		}
+	}
+	if n.eng != nil {
 		n.router.ledger = n.recordHandoff
 		n.rerouted = prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_rerouted_urls_total",
 			Help: "URLs handed to an owner that died, routed again to the new owners."})
@@ -261,18 +270,19 @@ func (n *Node) routeSeeds(ctx context.Context, seeds []string) error {
 		opts = *n.cfg.Crawl.Normalize
 	}
 	norm := urlnorm.New(opts)
-	var own, foreign []string
+	var own []string
+	var foreign []crawl.Routed
 	for _, s := range seeds {
 		u, err := norm.Parse(s)
 		if err == nil {
 			var a netip.Addr
-			if a, err = n.router.resolveRaw(ctx, u.Hostname()); err == nil {
-				var mine bool
-				if mine, err = n.router.Owns(ctx, u, a); err == nil {
-					if mine {
+			if a, err = n.router.lookup(ctx, u.Hostname()); err == nil {
+				var rt crawl.Route
+				if rt, err = n.router.Route(ctx, u, a); err == nil {
+					if rt.Mine {
 						own = append(own, u.String())
 					} else {
-						foreign = append(foreign, u.String())
+						foreign = append(foreign, crawl.Routed{URL: u.String(), Route: rt})
 					}
 					continue
 				}

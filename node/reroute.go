@@ -13,6 +13,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/delegation"
 )
@@ -268,6 +269,7 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 			st.kept.add(e.url, err)
 		}
 		var foreignEnts []ledgerEntry
+		var foreignRoutes []crawl.Route
 		var foreignDone []bool // whether the key goes once handed off
 		for i, e := range ents {
 			if !e.due(now) {
@@ -295,7 +297,7 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 				failed(e, r.err)
 				continue
 			}
-			mine, err := n.router.Owns(ctx, urls[i], r.a)
+			rt, err := n.router.Route(ctx, urls[i], r.a)
 			if err != nil {
 				if ctx.Err() != nil {
 					return moved, ctx.Err() // (shutting down: the chunk stays)
@@ -304,24 +306,24 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 				continue
 			}
 			switch {
-			case mine:
+			case rt.Mine:
 				own = append(own, e.url)
 				done = append(done, e.key)
 			default:
-				o, ok := n.router.peer.CachedOwner(r.a)
 				// Handoff writes this very ledger key again when the
 				// owner is this one, back: keep it
 				foreignEnts = append(foreignEnts, e)
-				foreignDone = append(foreignDone, !(ok && o == owner))
+				foreignRoutes = append(foreignRoutes, rt)
+				foreignDone = append(foreignDone, delegation.CrawlerID(rt.Owner) != owner)
 			}
 		}
 		if len(foreignEnts) > 0 {
 			// one hand-off for the chunk; if it fails, one per URL, so a
 			// URL that cannot be handed off (its host now outside the
 			// hierarchy, its subnet's lookup failing) fails alone
-			foreign := make([]string, len(foreignEnts))
+			foreign := make([]crawl.Routed, len(foreignEnts))
 			for i, e := range foreignEnts {
-				foreign[i] = e.url
+				foreign[i] = crawl.Routed{URL: e.url, Route: foreignRoutes[i]}
 			}
 			err := n.router.Handoff(ctx, foreign)
 			for i, e := range foreignEnts {
@@ -411,7 +413,7 @@ func (n *Node) resolveLedger(ctx context.Context, ents []ledgerEntry, urls []*ur
 			defer func() { <-sem }()
 			lctx, cancel := context.WithTimeout(ctx, rerouteLookupTimeout)
 			defer cancel()
-			a, err := n.router.addrOf(lctx, h)
+			a, err := n.router.lookup(lctx, h)
 			mu.Lock()
 			hosts[h] = hostAddr{a, err}
 			mu.Unlock()

@@ -63,7 +63,7 @@ type handingOwner struct {
 }
 
 func (o *handingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
-	return delegation.Decision{IP: ip, Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
+	return delegation.Decision{IP: ip, Subnet: o.subnet(ip), Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
 }
 func (o *handingOwner) CachedOwner(netip.Addr) (delegation.CrawlerID, bool) { return "other", true }
 func (o *handingOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
@@ -86,7 +86,7 @@ func handingLedgerNode(t *testing.T, tree *hierarchy.Tree, res fetch.Resolver) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := &handingOwner{timingOwner: &timingOwner{}}
+	own := &handingOwner{timingOwner: &timingOwner{tree: tree}}
 	r.peer = own
 	return ledgerOnlyNode(t, r), own
 }

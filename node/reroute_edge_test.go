@@ -75,7 +75,7 @@ func TestRerouteInterruptedKeepsLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.peer = &timingOwner{}
+	r.peer = &timingOwner{tree: r.tree}
 	n := ledgerOnlyNode(t, r)
 	const dead = delegation.CrawlerID("12D3KooWDeadOwner")
 	var urls []string
@@ -104,7 +104,7 @@ type revivedOwner struct {
 }
 
 func (o *revivedOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
-	return delegation.Decision{IP: ip, Owner: o.owner, Cached: true, Reason: delegation.ReasonCached}, nil
+	return delegation.Decision{IP: ip, Subnet: o.subnet(ip), Owner: o.owner, Cached: true, Reason: delegation.ReasonCached}, nil
 }
 func (o *revivedOwner) CachedOwner(netip.Addr) (delegation.CrawlerID, bool) { return o.owner, true }
 func (o *revivedOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
@@ -127,7 +127,7 @@ func TestRerouteToSameOwnerKeepsLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	const a = delegation.CrawlerID("12D3KooWOwnerA")
-	own := &revivedOwner{timingOwner: &timingOwner{}, owner: a}
+	own := &revivedOwner{timingOwner: &timingOwner{tree: r.tree}, owner: a}
 	r.peer = own
 	n := ledgerOnlyNode(t, r)
 	var urls []string

@@ -42,16 +42,21 @@ type owner interface {
 var _ owner = (*overlay.Peer)(nil)
 
 // Router is the overlay-backed crawl.Router: a URL is this crawler's when
-// the delegation owner of its host's subnet is this peer; other URLs are
-// grouped by subnet and handed to the peer's durable hand-off.
+// the delegation owner of its host's address is this peer. Each URL is
+// routed once (Route); its crawl.Route carries the address, subnet, block,
+// owner and epoch to the hand-off, the re-check before the fetch and the
+// fetch observation, none of which resolves or asks for the owner again.
 type Router struct {
 	peer    owner
 	tree    delegation.Tree
 	mapAddr AddrMapper
 	res     fetch.Resolver
+	// resolveHost is the crawl engine's resolver (the fetcher's DNS cache),
+	// for the node's own look-ups of hosts that come without a route (page
+	// recovery, the ledger's re-routes, seeds); nil: res, uncached.
+	resolveHost func(ctx context.Context, host string) (netip.Addr, error)
 
-	mu    sync.Mutex
-	hosts map[string]netip.Addr // host → mapped address, from Owns (bounded)
+	mu sync.Mutex
 	// the crawler's own fetch timings (Fetched): hosts whose first fetch
 	// went to a review (bounded), and each page's time history
 	reviewed map[netip.Addr]struct{}        // by mapped address: a round trip is the address's, not the site's
@@ -86,7 +91,7 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{tree: tree, mapAddr: mapAddr, res: res, hosts: make(map[string]netip.Addr), reviewed: make(map[netip.Addr]struct{}),
+	r := &Router{tree: tree, mapAddr: mapAddr, res: res, reviewed: make(map[netip.Addr]struct{}),
 		lastSlow: make(map[hierarchy.NodeID]time.Time), calib: delegation.NewCalibrator(tree, dc), log: log}
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_" + name, Help: help})
@@ -111,138 +116,126 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 // NeedsIP implements crawl.Router: delegation is by subnet.
 func (r *Router) NeedsIP() bool { return true }
 
-// Owns implements crawl.Router.
-func (r *Router) Owns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+// Route implements crawl.Router: the one routing step of a URL whose host
+// resolved to ip (the address its fetch dials).
+func (r *Router) Route(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.Route, error) {
 	if !ip.IsValid() {
-		return false, fmt.Errorf("node: %s: no address to delegate by", u.Host)
+		return crawl.Route{}, fmt.Errorf("node: %s: no address to delegate by", u.Host)
 	}
 	a := r.mapAddr(ip)
-	r.remember(u.Hostname(), a)
 	d, err := r.peer.Delegate(ctx, a)
 	if err != nil {
-		return false, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
+		return crawl.Route{}, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
 	}
-	mine := d.Owner == r.peer.CrawlerID()
-	if mine && !d.Cached && d.Record.Owner == d.Owner {
+	rt := r.routeOf(ip, a, d.Subnet, d.Owner, d.Record.Epoch)
+	if rt.Mine && !d.Cached && d.Record.Owner == d.Owner {
 		// this host decided the subnet: the decision counts it already
 		// (a review tally starts with it), only further hosts are reviewed
 		r.mu.Lock()
 		r.markReviewedLocked(a)
 		r.mu.Unlock()
 	}
-	if mine {
+	if rt.Mine {
 		r.owned.Inc()
 	} else {
 		r.foreign.Inc()
 	}
-	return mine, nil
+	return rt, nil
 }
 
-// StillOwns implements crawl.Rechecker: whether the URL queued here is
-// still this crawler's — its subnet or block may have moved since (a
-// review's hand-over, a calibration event, a placement). It answers from
-// the cached record (no lookup, no load counted) and asks Delegate only
-// when none is cached. Unlike Owns it neither counts the URL nor marks its
-// host as reviewed. It remembers the host's address, so that a hand-off
-// of the URL (Handoff) is grouped by the address judged here, not by
-// another of the host's addresses, which may lie in a subnet this crawler
-// owns.
-func (r *Router) StillOwns(ctx context.Context, u *url.URL, ip netip.Addr) (bool, error) {
+// routeOf is the route of a host at ip (mapped: a, in subnet s) owned by
+// owner under a record of epoch.
+func (r *Router) routeOf(ip, a netip.Addr, s hierarchy.NodeID, owner delegation.CrawlerID, epoch uint64) crawl.Route {
+	return crawl.Route{Addr: ip, Mine: owner == r.peer.CrawlerID(), Owner: string(owner),
+		Subnet: uint32(s), Block: delegation.BlockOf(a), Epoch: epoch}
+}
+
+// Recheck implements crawl.Rechecker: whether the URL queued here is still
+// this crawler's — its subnet or block may have moved since (a review's
+// hand-over, a calibration event, a placement). It answers from the cached
+// record (no lookup, no load counted) and asks Delegate only when none is
+// cached. Unlike Route it neither counts the URL nor marks its host as
+// reviewed.
+func (r *Router) Recheck(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.Route, error) {
 	if !ip.IsValid() {
-		return false, fmt.Errorf("node: %s: no address to delegate by", u.Host)
+		return crawl.Route{}, fmt.Errorf("node: %s: no address to delegate by", u.Host)
 	}
 	a := r.mapAddr(ip)
-	r.remember(u.Hostname(), a)
-	self := r.peer.CrawlerID()
 	if owner, ok := r.peer.CachedOwner(a); ok {
-		return owner == self, nil
+		s := hierarchy.None
+		var epoch uint64
+		if r.tree != nil { // (a router without a tree: tests of its timing paths)
+			s = r.tree.SmallestNonUnary(a)
+			if rec, ok := r.peer.CachedRecord(s); ok {
+				epoch = rec.Epoch
+			}
+		}
+		return r.routeOf(ip, a, s, owner, epoch), nil
 	}
 	d, err := r.peer.Delegate(ctx, a)
 	if err != nil {
-		return false, fmt.Errorf("node: owner of %s: %w", u.Host, err)
+		return crawl.Route{}, fmt.Errorf("node: owner of %s: %w", u.Host, err)
 	}
-	return d.Owner == self, nil
+	return r.routeOf(ip, a, d.Subnet, d.Owner, d.Record.Epoch), nil
 }
 
 var _ crawl.Rechecker = (*Router)(nil)
 
 // Handoff implements crawl.Router: the URLs are grouped by the subnet and
-// block (delegation.BlockOf) of their host's (mapped) address and each
-// group is spooled durably by the overlay, which delivers it to the owner
-// of the moment (a delegation record may give a block to another crawler
-// than the subnet's owner).
-func (r *Router) Handoff(ctx context.Context, urls []string) error {
-	type group struct {
-		sn   hierarchy.NodeID
-		ip   netip.Addr
-		urls []string
-	}
+// block of their routes and each group is spooled durably by the overlay,
+// which delivers it to the owner of the moment (the route's owner while
+// the record keeps the route's epoch). The ledger records each group under
+// the owner it was routed to.
+func (r *Router) Handoff(ctx context.Context, urls []crawl.Routed) error {
 	type key struct {
-		sn    hierarchy.NodeID
+		sn    uint32
 		block netip.Prefix
 	}
-	groups := map[key]*group{}
+	groups := map[key]*overlay.HandoffItem{}
 	var order []key
-	for _, s := range urls {
-		u, err := url.Parse(s)
-		if err != nil {
-			return fmt.Errorf("node: hand-off %q: %w", s, err)
+	for _, u := range urls {
+		rt := u.Route
+		sn := hierarchy.NodeID(rt.Subnet)
+		if !rt.Addr.IsValid() {
+			return fmt.Errorf("node: hand-off %q: routed without an address", u.URL)
 		}
-		a, err := r.addrOf(ctx, u.Hostname())
-		if err != nil {
-			return fmt.Errorf("node: hand-off %q: %w", s, err)
-		}
-		sn := r.tree.SmallestNonUnary(a)
 		if sn == hierarchy.None || sn == hierarchy.Root {
 			// The owner of an address outside the hierarchy is hashed per
 			// address, but the overlay's hand-off is keyed by subnet.
-			return fmt.Errorf("node: hand-off %q: %v is outside the hierarchy; the overlay hands off by subnet only", s, a)
+			return fmt.Errorf("node: hand-off %q: %v is outside the hierarchy; the overlay hands off by subnet only", u.URL, rt.Addr)
 		}
-		k := key{sn, delegation.BlockOf(a)}
+		k := key{rt.Subnet, rt.Block}
 		g := groups[k]
 		if g == nil {
-			g = &group{sn: sn, ip: a}
+			g = &overlay.HandoffItem{Subnet: sn, IP: r.mapAddr(rt.Addr)}
 			groups[k] = g
 			order = append(order, k)
 		}
-		g.urls = append(g.urls, s)
+		g.Owner, g.Epoch = delegation.CrawlerID(rt.Owner), rt.Epoch
+		g.URLs = append(g.URLs, u.URL)
 	}
 	// one durable commit for all groups (one fsync per page, however many
 	// subnets and blocks its links reach)
 	items := make([]overlay.HandoffItem, len(order))
 	for i, k := range order {
-		g := groups[k]
-		items[i] = overlay.HandoffItem{Subnet: g.sn, IP: g.ip, URLs: g.urls}
+		items[i] = *groups[k]
 	}
 	if err := r.peer.HandoffAll(ctx, items); err != nil {
 		return fmt.Errorf("node: hand-off of %d URLs in %d groups: %w", len(urls), len(items), err)
 	}
-	for _, k := range order {
-		g := groups[k]
+	for _, g := range items {
 		r.handoffCalls.Inc()
-		r.handedURLs.Add(float64(len(g.urls)))
-		if r.ledger == nil {
-			continue
-		}
-		// The owner now (cached): the one the overlay is about to send to.
-		owner, ok := r.peer.CachedOwner(g.ip)
-		if !ok {
-			d, err := r.peer.Delegate(ctx, g.ip)
-			if err != nil {
-				continue
-			}
-			owner = d.Owner
-		}
-		if owner == r.peer.CrawlerID() {
+		r.handedURLs.Add(float64(len(g.URLs)))
+		if r.ledger == nil || g.Owner == "" || g.Owner == r.peer.CrawlerID() {
 			continue
 		}
 		// The URLs are spooled: the hand-off succeeded. A ledger entry
 		// lost only means they are not re-routed if that owner dies;
 		// reporting the hand-off failed would have the caller crawl them
 		// here too.
-		if err := r.ledger(owner, g.urls); err != nil {
+		if err := r.ledger(g.Owner, g.URLs); err != nil {
 			r.log.Warn("node: hand-off ledger not written; these URLs are not re-routed if their owner dies",
-				"owner", owner, "urls", len(g.urls), "err", err)
+				"owner", g.Owner, "urls", len(g.URLs), "err", err)
 		}
 	}
 	return nil
@@ -262,21 +255,22 @@ var _ crawl.FetchObserver = (*Router)(nil)
 // the page's subnet. A host the router has not seen (handed-off URLs reach
 // the engine through Accept, not Owns) is resolved as the engine resolved
 // it; one that does not resolve is skipped.
-func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time.Duration) {
+func (r *Router) Fetched(ctx context.Context, u *url.URL, rt crawl.Route, t fetch.Timing, _ time.Duration) {
 	host := u.Hostname()
-	r.mu.Lock()
-	a, known := r.hosts[host]
-	r.mu.Unlock()
-	if !known {
-		// URLs handed to this crawler by its peers reach the engine
-		// through Accept, not Owns: resolve their host as the engine did
+	// the address the fetch reached, else the one its route dialled; a
+	// look-up only for an observation that comes with neither
+	raw := t.Remote
+	if !raw.IsValid() {
+		raw = rt.Addr
+	}
+	if !raw.IsValid() {
 		var err error
-		if a, err = r.addrOf(ctx, host); err != nil {
+		if raw, err = r.lookup(ctx, host); err != nil {
 			r.log.Debug("node: fetch timing of an unresolvable host ignored", "host", host, "err", err)
 			return
 		}
-		known = true
 	}
+	a, known := r.mapAddr(raw), true
 	r.mu.Lock()
 	_, done := r.reviewed[a]
 	// only a new connection's connect time is a round trip, as probes
@@ -323,12 +317,14 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, t fetch.Timing, _ time
 		// foreign host fetched here (a redirect target) is not reported
 		// (from the cache when it knows: Delegate would count a page in
 		// the load book for nothing; ReportSlowPage checks again)
-		self := r.peer.CrawlerID()
-		if o, ok := r.peer.CachedOwner(a); ok {
-			if o != self {
+		// (the route the fetch followed says, when the page is at its
+		// address; a redirect target elsewhere asks the cache, and
+		// ReportSlowPage checks again)
+		if rt.Addr.IsValid() && rt.Addr == raw {
+			if !rt.Mine {
 				return
 			}
-		} else if d, err := r.peer.Delegate(ctx, a); err != nil || d.Owner != self {
+		} else if o, ok := r.peer.CachedOwner(a); !ok || o != r.peer.CrawlerID() {
 			return
 		}
 		r.mu.Lock()
@@ -364,31 +360,22 @@ func (r *Router) markReviewedLocked(a netip.Addr) {
 	r.reviewed[a] = struct{}{}
 }
 
-func (r *Router) remember(host string, a netip.Addr) {
-	r.mu.Lock()
-	if len(r.hosts) >= maxRememberedHosts {
-		clear(r.hosts) // a miss costs one resolution, no more
+// lookup resolves host as the engine does, unmapped (for hosts that come
+// without a route: recovered pages, the ledger's re-routes, seeds).
+func (r *Router) lookup(ctx context.Context, host string) (netip.Addr, error) {
+	if r.resolveHost != nil {
+		return r.resolveHost(ctx, host)
 	}
-	r.hosts[host] = a
-	r.mu.Unlock()
+	return r.resolveRaw(ctx, host)
 }
 
-// addrOf returns the mapped address of host: remembered from Owns, else
-// resolved again.
+// addrOf returns the mapped address of host.
 func (r *Router) addrOf(ctx context.Context, host string) (netip.Addr, error) {
-	r.mu.Lock()
-	a, ok := r.hosts[host]
-	r.mu.Unlock()
-	if ok {
-		return a, nil
-	}
-	ip, err := r.resolveRaw(ctx, host)
+	ip, err := r.lookup(ctx, host)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	a = r.mapAddr(ip)
-	r.remember(host, a)
-	return a, nil
+	return r.mapAddr(ip), nil
 }
 
 // ownsHost reports whether this crawler owns host's pages now by the
@@ -416,7 +403,8 @@ func (r *Router) ownsAll(s hierarchy.NodeID) bool {
 	return ok && rec.Owner == r.peer.CrawlerID() && len(rec.Blocks) == 0
 }
 
-// resolveRaw resolves host as the engine does (first address), unmapped.
+// resolveRaw resolves host without a cache (first address), unmapped: the
+// router's resolver before the engine gives it its own.
 func (r *Router) resolveRaw(ctx context.Context, host string) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
@@ -21,6 +22,7 @@ import (
 // timingOwner is an owner that owns everything and records what the
 // router's fetch observer gives it.
 type timingOwner struct {
+	tree    delegation.Tree // places addresses in Decisions (nil: none)
 	mu      sync.Mutex
 	reviews []timedCall
 	slow    []timedCall
@@ -35,10 +37,18 @@ type timedCall struct {
 
 func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Decision, error) {
 	if o.foreign[ip] {
-		return delegation.Decision{IP: ip, Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
+		return delegation.Decision{IP: ip, Subnet: o.subnet(ip), Owner: "other", Cached: true, Reason: delegation.ReasonCached}, nil
 	}
-	return delegation.Decision{IP: ip, Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
+	return delegation.Decision{IP: ip, Subnet: o.subnet(ip), Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
 }
+// subnet is what a Decision for ip names as its subnet.
+func (o *timingOwner) subnet(ip netip.Addr) hierarchy.NodeID {
+	if o.tree == nil {
+		return hierarchy.None
+	}
+	return o.tree.SmallestNonUnary(ip)
+}
+
 func (o *timingOwner) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
 	if o.foreign[ip] {
 		return "other", true
@@ -91,22 +101,22 @@ func TestRouterFeedsOwnTimings(t *testing.T) {
 		host string
 		ip   string
 	}{{"a.test", "127.0.0.1"}, {"b.test", "127.0.0.2"}} {
-		if mine, err := r.Owns(ctx, mustURL("http://"+h.host+"/"), netip.MustParseAddr(h.ip)); err != nil || !mine {
-			t.Fatalf("Owns %s: %v %v", h.host, mine, err)
+		if rt, err := r.Route(ctx, mustURL("http://"+h.host+"/"), netip.MustParseAddr(h.ip)); err != nil || !rt.Mine {
+			t.Fatalf("Route %s: %v %v", h.host, rt, err)
 		}
 	}
 	ms := time.Millisecond
 	// a.test: a new connection, then reused ones
-	r.Fetched(ctx, mustURL("http://a.test/1"), fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms}, 12*ms)
-	r.Fetched(ctx, mustURL("http://a.test/2"), fetch.Timing{Reused: true, FirstByte: 7 * ms, Total: 9 * ms}, 9*ms)
+	r.Fetched(ctx, mustURL("http://a.test/1"), crawl.Route{}, fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms}, 12*ms)
+	r.Fetched(ctx, mustURL("http://a.test/2"), crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 7 * ms, Total: 9 * ms}, 9*ms)
 	// b.test: the connection robots.txt opened is reused, and the page
 	// takes the server 200 ms to start: no round trip to review with (a
 	// probe is a TCP connect; b.test is 3 ms away, not 203)
-	r.Fetched(ctx, mustURL("http://b.test/1"), fetch.Timing{Reused: true, FirstByte: 203 * ms, Total: 205 * ms}, 205*ms)
-	r.Fetched(ctx, mustURL("http://b.test/2"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
-	r.Fetched(ctx, mustURL("http://b.test/3"), fetch.Timing{Connect: 4 * ms, FirstByte: 5 * ms, Total: 6 * ms}, 6*ms)
+	r.Fetched(ctx, mustURL("http://b.test/1"), crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 203 * ms, Total: 205 * ms}, 205*ms)
+	r.Fetched(ctx, mustURL("http://b.test/2"), crawl.Route{}, fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
+	r.Fetched(ctx, mustURL("http://b.test/3"), crawl.Route{}, fetch.Timing{Connect: 4 * ms, FirstByte: 5 * ms, Total: 6 * ms}, 6*ms)
 	// never routed and not resolvable: its address is unknown here
-	r.Fetched(ctx, mustURL("http://c.test/1"), fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
+	r.Fetched(ctx, mustURL("http://c.test/1"), crawl.Route{}, fetch.Timing{Connect: 3 * ms, FirstByte: 4 * ms, Total: 5 * ms}, 5*ms)
 
 	want := []timedCall{{ip: netip.MustParseAddr("198.51.100.1"), took: 5 * ms}, {ip: netip.MustParseAddr("198.51.100.2"), took: 3 * ms}}
 	if len(own.reviews) != len(want) {
@@ -125,23 +135,23 @@ func TestRouterFeedsOwnTimings(t *testing.T) {
 	// twice in a row
 	page := mustURL("http://a.test/monitored")
 	for range 5 {
-		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+		r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
 	}
-	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+	r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
 	if len(own.slow) != 0 {
 		t.Fatalf("one slow time reported: %+v", own.slow)
 	}
-	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+	r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
 	if len(own.slow) != 1 || own.slow[0] != (timedCall{ip: netip.MustParseAddr("198.51.100.1"), url: page.String(), took: 190 * ms, baseline: 30 * ms}) {
 		t.Fatalf("slow pages %+v, want one for %s at 190 ms over 30 ms", own.slow, page)
 	}
 	// loopback-scale jitter (0.3 → 0.9 ms) is no path change
 	jit := mustURL("http://b.test/jitter")
 	for range 5 {
-		r.Fetched(ctx, jit, fetch.Timing{Reused: true, FirstByte: 200 * time.Microsecond, Total: 300 * time.Microsecond}, 300*time.Microsecond)
+		r.Fetched(ctx, jit, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 200 * time.Microsecond, Total: 300 * time.Microsecond}, 300*time.Microsecond)
 	}
 	for range 3 {
-		r.Fetched(ctx, jit, fetch.Timing{Reused: true, FirstByte: 800 * time.Microsecond, Total: 900 * time.Microsecond}, 900*time.Microsecond)
+		r.Fetched(ctx, jit, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 800 * time.Microsecond, Total: 900 * time.Microsecond}, 900*time.Microsecond)
 	}
 	if len(own.slow) != 1 || counterOf(t, r.slowPages) != 1 {
 		t.Fatalf("sub-millisecond jitter reported slow: %+v", own.slow)
@@ -197,16 +207,16 @@ func TestRouterReviewsHandedOffHosts(t *testing.T) {
 	r, own := newTimingRouter(t, mapped, mapResolver{"handed.test": netip.MustParseAddr("127.0.0.3")})
 	ms := time.Millisecond
 	page, _ := url.Parse("http://handed.test/p")
-	r.Fetched(ctx, page, fetch.Timing{Connect: 4 * ms, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+	r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Connect: 4 * ms, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
 	want := timedCall{ip: netip.MustParseAddr("198.51.100.3"), took: 4 * ms}
 	if len(own.reviews) != 1 || own.reviews[0] != want {
 		t.Fatalf("handed-off host: reviews %+v, want %+v", own.reviews, want)
 	}
 	for range 4 {
-		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
+		r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 30 * ms, Total: 40 * ms}, 40*ms)
 	}
 	for range 2 {
-		r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
+		r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 190 * ms, Total: 200 * ms}, 200*ms)
 	}
 	if len(own.slow) != 1 || own.slow[0].ip != want.ip {
 		t.Fatalf("handed-off host's page slow twice in a row: reported %+v", own.slow)
@@ -241,16 +251,20 @@ func TestRouterSkipsReviewOfDecidingHost(t *testing.T) {
 	ctx := context.Background()
 	r, own := newTimingRouter(t, nil, mapResolver{})
 	r.peer = decidingOwner{timingOwner: own, fresh: map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true}}
+	var routes []crawl.Route
 	for _, h := range []struct{ host, ip string }{{"first.test", "127.0.0.1"}, {"further.test", "127.0.0.2"}} {
 		u, _ := url.Parse("http://" + h.host + "/")
-		if mine, err := r.Owns(ctx, u, netip.MustParseAddr(h.ip)); err != nil || !mine {
-			t.Fatalf("Owns %s: %v %v", h.host, mine, err)
+		rt, err := r.Route(ctx, u, netip.MustParseAddr(h.ip))
+		if err != nil || !rt.Mine {
+			t.Fatalf("Route %s: %v %v", h.host, rt, err)
 		}
+		routes = append(routes, rt)
 	}
 	ms := time.Millisecond
-	for _, h := range []string{"first.test", "further.test"} {
+	for i, h := range []string{"first.test", "further.test"} {
 		u, _ := url.Parse("http://" + h + "/")
-		r.Fetched(ctx, u, fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms}, 12*ms)
+		// the fetch follows its route (no host resolves here)
+		r.Fetched(ctx, u, routes[i], fetch.Timing{Connect: 5 * ms, FirstByte: 9 * ms, Total: 12 * ms, Remote: routes[i].Addr}, 12*ms)
 	}
 	want := []timedCall{{ip: netip.MustParseAddr("127.0.0.2"), took: 5 * ms}}
 	if len(own.reviews) != 1 || own.reviews[0] != want[0] {
@@ -270,11 +284,11 @@ func TestRouterCalibratesRequestTimes(t *testing.T) {
 	ms := time.Millisecond
 	page, _ := url.Parse("https://tls.test/monitored")
 	// first pass: the connection robots.txt opened is reused
-	r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: 25 * ms, Total: 30 * ms}, 30*ms)
+	r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: 25 * ms, Total: 30 * ms}, 30*ms)
 	// revisits, hours apart: DNS, a new connection and a TLS handshake each
 	for range 3 {
 		tm := fetch.Timing{DNS: 3 * ms, Connect: 20 * ms, TLS: 40 * ms, FirstByte: 88 * ms, Total: 93 * ms}
-		r.Fetched(ctx, page, tm, tm.Total)
+		r.Fetched(ctx, page, crawl.Route{}, tm, tm.Total)
 	}
 	if len(own.slow) != 0 {
 		t.Fatalf("revisits over new connections reported slow: %+v", own.slow)
@@ -283,7 +297,7 @@ func TestRouterCalibratesRequestTimes(t *testing.T) {
 	// first byte
 	for range 2 {
 		tm := fetch.Timing{DNS: 3 * ms, Connect: 20 * ms, TLS: 40 * ms, FirstByte: 208 * ms, Total: 213 * ms}
-		r.Fetched(ctx, page, tm, tm.Total)
+		r.Fetched(ctx, page, crawl.Route{}, tm, tm.Total)
 	}
 	if len(own.slow) != 1 || own.slow[0].took != 145*ms || own.slow[0].baseline != 25*ms {
 		t.Fatalf("a request slowed from 25 to 145 ms twice: reported %+v", own.slow)
@@ -302,7 +316,7 @@ func TestRouterCalibratesOwnHostsOnly(t *testing.T) {
 	for _, host := range []string{"theirs.test", "mine.test"} {
 		page, _ := url.Parse("http://" + host + "/p")
 		for _, d := range []time.Duration{30 * ms, 30 * ms, 30 * ms, 150 * ms, 150 * ms} {
-			r.Fetched(ctx, page, fetch.Timing{Reused: true, FirstByte: d - ms, Total: d}, d)
+			r.Fetched(ctx, page, crawl.Route{}, fetch.Timing{Reused: true, FirstByte: d - ms, Total: d}, d)
 		}
 	}
 	if len(own.slow) != 1 || own.slow[0].ip != mine || counterOf(t, r.slowPages) != 1 {
@@ -318,17 +332,17 @@ func TestRouterReviewsAnAddressOnce(t *testing.T) {
 	r, own := newTimingRouter(t, nil, mapResolver{"one.test": shared, "two.test": shared, "three.test": netip.MustParseAddr("127.0.0.10")})
 	for _, h := range []string{"one.test", "two.test", "three.test"} {
 		u, _ := url.Parse("http://" + h + "/")
-		r.Fetched(ctx, u, fetch.Timing{Connect: 4 * time.Millisecond, FirstByte: 9 * time.Millisecond, Total: 12 * time.Millisecond}, 12*time.Millisecond)
+		r.Fetched(ctx, u, crawl.Route{}, fetch.Timing{Connect: 4 * time.Millisecond, FirstByte: 9 * time.Millisecond, Total: 12 * time.Millisecond}, 12*time.Millisecond)
 	}
 	if len(own.reviews) != 2 || own.reviews[0].ip != shared || own.reviews[1].ip != netip.MustParseAddr("127.0.0.10") {
 		t.Fatalf("reviews %+v: want one for the shared address, one for three.test", own.reviews)
 	}
 }
 
-// TestRouterStillOwns: the engine's question before it fetches a queued
+// TestRouterRecheck: the engine's question before it fetches a queued
 // URL (crawl.Rechecker) follows the record of the moment, at the mapped
 // address, and leaves the routing counters alone.
-func TestRouterStillOwns(t *testing.T) {
+func TestRouterRecheck(t *testing.T) {
 	ctx := context.Background()
 	mapped := func(a netip.Addr) netip.Addr { // 127.0.0.x → 198.51.100.x
 		b := a.As4()
@@ -341,15 +355,15 @@ func TestRouterStillOwns(t *testing.T) {
 		ip   string
 		want bool
 	}{{"127.0.0.3", true}, {"127.0.0.9", false}} {
-		mine, err := r.StillOwns(ctx, u, netip.MustParseAddr(tc.ip))
-		if err != nil || mine != tc.want {
-			t.Fatalf("StillOwns at %s: %v %v, want %v", tc.ip, mine, err, tc.want)
+		rt, err := r.Recheck(ctx, u, netip.MustParseAddr(tc.ip))
+		if err != nil || rt.Mine != tc.want || rt.Addr != netip.MustParseAddr(tc.ip) {
+			t.Fatalf("Recheck at %s: %+v %v, want mine %v at the address given", tc.ip, rt, err, tc.want)
 		}
 	}
-	if _, err := r.StillOwns(ctx, u, netip.Addr{}); err == nil {
-		t.Fatal("StillOwns without an address: no error")
+	if _, err := r.Recheck(ctx, u, netip.Addr{}); err == nil {
+		t.Fatal("Recheck without an address: no error")
 	}
 	if o, f := counterOf(t, r.owned), counterOf(t, r.foreign); o != 0 || f != 0 {
-		t.Fatalf("StillOwns counted as routing: owned %v, foreign %v", o, f)
+		t.Fatalf("Recheck counted as routing: owned %v, foreign %v", o, f)
 	}
 }

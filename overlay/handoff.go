@@ -63,7 +63,9 @@ func keyOf(s hierarchy.NodeID, ip netip.Addr) handoffKey {
 }
 
 type pending struct {
-	ip      netip.Addr   // any address in the key's block, to find its owner (and re-delegate if the owner died)
+	ip      netip.Addr           // any address in the key's block, to find its owner (and re-delegate if the owner died)
+	owner   delegation.CrawlerID // the owner the latest URLs were routed to, under record epoch
+	epoch   uint64
 	ents    []spoolEntry // spooled chunks, oldest first
 	n       int          // URLs in ents
 	retryAt time.Time
@@ -121,6 +123,12 @@ type HandoffItem struct {
 	// if nobody owns it.
 	IP   netip.Addr
 	URLs []string
+	// Owner and Epoch are who the sender routed the URLs to and the epoch
+	// of the record it read: while the cached record keeps that epoch (and
+	// the owner lives), the flush sends to Owner without working it out
+	// again. Zero: worked out at the flush.
+	Owner delegation.CrawlerID
+	Epoch uint64
 }
 
 // HandoffAll is Handoff for several subnets at once — a page's foreign
@@ -193,6 +201,7 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 		if c.IP.IsValid() {
 			e.ip = c.IP
 		}
+		e.owner, e.epoch = c.Owner, c.Epoch
 		e.ents = append(e.ents, ents[i]...)
 		e.n += len(c.URLs)
 		// (a queue waiting out its back-off is not sent now: kicking a
@@ -255,6 +264,8 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	type item struct {
 		k     handoffKey
 		ip    netip.Addr
+		owner delegation.CrawlerID
+		epoch uint64
 		urls  []string
 		bytes int // of the urls
 		ents  int // spool entries the urls come from (a prefix of pending.ents)
@@ -268,7 +279,7 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		}
 		// Whole spool entries, up to one message's worth (an entry holds
 		// at most maxHandoffURLs, so at least one fits).
-		it := item{k: k, ip: e.ip, retry: e.backoff > 0}
+		it := item{k: k, ip: e.ip, owner: e.owner, epoch: e.epoch, retry: e.backoff > 0}
 		for _, en := range e.ents {
 			b := urlBytes(en.urls)
 			if it.ents > 0 && (len(it.urls)+len(en.urls) > maxHandoffURLs || it.bytes+b > maxHandoffPayload) {
@@ -286,7 +297,7 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	byOwner := map[delegation.CrawlerID][]item{}
 	var failed []item
 	for _, it := range due {
-		owner, err := q.p.ownerFor(ctx, it.k.s, it.ip)
+		owner, err := q.p.routedOwner(ctx, it.k.s, it.ip, it.owner, it.epoch)
 		if err != nil {
 			q.p.log.Debug("overlay: hand-off owner unknown; will retry", "subnet", it.k.s, "err", err)
 			failed = append(failed, it)
@@ -462,6 +473,18 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 	q.messages.Add(1)
 	q.urls.Add(uint64(want))
 	return acked, nil
+}
+
+// routedOwner is the owner to send a pending group to: the owner its URLs were routed
+// to while the cached record still has the epoch they were routed under
+// and that owner lives, else worked out again (ownerFor).
+func (p *Peer) routedOwner(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, owner delegation.CrawlerID, epoch uint64) (delegation.CrawlerID, error) {
+	if owner != "" && epoch != 0 {
+		if rec, ok := p.dir.Cached(s); ok && rec.Epoch == epoch && p.members.IsLive(owner) {
+			return owner, nil
+		}
+	}
+	return p.ownerFor(ctx, s, ip)
 }
 
 // ownerFor returns the live owner of ip's block in s — the block's if the

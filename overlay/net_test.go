@@ -124,7 +124,13 @@ func (s *memSink) got() []string {
 // every other as a member.
 func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *testNet {
 	t.Helper()
-	tn := &testNet{tree: testTree(t)}
+	return newTestNetOn(t, testTree(t), n, tune)
+}
+
+// newTestNetOn is newTestNet over tree.
+func newTestNetOn(t testing.TB, tree *hierarchy.Tree, n int, tune func(i int, c *Config, s *Services)) *testNet {
+	t.Helper()
+	tn := &testNet{tree: tree}
 	ctx := context.Background()
 	var boot []string
 	for i := range n {

@@ -31,6 +31,11 @@ type Request struct {
 	// URL; when set they are sent as If-None-Match and If-Modified-Since.
 	ETag         string
 	LastModified string
+	// Addr, when set, is the address to dial for URL's host: the one the
+	// crawler routed the URL by (crawl.Route), so the address routed is
+	// the address fetched, with no second resolution in between. The guard
+	// applies to it as to any. Redirects to other hosts resolve as usual.
+	Addr netip.Addr
 }
 
 // Response is the outcome of a successful fetch: any HTTP status except
@@ -363,7 +368,16 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		}
 	}
 	ht := &hopTiming{}
-	addrs, took, err := f.resolveAllowed(ctx, u.Hostname())
+	var addrs []netip.Addr
+	var took time.Duration
+	pinned := req.Addr.IsValid() && sameHost(u, req.URL)
+	if pinned {
+		addrs = []netip.Addr{req.Addr.Unmap()}
+		err = f.checkAddr(addrs[0])
+		ctx = context.WithValue(ctx, pinKey{}, pin{host: u.Hostname(), addr: addrs[0]})
+	} else {
+		addrs, took, err = f.resolveAllowed(ctx, u.Hostname())
+	}
 	ht.preDNS = took
 	if err != nil {
 		var ge *guardError
@@ -437,6 +451,7 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		ht.mu.Lock()
 		res.remote = ht.remote
 		ht.mu.Unlock()
+		res.timing.Remote = res.remote
 		// Rest: derived from this request's duration, floored and capped;
 		// a longer (capped) Crawl-delay wins.
 		d := time.Duration(f.cfg.DelayFactor * float64(res.timing.Total))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -67,6 +69,30 @@ type dnsEntry struct {
 	addrs   []netip.Addr
 	err     error
 	expires time.Time
+}
+
+// pinKey carries a hop's pinned address (Request.Addr) to the dialer.
+type pinKey struct{}
+
+type pin struct {
+	host string
+	addr netip.Addr
+}
+
+// sameHost reports whether u's host is the host of the request URL raw.
+func sameHost(u *url.URL, raw string) bool {
+	r, err := url.Parse(raw)
+	return err == nil && strings.EqualFold(r.Hostname(), u.Hostname())
+}
+
+// ResolveAllowed returns the addresses of host the guard accepts, through
+// the fetcher's DNS cache: the resolution a fetch of host would use. A
+// crawler routes by the first (crawl.Route.Addr) and pins its fetch to it
+// (Request.Addr), so router and fetcher resolve a host once per DNSTTL
+// between them.
+func (f *Fetcher) ResolveAllowed(ctx context.Context, host string) ([]netip.Addr, error) {
+	addrs, _, err := f.resolveAllowed(ctx, host)
+	return addrs, err
 }
 
 // Resolve returns the addresses of host (an IP literal resolves to itself),
@@ -147,7 +173,13 @@ func (f *Fetcher) dialContext(ctx context.Context, network, addr string) (net.Co
 	if err != nil {
 		return nil, err
 	}
-	addrs, took, err := f.resolveAllowed(ctx, host)
+	var addrs []netip.Addr
+	var took time.Duration
+	if pn, ok := ctx.Value(pinKey{}).(pin); ok && pn.host == host {
+		addrs = []netip.Addr{pn.addr} // (guarded by hop; dialControl checks again)
+	} else {
+		addrs, took, err = f.resolveAllowed(ctx, host)
+	}
 	if ht, ok := ctx.Value(hopTimingKey{}).(*hopTiming); ok {
 		ht.setDNS(took)
 	}

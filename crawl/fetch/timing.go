@@ -20,6 +20,8 @@ type Timing struct {
 	FirstByte time.Duration `json:"first_byte"` // from the hop's start (its DNS lookup included) to the first response byte
 	Total     time.Duration `json:"total"`      // from the hop's start (its DNS lookup included) to the end of the body
 	Reused    bool          `json:"reused"`
+	// Remote is the address the hop's connection reached.
+	Remote netip.Addr `json:"remote"`
 }
 
 type hopTimingKey struct{}
