@@ -41,6 +41,7 @@ func (o *timingOwner) Delegate(_ context.Context, ip netip.Addr) (delegation.Dec
 	}
 	return delegation.Decision{IP: ip, Subnet: o.subnet(ip), Owner: o.CrawlerID(), Cached: true, Reason: delegation.ReasonCached}, nil
 }
+
 // subnet is what a Decision for ip names as its subnet.
 func (o *timingOwner) subnet(ip netip.Addr) hierarchy.NodeID {
 	if o.tree == nil {
