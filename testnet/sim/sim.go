@@ -358,6 +358,9 @@ type prober struct {
 	rng      *rand.Rand
 	probes   int64
 	crawlRng *rand.Rand // crawlTime's stream
+	// perCrawler, when set, replaces rng by one jitter stream per crawler
+	// (by index), as each overlay peer measures on its own
+	perCrawler []*rand.Rand
 	// the engine probes one target several times per decision
 	lastAddr netip.Addr
 	lastHost *world.Endpoint
@@ -420,10 +423,14 @@ func (p *prober) Probe(_ context.Context, target netip.Addr, crawlers []delegati
 		if !ok || !known {
 			continue // no answer: the engine falls back
 		}
+		rng := p.rng
+		if p.perCrawler != nil {
+			rng = p.perCrawler[ci]
+		}
 		if f, ok := p.w.floorOf(p.host, ci); ok && h == &p.w.Hosts[p.host] {
-			out[i].RTT = world.Duration(p.w.Model.SampleAbove(f, p.rng))
+			out[i].RTT = world.Duration(p.w.Model.SampleAbove(f, rng))
 		} else {
-			out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], h, p.rng))
+			out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], h, rng))
 		}
 		out[i].OK = true
 	}
