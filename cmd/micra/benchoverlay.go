@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -87,158 +86,6 @@ type qualityRow struct {
 	ProbesPerURLEval float64        `json:"probes_per_url_eval"`
 }
 
-type spread struct {
-	Replicas         int     `json:"replicas"`
-	OptimalPctMean   float64 `json:"optimal_pct_mean"`
-	OptimalPctSD     float64 `json:"optimal_pct_sd"`
-	OptimalPctMin    float64 `json:"optimal_pct_min"`
-	OptimalPctMax    float64 `json:"optimal_pct_max"`
-	ProbesPerURLMean float64 `json:"probes_per_url_mean"`
-	ProbesPerURLSD   float64 `json:"probes_per_url_sd"`
-	ProbesPerURLMin  float64 `json:"probes_per_url_min"`
-	ProbesPerURLMax  float64 `json:"probes_per_url_max"`
-}
-
-// simProber is the simulator's world-model prober: one jitter stream, or
-// one per crawler (as each overlay peer has).
-type simProber struct {
-	w     *sim.World
-	hosts map[netip.Addr]int
-	idx   map[delegation.CrawlerID]int
-	rngs  []*rand.Rand // one stream: len 1
-	n     int
-}
-
-func (p *simProber) Probe(_ context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
-	out := make([]delegation.ProbeResult, len(crawlers))
-	hi, ok := p.hosts[target]
-	for i, c := range crawlers {
-		p.n++
-		out[i].Crawler = c
-		ci, known := p.idx[c]
-		if !ok || !known {
-			continue
-		}
-		rng := p.rngs[0]
-		if len(p.rngs) > 1 {
-			rng = p.rngs[ci]
-		}
-		out[i].RTT = world.Duration(p.w.Model.SampleRTT(&p.w.CrawlerE[ci], &p.w.Hosts[hi], rng))
-		out[i].OK = true
-	}
-	return out
-}
-
-type fixedClock struct{ t time.Time }
-
-func (c *fixedClock) Now() time.Time { return c.t }
-
-// simSpread runs the simulator's loop (shared in-memory directory, world
-// prober) over w with replicas seeds and returns the spread of % optimal
-// (evaluation hosts) and probes per URL. distributed mirrors the overlay's
-// structure without the network: one engine per crawler (host i decided by
-// engine i mod N), one jitter stream per crawler; shared makes every engine
-// learn every published record (delegation.Learner), as overlay peers do
-// from gossip and DHT reads.
-func simSpread(ctx context.Context, w *sim.World, spec sim.PolicySpec, threshold time.Duration, train, replicas int, seed uint64, distributed, shared bool) (spread, error) {
-	hosts := make(map[netip.Addr]int, len(w.Hosts))
-	for i, h := range w.Hosts {
-		hosts[h.Addr] = i
-	}
-	idx := map[delegation.CrawlerID]int{}
-	for i, c := range w.Crawlers {
-		idx[c.ID] = i
-	}
-	var opt, ppu []float64
-	for r := range replicas {
-		members := delegation.NewMemMembership(w.Crawlers...)
-		dir := delegation.NewMemDirectory(w.Tree, members)
-		pr := &simProber{w: w, hosts: hosts, idx: idx, rngs: []*rand.Rand{rand.New(rand.NewPCG(seed, 0x5350+uint64(r)))}}
-		clock := &fixedClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		engines := 1
-		if distributed {
-			engines = len(w.Crawlers)
-			pr.rngs = pr.rngs[:0]
-			for i := range w.Crawlers {
-				pr.rngs = append(pr.rngs, rand.New(rand.NewPCG(seed^0x5350+uint64(r), uint64(i))))
-			}
-		}
-		var pols []delegation.Policy
-		for k := range engines {
-			ec := delegation.Config{Threshold: threshold, Self: w.Crawlers[k].ID}
-			if spec.Tweak != nil {
-				spec.Tweak(&ec)
-			}
-			pols = append(pols, spec.New(delegation.Deps{Tree: w.Tree, Dir: dir, Prober: pr, Members: members, Clock: clock,
-				Rand: rand.New(rand.NewPCG(seed, 0x504f4c+uint64(r)*1000+uint64(k)))}, ec))
-		}
-		// tell every other engine of a record (gossip, in the simulator)
-		tell := func(from int, d delegation.Decision) {
-			if !shared || d.Cached || d.Record.Owner == "" {
-				return
-			}
-			for j, p := range pols {
-				if l, ok := p.(delegation.Learner); ok && j != from {
-					l.Learn(d.Record)
-				}
-			}
-		}
-		for k, c := range w.Crawlers {
-			d, err := pols[k%engines].Join(ctx, c)
-			if err != nil {
-				return spread{}, err
-			}
-			tell(k%engines, d)
-		}
-		hit := 0
-		for i, h := range w.Hosts {
-			clock.t = clock.t.Add(time.Second)
-			d, err := pols[i%engines].Delegate(ctx, h.Addr)
-			if err != nil {
-				return spread{}, err
-			}
-			tell(i%engines, d)
-			if i >= train && int32(idx[d.Owner]) == w.Optimal[i] {
-				hit++
-			}
-		}
-		opt = append(opt, ovPct(hit, len(w.Hosts)-train))
-		ppu = append(ppu, float64(pr.n)/float64(len(w.Hosts)))
-	}
-	sp := spread{Replicas: replicas}
-	sp.OptimalPctMean, sp.OptimalPctSD = meanSD(opt)
-	sp.ProbesPerURLMean, sp.ProbesPerURLSD = meanSD(ppu)
-	sp.OptimalPctMin, sp.OptimalPctMax = slices.Min(opt), slices.Max(opt)
-	sp.ProbesPerURLMin, sp.ProbesPerURLMax = slices.Min(ppu), slices.Max(ppu)
-	return sp, nil
-}
-
-// withCrawlerIDs returns a copy of w whose crawler i is named ids[i] (the
-// overlay peer standing in for it); w is left untouched. Only the names
-// change: positions, hosts and optimal owners (by index) stay. The copy is
-// for simSpread, which indexes crawlers itself (World's own ID lookup still
-// knows the old names).
-func withCrawlerIDs(w *sim.World, ids []delegation.CrawlerID) *sim.World {
-	cp := *w
-	cp.Crawlers = slices.Clone(w.Crawlers)
-	for i := range min(len(ids), len(cp.Crawlers)) {
-		cp.Crawlers[i].ID = ids[i]
-	}
-	return &cp
-}
-
-func meanSD(xs []float64) (float64, float64) {
-	var s, sq float64
-	for _, x := range xs {
-		s += x
-	}
-	m := s / float64(len(xs))
-	for _, x := range xs {
-		sq += (x - m) * (x - m)
-	}
-	return m, math.Sqrt(sq / float64(max(1, len(xs)-1)))
-}
-
 // policyRow is one policy's delegation over the overlay beside the
 // simulator's figures for the same world and seed.
 type policyRow struct {
@@ -254,23 +101,23 @@ type policyRow struct {
 	// SimulatorSpread is the simulator's policy loop over the same world
 	// with Replicas different probe-jitter/policy seeds: the noise band the
 	// overlay's figures should fall in.
-	SimulatorSpread spread `json:"simulator_spread"`
+	SimulatorSpread sim.Spread `json:"simulator_spread"`
 	// DistributedSpread is the same loop with one engine per crawler (host
 	// i decided by engine i mod N) and one jitter stream per crawler: the
 	// overlay's structure without the network — each engine learning only
 	// from its own decisions (the overlay before peers shared records).
-	DistributedSpread spread `json:"distributed_spread"`
+	DistributedSpread sim.Spread `json:"distributed_spread"`
 	// SharedSpread is the same per-crawler loop where every engine also
 	// learns every other engine's records, as overlay peers do: the band
 	// the overlay's figures should fall in.
-	SharedSpread spread `json:"shared_spread"`
+	SharedSpread sim.Spread `json:"shared_spread"`
 	// PeerIDSpread is SharedSpread over the same world with the crawlers
 	// renamed to this run's overlay peer IDs. micra breaks prediction ties
 	// by crawler ID, and the simulator's IDs (c00, c01, …) sort in placement
 	// order — k-means++ order, the most spread-out crawlers first — which is
 	// worth up to ~10 points on some seeds; overlay peer IDs are random, so
 	// this band is the like-for-like reference for the overlay's figure.
-	PeerIDSpread spread `json:"peer_id_spread"`
+	PeerIDSpread sim.Spread `json:"peer_id_spread"`
 }
 
 type benchOverlayReport struct {
@@ -419,13 +266,16 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 					ProbesPerURL: r.ProbesPerURL, ProbesPerURLEval: r.ProbesPerURLEval}
 			}
 		}
-		if row.SimulatorSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, false, false); err != nil {
+		sc := sim.SpreadConfig{Threshold: o.threshold, Train: scfg.Train, Replicas: o.replicas, Seed: o.seed}
+		if row.SimulatorSpread, err = w.Spread(ctx, spec, sc); err != nil {
 			return err
 		}
-		if row.DistributedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true, false); err != nil {
+		sc.PerCrawler = true
+		if row.DistributedSpread, err = w.Spread(ctx, spec, sc); err != nil {
 			return err
 		}
-		if row.SharedSpread, err = simSpread(ctx, w, spec, o.threshold, scfg.Train, o.replicas, o.seed, true, true); err != nil {
+		sc.ShareRecords = true
+		if row.SharedSpread, err = w.Spread(ctx, spec, sc); err != nil {
 			return err
 		}
 		rep.Policies = append(rep.Policies, row)
@@ -478,7 +328,11 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 			for i, p := range net {
 				ids[i] = p.CrawlerID()
 			}
-			rep.Policies[k].PeerIDSpread, err = simSpread(ctx, withCrawlerIDs(w, ids), spec, o.threshold, scfg.Train, o.replicas, o.seed, true, true)
+			var named *sim.World
+			if named, err = w.WithCrawlerIDs(ids); err == nil {
+				rep.Policies[k].PeerIDSpread, err = named.Spread(ctx, spec, sim.SpreadConfig{Threshold: o.threshold, Train: scfg.Train,
+					Replicas: o.replicas, Seed: o.seed, PerCrawler: true, ShareRecords: true})
+			}
 		}
 		if k > 0 {
 			for _, p := range net {
