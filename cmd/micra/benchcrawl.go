@@ -21,28 +21,22 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/gocolly/colly/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"golang.org/x/net/html"
 
 	"github.com/micra-crawler/micra/crawl"
-	"github.com/micra-crawler/micra/crawl/extract"
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
-	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
 
@@ -133,7 +127,10 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
 	f.BoolVar(&o.collyPerHost, "colly-per-host", false, "give Colly micra's per-host limit (one LimitRule of Parallelism 1 per host) instead of one global rule")
 	f.BoolVar(&o.gzip, "gzip", false, "serve pages gzip-encoded to crawlers that accept it")
-	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl) or pipeline (same parts, in-memory frontier)")
+	// --micra once chose between the engine and an in-memory copy of it;
+	// the copy is gone, and the flag stays only to refuse it by name.
+	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl), the only one")
+	_ = f.MarkHidden("micra")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
 	benchParentCmd().AddCommand(cmd)
@@ -156,8 +153,8 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.micraMode != "" && o.micraMode != "engine" && o.micraMode != "pipeline" {
-		return fmt.Errorf("--micra %q: want engine or pipeline", o.micraMode)
+	if o.micraMode != "" && o.micraMode != "engine" {
+		return fmt.Errorf("--micra %q: micra's side is always its crawl engine (package crawl); the in-memory pipeline was removed, drop --micra", o.micraMode)
 	}
 	if o.workers < 1 || o.perIP < 1 {
 		return fmt.Errorf("--workers %d, --per-ip %d: want at least 1 each", o.workers, o.perIP)
@@ -346,12 +343,8 @@ func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*
 // benchMicra crawls with micra's crawl engine (package crawl): durable
 // per-host breadth-first frontier in Badger, the fetcher, on-site processing
 // and records packed into zstd carriers in the durable outbox, delivered to a
-// file sink. With --micra=pipeline it runs the same parts over an in-memory
-// frontier instead (benchMicraPipeline), to show what durability costs.
+// file sink.
 func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
-	if o.micraMode == "pipeline" {
-		return benchMicraPipeline(ctx, web, o)
-	}
 	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
 	if err != nil {
 		return nil, err
@@ -422,267 +415,6 @@ func (c *countingReceiver) Deliver(ctx context.Context, car pack.Carrier) error 
 	c.bytes.Add(int64(len(car.Data)))
 	c.carriers.Add(1)
 	return nil
-}
-
-// benchMicraPipeline crawls with micra's parts but an in-memory frontier: the fetcher (politeness, robots,
-// limits), urlnorm, per-host breadth-first queues with hosts in parallel up
-// to --workers, on-site processing (crawl/extract: text, links, keywords,
-// hashes) and records packed into zstd carriers in a durable Badger outbox
-// delivered to a file sink — the full pipeline of a crawler.
-func benchMicraPipeline(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
-	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(tmp, "db")).WithLogger(nil))
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	outbox, err := pack.NewOutbox(db, pack.FileSink{Dir: filepath.Join(tmp, "carriers")}, pack.Options{
-		CrawlerID: "bench", Logger: quiet, Registerer: prometheus.NewRegistry(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	runCtx, stopOutbox := context.WithCancel(ctx)
-	outboxDone := make(chan struct{})
-	go func() { defer close(outboxDone); outbox.Run(runCtx) }()
-	defer func() { stopOutbox(); <-outboxDone }()
-
-	f, err := fetch.New(fetch.Config{
-		AllowPrivate: true, // the synthetic web lives on loopback
-		NoDelay:      true,
-		DelayFactor:  -1,
-		PerIPLimit:   o.perIP,
-		Resolver:     web,
-		Logger:       quiet,
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	norm := urlnorm.New(urlnorm.DefaultOptions())
-	fr := newBenchFrontier(web.Config().Hosts)
-	for _, s := range web.Seeds() {
-		u, err := norm.Parse(s)
-		if err != nil {
-			return nil, err
-		}
-		fr.add(u)
-	}
-	var errs atomic.Int64
-	var addErr atomic.Pointer[error]
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := 0; i < o.workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				host, u, ok := fr.next(ctx)
-				if !ok {
-					return
-				}
-				resp, err := f.Fetch(ctx, fetch.Request{URL: u})
-				var links []*url.URL
-				switch {
-				case err == nil && resp.Status == 200:
-					final, _ := url.Parse(resp.FinalURL)
-					page := extract.Extract(resp.Body, final, extract.Options{})
-					for _, l := range page.Links {
-						if l.NoFollow {
-							continue
-						}
-						if nu, err := norm.Parse(l.URL); err == nil {
-							links = append(links, nu)
-						}
-					}
-					rec := benchRecord(u, resp, page)
-					if err := outbox.Add(ctx, rec); err != nil {
-						addErr.CompareAndSwap(nil, &err)
-					}
-				case err != nil && fetch.ReasonOf(err) != fetch.ReasonRobots:
-					errs.Add(1)
-				}
-				fr.done(host, links)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := outbox.Drain(ctx); err != nil {
-		return nil, err
-	}
-	elapsed := time.Since(start)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if p := addErr.Load(); p != nil {
-		return nil, *p
-	}
-	st := outbox.Stats()
-	r := &benchCrawlResult{
-		Crawler: "micra",
-		Mode: "pipeline: micra fetcher + urlnorm, in-memory per-host BFS, crawl/extract, " +
-			"crawl/pack zstd carriers via Badger outbox to a file sink",
-		Errors:       errs.Load(),
-		CarrierBytes: st.BytesDelivered,
-		Records:      st.RecordsAdded,
-	}
-	finishResult(r, web, elapsed)
-	return r, nil
-}
-
-// benchRecord is the record a crawler ships for one fetched page.
-func benchRecord(queued string, resp *fetch.Response, page *extract.Page) *pack.Record {
-	rec := &pack.Record{
-		URL:          queued,
-		Status:       resp.Status,
-		Source:       pack.SourceHTTP,
-		Change:       pack.ChangeNew,
-		FetchedAt:    time.Now(),
-		Timing:       pack.Timing{DNS: resp.Timing.DNS, Connect: resp.Timing.Connect, FirstByte: resp.Timing.FirstByte, Total: resp.Timing.Total},
-		WireBytes:    resp.WireBytes,
-		BodyBytes:    int64(len(resp.Body)),
-		TextBytes:    int64(page.TextBytes),
-		ContentType:  resp.ContentType,
-		Title:        page.Title,
-		Lang:         page.Lang,
-		Keywords:     page.Keywords,
-		OutLinks:     page.LinkCount,
-		ContentHash:  page.ContentHash,
-		SimHash:      page.SimHash,
-		ETag:         resp.ETag,
-		LastModified: resp.LastModified,
-	}
-	if resp.FinalURL != queued {
-		rec.FinalURL = resp.FinalURL
-	}
-	if page.NoIndex {
-		rec.Flags |= pack.FlagNoIndex
-	}
-	if page.NoFollow {
-		rec.Flags |= pack.FlagNoFollow
-	}
-	return rec
-}
-
-// benchExtractLinks returns the normalised absolute links of an HTML page,
-// honouring <base href>.
-func benchExtractLinks(base *url.URL, body []byte, norm *urlnorm.Normalizer) []*url.URL {
-	z := html.NewTokenizer(strings.NewReader(string(body)))
-	var out []*url.URL
-	for {
-		tt := z.Next()
-		if tt == html.ErrorToken {
-			return out
-		}
-		if tt != html.StartTagToken && tt != html.SelfClosingTagToken {
-			continue
-		}
-		name, hasAttr := z.TagName()
-		if !hasAttr || !(len(name) == 1 && name[0] == 'a' || string(name) == "base") {
-			continue
-		}
-		for {
-			k, v, more := z.TagAttr()
-			if string(k) == "href" {
-				if string(name) == "base" {
-					if b, err := base.Parse(string(v)); err == nil {
-						base = b
-					}
-				} else if u, err := norm.Resolve(base, string(v)); err == nil {
-					out = append(out, u)
-				}
-			}
-			if !more {
-				break
-			}
-		}
-	}
-}
-
-// benchFrontier is the in-memory per-host breadth-first frontier of the
-// fetcher-only crawl: a host is handed to one worker at a time.
-type benchFrontier struct {
-	mu       sync.Mutex
-	cond     *sync.Cond
-	seen     map[string]struct{}
-	queues   map[string][]string
-	ready    []string // hosts with queued URLs and no worker
-	busy     map[string]bool
-	inflight int
-}
-
-func newBenchFrontier(hosts int) *benchFrontier {
-	f := &benchFrontier{seen: make(map[string]struct{}), queues: make(map[string][]string, hosts), busy: make(map[string]bool)}
-	f.cond = sync.NewCond(&f.mu)
-	return f
-}
-
-// add enqueues u if never seen; the caller holds no lock.
-func (f *benchFrontier) add(u *url.URL) {
-	f.mu.Lock()
-	f.addLocked(u)
-	f.mu.Unlock()
-}
-
-func (f *benchFrontier) addLocked(u *url.URL) {
-	s := u.String()
-	if _, ok := f.seen[s]; ok {
-		return
-	}
-	f.seen[s] = struct{}{}
-	h := urlnorm.HostKey(u)
-	if len(f.queues[h]) == 0 && !f.busy[h] {
-		f.ready = append(f.ready, h)
-		f.cond.Signal()
-	}
-	f.queues[h] = append(f.queues[h], s)
-}
-
-// next blocks until a host is ready and returns its next URL; ok is false
-// when the crawl is over (nothing queued, nothing in flight) or ctx ended.
-func (f *benchFrontier) next(ctx context.Context) (string, string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for len(f.ready) == 0 {
-		if f.inflight == 0 || ctx.Err() != nil {
-			f.cond.Broadcast()
-			return "", "", false
-		}
-		f.cond.Wait()
-	}
-	h := f.ready[0]
-	f.ready = f.ready[1:]
-	q := f.queues[h]
-	u := q[0]
-	f.queues[h] = q[1:]
-	f.busy[h] = true
-	f.inflight++
-	return h, u, true
-}
-
-// done records the links found and hands the host back.
-func (f *benchFrontier) done(h string, links []*url.URL) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, l := range links {
-		f.addLocked(l)
-	}
-	f.busy[h] = false
-	f.inflight--
-	if len(f.queues[h]) > 0 {
-		f.ready = append(f.ready, h)
-		f.cond.Signal()
-	} else {
-		delete(f.queues, h)
-	}
-	if f.inflight == 0 && len(f.ready) == 0 {
-		f.cond.Broadcast()
-	}
 }
 
 func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,5 +37,19 @@ func TestBenchCrawlSmall(t *testing.T) {
 	}
 	if rep.SpeedupRatio <= 0 {
 		t.Fatalf("no ratio: %s", out.String())
+	}
+}
+
+// --micra pipeline selected an in-memory copy of the crawler that is gone:
+// the command refuses it by the flag's name instead of running something
+// else; --micra engine still runs.
+func TestBenchCrawlPipelineRefused(t *testing.T) {
+	_, err := runMicra(t, "bench", "crawl", "--micra", "pipeline", "--skip-colly", "--hosts", "2", "--pages-per-host", "2", "--rounds", "1")
+	if err == nil || !strings.Contains(err.Error(), "--micra") || !strings.Contains(err.Error(), "pipeline") {
+		t.Fatalf("bench crawl --micra pipeline: %v, want an error naming --micra", err)
+	}
+	out, err := runMicra(t, "bench", "crawl", "--micra", "engine", "--skip-colly", "--hosts", "2", "--hosts-per-ip", "2", "--pages-per-host", "2", "--rounds", "1")
+	if err != nil || !strings.Contains(out, "micra: engine: package crawl") {
+		t.Fatalf("bench crawl --micra engine: %v\n%s", err, out)
 	}
 }

@@ -49,12 +49,12 @@ func TestBenchOverlayZeroReplicasRefused(t *testing.T) {
 	}
 }
 
-// Regression (the defect it caught): `micra bench crawl --micra pipeline --workers 0` starts no worker,
+// Regression (the defect it caught): `micra bench crawl --workers 0` starts no worker,
 // crawls nothing and succeeds (exit 0) with a report of 0 pages.
 func TestBenchCrawlZeroWorkersRefused(t *testing.T) {
 	var out bytes.Buffer
 	o := &benchCrawlOptions{json: true, hosts: 4, hostsPerIP: 2, pagesPerHost: 3, seed: 3, workers: 0, perIP: 2, rounds: 1,
-		skipColly: true, micraMode: "pipeline", timeout: time.Minute}
+		skipColly: true, timeout: time.Minute}
 	err := runBenchCrawl(context.Background(), &out, o)
 	if err == nil {
 		t.Fatalf("bench crawl --workers 0 succeeded with report %s", strings.Join(strings.Fields(out.String()), " "))
