@@ -1,43 +1,20 @@
 package main
 
-// `micra bench crawl`: the synthetic web on loopback crawled by Colly and by
-// micra in the same process run, figures printed side by side.
-//
-// Fairness. Both crawlers see the same web (same seed), the same seeds (every
-// host's home page), obey robots.txt, keep connections alive and run without
-// rest delays. Colly runs in async mode with one global LimitRule of
-// Parallelism = --workers (Colly cannot bound requests per host: a LimitRule
-// shares one semaphore across all matching domains). micra runs --workers
-// host workers with its structural politeness intact: at most one request in
-// flight per host and --per-ip per address. Colly is thus the less
-// constrained of the two. Duplicate fetches are counted by the server: a 200
-// answer for a page version that was already served in the same run.
+// `micra bench crawl`: flags and printing of testnet/bench's crawl
+// experiment (micra beside Colly on the loopback synthetic web).
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
-	"runtime/pprof"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/gocolly/colly/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/micra-crawler/micra/crawl"
-	"github.com/micra-crawler/micra/crawl/fetch"
-	"github.com/micra-crawler/micra/crawl/pack"
-	"github.com/micra-crawler/micra/testnet/synthweb"
+	"github.com/micra-crawler/micra/testnet/bench"
 )
 
 type benchCrawlOptions struct {
@@ -56,51 +33,6 @@ type benchCrawlOptions struct {
 	cpuProfile   string
 	micraMode    string
 	timeout      time.Duration
-}
-
-// benchCrawlResult is one crawler's figures.
-type benchCrawlResult struct {
-	Crawler          string    `json:"crawler"`
-	Mode             string    `json:"mode"`
-	Pages            int64     `json:"pages"`         // distinct pages fetched (server side)
-	Seconds          float64   `json:"seconds"`       // wall time, first request to last
-	PagesPerSec      float64   `json:"pages_per_sec"` // Pages / Seconds
-	Fetches          int64     `json:"fetches"`       // page GETs answered 200 (server side)
-	FetchesPerSec    float64   `json:"fetches_per_sec"`
-	DuplicateFetches int64     `json:"duplicate_fetches"` // server side
-	DuplicatePercent float64   `json:"duplicate_percent"`
-	RobotsViolations int64     `json:"robots_violations"`
-	BytesFetched     int64     `json:"bytes_fetched"`     // HTML bytes of the pages served to this crawler (decoded)
-	WireBytes        int64     `json:"wire_bytes"`        // body bytes on the wire (robots.txt included; compressed with --gzip)
-	CarrierBytes     int64     `json:"carrier_bytes"`     // compressed carrier bytes shipped (0: none)
-	CarrierRatio     float64   `json:"carrier_ratio"`     // BytesFetched / CarrierBytes
-	Records          int64     `json:"records,omitempty"` // records packed into carriers
-	Errors           int64     `json:"errors"`            // fetch errors other than robots refusals
-	Coverage         float64   `json:"coverage"`          // Pages / pages on the web
-	Note             string    `json:"note,omitempty"`
-	RoundPagesPerSec []float64 `json:"round_pages_per_sec"`
-	webPages         int64
-}
-
-type benchCrawlReport struct {
-	Web struct {
-		Hosts          int  `json:"hosts"`
-		Addresses      int  `json:"addresses"`
-		PagesPerHost   int  `json:"pages_per_host"`
-		Pages          int  `json:"pages"`
-		AvgPageBytes   int  `json:"avg_page_bytes"`
-		LinksPerPage   int  `json:"links_per_page"`
-		Gzip           bool `json:"gzip"`
-		CanonicalLinks bool `json:"canonical_links"`
-	} `json:"web"`
-	Rounds       int               `json:"rounds"`
-	Workers      int               `json:"workers"`
-	CollyPerHost bool              `json:"colly_per_host"`
-	PerIP        int               `json:"per_ip"`
-	GOMAXPROCS   int               `json:"gomaxprocs"`
-	Colly        *benchCrawlResult `json:"colly,omitempty"`
-	Micra        *benchCrawlResult `json:"micra"`
-	SpeedupRatio float64           `json:"speedup_ratio,omitempty"` // micra pages/s ÷ Colly pages/s
 }
 
 func init() {
@@ -150,9 +82,6 @@ func benchParentCmd() *cobra.Command {
 }
 
 func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if o.micraMode != "" && o.micraMode != "engine" {
 		return fmt.Errorf("--micra %q: micra's side is always its crawl engine (package crawl); the in-memory pipeline was removed, drop --micra", o.micraMode)
 	}
@@ -161,71 +90,20 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	web, err := synthweb.Start(synthweb.Config{Seed: o.seed, Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, CanonicalLinks: o.canonical, Gzip: o.gzip})
-	if err != nil {
-		return err
-	}
-	defer web.Close()
-	rep := &benchCrawlReport{Rounds: max(o.rounds, 1), Workers: o.workers, CollyPerHost: o.collyPerHost, PerIP: o.perIP, GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	cfg := web.Config()
-	rep.Web.Hosts, rep.Web.Addresses, rep.Web.PagesPerHost, rep.Web.Pages = cfg.Hosts, web.NumIPs(), cfg.PagesPerHost, web.TotalPages()
-	rep.Web.LinksPerPage, rep.Web.CanonicalLinks, rep.Web.Gzip = cfg.LinksPerPage, cfg.CanonicalLinks, cfg.Gzip
-
+	opts := bench.CrawlOptions{Hosts: o.hosts, HostsPerIP: o.hostsPerIP, PagesPerHost: o.pagesPerHost, Seed: o.seed,
+		CanonicalLinks: o.canonical, Gzip: o.gzip, Workers: o.workers, PerIP: o.perIP, CollyPerHost: o.collyPerHost,
+		SkipColly: o.skipColly, Rounds: o.rounds}
 	if o.cpuProfile != "" {
 		pf, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return err
 		}
 		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		opts.CPUProfile = pf
 	}
-	// Rounds alternate the order (Colly, micra, micra, Colly, …) so that a
-	// drift in machine load does not favour either crawler.
-	run := func(name string) (*benchCrawlResult, error) {
-		web.ResetStats()
-		runtime.GC()
-		if name == "colly" {
-			r, err := benchColly(ctx, web, o)
-			if err != nil {
-				return nil, fmt.Errorf("colly: %w", err)
-			}
-			return r, nil
-		}
-		r, err := benchMicra(ctx, web, o)
-		if err != nil {
-			return nil, fmt.Errorf("micra: %w", err)
-		}
-		return r, nil
-	}
-	for round := 0; round < max(o.rounds, 1); round++ {
-		order := []string{"colly", "micra"}
-		if round%2 == 1 {
-			order = []string{"micra", "colly"}
-		}
-		for _, name := range order {
-			if name == "colly" && o.skipColly {
-				continue
-			}
-			r, err := run(name)
-			if err != nil {
-				return err
-			}
-			if name == "colly" {
-				rep.Colly = mergeResults(rep.Colly, r)
-			} else {
-				rep.Micra = mergeResults(rep.Micra, r)
-			}
-		}
-	}
-	r := rep.Micra
-	if r.Pages > 0 {
-		rep.Web.AvgPageBytes = int(r.BytesFetched / max(r.Pages, 1))
-	}
-	if rep.Colly != nil && rep.Colly.PagesPerSec > 0 {
-		rep.SpeedupRatio = r.PagesPerSec / rep.Colly.PagesPerSec
+	rep, err := bench.RunCrawl(ctx, opts)
+	if err != nil {
+		return err
 	}
 	if o.json {
 		enc := json.NewEncoder(out)
@@ -236,188 +114,7 @@ func runBenchCrawl(ctx context.Context, out io.Writer, o *benchCrawlOptions) err
 	return nil
 }
 
-func finishResult(r *benchCrawlResult, web *synthweb.Web, elapsed time.Duration) {
-	st := web.Stats()
-	r.Pages = st.UniquePages
-	r.Seconds = elapsed.Seconds()
-	if r.Seconds > 0 {
-		r.PagesPerSec = float64(r.Pages) / r.Seconds
-	}
-	r.Fetches = st.PageFetches
-	if r.Seconds > 0 {
-		r.FetchesPerSec = float64(r.Fetches) / r.Seconds
-	}
-	r.DuplicateFetches = st.DuplicateFetches
-	if st.PageFetches > 0 {
-		r.DuplicatePercent = 100 * float64(st.DuplicateFetches) / float64(st.PageFetches)
-	}
-	r.RobotsViolations = st.RobotsViolations
-	r.BytesFetched = st.HTMLBytes
-	r.WireBytes = st.BytesServed
-	if r.CarrierBytes > 0 {
-		r.CarrierRatio = float64(r.BytesFetched) / float64(r.CarrierBytes)
-	}
-	r.webPages = int64(web.TotalPages())
-	r.Coverage = float64(r.Pages) / float64(r.webPages)
-	r.RoundPagesPerSec = []float64{r.PagesPerSec}
-}
-
-// mergeResults adds round r to the running total acc.
-func mergeResults(acc, r *benchCrawlResult) *benchCrawlResult {
-	if acc == nil {
-		return r
-	}
-	acc.Pages += r.Pages
-	acc.Fetches += r.Fetches
-	acc.Seconds += r.Seconds
-	acc.DuplicateFetches += r.DuplicateFetches
-	acc.RobotsViolations += r.RobotsViolations
-	acc.BytesFetched += r.BytesFetched
-	acc.WireBytes += r.WireBytes
-	acc.CarrierBytes += r.CarrierBytes
-	acc.Records += r.Records
-	acc.Errors += r.Errors
-	acc.webPages += r.webPages
-	acc.RoundPagesPerSec = append(acc.RoundPagesPerSec, r.PagesPerSec)
-	acc.PagesPerSec = float64(acc.Pages) / acc.Seconds
-	acc.FetchesPerSec = float64(acc.Fetches) / acc.Seconds
-	acc.DuplicatePercent = 100 * float64(acc.DuplicateFetches) / float64(max(acc.Fetches, 1))
-	if acc.CarrierBytes > 0 {
-		acc.CarrierRatio = float64(acc.BytesFetched) / float64(acc.CarrierBytes)
-	}
-	acc.Coverage = float64(acc.Pages) / float64(acc.webPages)
-	return acc
-}
-
-func benchColly(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
-	tr := &http.Transport{
-		DialContext:         web.DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	defer tr.CloseIdleConnections()
-	c := colly.NewCollector(colly.Async(true), colly.UserAgent(fetch.DefaultUserAgent+" colly-bench"))
-	c.IgnoreRobotsTxt = false // obey robots.txt, like micra
-	c.WithTransport(tr)
-	c.SetRequestTimeout(30 * time.Second)
-	mode := "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed, global parallelism " + fmt.Sprint(o.workers)
-	if o.collyPerHost {
-		// One rule per host: Colly then keeps one request in flight per host
-		// (each rule has its own semaphore), as micra does. Colly matches
-		// rules against host:port, so the glob carries the port.
-		for _, h := range web.Hosts() {
-			glob := h + ":" + strconv.Itoa(web.Port())
-			if err := c.Limit(&colly.LimitRule{DomainGlob: glob, Parallelism: 1}); err != nil {
-				return nil, err
-			}
-		}
-		mode = "colly/v2 v2.3.0 async, goquery a[href], robots.txt obeyed, one request per host (a LimitRule per host)"
-	} else if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: o.workers}); err != nil {
-		return nil, err
-	}
-	var errs atomic.Int64
-	c.OnHTML("a[href]", func(e *colly.HTMLElement) {
-		if ctx.Err() == nil {
-			_ = e.Request.Visit(e.Attr("href"))
-		}
-	})
-	c.OnError(func(_ *colly.Response, _ error) { errs.Add(1) })
-	start := time.Now()
-	for _, s := range web.Seeds() {
-		var already *colly.AlreadyVisitedError
-		if err := c.Visit(s); err != nil && !errors.As(err, &already) {
-			return nil, err
-		}
-	}
-	c.Wait()
-	elapsed := time.Since(start)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	r := &benchCrawlResult{Crawler: "colly", Mode: mode, Errors: errs.Load()}
-	finishResult(r, web, elapsed)
-	return r, nil
-}
-
-// benchMicra crawls with micra's crawl engine (package crawl): durable
-// per-host breadth-first frontier in Badger, the fetcher, on-site processing
-// and records packed into zstd carriers in the durable outbox, delivered to a
-// file sink.
-func benchMicra(ctx context.Context, web *synthweb.Web, o *benchCrawlOptions) (*benchCrawlResult, error) {
-	tmp, err := os.MkdirTemp("", "micra-bench-crawl-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sink := &countingReceiver{next: pack.FileSink{Dir: filepath.Join(tmp, "carriers")}}
-	eng, err := crawl.New(crawl.Config{
-		CrawlerID: "bench",
-		StateDir:  filepath.Join(tmp, "state"),
-		Seeds:     web.Seeds(),
-		Fetch: fetch.Config{
-			AllowPrivate: true, // the synthetic web lives on loopback
-			NoDelay:      true,
-			DelayFactor:  -1,
-			PerIPLimit:   o.perIP,
-			Resolver:     web,
-		},
-		Concurrency:  o.workers,
-		Receiver:     sink,
-		StopWhenIdle: true,
-		Progress:     -1,
-		Logger:       quiet,
-		Registerer:   prometheus.NewRegistry(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer eng.Close()
-	start := time.Now()
-	if err := eng.Run(ctx); err != nil {
-		return nil, err
-	}
-	elapsed := time.Since(start)
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	st := eng.Stats()
-	var errs int64
-	for reason, n := range st.ByReason {
-		if reason != string(fetch.ReasonRobots) {
-			errs += n
-		}
-	}
-	r := &benchCrawlResult{
-		Crawler: "micra",
-		Mode: "engine: package crawl (durable Badger per-host BFS frontier, fetcher, crawl/extract, " +
-			"records in zstd carriers via the durable outbox to a file sink)",
-		Errors:       errs,
-		CarrierBytes: sink.bytes.Load(),
-		Records:      st.Records,
-	}
-	finishResult(r, web, elapsed)
-	return r, nil
-}
-
-// countingReceiver counts the carrier bytes acknowledged by the next receiver.
-type countingReceiver struct {
-	next     pack.Receiver
-	bytes    atomic.Int64
-	carriers atomic.Int64
-}
-
-func (c *countingReceiver) Deliver(ctx context.Context, car pack.Carrier) error {
-	if err := c.next.Deliver(ctx, car); err != nil {
-		return err
-	}
-	c.bytes.Add(int64(len(car.Data)))
-	c.carriers.Add(1)
-	return nil
-}
-
-func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
+func printBenchCrawl(out io.Writer, rep *bench.CrawlReport) {
 	spelling := "links spelled as on the real web (fragments, tracking parameters, case, dot segments)"
 	if rep.Web.CanonicalLinks {
 		spelling = "canonically spelled links"
@@ -436,7 +133,7 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 	fmt.Fprintf(out, "%d round(s) per crawler, order alternating; figures are totals over all rounds\n\n", rep.Rounds)
 	fmt.Fprintf(out, "%-7s %8s %8s %9s %9s %12s %8s %11s %11s %10s %9s %6s\n",
 		"crawler", "pages", "seconds", "pages/s", "GETs/s", "duplicates", "robots!", "HTML B", "wire B", "carrier B", "HTML/car", "errors")
-	row := func(r *benchCrawlResult) {
+	row := func(r *bench.CrawlResult) {
 		carrier, ratio := "-", "-"
 		if r.CarrierBytes > 0 {
 			carrier, ratio = fmt.Sprint(r.CarrierBytes), fmt.Sprintf("%.1f×", r.CarrierRatio)
@@ -456,9 +153,6 @@ func printBenchCrawl(out io.Writer, rep *benchCrawlReport) {
 		fmt.Fprintf(out, "colly: %s\n", rep.Colly.Mode)
 	}
 	fmt.Fprintf(out, "micra: %s\n", rep.Micra.Mode)
-	if rep.Micra.Note != "" {
-		fmt.Fprintf(out, "note: %s\n", rep.Micra.Note)
-	}
 }
 
 func fmtRates(rs []float64) string {
