@@ -59,8 +59,8 @@ bytes fetched and bytes shipped in carriers.`,
 	f.BoolVar(&o.canonical, "canonical-links", false, "spell every link canonically (no fragments, tracking parameters or case variants)")
 	f.BoolVar(&o.collyPerHost, "colly-per-host", false, "give Colly micra's per-host limit (one LimitRule of Parallelism 1 per host) instead of one global rule")
 	f.BoolVar(&o.gzip, "gzip", false, "serve pages gzip-encoded to crawlers that accept it")
-	// --micra once chose between the engine and an in-memory copy of it;
-	// the copy is gone, and the flag stays only to refuse it by name.
+	// Hidden: engine is its only value; the flag is kept so that any other
+	// value is refused by name rather than by cobra as an unknown flag.
 	f.StringVar(&o.micraMode, "micra", "engine", "micra side: engine (package crawl), the only one")
 	_ = f.MarkHidden("micra")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")

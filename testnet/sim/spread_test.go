@@ -13,8 +13,8 @@ import (
 // TestPeerIDBand: micra breaks prediction ties by a hash of crawler name and
 // subnet, so renaming the crawlers (as the overlay's random peer IDs do)
 // moves its % optimal on a per-crawler, records-shared run by less than one
-// spread. When it broke ties by name, names sorted against placement order
-// moved it by more than two spreads on seed 1.
+// spread (a tie-break by name, with names sorted against placement order,
+// would move it by more than two spreads on seed 1).
 func TestPeerIDBand(t *testing.T) {
 	cfg, _ := Preset("paper")
 	cfg.Seed, cfg.Crawlers, cfg.Hosts, cfg.Threshold = 1, 20, 300, 50*time.Millisecond
