@@ -79,8 +79,14 @@ type Config struct {
 	// Router decides ownership of discovered URLs (default LocalRouter).
 	Router Router
 
-	// Receiver takes sealed carriers (required).
+	// Receiver takes sealed carriers (required unless OnRecord is set).
 	Receiver pack.Receiver
+	// OnRecord, when set, is given every record the crawl makes: after the
+	// outbox took it when there is a Receiver (its error is logged), or
+	// instead of carriers when there is none — an embedder consuming
+	// records directly, whose error keeps the page queued to be fetched
+	// again, as a full outbox would.
+	OnRecord func(context.Context, *pack.Record) error
 	// MaxCarrierBytes and MaxCarrierHold bound carriers (defaults 1 MiB, 30 s).
 	MaxCarrierBytes int
 	MaxCarrierHold  time.Duration
@@ -151,8 +157,8 @@ type Engine struct {
 
 // New validates cfg, opens the state and builds the crawler.
 func New(cfg Config) (*Engine, error) {
-	if cfg.Receiver == nil {
-		return nil, errors.New("crawl: Config.Receiver is required")
+	if cfg.Receiver == nil && cfg.OnRecord == nil {
+		return nil, errors.New("crawl: Config.Receiver (carriers) or Config.OnRecord (records) is required")
 	}
 	if cfg.DB == nil && cfg.StateDir == "" {
 		return nil, errors.New("crawl: Config.StateDir is required")
@@ -226,9 +232,10 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.outbox, err = pack.NewOutbox(e.db, cfg.Receiver, pack.Options{CrawlerID: cfg.CrawlerID,
-		MaxBytes: cfg.MaxCarrierBytes, MaxHold: cfg.MaxCarrierHold, Logger: e.log, Registerer: cfg.Registerer})
-	if err != nil {
+	if cfg.Receiver == nil {
+		e.outbox = nil // records go to OnRecord only
+	} else if e.outbox, err = pack.NewOutbox(e.db, cfg.Receiver, pack.Options{CrawlerID: cfg.CrawlerID,
+		MaxBytes: cfg.MaxCarrierBytes, MaxHold: cfg.MaxCarrierHold, Logger: e.log, Registerer: cfg.Registerer}); err != nil {
 		return nil, err
 	}
 	if len(cfg.FileRoots) > 0 {
@@ -358,7 +365,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	outboxDone := make(chan struct{})
 	outboxCtx, stopOutbox := context.WithCancel(context.Background())
 	defer stopOutbox()
-	go func() { defer close(outboxDone); e.outbox.Run(outboxCtx) }()
+	go func() {
+		defer close(outboxDone)
+		if e.outbox != nil {
+			e.outbox.Run(outboxCtx)
+		}
+	}()
 
 	for range e.cfg.Concurrency {
 		wg.Go(func() { e.worker(runCtx) })
@@ -393,19 +405,22 @@ func (e *Engine) Run(ctx context.Context) error {
 	wg.Wait()
 	// Seal what is pending and give the receiver a bounded chance to take it;
 	// anything unacknowledged stays in the outbox for the next Run.
-	if err := e.outbox.Flush(); err != nil {
-		runErr = err
-	}
-	if stopWhenIdle && ctx.Err() == nil {
-		if err := e.outbox.Drain(ctx); err != nil {
-			runErr = errors.Join(runErr, err)
+	// (without a Receiver, records went to OnRecord as they were made)
+	if e.outbox != nil {
+		if err := e.outbox.Flush(); err != nil {
+			runErr = err
 		}
-	} else {
-		dctx, dcancel := context.WithTimeout(context.Background(), e.cfg.ShutdownDrain)
-		if err := e.outbox.Drain(dctx); err != nil {
-			e.log.Warn("carriers left in the outbox for the next run", "err", err)
+		if stopWhenIdle && ctx.Err() == nil {
+			if err := e.outbox.Drain(ctx); err != nil {
+				runErr = errors.Join(runErr, err)
+			}
+		} else {
+			dctx, dcancel := context.WithTimeout(context.Background(), e.cfg.ShutdownDrain)
+			if err := e.outbox.Drain(dctx); err != nil {
+				e.log.Warn("carriers left in the outbox for the next run", "err", err)
+			}
+			dcancel()
 		}
-		dcancel()
 	}
 	stopOutbox()
 	<-outboxDone

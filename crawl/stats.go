@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -84,7 +85,10 @@ func (e *Engine) Stats() Stats {
 	c.errMu.Unlock()
 	fs := e.front.Stats()
 	s.Queued, s.ReadyHosts, s.ActiveHosts, s.Seen, s.Scheduled = fs.Queued, fs.ReadyHosts, fs.ActiveHosts, fs.Seen, fs.Scheduled
-	os := e.outbox.Stats()
+	var os pack.OutboxStats
+	if e.outbox != nil {
+		os = e.outbox.Stats()
+	}
 	s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers = os.CarriersSealed, os.CarriersDelivered, os.PendingCarriers
 	s.CarrierBytes, s.CarrierRawBytes = os.BytesSealed, os.RawBytesSealed
 	if st := e.started.Load(); st != 0 {

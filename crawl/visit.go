@@ -516,12 +516,26 @@ func (e *Engine) baseRecord(it frontier.Item, f fetched) pack.Record {
 // fetched, and its record must be kept before the URL is marked done. On
 // failure the caller leaves the URL queued.
 func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
+	if e.outbox == nil {
+		if err := e.cfg.OnRecord(context.WithoutCancel(ctx), r); err != nil {
+			e.log.Error("record not taken (OnRecord), URL stays queued", "url", r.URL, "err", err)
+			e.countError("outbox")
+			return err
+		}
+		e.st.records.Add(1)
+		return nil
+	}
 	if err := e.outbox.Add(context.WithoutCancel(ctx), r); err != nil {
 		e.log.Error("outbox: add record, URL stays queued", "url", r.URL, "err", err)
 		e.countError("outbox")
 		return err
 	}
 	e.st.records.Add(1)
+	if e.cfg.OnRecord != nil {
+		if err := e.cfg.OnRecord(context.WithoutCancel(ctx), r); err != nil {
+			e.log.Warn("OnRecord refused a record already in the outbox", "url", r.URL, "err", err)
+		}
+	}
 	return nil
 }
 
