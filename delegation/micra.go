@@ -80,8 +80,8 @@ type MicraConfig struct {
 	// the pairwise estimate. Default 0.3.
 	PairPrior float64
 	// PairSamples caps the samples kept per ordered pair, at most 65535.
-	// Default 96 (128 until 24 Nov: the same accuracy over 80 seed runs
-	// with a third more samples to scan; docs/delegation.md).
+	// Default 96 (128 gives the same accuracy over 80 seed runs with a
+	// third more samples to scan; docs/delegation.md).
 	PairSamples int
 	// FirstByWins probes first the likeliest winner by the learned win
 	// counts per context instead of the candidate with the lowest predicted
@@ -132,9 +132,8 @@ type MicraConfig struct {
 	BlockMargin float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
-	// access delay is shared by all crawlers. Default 0 (off; the doc said
-	// 0.5 until 24 Nov, but the code never set it, and every figure in
-	// docs/delegation.md is measured with 0). 0.5 buys 0.3–0.4 points for
+	// access delay is shared by all crawlers. Default 0 (off; every figure
+	// in docs/delegation.md is measured with 0). 0.5 buys 0.3–0.4 points for
 	// 0.1–0.2 more probes/URL (docs/delegation.md). Outside 0..1: 0.
 	Shift float64
 	// MaxContexts bounds the learned state of a long-running peer: the

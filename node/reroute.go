@@ -146,13 +146,11 @@ func (n *Node) ledgerOwners() ([]delegation.CrawlerID, error) {
 // in this crawler's own frontier — the hand-off fallback: this crawler is
 // live and its frontier durable, and the engine, before fetching a queued
 // URL, resolves its host and hands it to its owner if that is another
-// crawler (Router.StillOwns), or fetches it here and reports the DNS
-// failure like any other. So a URL a dead owner had acknowledged is never
-// dropped for a failing resolver, and a sweep is never held by such URLs:
-// it walks the whole ledger of the owner (until 25 Nov it re-read the
-// ledger's first 1024 entries and stopped at the first it could not
-// resolve, so 1024 failing entries at its head stopped the owner's ledger
-// for good).
+// crawler (Router.Route), or fetches it here and reports the DNS failure
+// like any other. So a URL a dead owner had acknowledged is never dropped
+// for a failing resolver, and a sweep is never held by such URLs: it walks
+// the whole ledger of the owner, so failing entries at its head cannot
+// stop the rest.
 const (
 	rerouteMaxAttempts = 6
 	// rerouteChunk is how many ledger entries one pass reads and writes.

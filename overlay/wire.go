@@ -195,10 +195,9 @@ func (st *stream) read(m proto.Message) error {
 // roundTrip opens a stream to p, writes req and reads resp. The exchange is
 // bounded by the caller's context and by exchangeBudget — timeout, the
 // protocol's own, plus req's size at minSnapshotRate — whichever ends
-// first. (Until 25 Nov a caller's deadline replaced timeout: a long-lived
-// context — a decision's, a flush's — let a peer that accepts the stream
-// and never answers hold the caller for as long as that context lasted;
-// probes were bounded separately in ProbeOne.) For a probe or an
+// first: a long-lived caller's context (a decision's, a flush's) must not
+// let a peer that accepts the stream and never answers hold the caller for
+// as long as that context lasts. For a probe or an
 // endorsement the size adds milliseconds. A hand-off message of up to
 // 4 MiB, bounded by timeout alone, needed ≈ 3.4 Mbit/s to fit 10 s: on a
 // slower link every full message timed out and was re-sent the same for
