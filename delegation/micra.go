@@ -80,8 +80,8 @@ type MicraConfig struct {
 	// the pairwise estimate. Default 0.3.
 	PairPrior float64
 	// PairSamples caps the samples kept per ordered pair, at most 65535.
-	// Default 96 (128 gives the same accuracy over 80 seed runs with a
-	// third more samples to scan; docs/delegation.md).
+	// Default 96: 128 gave the same accuracy over 80 seed runs with a
+	// third more samples to scan (docs/experiments/2026-11-delegation-log.md).
 	PairSamples int
 	// FirstByWins probes first the likeliest winner by the learned win
 	// counts per context instead of the candidate with the lowest predicted
@@ -132,9 +132,9 @@ type MicraConfig struct {
 	BlockMargin float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
-	// access delay is shared by all crawlers. Default 0 (off; every figure
-	// in docs/delegation.md is measured with 0). 0.5 buys 0.3–0.4 points for
-	// 0.1–0.2 more probes/URL (docs/delegation.md). Outside 0..1: 0.
+	// access delay is shared by all crawlers. Default 0 (off): 0.5 buys
+	// 0.3–0.4 points for 0.1–0.2 more probes/URL, the trade a tighter Miss
+	// gives (docs/experiments/2026-11-delegation-log.md). Outside 0..1: 0.
 	Shift float64
 	// MaxContexts bounds the learned state of a long-running peer: the
 	// subnet, ancestor and organisation contexts it keeps statistics for
@@ -914,9 +914,9 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, 
 		// The top-level blocks (depth 1: IANA's /8s in the default
 		// snapshot; in a tree built without the IANA files, the first
 		// registry allocations) are no context: a /8 spans continents,
-		// and with the registry and the country beside it, it (like the
-		// /16 and /12 address neighbourhoods once kept) added nothing
-		// measurable but cost (docs/delegation.md).
+		// and with the registry and the country beside it, it (like /16
+		// and /12 address neighbourhoods) adds nothing measurable but
+		// cost (docs/experiments/2026-11-delegation-log.md).
 		if depth > 1 {
 			buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
 		}
@@ -1226,9 +1226,8 @@ func (c *ctxInfo) rankTop(ci uint32, mean float64) {
 		}
 		// (A listed crawler whose mean rose stays listed: an unlisted one
 		// with a lower mean gets in only when learned here again. Keeping
-		// the list exact — refilling its last place — was measured on 25
-		// Nov and cost a point on zipf hosts with 50 crawlers; see
-		// docs/delegation.md.)
+		// the list exact — refilling its last place — cost a point on zipf
+		// hosts with 50 crawlers; docs/experiments/2026-11-delegation-log.md.)
 		return
 	}
 	i, _ := slices.BinarySearchFunc(t, mean, func(e topEntry, v float64) int { return cmp.Compare(e.mean, v) })
