@@ -91,23 +91,23 @@ func (w *boundWorld) delegate(t *testing.T, host string) Decision {
 
 func (w *boundWorld) node(a string) hierarchy.NodeID { return w.tree.SmallestNonUnary(ip(a)) }
 
-// cacheStale reports the first slot of subnetContexts' cache whose record
+// cacheStale reports the first slot of subnetScopes' cache whose record
 // is no longer the map's record of that key ("" when the cache is sound).
 func cacheStale(m *micraChooser) string {
-	if !m.ctxOK {
+	if !m.scopeOK {
 		return ""
 	}
-	for i, c := range m.ctxInfo {
-		if c != nil && m.ctx[m.ctxKs[i]] != c {
-			return fmt.Sprintf("slot %d (key %#x) holds a record now keyed %#x (in the map: %v)", i, m.ctxKs[i], c.key, m.ctx[c.key] == c)
+	for i, c := range m.scopeRecs {
+		if c != nil && m.scopes[m.scopeKs[i]] != c {
+			return fmt.Sprintf("slot %d (key %#x) holds a record now keyed %#x (in the map: %v)", i, m.scopeKs[i], c.key, m.scopes[c.key] == c)
 		}
 	}
 	return ""
 }
 
-// A record subnetInfos(false) fills into the cache is not stamped with the
+// A record subnetScopeStats(false) fills into the cache is not stamped with the
 // current tick, so forget (run by locate from Learn, between two policy
-// calls) may recycle it while subnetContexts' cache still holds it; the
+// calls) may recycle it while subnetScopes' cache still holds it; the
 // next call on the same subnet then reads and writes the statistics of
 // another context.
 func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
@@ -115,11 +115,11 @@ func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
 	w.join(t, "c1", "30.1.1.5")
 	w.join(t, "c2", "30.2.1.5")
 	s := w.node("10.1.1.10")
-	aKey := mkCtx(ctxNode, uint32(w.tree.Parent(s))) // 10.1.0.0/16
+	aKey := mkScope(scopeNode, uint32(w.tree.Parent(s))) // 10.1.0.0/16
 
 	// 1. s is decided and learned: its contexts exist
 	w.delegate(t, "10.1.1.10")
-	if w.m.ctx[aKey] == nil {
+	if w.m.scopes[aKey] == nil {
 		t.Fatal("setup: 10.1/16 has no context after a decision under it")
 	}
 	// 2. fillers: s's contexts, idle, are forgotten (bound 1)
@@ -127,7 +127,7 @@ func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
 	for k := 1; k <= 10; k++ {
 		last = w.delegate(t, fmt.Sprintf("20.%d.1.10", k))
 	}
-	if w.m.ctx[aKey] != nil {
+	if w.m.scopes[aKey] != nil {
 		t.Fatal("setup: 10.1/16's context not forgotten")
 	}
 	// 3. a decision on s that learns nothing (every probe fails): the
@@ -142,17 +142,17 @@ func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
 	if w.p.(Learner).Learn(last.Record) {
 		t.Fatal("setup: the last record was learned twice")
 	}
-	if w.m.ctx[aKey] == nil {
+	if w.m.scopes[aKey] == nil {
 		t.Fatal("setup: locate did not create 10.1/16's context")
 	}
-	// 5. another decision on s that learns nothing: subnetInfos(false)
+	// 5. another decision on s that learns nothing: subnetScopeStats(false)
 	// puts 10.1/16's record into the cache with its old stamp
 	if d, err := w.p.Redelegate(context.Background(), ip("10.1.1.21")); err != nil || d.Reason != ReasonNoAnswer {
 		t.Fatalf("setup: redelegation %v %v, want no answer", d.Reason, err)
 	}
-	for i, c := range w.m.ctxInfo {
+	for i, c := range w.m.scopeRecs {
 		if c != nil && c.used < w.m.tick {
-			t.Logf("after a decision on s: cached context %#x carries stamp %d, tick %d (forget may take it)", w.m.ctxKs[i], c.used, w.m.tick)
+			t.Logf("after a decision on s: cached context %#x carries stamp %d, tick %d (forget may take it)", w.m.scopeKs[i], c.used, w.m.tick)
 		}
 	}
 	// 6. cC leaves, late crawlers join in fresh subnets: a record offered
@@ -163,7 +163,7 @@ func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
 	}
 	w.p.(Learner).Learn(last.Record)
 	if msg := cacheStale(w.m); msg != "" {
-		t.Errorf("after Learn: subnetContexts' cache of s keeps a forgotten record: %s", msg)
+		t.Errorf("after Learn: subnetScopes' cache of s keeps a forgotten record: %s", msg)
 	}
 	// 7. s is decided again and learned: the statistics go wherever the
 	// stale slot points
@@ -171,11 +171,11 @@ func TestMaxContextsCachedContextNotRecycled(t *testing.T) {
 	if _, err := w.p.Redelegate(context.Background(), ip("10.1.1.22")); err != nil {
 		t.Fatal(err)
 	}
-	if c := w.m.ctx[aKey]; c == nil || len(c.st) == 0 {
+	if c := w.m.scopes[aKey]; c == nil || len(c.st) == 0 {
 		t.Errorf("s decided and learned, but its ancestor 10.1/16 has no statistics (record %v)", c)
 	}
 	if msg := cacheStale(w.m); msg != "" {
-		c := w.m.ctxInfo[slices.Index(w.m.ctxKs, aKey)]
+		c := w.m.scopeRecs[slices.Index(w.m.scopeKs, aKey)]
 		t.Errorf("after the decision: %s; that record now holds %d crawlers' statistics, %v wins", msg, len(c.st), c.winTotal)
 	}
 }
@@ -188,26 +188,26 @@ func TestMaxContextsLocateKeepsCrawlerHomes(t *testing.T) {
 	w := newBoundWorld(t, 4, MicraConfig{})
 	w.join(t, "c5", "30.1.1.5")
 	w.join(t, "c6", "30.2.1.5")
-	home := mkCtx(ctxNode, uint32(w.tree.Parent(w.node("30.1.1.5")))) // 30.1/16, where c5 sits
+	home := mkScope(scopeNode, uint32(w.tree.Parent(w.node("30.1.1.5")))) // 30.1/16, where c5 sits
 	// decisions under 30.1/16 (not c5's own subnet) teach its context
 	w.delegate(t, "30.1.2.10")
 	w.delegate(t, "30.1.3.10")
-	c := w.m.ctx[home]
+	c := w.m.scopes[home]
 	if c == nil || len(c.st) == 0 {
 		t.Fatal("setup: c5's 30.1/16 context learned nothing")
 	}
 	var last Decision
 	for k := 1; k <= 20; k++ {
 		last = w.delegate(t, fmt.Sprintf("20.%d.1.10", k))
-		if w.m.ctx[home] == nil || len(w.m.ctx[home].st) == 0 {
+		if w.m.scopes[home] == nil || len(w.m.scopes[home].st) == 0 {
 			t.Fatalf("filler %d: the context where c5 sits was forgotten by a decision", k)
 		}
 	}
-	n := len(w.m.ctx[home].st)
+	n := len(w.m.scopes[home].st)
 	// a crawler whose name sorts before c5 joins in a fresh subnet
 	w.members.Add(Crawler{ID: "a0", Addr: ip("40.1.1.5")})
 	w.p.(Learner).Learn(last.Record) // (already learned: only locate runs)
-	got := w.m.ctx[home]
+	got := w.m.scopes[home]
 	if got == nil || len(got.st) != n {
 		l := -1
 		if got != nil {
@@ -231,7 +231,7 @@ func TestMaxContextsDedupFollowsContexts(t *testing.T) {
 	d := w.delegate(t, "10.1.1.10")
 	rec := d.Record
 	s := w.node("10.1.1.10")
-	sKey := mkCtx(ctxNode, uint32(s))
+	sKey := mkScope(scopeNode, uint32(s))
 	owner := w.m.crawler.id(rec.Owner)
 	// other peers' records of other subnets arrive; s's hosts keep coming
 	// and are reviewed (its contexts are read every time)
@@ -246,7 +246,7 @@ func TestMaxContextsDedupFollowsContexts(t *testing.T) {
 		if _, err := w.p.(Reviewer).Review(context.Background(), ip(fmt.Sprintf("10.1.1.%d", 20+k)), rec.Owner, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		if w.m.ctx[sKey] == nil {
+		if w.m.scopes[sKey] == nil {
 			t.Fatalf("step %d: s's context forgotten although reviewed at every step", k)
 		}
 	}
@@ -254,9 +254,9 @@ func TestMaxContextsDedupFollowsContexts(t *testing.T) {
 		t.Fatalf("setup: s's record changed (epoch %d)", got.Epoch)
 	}
 	// the very record that decided s is offered again
-	n0 := w.m.ctx[sKey].stat(owner).n
+	n0 := w.m.scopes[sKey].stat(owner).n
 	again := w.p.(Learner).Learn(rec)
-	n1 := w.m.ctx[sKey].stat(owner).n
+	n1 := w.m.scopes[sKey].stat(owner).n
 	if again || n1 != n0 {
 		t.Errorf("a record already learned, of a subnet whose contexts are in use, was learned again: Learn=%v, owner's observations in s %v -> %v", again, n0, n1)
 	}
@@ -269,32 +269,32 @@ func TestMaxContextsForgetAtDefaultBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the default bound's contexts")
 	}
-	m := &micraChooser{cfg: MicraConfig{}.withDefaults(), ctx: make(map[ctxKey]*ctxInfo)}
+	m := &micraChooser{cfg: MicraConfig{}.withDefaults(), scopes: make(map[scopeKey]*scopeStats)}
 	bound := m.cfg.MaxContexts
 	for i := range bound {
 		if i%2 == 0 {
 			m.tick++
 		}
-		m.info(mkCtx(ctxNode, uint32(i+1)), 8)
+		m.scopeOf(mkScope(scopeNode, uint32(i+1)), 8)
 	}
 	m.tick++
-	m.info(mkCtx(ctxNode, uint32(bound+1)), 8) // passes the bound: forget
+	m.scopeOf(mkScope(scopeNode, uint32(bound+1)), 8) // passes the bound: forget
 	if m.forgotten < uint64(bound/5) || m.forgotten > uint64(bound/3) {
 		t.Errorf("forgot %d of %d: want about a quarter", m.forgotten, bound)
 	}
-	if m.ctx[mkCtx(ctxNode, 1)] != nil || m.ctx[mkCtx(ctxNode, uint32(bound))] == nil {
+	if m.scopes[mkScope(scopeNode, 1)] != nil || m.scopes[mkScope(scopeNode, uint32(bound))] == nil {
 		t.Error("forget did not take the least recently read contexts")
 	}
 	// every context read at the current tick: nothing may go
-	for _, c := range m.ctx {
+	for _, c := range m.scopes {
 		c.used = m.tick
 	}
 	for i := 0; m.forgettable < bound; i++ {
-		m.info(mkCtx(ctxOrg, uint32(i+1)), kindOrg)
+		m.scopeOf(mkScope(scopeOrg, uint32(i+1)), kindOrg)
 	}
 	f0 := m.forgotten
 	for i := range 50 {
-		m.info(mkCtx(ctxNode, uint32(2*bound+i)), 8)
+		m.scopeOf(mkScope(scopeNode, uint32(2*bound+i)), 8)
 	}
 	if m.forgotten != f0 {
 		t.Fatalf("forgot %d contexts read at the current tick", m.forgotten-f0)

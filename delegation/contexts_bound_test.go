@@ -12,9 +12,9 @@ import (
 // no cache refers to a forgotten record, and the forgettable count is exact.
 func checkContexts(t *testing.T, m *micraChooser) {
 	t.Helper()
-	seen := map[*ctxInfo]bool{}
+	seen := map[*scopeStats]bool{}
 	n := 0
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		if c.key != k {
 			t.Fatalf("context %x holds a record keyed %x", k, c.key)
 		}
@@ -29,7 +29,7 @@ func checkContexts(t *testing.T, m *micraChooser) {
 	if n != m.forgettable {
 		t.Fatalf("forgettable count %d, map holds %d", m.forgettable, n)
 	}
-	for _, c := range m.freeCtx {
+	for _, c := range m.freeScopes {
 		if seen[c] {
 			t.Fatalf("forgotten record %x is still in the map", c.key)
 		}
@@ -39,15 +39,15 @@ func checkContexts(t *testing.T, m *micraChooser) {
 			t.Fatalf("live-top cache keeps a forgotten record")
 		}
 	}
-	for _, c := range m.locCtx {
+	for _, c := range m.locScopes {
 		if !seen[c] {
 			t.Fatalf("a context where live crawlers sit was forgotten")
 		}
 	}
-	if m.ctxOK {
-		for i, c := range m.ctxInfo {
-			if c != nil && m.ctx[m.ctxKs[i]] != c {
-				t.Fatalf("the last subnet's cached context %x is not the map's", m.ctxKs[i])
+	if m.scopeOK {
+		for i, c := range m.scopeRecs {
+			if c != nil && m.scopes[m.scopeKs[i]] != c {
+				t.Fatalf("the last subnet's cached context %x is not the map's", m.scopeKs[i])
 			}
 		}
 	}
@@ -57,7 +57,7 @@ func checkContexts(t *testing.T, m *micraChooser) {
 // no live crawler sits, not read by the last decision.
 func oldContexts(m *micraChooser) int {
 	n := 0
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		if forgettable(k) && len(c.located) == 0 && c.used < m.tick {
 			n++
 		}
@@ -144,7 +144,7 @@ func TestMaxContextsBoundsLearnedState(t *testing.T) {
 	if m.forgotten == 0 {
 		t.Fatal("nothing forgotten under the bound")
 	}
-	if len(m.tally) > bound+len(m.locCtx) {
+	if len(m.tally) > bound+len(m.locScopes) {
 		t.Fatalf("%d review tallies kept under a bound of %d contexts", len(m.tally), bound)
 	}
 	if len(freeEng.learnedAt) <= 4*bound || len(eng.learnedAt) > 2*bound {

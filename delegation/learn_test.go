@@ -27,10 +27,10 @@ func (p meanProber) Probe(_ context.Context, target netip.Addr, cs []CrawlerID) 
 // micraStats is what a micra policy has learned: everything its decisions
 // read, none of its scratch space.
 type micraStats struct {
-	Ctx       map[ctxKey]*ctxInfo
+	Ctx       map[scopeKey]*scopeStats
 	GlobalSum float64
 	GlobalN   int
-	Pooled    [ctxKinds]struct{ m2, dof float64 }
+	Pooled    [scopeKinds]struct{ m2, dof float64 }
 	Geo       geoSums
 	Pairs     *pairModel
 	Crawlers  []CrawlerID
@@ -45,8 +45,8 @@ func statsOf(t *testing.T, p Policy) micraStats {
 	m := le.ch.(*micraChooser)
 	// what was learned, not when it was last read (a decider reads its
 	// contexts more often than a peer that only learns its records)
-	ctx := make(map[ctxKey]*ctxInfo, len(m.ctx))
-	for k, c := range m.ctx {
+	ctx := make(map[scopeKey]*scopeStats, len(m.scopes))
+	for k, c := range m.scopes {
 		cc := *c
 		cc.used = 0
 		ctx[k] = &cc
@@ -213,7 +213,7 @@ func TestLearnOnlyKnownCrawlers(t *testing.T) {
 		t.Fatal("Learn changed the caller's record")
 	}
 	ci := m.crawler.idx[w.crawlers[0].ID]
-	info := m.ctx[mkCtx(ctxNode, uint32(s))]
+	info := m.scopes[mkScope(scopeNode, uint32(s))]
 	if info == nil || info.stat(ci) == nil || info.stat(ci).n != 1 {
 		t.Fatalf("the known crawler's answer was not learned in the subnet's context: %+v", info)
 	}

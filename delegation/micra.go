@@ -54,15 +54,15 @@ func NewMicra(d Deps, c Config) Policy {
 	m := &micraChooser{
 		cfg:     c.Micra.withDefaults(),
 		crawler: newCrawlerIndex(),
-		ctx:     make(map[ctxKey]*ctxInfo),
+		scopes:  make(map[scopeKey]*scopeStats),
 	}
 	m.pairs = newPairModel(m.crawler, m.cfg.PairSamples, m.cfg.PairBandwidth, m.cfg.PairPrior)
 	return learningEngine{newEngine("micra", d, c, m)}
 }
 
 type micraChooser struct {
-	slab    []ctxSlab  // unused context records, allocated 256 at a time
-	freeCtx []*ctxInfo // forgotten context records, to reuse
+	slab       []scopeSlab   // unused context records, allocated 256 at a time
+	freeScopes []*scopeStats // forgotten context records, to reuse
 	// tick counts subnets looked at (decisions, records learned): the
 	// clock of least-recent use for MicraConfig.MaxContexts
 	tick        uint64
@@ -74,26 +74,26 @@ type micraChooser struct {
 	forgotNodes []hierarchy.NodeID
 	cfg         MicraConfig
 	crawler     *crawlerIndex
-	ctx         map[ctxKey]*ctxInfo
+	scopes      map[scopeKey]*scopeStats
 	// running sum of every crawler's global mean (prediction for unknowns)
 	globalSum float64
 	globalN   int
 	// pooled within-(context, crawler) spread per kind of context
-	pooled [ctxKinds]struct{ m2, dof float64 }
+	pooled [scopeKinds]struct{ m2, dof float64 }
 	pairs  *pairModel
 
-	// where live crawlers sit (ctxInfo.located), rebuilt when membership
+	// where live crawlers sit (scopeStats.located), rebuilt when membership
 	// changes
-	locVer   uint64
-	locValid bool
-	locCtx   []*ctxInfo   // contexts with located crawlers
-	pos      []crawlerPos // by crawler index: the position it states
-	liveCi   []bool       // by crawler index: live now
+	locVer    uint64
+	locValid  bool
+	locScopes []*scopeStats // contexts with located crawlers
+	pos       []crawlerPos  // by crawler index: the position it states
+	liveCi    []bool        // by crawler index: live now
 	// liveGen counts changes of the live set (the other key of liveTops)
 	liveGen uint64
 	// liveTops: for contexts whose top list holds departed crawlers, the
 	// topK live crawlers with the lowest mean there (liveTop)
-	liveTops  map[*ctxInfo]*liveTop
+	liveTops  map[*scopeStats]*liveTop
 	liveOrd   []uint32 // crawler indexes of liveIDs, in its (sorted) order
 	liveSpare []uint32 // the previous liveOrd's storage
 	// neighbours: by crawler index, the live crawlers nearest to it by
@@ -116,25 +116,25 @@ type micraChooser struct {
 	tally map[hierarchy.NodeID]subnetTally
 
 	// scratch space of one decision (an engine is not used concurrently)
-	candBuf []micraCand
-	psBuf   []candProb
-	remBuf  []float64
-	askBuf  []CrawlerID
-	nextBuf []int
-	ctxOK   bool // ctxS, ctxKs, ctxCC, ctxKinds, ctxInfos: the last subnet's contexts
-	ctxS    hierarchy.NodeID
-	ctxKs   []ctxKey
-	ctxCC   string
-	ctxKind []int      // kind of each of ctxKs
-	ctxInfo []*ctxInfo // record of each of ctxKs; nil: none when last looked up
-	ciBuf   []uint32   // crawler index per answer of the record being learned
-	xBuf    []float64  // ln RTT per answer of the record being learned
-	lowBuf  []float64  // the valid ln RTTs of that record, to find PairFromLowest's cut
-	noteBuf []byte
-	stopBuf []byte
-	allBuf  []ProbeResult
-	candIdx []int
-	rawBuf  []micraCand
+	candBuf   []micraCand
+	psBuf     []candProb
+	remBuf    []float64
+	askBuf    []CrawlerID
+	nextBuf   []int
+	scopeOK   bool // scopeS, scopeKs, scopeCC, scopeKind, scopeRecs: the last subnet's contexts
+	scopeS    hierarchy.NodeID
+	scopeKs   []scopeKey
+	scopeCC   string
+	scopeKind []int         // kind of each of scopeKs
+	scopeRecs []*scopeStats // record of each of scopeKs; nil: none when last looked up
+	ciBuf     []uint32      // crawler index per answer of the record being learned
+	xBuf      []float64     // ln RTT per answer of the record being learned
+	lowBuf    []float64     // the valid ln RTTs of that record, to find PairFromLowest's cut
+	noteBuf   []byte
+	stopBuf   []byte
+	allBuf    []ProbeResult
+	candIdx   []int
+	rawBuf    []micraCand
 
 	// candidate dedup: candMark[ci] == candEpoch when ci is already a
 	// candidate of this decision (no scan of the list per addition)
@@ -181,8 +181,8 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 	// engine never makes one; a forged record may) must not count as many
 	// observations
 	rec.Probes = firstPerCrawler(rec.Probes)
-	_, cc := m.subnetContexts(e.d.Tree, s)
-	infos := m.subnetInfos(true)
+	_, cc := m.subnetScopes(e.d.Tree, s)
+	infos := m.subnetScopeStats(true)
 	// crawler indexes (created in the order of the answers) and ln RTTs,
 	// once per answer
 	cis, xs := m.ciBuf[:0], m.xBuf[:0]

@@ -35,7 +35,7 @@ func TestLearnDuplicateAnswersCountOnce(t *testing.T) {
 		if !p.(Learner).Learn(Record{Subnet: sub, Snapshot: w.tree.ID(), Owner: ps[0].Crawler, OwnerRTT: ps[0].RTT, Probes: ps, Epoch: 1, DecidedBy: "x"}) {
 			t.Fatal("record not learned")
 		}
-		n := m.ctx[mkCtx(ctxGlobal, 0)].stat(m.crawler.idx[crawlerAt(0).ID]).n
+		n := m.scopes[mkScope(scopeGlobal, 0)].stat(m.crawler.idx[crawlerAt(0).ID]).n
 		d, err := p.Delegate(context.Background(), w.host(7))
 		if err != nil {
 			t.Fatal(err)

@@ -54,7 +54,7 @@ type micraCand struct {
 
 // winProb is the probability that crawler ci answers lowest for a subnet
 // with contexts ks, from the win counts shrunk general → specific.
-func (m *micraChooser) winProb(infos []*ctxInfo, ci uint32, uniform float64) float64 {
+func (m *micraChooser) winProb(infos []*scopeStats, ci uint32, uniform float64) float64 {
 	const beta = 2
 	p := uniform
 	for i := len(infos) - 1; i >= 0; i-- {
@@ -71,8 +71,8 @@ func (m *micraChooser) winProb(infos []*ctxInfo, ci uint32, uniform float64) flo
 	return p
 }
 
-var kindNames = func() [ctxKinds]string {
-	var k [ctxKinds]string
+var kindNames = func() [scopeKinds]string {
+	var k [scopeKinds]string
 	for d := range 16 {
 		k[d] = "depth-" + strconv.Itoa(d)
 	}
@@ -80,7 +80,7 @@ var kindNames = func() [ctxKinds]string {
 	return k
 }()
 
-var sitsNames = func() (k [ctxKinds]string) {
+var sitsNames = func() (k [scopeKinds]string) {
 	for i, n := range kindNames {
 		k[i] = "sits-in-" + n
 	}
@@ -97,7 +97,7 @@ var sitsNames = func() (k [ctxKinds]string) {
 // The candidates go through the contexts together, level by level: each
 // candidate's arithmetic is the same sequence as alone, but the divisions
 // of different candidates overlap instead of waiting on each other.
-func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo, kinds []int, sig []float64, globalMean float64, cc string) {
+func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*scopeStats, kinds []int, sig []float64, globalMean float64, cc string) {
 	for k, ci := range ids {
 		cand := &cands[k]
 		*cand = micraCand{id: m.crawler.ids[ci], ci: ci, from: "unknown"}
@@ -160,9 +160,9 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*ctxInfo
 // roomOrder implements roomOrderer: room sorted by predicted RTT to
 // subnet s, nearest first (ties by the subnet's tie key, as candidates).
 func (m *micraChooser) roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID) {
-	_, cc := m.subnetContexts(e.d.Tree, s)
+	_, cc := m.subnetScopes(e.d.Tree, s)
 	m.locate(e)
-	infos, kinds := m.subnetInfos(false), m.ctxKind
+	infos, kinds := m.subnetScopeStats(false), m.scopeKind
 	if m.cfg.NoGeo {
 		cc = ""
 	}

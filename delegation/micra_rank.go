@@ -66,10 +66,10 @@ func (m *micraChooser) rank(ctx context.Context, e *engine, ip netip.Addr, s hie
 // and the probes it sends at least (while a candidate is left to ask).
 // With given answers it never decides blind and never walks.
 func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s hierarchy.NodeID, d *Decision, given []ProbeResult, miss float64, minProbes int) ([]ProbeResult, error) {
-	_, cc := m.subnetContexts(e.d.Tree, s)
+	_, cc := m.subnetScopes(e.d.Tree, s)
 	m.locate(e)
-	infos := m.subnetInfos(false) // nil: nothing known there
-	kinds := m.ctxKind
+	infos := m.subnetScopeStats(false) // nil: nothing known there
+	kinds := m.scopeKind
 
 	// candidates: widen contexts until enough are known
 	var idBuf [4 * topK]uint32

@@ -7,25 +7,31 @@ import (
 	"github.com/micra-crawler/micra/hierarchy"
 )
 
-type ctxKey uint64
+// scopeKey names a statistics scope: a set of subnets whose probe answers
+// are pooled — a subnet or ancestor node, an organisation, a country, a
+// registry, or everything. The docs and MicraConfig call them contexts
+// (MaxContexts); they have nothing to do with context.Context. The kind is
+// in the high 32 bits (scopeNode …), the node, organisation, country or
+// registry in the low ones (mkScope).
+type scopeKey uint64
 
 const (
-	ctxNode ctxKey = iota + 1
-	ctxOrg
-	ctxCountry
-	ctxRegistry
-	ctxGlobal
+	scopeNode scopeKey = iota + 1
+	scopeOrg
+	scopeCountry
+	scopeRegistry
+	scopeGlobal
 )
 
-func mkCtx(kind ctxKey, id uint32) ctxKey { return kind<<32 | ctxKey(id) }
+func mkScope(kind scopeKey, id uint32) scopeKey { return kind<<32 | scopeKey(id) }
 
-// kinds of context for pooling spreads: node depths 0..15, then the others.
+// kinds of scope for pooling spreads: node depths 0..15, then the others.
 const (
 	kindOrg = 16 + iota
 	kindCountry
 	kindRegistry
 	kindAll
-	ctxKinds
+	scopeKinds
 )
 
 // lnStat is Welford's running mean and M2 of ln(RTT in ms).
@@ -40,20 +46,20 @@ func (s *lnStat) add(x float64) {
 	s.m2 += d * (x - s.mean)
 }
 
-// ctxStat is one crawler's statistics in one context.
-type ctxStat struct {
+// crawlerStat is one crawler's statistics in one scope.
+type crawlerStat struct {
 	ci uint32
 	lnStat
 	wins float64 // subnets of the context where it answered lowest
 }
 
-// ctxInfo is everything known about one context. One map lookup per context
+// scopeStats is everything known about one scope. One map lookup per scope
 // and decision, then small sorted slices: the decision path probes ~10
-// crawlers × ~10 contexts, and hashing each (context, crawler) pair was most
+// crawlers × ~10 scopes, and hashing each (scope, crawler) pair would be most
 // of its cost.
-type ctxInfo struct {
-	kind int       // kind of context (pooling of spreads)
-	st   []ctxStat // by crawler index
+type scopeStats struct {
+	kind int           // kind of context (pooling of spreads)
+	st   []crawlerStat // by crawler index
 	// has: bit ci mod 64 is set for every crawler ci in st — most lookups
 	// (a candidate never measured in a small context) end here
 	has uint64
@@ -66,10 +72,10 @@ type ctxInfo struct {
 	located  []uint32 // live crawlers sitting here, in membership order
 	sits     []uint32 // the same, sorted
 	used     uint64   // micraChooser.tick when a decision or record last read it
-	key      ctxKey   // its key in micraChooser.ctx (to forget it)
+	key      scopeKey // its key in micraChooser.scopes (to forget it)
 }
 
-func (c *ctxInfo) stat(ci uint32) *ctxStat {
+func (c *scopeStats) stat(ci uint32) *crawlerStat {
 	if c == nil || c.has&(1<<(ci&63)) == 0 {
 		return nil
 	}
@@ -103,7 +109,7 @@ func (c *ctxInfo) stat(ci uint32) *ctxStat {
 }
 
 // addStat returns ci's statistics, created when missing (and whether they were).
-func (c *ctxInfo) addStat(ci uint32) (*ctxStat, bool) {
+func (c *scopeStats) addStat(ci uint32) (*crawlerStat, bool) {
 	st := c.st
 	if int(ci) < len(st) && st[ci].ci == ci {
 		return &st[ci], false
@@ -114,17 +120,17 @@ func (c *ctxInfo) addStat(ci uint32) (*ctxStat, bool) {
 			i++
 		}
 	} else {
-		i, _ = slices.BinarySearchFunc(st, ci, func(s ctxStat, ci uint32) int { return cmp.Compare(s.ci, ci) })
+		i, _ = slices.BinarySearchFunc(st, ci, func(s crawlerStat, ci uint32) int { return cmp.Compare(s.ci, ci) })
 	}
 	found := i < len(st) && st[i].ci == ci
 	if !found {
-		c.st = slices.Insert(c.st, i, ctxStat{ci: ci})
+		c.st = slices.Insert(c.st, i, crawlerStat{ci: ci})
 		c.has |= 1 << (ci & 63)
 	}
 	return &c.st[i], !found
 }
 
-func (c *ctxInfo) sitsHere(ci uint32) bool {
+func (c *scopeStats) sitsHere(ci uint32) bool {
 	if c == nil || len(c.sits) == 0 {
 		return false
 	}
@@ -132,10 +138,10 @@ func (c *ctxInfo) sitsHere(ci uint32) bool {
 	return ok
 }
 
-// info returns k's context, created when missing with kind (contexts gives
-// every context's kind).
-func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
-	c := m.ctx[k]
+// scopeOf returns k's statistics, created when missing with kind (scopesOf
+// gives every scope's kind).
+func (m *micraChooser) scopeOf(k scopeKey, kind int) *scopeStats {
+	c := m.scopes[k]
 	if c == nil {
 		if forgettable(k) {
 			// not while locate rebuilds the located lists: the homes of
@@ -146,24 +152,24 @@ func (m *micraChooser) info(k ctxKey, kind int) *ctxInfo {
 			}
 			m.forgettable++
 		}
-		if n := len(m.freeCtx); n > 0 {
+		if n := len(m.freeScopes); n > 0 {
 			// a forgotten record, with the storage it had grown
-			c, m.freeCtx = m.freeCtx[n-1], m.freeCtx[:n-1]
-			*c = ctxInfo{kind: kind, st: c.st[:0], top: c.top[:0], located: c.located[:0], sits: c.sits[:0]}
+			c, m.freeScopes = m.freeScopes[n-1], m.freeScopes[:n-1]
+			*c = scopeStats{kind: kind, st: c.st[:0], top: c.top[:0], located: c.located[:0], sits: c.sits[:0]}
 		} else {
 			// most contexts (a new subnet, organisation) hold a few
 			// crawlers for ever: allocate them in slabs, with room for
 			// four
 			if len(m.slab) == 0 {
-				m.slab = make([]ctxSlab, 256)
+				m.slab = make([]scopeSlab, 256)
 			}
 			sl := &m.slab[0]
 			m.slab = m.slab[1:]
-			sl.info = ctxInfo{kind: kind, st: sl.st[:0], top: sl.top[:0]}
+			sl.info = scopeStats{kind: kind, st: sl.st[:0], top: sl.top[:0]}
 			c = &sl.info
 		}
 		c.key, c.used = k, m.tick
-		m.ctx[k] = c
+		m.scopes[k] = c
 	}
 	return c
 }
@@ -185,9 +191,9 @@ func (m *micraChooser) takeForgotten() []hierarchy.NodeID {
 // forgettable reports whether context k may be forgotten under
 // MicraConfig.MaxContexts: subnets (and their ancestors) and organisations
 // are many; countries, registries and everything are few.
-func forgettable(k ctxKey) bool {
+func forgettable(k scopeKey) bool {
 	kind := k >> 32
-	return kind == ctxNode || kind == ctxOrg
+	return kind == scopeNode || kind == scopeOrg
 }
 
 // forget drops the least recently used quarter of the forgettable contexts
@@ -197,7 +203,7 @@ func forgettable(k ctxKey) bool {
 // forgets the same contexts given the same history.
 func (m *micraChooser) forget() {
 	stamps := make([]uint64, 0, m.forgettable)
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		if forgettable(k) && len(c.located) == 0 && c.used < m.tick {
 			stamps = append(stamps, c.used)
 		}
@@ -208,16 +214,16 @@ func (m *micraChooser) forget() {
 	slices.Sort(stamps)
 	// everything used before the cut goes: at least the oldest stamp
 	cut := max(stamps[len(stamps)/4], stamps[0]+1)
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		if !forgettable(k) || len(c.located) > 0 || c.used >= cut {
 			continue
 		}
-		delete(m.ctx, k)
+		delete(m.scopes, k)
 		delete(m.liveTops, c)
 		m.forgettable--
-		m.freeCtx = append(m.freeCtx, c)
+		m.freeScopes = append(m.freeScopes, c)
 		m.forgotten++
-		if k>>32 == ctxNode {
+		if k>>32 == scopeNode {
 			// the engine drops the subnet's learned-record memory with it
 			m.forgotNodes = append(m.forgotNodes, hierarchy.NodeID(uint32(k)))
 		}
@@ -225,9 +231,9 @@ func (m *micraChooser) forget() {
 	// The last subnet's cached records are stamped with the tick they were
 	// read at, so they stay; should one ever be forgotten, the cache is
 	// rebuilt rather than trusted.
-	for i, c := range m.ctxInfo {
-		if c != nil && m.ctx[m.ctxKs[i]] != c {
-			m.ctxOK = false
+	for i, c := range m.scopeRecs {
+		if c != nil && m.scopes[m.scopeKs[i]] != c {
+			m.scopeOK = false
 			break
 		}
 	}
@@ -238,23 +244,23 @@ func (m *micraChooser) forget() {
 	}
 }
 
-// ctxSlab is a context record with inline room for its first crawlers.
-type ctxSlab struct {
-	info ctxInfo
-	st   [4]ctxStat
+// scopeSlab is a scope's record with inline room for its first crawlers.
+type scopeSlab struct {
+	info scopeStats
+	st   [4]crawlerStat
 	top  [4]topEntry
 }
 
-// contexts lists s's contexts, specific first, with the kind of each (for
+// scopesOf lists s's scopes (contexts), specific first, with the kind of each (for
 // pooling spreads) and s's registry country (that of s or of its nearest ancestor with one). The tree is
 // walked by Parent and Depth: Node builds addresses, and only s's and the
 // ancestors read for their country need it.
-func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, []int, string) {
+func scopesOf(t Tree, s hierarchy.NodeID, buf []scopeKey, kinds []int) ([]scopeKey, []int, string) {
 	n := t.Node(s)
-	buf = append(buf[:0], mkCtx(ctxNode, uint32(s)))
+	buf = append(buf[:0], mkScope(scopeNode, uint32(s)))
 	kinds = append(kinds[:0], min(int(n.Depth), 15))
 	if n.Org != 0 {
-		buf, kinds = append(buf, mkCtx(ctxOrg, uint32(n.Org))), append(kinds, kindOrg)
+		buf, kinds = append(buf, mkScope(scopeOrg, uint32(n.Org))), append(kinds, kindOrg)
 	}
 	country := n.Country
 	dt, _ := t.(interface{ Depth(hierarchy.NodeID) int })
@@ -276,16 +282,16 @@ func contexts(t Tree, s hierarchy.NodeID, buf []ctxKey, kinds []int) ([]ctxKey, 
 		// and /12 address neighbourhoods) adds nothing measurable but
 		// cost (docs/experiments/2026-11-delegation-log.md).
 		if depth > 1 {
-			buf, kinds = append(buf, mkCtx(ctxNode, uint32(a))), append(kinds, min(depth, 15))
+			buf, kinds = append(buf, mkScope(scopeNode, uint32(a))), append(kinds, min(depth, 15))
 		}
 	}
 	if len(country) == 2 {
-		buf, kinds = append(buf, mkCtx(ctxCountry, uint32(country[0])<<8|uint32(country[1]))), append(kinds, kindCountry)
+		buf, kinds = append(buf, mkScope(scopeCountry, uint32(country[0])<<8|uint32(country[1]))), append(kinds, kindCountry)
 	}
 	if n.Registry != hierarchy.RegistryUnknown {
-		buf, kinds = append(buf, mkCtx(ctxRegistry, uint32(n.Registry))), append(kinds, kindRegistry)
+		buf, kinds = append(buf, mkScope(scopeRegistry, uint32(n.Registry))), append(kinds, kindRegistry)
 	}
-	return append(buf, mkCtx(ctxGlobal, 0)), append(kinds, kindAll), country
+	return append(buf, mkScope(scopeGlobal, 0)), append(kinds, kindAll), country
 }
 
 func (m *micraChooser) locate(e *engine) {
@@ -295,12 +301,12 @@ func (m *micraChooser) locate(e *engine) {
 	}
 	m.locating = true
 	defer func() { m.locating = false }()
-	for _, c := range m.locCtx {
+	for _, c := range m.locScopes {
 		c.located, c.sits = c.located[:0], c.sits[:0]
 	}
-	m.locCtx = m.locCtx[:0]
+	m.locScopes = m.locScopes[:0]
 	m.locGen++ // positions and the live set may have changed: neighbours anew
-	var buf []ctxKey
+	var buf []scopeKey
 	var kbuf []int
 	m.geoCC = "" // a crawler may have moved
 	clear(m.geoTab)
@@ -322,17 +328,17 @@ func (m *micraChooser) locate(e *engine) {
 		if s == hierarchy.None || s == hierarchy.Root {
 			continue
 		}
-		buf, kbuf, _ = contexts(e.d.Tree, s, buf, kbuf)
+		buf, kbuf, _ = scopesOf(e.d.Tree, s, buf, kbuf)
 		for i, k := range buf[:len(buf)-1] { // not global: everyone is there
-			c := m.info(k, kbuf[i])
+			c := m.scopeOf(k, kbuf[i])
 			if len(c.located) == 0 {
-				m.locCtx = append(m.locCtx, c)
+				m.locScopes = append(m.locScopes, c)
 			}
 			c.located = append(c.located, ci)
 			c.sits = append(c.sits, ci)
 		}
 	}
-	for _, c := range m.locCtx {
+	for _, c := range m.locScopes {
 		slices.Sort(c.sits)
 	}
 	// (two buffers, swapped: locate runs for every decision when the
@@ -357,50 +363,50 @@ func (m *micraChooser) locate(e *engine) {
 	}
 }
 
-// subnetContexts returns s's contexts and registry country, computed once for
+// subnetScopes returns s's scopes and registry country, computed once for
 // a decision and the learning that follows it (the tree is immutable). The
 // slice is shared until the next call.
-func (m *micraChooser) subnetContexts(t Tree, s hierarchy.NodeID) ([]ctxKey, string) {
+func (m *micraChooser) subnetScopes(t Tree, s hierarchy.NodeID) ([]scopeKey, string) {
 	m.tick++
-	if !m.ctxOK || m.ctxS != s {
-		m.ctxKs, m.ctxKind, m.ctxCC = contexts(t, s, m.ctxKs[:0], m.ctxKind[:0])
-		m.ctxS, m.ctxOK = s, true
-		m.ctxInfo = m.ctxInfo[:0]
-		for _, k := range m.ctxKs {
-			m.ctxInfo = append(m.ctxInfo, m.ctx[k])
+	if !m.scopeOK || m.scopeS != s {
+		m.scopeKs, m.scopeKind, m.scopeCC = scopesOf(t, s, m.scopeKs[:0], m.scopeKind[:0])
+		m.scopeS, m.scopeOK = s, true
+		m.scopeRecs = m.scopeRecs[:0]
+		for _, k := range m.scopeKs {
+			m.scopeRecs = append(m.scopeRecs, m.scopes[k])
 		}
 	}
 	// read at this tick: forget (MaxContexts) keeps them while the
 	// decision or the learning that follows holds them
-	for _, c := range m.ctxInfo {
+	for _, c := range m.scopeRecs {
 		if c != nil {
 			c.used = m.tick
 		}
 	}
-	return m.ctxKs, m.ctxCC
+	return m.scopeKs, m.scopeCC
 }
 
-// subnetInfos returns the context records of the subnet of the last
-// subnetContexts call (records forgotten under MaxContexts make the next
-// subnetContexts call look them all up again, so only the missing ones are
+// subnetScopeStats returns the scope records of the subnet of the last
+// subnetScopes call (records forgotten under MaxContexts make the next
+// subnetScopes call look them all up again, so only the missing ones are
 // looked up here), creating the missing ones when create
 // is set. The slice is shared until the next call.
-func (m *micraChooser) subnetInfos(create bool) []*ctxInfo {
-	for i, c := range m.ctxInfo {
+func (m *micraChooser) subnetScopeStats(create bool) []*scopeStats {
+	for i, c := range m.scopeRecs {
 		if c != nil {
 			continue
 		}
 		if create {
-			m.ctxInfo[i] = m.info(m.ctxKs[i], m.ctxKind[i])
+			m.scopeRecs[i] = m.scopeOf(m.scopeKs[i], m.scopeKind[i])
 		} else {
-			m.ctxInfo[i] = m.ctx[m.ctxKs[i]]
+			m.scopeRecs[i] = m.scopes[m.scopeKs[i]]
 		}
-		if c := m.ctxInfo[i]; c != nil {
+		if c := m.scopeRecs[i]; c != nil {
 			// in the cache now: read at this tick (forget keeps it)
 			c.used = m.tick
 		}
 	}
-	return m.ctxInfo
+	return m.scopeRecs
 }
 
 const topK = 16
@@ -423,11 +429,11 @@ type liveTop struct {
 // keep them (they are learned state, the same on every peer whatever its
 // view of the membership); without this, once the fastest crawlers had
 // left, no live crawler past the 16th of a context was ever a candidate.
-func (m *micraChooser) liveTopOf(c *ctxInfo) []uint32 {
+func (m *micraChooser) liveTopOf(c *scopeStats) []uint32 {
 	lt := m.liveTops[c]
 	if lt == nil {
 		if m.liveTops == nil {
-			m.liveTops = make(map[*ctxInfo]*liveTop)
+			m.liveTops = make(map[*scopeStats]*liveTop)
 		}
 		lt = &liveTop{}
 		m.liveTops[c] = lt
@@ -444,7 +450,7 @@ func (m *micraChooser) liveTopOf(c *ctxInfo) []uint32 {
 		}
 		// ties by name: the order this peer met the crawlers in must not
 		// decide which make the cut
-		j, _ := slices.BinarySearchFunc(best[:n], st, func(e topEntry, st *ctxStat) int {
+		j, _ := slices.BinarySearchFunc(best[:n], st, func(e topEntry, st *crawlerStat) int {
 			if c := cmp.Compare(e.mean, st.mean); c != 0 {
 				return c
 			}
@@ -466,7 +472,7 @@ func (m *micraChooser) liveTopOf(c *ctxInfo) []uint32 {
 }
 
 // rankTop re-ranks crawler ci in c's top list after its mean there changed.
-func (c *ctxInfo) rankTop(ci uint32, mean float64) {
+func (c *scopeStats) rankTop(ci uint32, mean float64) {
 	c.topVer++
 	t := c.top
 	if i := slices.IndexFunc(t, func(e topEntry) bool { return e.ci == ci }); i >= 0 {

@@ -233,7 +233,7 @@ func testMicraConstantLatencies(t *testing.T, mc MicraConfig, wantPooled bool) {
 		}
 	}
 	pooled := 0
-	for k := range ctxKinds {
+	for k := range scopeKinds {
 		if s := m.sigma0(k); !(s > 0) {
 			t.Fatalf("kind %d: spread %v", k, s)
 		}

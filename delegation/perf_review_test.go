@@ -116,7 +116,7 @@ func TestReviewDecisionsImmutable(t *testing.T) {
 func checkMicraIndex(t *testing.T, m *micraChooser) {
 	t.Helper()
 	n := uint32(len(m.crawler.ids))
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		var mask uint64
 		present := map[uint32]bool{}
 		for i, st := range c.st {
@@ -203,7 +203,7 @@ func TestReviewManyCrawlersMasks(t *testing.T) {
 // sitting there, and liveCi says exactly who is live.
 func checkLocated(t *testing.T, m *micraChooser, tree Tree, members *MemMembership) {
 	t.Helper()
-	want := map[ctxKey][]uint32{}
+	want := map[scopeKey][]uint32{}
 	for _, c := range members.Live() {
 		s := tree.SmallestNonUnary(c.Addr)
 		if s == hierarchy.None || s == hierarchy.Root {
@@ -213,12 +213,12 @@ func checkLocated(t *testing.T, m *micraChooser, tree Tree, members *MemMembersh
 		if !ok {
 			t.Fatalf("live crawler %s has no index", c.ID)
 		}
-		ks, _, _ := contexts(tree, s, nil, nil)
+		ks, _, _ := scopesOf(tree, s, nil, nil)
 		for _, k := range ks[:len(ks)-1] {
 			want[k] = append(want[k], ci)
 		}
 	}
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		got := slices.Clone(c.located)
 		slices.Sort(got)
 		exp := want[k]
@@ -231,7 +231,7 @@ func checkLocated(t *testing.T, m *micraChooser, tree Tree, members *MemMembersh
 		}
 	}
 	for k := range want {
-		if m.ctx[k] == nil {
+		if m.scopes[k] == nil {
 			t.Fatalf("context %x of a live crawler has no record", k)
 		}
 	}
@@ -246,10 +246,10 @@ func checkLocated(t *testing.T, m *micraChooser, tree Tree, members *MemMembersh
 // canonStats is what a micra policy has learned, keyed by crawler ID (two
 // policies may number crawlers differently) and without empty contexts.
 type canonStats struct {
-	Ctx       map[ctxKey]canonCtx
+	Ctx       map[scopeKey]canonCtx
 	GlobalSum float64
 	GlobalN   int
-	Pooled    [ctxKinds]struct{ m2, dof float64 }
+	Pooled    [scopeKinds]struct{ m2, dof float64 }
 	Geo       geoSums
 	Pairs     map[[2]CrawlerID][2][]float32
 	Pos       map[CrawlerID]crawlerPos
@@ -257,7 +257,7 @@ type canonStats struct {
 
 type canonCtx struct {
 	Kind     int
-	St       map[CrawlerID]ctxStat
+	St       map[CrawlerID]crawlerStat
 	Top      []string
 	WinTotal float64
 	Located  []CrawlerID
@@ -267,13 +267,13 @@ func canonOf(t *testing.T, p Policy) canonStats {
 	t.Helper()
 	m := p.(learningEngine).ch.(*micraChooser)
 	ids := m.crawler.ids
-	out := canonStats{Ctx: map[ctxKey]canonCtx{}, GlobalSum: m.globalSum, GlobalN: m.globalN, Pooled: m.pooled, Geo: m.geo,
+	out := canonStats{Ctx: map[scopeKey]canonCtx{}, GlobalSum: m.globalSum, GlobalN: m.globalN, Pooled: m.pooled, Geo: m.geo,
 		Pairs: map[[2]CrawlerID][2][]float32{}, Pos: map[CrawlerID]crawlerPos{}}
-	for k, c := range m.ctx {
+	for k, c := range m.scopes {
 		if len(c.st) == 0 && len(c.located) == 0 && c.winTotal == 0 {
 			continue
 		}
-		cc := canonCtx{Kind: c.kind, St: map[CrawlerID]ctxStat{}, WinTotal: c.winTotal}
+		cc := canonCtx{Kind: c.kind, St: map[CrawlerID]crawlerStat{}, WinTotal: c.winTotal}
 		for _, st := range c.st {
 			s := st
 			s.ci = 0
