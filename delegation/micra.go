@@ -47,8 +47,8 @@ type RoundRisk struct {
 //
 // It uses nothing a real deployment lacks: the hierarchy (with the
 // registries' country codes), probe answers and what crawlers say about
-// themselves. docs/delegation.md has the measurements
-// behind each choice.
+// themselves. docs/delegation.md describes it; the measurements behind
+// each choice are in docs/experiments/2026-11-delegation-log.md.
 func NewMicra(d Deps, c Config) Policy {
 	c = c.withDefaults()
 	m := &micraChooser{

@@ -18,16 +18,16 @@ type MicraConfig struct {
 	// lies about the answer's distance from the best crawler). The learned
 	// candidates cover a region, not the neighbourhood of the crawler that
 	// answered best: with 50 crawlers the optimal one was among them for
-	// too few hosts (docs/delegation.md, "Neighbour candidates"). With no
-	// more live crawlers than MinCandidates every crawler is a candidate
-	// already.
+	// too few hosts (docs/experiments/2026-11-delegation-log.md,
+	// "Neighbour candidates"). With no more live crawlers than
+	// MinCandidates every crawler is a candidate already.
 	// Default 2, at most 8; negative: none.
 	Neighbours int
 	// MissFirst is the risk accepted after a decision's first probe, when
 	// the estimate rests on a single answer and overstates the risk: in
 	// the simulator, first-probe estimates of 0.06–0.08 missed 1.6 % of
-	// the time and those of 0.08–0.2 about 5 % (docs/delegation.md, "The
-	// stop rule's calibration"). Default 0.1; negative: Miss.
+	// the time and those of 0.08–0.2 about 5 % (docs/experiments/2026-11-delegation-log.md,
+	// "The stop rule's calibration"). Default 0.1; negative: Miss.
 	MissFirst float64
 	// MaxProbes caps the probes of one decision. Default 12.
 	MaxProbes int
@@ -43,7 +43,7 @@ type MicraConfig struct {
 	// MinCandidates: contexts are widened until at least this many
 	// candidates are known (with fewer live crawlers: all of them).
 	// Default 16 (topK): at 8, the nearest crawler was often never a
-	// candidate (docs/delegation.md).
+	// candidate (docs/experiments/2026-11-delegation-log.md).
 	MinCandidates int
 	// Parallel probes this many top candidates per round. Default 1.
 	Parallel int
@@ -103,7 +103,8 @@ type MicraConfig struct {
 	// the owner) even when the statistics call none likely. A review sees
 	// the subnet through the statistics that decided it, so a crawler the
 	// first decision wrongly ruled out stays ruled out host after host
-	// (docs/delegation.md: zipf hosts, +0.5 points for 0.06 probes/URL).
+	// (zipf hosts: +0.5 points for 0.06 probes/URL; docs/experiments/2026-11-delegation-log.md,
+	// "Measured").
 	// Default 2 (the second host only); negative: never.
 	ReviewProbeUpTo int
 	// PairFromLowest: a pair (a, b) is learned from a record only when a's
@@ -113,13 +114,14 @@ type MicraConfig struct {
 	// gives 1000 crawlers 1.2–1.5× the decisions per second at the same
 	// accuracy (BenchmarkDecisions prints micra-pairfrom8 beside micra),
 	// but costs 12 crawlers 0.2–0.5 points on the hub-matrix worlds
-	// (docs/delegation.md).
+	// (docs/experiments/2026-11-delegation-log.md, "Measured").
 	PairFromLowest int
 	// BlockMargin, in (0, 1): a review whose nearest crawler for the host
 	// is not the owner, with an answer at most (1 − BlockMargin) × the
 	// owner's timing, delegates the host's block (Record.Blocks) to that
-	// crawler. Default 0.2 (docs/delegation.md: +1.5 points on zipf hosts,
-	// +0.6 on the hub matrix); negative or ≥ 1: no block delegations.
+	// crawler. Default 0.2 (+1.5 points on zipf hosts, +0.6 on the hub
+	// matrix: docs/experiments/2026-11-delegation-log.md, "Block
+	// delegations"); negative or ≥ 1: no block delegations.
 	BlockMargin float64
 	// Shift (0..1) moves every candidate's prediction by this fraction of the
 	// surprise of the best answer so far (ln observed − ln predicted): host
