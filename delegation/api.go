@@ -33,6 +33,7 @@ package delegation
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"time"
 
@@ -164,6 +165,12 @@ type Directory interface {
 	// registered to organisation org.
 	HoldersOfOrg(ctx context.Context, org hierarchy.OrgID) ([]CrawlerID, error)
 }
+
+// ErrBusy is what a Directory's Publish may answer for a record of a subnet
+// that another call is deciding at this moment (the overlay, whose calls
+// for different subnets overlap). Load balancing then leaves that subnet
+// where it is instead of moving it under the other call's feet.
+var ErrBusy = errors.New("delegation: subnet being decided by another call")
 
 // Prober asks crawlers for their latency to a target. Every crawler in the
 // list costs one probe; implementations may probe them in parallel. Results

@@ -50,6 +50,50 @@ func TestBalanceRelease(t *testing.T) {
 	}
 }
 
+// busyDirectory refuses to publish the records of the subnets in busy
+// (another call is deciding them: ErrBusy).
+type busyDirectory struct {
+	Directory
+	busy map[hierarchy.NodeID]bool
+}
+
+func (d busyDirectory) Publish(ctx context.Context, rec Record) (Record, error) {
+	if d.busy[rec.Subnet] {
+		return Record{}, ErrBusy
+	}
+	return d.Directory.Publish(ctx, rec)
+}
+
+// TestReleaseLeavesBusySubnets: a subnet whose record cannot be published
+// because another call decides it (ErrBusy) stays where it is; the
+// decision goes on as if it had nothing to release.
+func TestReleaseLeavesBusySubnets(t *testing.T) {
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
+	deps := w.deps(1)
+	deps.Dir = dir
+	p := NewOptimal(deps, Config{Balance: BalanceRelease})
+	cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+	cs[0].Capacity = 1
+	w.join(t, p, cs...)
+	first, _ := p.Delegate(ctx, ip("10.1.2.1"))
+	if first.Owner != "c1" {
+		t.Fatal(first)
+	}
+	dir.busy[first.Subnet] = true
+	d, err := p.Delegate(ctx, ip("10.1.0.1"))
+	if err != nil {
+		t.Fatalf("a busy subnet to release failed the decision: %v", err)
+	}
+	if len(d.Moved) != 0 || d.Owner == "c1" {
+		t.Fatalf("nothing released, so the full c1 must not take the new subnet: %v moved=%v", d, d.Moved)
+	}
+	if rec, _ := w.dir.Get(first.Subnet); rec.Owner != "c1" || rec.Epoch != first.Record.Epoch {
+		t.Fatalf("busy subnet's record changed: %+v", rec)
+	}
+}
+
 // TestBalanceAgainstMinCost compares both heuristics with the exact
 // min-cost assignment on the global cost Σ download time, on the synthetic
 // world with tight capacities.

@@ -45,7 +45,8 @@ type engine struct {
 	ringVer   uint64
 	ringValid bool
 
-	// redelegating is set while Redelegate decides, up to publishing: a
+	// redelegating is set while a re-delegation ranks (and only then: a
+	// Directory may let other calls run while one publishes): a
 	// calibration event says the owner is slow, which the statistics that
 	// made the decision do not know, so the decision must probe (no blind
 	// guess)
@@ -212,6 +213,9 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 			if err := e.rebalanceCached(ctx, s, rec, &d); err != nil {
 				return d, err
 			}
+			if err := ctx.Err(); err != nil {
+				return d, err // probes for room cut short: no page counted
+			}
 		}
 		e.loads.AddPages(s, d.Owner, 1)
 		return d, nil
@@ -237,21 +241,19 @@ func (e *engine) Redelegate(ctx context.Context, ip netip.Addr) (Decision, error
 	if err != nil {
 		return d, fmt.Errorf("delegation: lookup subnet %d for %v: %w", s, ip, err)
 	}
-	e.redelegating = true
-	defer func() { e.redelegating = false }()
 	if b, in := e.liveBlock(rec, ip); in {
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation of block " + b.Block().String() + " requested"})
 		return e.redecideBlock(ctx, ip, s, rec, b, d)
 	}
 	d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "re-delegation requested"})
-	return e.decide(ctx, ip, s, rec, d)
+	return e.decideAs(ctx, ip, s, rec, d, true)
 }
 
 // redecideBlock decides ip's block b of subnet s afresh (a calibration
 // event came from its owner): the winner takes the block, or, when the
 // winner is the subnet's owner, the block returns to the subnet.
 func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, rec Record, b BlockDelegation, d Decision) (Decision, error) {
-	ranked, err := e.rank(ctx, ip, s, &d)
+	ranked, err := e.rankAs(ctx, ip, s, &d, true)
 	if err != nil {
 		return d, err
 	}
@@ -274,7 +276,6 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		// checks the record's RTT against what it answered)
 		nr.OwnerRTT = r.RTT
 	}
-	e.redelegating = false // (as in decide: not across publishing)
 	pub, err := e.publish(ctx, nr)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
@@ -332,8 +333,21 @@ func (e *engine) rank(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, d 
 	return ranked, err
 }
 
+// rankAs is rank with e.redelegating set to redelegation for its length.
+func (e *engine) rankAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, d *Decision, redelegation bool) ([]ProbeResult, error) {
+	e.redelegating = redelegation
+	defer func() { e.redelegating = false }()
+	return e.rank(ctx, ip, s, d)
+}
+
 func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prev Record, d Decision) (Decision, error) {
-	ranked, err := e.rank(ctx, ip, s, &d)
+	return e.decideAs(ctx, ip, s, prev, d, false)
+}
+
+// decideAs decides subnet s for ip; redelegation: a calibration event asked
+// for it (the page is counted already and the subnet's pages move).
+func (e *engine) decideAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, prev Record, d Decision, redelegation bool) (Decision, error) {
+	ranked, err := e.rankAs(ctx, ip, s, &d, redelegation)
 	if err != nil {
 		return d, err
 	}
@@ -347,9 +361,15 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 	win := ranked[0]
 	probes := okOnly(ranked)
 	if e.c.Balance != BalanceOff {
-		win, err = e.balance(ctx, ip, s, ranked, &d)
+		// a copy: the chooser's answer may live in its scratch space,
+		// which other calls reuse while balancing publishes
+		ranked = slices.Clone(ranked)
+		win, err = e.balance(ctx, ip, s, ranked, &d, redelegation)
 		if err != nil {
 			return d, err
+		}
+		if err := ctx.Err(); err != nil {
+			return d, err // probes for room cut short: nothing published
 		}
 		if win.OK && !slices.ContainsFunc(probes, func(r ProbeResult) bool { return r.Crawler == win.Crawler }) {
 			// the owner came from crawlers probed for room: its answer
@@ -368,17 +388,12 @@ func (e *engine) decide(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, 
 		Probes: probes, Epoch: prev.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(prev.Blocks, win.Crawler),
 	}
-	// The flag is this call's only until here: a Directory may let other
-	// decisions run while it publishes (the overlay does, around its
-	// network I/O), and they must not see it.
-	moving := e.redelegating
-	e.redelegating = false
 	pub, err := e.publish(ctx, rec)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)
 	}
 	d.Record, d.Owner, d.OwnerRTT = pub, pub.Owner, pub.OwnerRTT
-	if moving {
+	if redelegation {
 		// the page that raised the calibration event was counted when it
 		// was delegated: only the subnet's pages change hands
 		e.loads.Move(s, pub.Owner)

@@ -3,6 +3,7 @@ package delegation
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -24,12 +25,12 @@ func (e *engine) hasRoom(c CrawlerID, pages int) bool {
 
 // balance applies the configured load-balancing option to the ranked
 // candidates of subnet s and returns the winner.
-func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, ranked []ProbeResult, d *Decision) (ProbeResult, error) {
+func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID, ranked []ProbeResult, d *Decision, redelegation bool) (ProbeResult, error) {
 	// the pages a crawler takes on with s: the subnet's pages and the one
 	// being delegated; a re-delegation's page is counted already, and the
 	// current owner's load holds the subnet's pages
 	extra := 1
-	if e.redelegating {
+	if redelegation {
 		extra = 0
 	}
 	pages := e.loads.Pages(s) + extra
@@ -278,16 +279,21 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 	if whole && !room(c, pages) {
 		return 0, nil
 	}
-	for moved, mv := range plan {
+	moved := 0
+	for _, mv := range plan {
 		nr := mv.rec
 		nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = mv.to.Crawler, mv.to.RTT, mv.rec.Epoch+1, e.c.Self, e.now()
 		nr.Blocks = e.carryBlocks(mv.rec.Blocks, mv.to.Crawler)
 		pub, err := e.d.Dir.Publish(ctx, nr)
+		if errors.Is(err, ErrBusy) {
+			continue // being decided elsewhere right now: it stays
+		}
 		if err != nil {
 			return moved, err
 		}
+		moved++
 		e.loads.Move(mv.rec.Subnet, pub.Owner)
 		d.Moved = append(d.Moved, pub)
 	}
-	return len(plan), nil
+	return moved, nil
 }

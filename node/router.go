@@ -36,6 +36,7 @@ type owner interface {
 	Review(ctx context.Context, ip netip.Addr, took time.Duration) (delegation.Decision, bool, error)
 	ReportSlowPage(ctx context.Context, ip netip.Addr, url string, observed, expected time.Duration) (delegation.Decision, error)
 	CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool)
+	CachedRoute(ip netip.Addr) (delegation.CrawlerID, delegation.Record, bool)
 	CachedRecord(s hierarchy.NodeID) (delegation.Record, bool)
 }
 
@@ -161,16 +162,8 @@ func (r *Router) Recheck(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.
 		return crawl.Route{}, fmt.Errorf("node: %s: no address to delegate by", u.Host)
 	}
 	a := r.mapAddr(ip)
-	if owner, ok := r.peer.CachedOwner(a); ok {
-		s := hierarchy.None
-		var epoch uint64
-		if r.tree != nil { // (a router without a tree: tests of its timing paths)
-			s = r.tree.SmallestNonUnary(a)
-			if rec, ok := r.peer.CachedRecord(s); ok {
-				epoch = rec.Epoch
-			}
-		}
-		return r.routeOf(ip, a, s, owner, epoch), nil
+	if owner, rec, ok := r.peer.CachedRoute(a); ok {
+		return r.routeOf(ip, a, rec.Subnet, owner, rec.Epoch), nil
 	}
 	d, err := r.peer.Delegate(ctx, a)
 	if err != nil {
@@ -190,6 +183,8 @@ func (r *Router) Handoff(ctx context.Context, urls []crawl.Routed) error {
 	type key struct {
 		sn    uint32
 		block netip.Prefix
+		owner string // (one block, one owner, unless routed under two records)
+		epoch uint64
 	}
 	groups := map[key]*overlay.HandoffItem{}
 	var order []key
@@ -204,14 +199,13 @@ func (r *Router) Handoff(ctx context.Context, urls []crawl.Routed) error {
 			// address, but the overlay's hand-off is keyed by subnet.
 			return fmt.Errorf("node: hand-off %q: %v is outside the hierarchy; the overlay hands off by subnet only", u.URL, rt.Addr)
 		}
-		k := key{rt.Subnet, rt.Block}
+		k := key{rt.Subnet, rt.Block, rt.Owner, rt.Epoch}
 		g := groups[k]
 		if g == nil {
-			g = &overlay.HandoffItem{Subnet: sn, IP: r.mapAddr(rt.Addr)}
+			g = &overlay.HandoffItem{Subnet: sn, IP: r.mapAddr(rt.Addr), Owner: delegation.CrawlerID(rt.Owner), Epoch: rt.Epoch}
 			groups[k] = g
 			order = append(order, k)
 		}
-		g.Owner, g.Epoch = delegation.CrawlerID(rt.Owner), rt.Epoch
 		g.URLs = append(g.URLs, u.URL)
 	}
 	// one durable commit for all groups (one fsync per page, however many

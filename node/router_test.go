@@ -56,6 +56,10 @@ func (o *timingOwner) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
 	}
 	return o.CrawlerID(), true
 }
+func (o *timingOwner) CachedRoute(ip netip.Addr) (delegation.CrawlerID, delegation.Record, bool) {
+	owner, ok := o.CachedOwner(ip)
+	return owner, delegation.Record{Subnet: o.subnet(ip), Owner: owner}, ok
+}
 func (o *timingOwner) CachedRecord(hierarchy.NodeID) (delegation.Record, bool) {
 	return delegation.Record{}, false
 }

@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 
@@ -55,8 +56,14 @@ type attempt struct {
 	probes  map[probeKey]delegation.ProbeResult
 	lookups map[hierarchy.NodeID]lookupAnswer
 
-	inPlace bool // the last attempt: I/O in place
+	subnet  hierarchy.NodeID // the call's subnet (its lock is held)
+	inPlace bool             // the last attempt: I/O in place
 	cancel  context.CancelFunc
+	// the call's own random stream, restarted at every attempt from one
+	// seed, so a replay draws what the attempt before it drew and asks
+	// the same questions (a randomised walk would ask new ones each time)
+	seed [2]uint64
+	rng  *rand.PCG
 	// the question that stopped this attempt (at most one of them)
 	missed       bool
 	needTarget   netip.Addr
@@ -147,6 +154,29 @@ func (l *subnetLocks) lock(ctx context.Context, s hierarchy.NodeID) (func(), err
 	}, nil
 }
 
+// tryLock takes s's lock if it is free; the returned func releases it.
+func (l *subnetLocks) tryLock(s hierarchy.NodeID) (func(), bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[hierarchy.NodeID]*subnetLock)
+	}
+	if _, held := l.m[s]; held {
+		return nil, false // held or waited for
+	}
+	e := &subnetLock{refs: 1}
+	e.mu.Lock()
+	l.m[s] = e
+	return func() {
+		e.mu.Unlock()
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, s)
+		}
+		l.mu.Unlock()
+	}, true
+}
+
 // decide runs one policy call (call, given the policy and the context of
 // an attempt) for subnet s by attempts, as described above.
 func (p *Peer) decide(ctx context.Context, s hierarchy.NodeID, call func(context.Context, delegation.Policy) (delegation.Decision, error)) (delegation.Decision, error) {
@@ -155,7 +185,8 @@ func (p *Peer) decide(ctx context.Context, s hierarchy.NodeID, call func(context
 		return delegation.Decision{}, err
 	}
 	defer unlock()
-	a := &attempt{probes: map[probeKey]delegation.ProbeResult{}, lookups: map[hierarchy.NodeID]lookupAnswer{}}
+	a := &attempt{subnet: s, probes: map[probeKey]delegation.ProbeResult{}, lookups: map[hierarchy.NodeID]lookupAnswer{}}
+	seeded := false
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return delegation.Decision{}, err
@@ -169,12 +200,17 @@ func (p *Peer) decide(ctx context.Context, s hierarchy.NodeID, call func(context
 			cancel()
 			return delegation.Decision{}, errNoPolicy
 		}
-		prev := p.attempt
-		p.attempt = a
+		if p.rng != nil {
+			if !seeded {
+				a.seed, seeded = [2]uint64{p.rng.base.Uint64(), p.rng.base.Uint64()}, true
+			}
+			a.rng = rand.NewPCG(a.seed[0], a.seed[1])
+		}
+		p.enter(a)
 		p.drainLearnLocked()
 		d, err := call(actx, p.policy)
 		p.drainLearnLocked() // what the attempt read from the DHT
-		p.attempt = prev
+		p.enter(nil)
 		p.polMu.Unlock()
 		cancel()
 		if !a.missed {
@@ -217,6 +253,32 @@ func (p *Peer) lookupDHT(ctx context.Context, s hierarchy.NodeID) (delegation.Re
 // current returns the attempt of the policy call holding polMu (nil when
 // the policy is called otherwise: WithPolicy, tests).
 func (p *Peer) current() *attempt { return p.attempt }
+
+// enter makes a (nil: none) the attempt holding polMu, with its random
+// stream. The caller holds polMu.
+func (p *Peer) enter(a *attempt) {
+	p.attempt = a
+	if p.rng != nil {
+		p.rng.cur = nil
+		if a != nil && a.rng != nil {
+			p.rng.cur = a.rng
+		}
+	}
+}
+
+// attemptSource is the policy's source of randomness: the peer's own
+// stream, except while a policy call's attempt holds polMu (enter).
+type attemptSource struct {
+	base *rand.PCG
+	cur  *rand.PCG
+}
+
+func (s *attemptSource) Uint64() uint64 {
+	if s.cur != nil {
+		return s.cur.Uint64()
+	}
+	return s.base.Uint64()
+}
 
 // decisionProber is the Prober the policy sees (Deps).
 type decisionProber struct{ p *Peer }
@@ -277,11 +339,20 @@ func (dd decisionDirectory) Publish(ctx context.Context, rec delegation.Record) 
 	if a.missed || ctx.Err() != nil {
 		return delegation.Record{}, errAsked
 	}
-	p.attempt = nil
+	if rec.Subnet != a.subnet {
+		// another subnet's record (load balancing moves subnets): only
+		// while no other call decides that subnet
+		unlock, ok := p.subnetLocks.tryLock(rec.Subnet)
+		if !ok {
+			return delegation.Record{}, delegation.ErrBusy
+		}
+		defer unlock()
+	}
+	p.enter(nil)
 	p.polMu.Unlock()
 	pub, err := p.dir.Publish(ctx, rec)
 	p.polMu.Lock()
-	p.attempt = a
+	p.enter(a)
 	return pub, err
 }
 

@@ -160,4 +160,16 @@ func TestCutShortAttemptsPublishNothing(t *testing.T) {
 	if d.Probes < len(d.Record.Probes) {
 		t.Fatalf("decision counts %d probes but its record carries %d answers", d.Probes, len(d.Record.Probes))
 	}
+	// each replay draws what the attempt before drew: no call ran out of
+	// attempts and fell back to I/O under the lock
+	for i, ip := range []string{"127.5.1.40", "127.7.3.40", "127.3.2.40"} {
+		if _, err := tn.peers[i%3].Delegate(ctx, netip.MustParseAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range tn.peers {
+		if n := counterValue(t, q.metrics.decisionInPlace); n != 0 {
+			t.Fatalf("%v policy calls ran their I/O under the lock", n)
+		}
+	}
 }

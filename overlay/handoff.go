@@ -480,7 +480,7 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 // and that owner lives, else worked out again (ownerFor).
 func (p *Peer) routedOwner(ctx context.Context, s hierarchy.NodeID, ip netip.Addr, owner delegation.CrawlerID, epoch uint64) (delegation.CrawlerID, error) {
 	if owner != "" && epoch != 0 {
-		if rec, ok := p.dir.Cached(s); ok && rec.Epoch == epoch && p.members.IsLive(owner) {
+		if rec, ok := p.dir.Cached(s); ok && rec.Epoch == epoch && p.blockOwner(rec, ip) == owner && p.members.IsLive(owner) {
 			return owner, nil
 		}
 	}
@@ -530,15 +530,22 @@ func (p *Peer) ownerFor(ctx context.Context, s hierarchy.NodeID, ip netip.Addr) 
 // else its subnet's — without a lookup, a decision or any bookkeeping; ok
 // is false when no record with a live owner is cached for ip's subnet.
 func (p *Peer) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
+	owner, _, ok := p.CachedRoute(ip)
+	return owner, ok
+}
+
+// CachedRoute is CachedOwner with the record the owner was read from (its
+// epoch names the routing), from one read of the cache.
+func (p *Peer) CachedRoute(ip netip.Addr) (delegation.CrawlerID, delegation.Record, bool) {
 	s := p.tree.SmallestNonUnary(ip)
 	if s == hierarchy.None {
-		return "", false
+		return "", delegation.Record{}, false
 	}
 	rec, ok := p.dir.Cached(s)
 	if !ok {
-		return "", false
+		return "", delegation.Record{}, false
 	}
-	return p.blockOwner(rec, ip), true
+	return p.blockOwner(rec, ip), rec, true
 }
 
 // CachedRecord returns the cached record of subnet s if its owner is live

@@ -79,6 +79,7 @@ type Peer struct {
 	polMu       sync.Mutex
 	policy      delegation.Policy
 	attempt     *attempt
+	rng         *attemptSource // the policy's randomness (of the latest Deps)
 	subnetLocks subnetLocks
 	// dhtDelay, when set (tests, benchmarks), runs before every DHT read a
 	// decision waits for: an emulated Internet lookup.
@@ -334,9 +335,10 @@ func (p *Peer) Deps() delegation.Deps {
 	}
 	loads := newLoadBook(p)
 	p.loads.Store(loads)
+	p.rng = &attemptSource{base: rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)}
 	return delegation.Deps{
 		Tree: p.tree, Dir: decisionDirectory{p}, Prober: decisionProber{p}, Members: p.members.Crawlers(), Clock: realClock{},
-		Rand:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		Rand:  rand.New(p.rng),
 		Loads: loads,
 	}
 }

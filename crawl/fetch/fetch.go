@@ -159,6 +159,14 @@ func (f *Fetcher) HostReadyAt(rawURL string) time.Time {
 // Fetch fetches req politely (see the package documentation) and returns
 // the response of the final hop, or an *Error.
 func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Response, error) {
+	if req.Addr.IsValid() {
+		// every hop to the request's host dials the pinned address first,
+		// its robots.txt too: the connection a page reuses is the one
+		// robots.txt opened
+		if u, err := url.Parse(req.URL); err == nil {
+			ctx = context.WithValue(ctx, pinKey{}, pin{host: u.Hostname(), addr: req.Addr.Unmap()})
+		}
+	}
 	return f.do(ctx, req, doOptions{})
 }
 
@@ -370,11 +378,9 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 	ht := &hopTiming{}
 	var addrs []netip.Addr
 	var took time.Duration
-	pinned := req.Addr.IsValid() && sameHost(u, req.URL)
-	if pinned {
-		addrs = []netip.Addr{req.Addr.Unmap()}
+	if pn, pinned := ctx.Value(pinKey{}).(pin); pinned && strings.EqualFold(pn.host, u.Hostname()) {
+		addrs = []netip.Addr{pn.addr}
 		err = f.checkAddr(addrs[0])
-		ctx = context.WithValue(ctx, pinKey{}, pin{host: u.Hostname(), addr: addrs[0]})
 	} else {
 		addrs, took, err = f.resolveAllowed(ctx, u.Hostname())
 	}

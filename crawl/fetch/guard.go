@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,12 +76,6 @@ type pinKey struct{}
 type pin struct {
 	host string
 	addr netip.Addr
-}
-
-// sameHost reports whether u's host is the host of the request URL raw.
-func sameHost(u *url.URL, raw string) bool {
-	r, err := url.Parse(raw)
-	return err == nil && strings.EqualFold(r.Hostname(), u.Hostname())
 }
 
 // ResolveAllowed returns the addresses of host the guard accepts, through
@@ -175,10 +168,18 @@ func (f *Fetcher) dialContext(ctx context.Context, network, addr string) (net.Co
 	}
 	var addrs []netip.Addr
 	var took time.Duration
-	if pn, ok := ctx.Value(pinKey{}).(pin); ok && pn.host == host {
-		addrs = []netip.Addr{pn.addr} // (guarded by hop; dialControl checks again)
-	} else {
-		addrs, took, err = f.resolveAllowed(ctx, host)
+	addrs, took, err = f.resolveAllowed(ctx, host)
+	if pn, ok := ctx.Value(pinKey{}).(pin); ok && strings.EqualFold(pn.host, host) {
+		// the routed address first (guarded by hop; dialControl checks
+		// again), then the host's others should it not answer: a host
+		// down on one address is still fetched (Timing.Remote says where)
+		rest := addrs
+		addrs, err = []netip.Addr{pn.addr}, nil
+		for _, a := range rest {
+			if a != pn.addr {
+				addrs = append(addrs, a)
+			}
+		}
 	}
 	if ht, ok := ctx.Value(hopTimingKey{}).(*hopTiming); ok {
 		ht.setDNS(took)
