@@ -264,13 +264,13 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, rt crawl.Route, t fetc
 			return
 		}
 	}
-	a, known := r.mapAddr(raw), true
+	a := r.mapAddr(raw)
 	r.mu.Lock()
 	_, done := r.reviewed[a]
 	// only a new connection's connect time is a round trip, as probes
 	// (TCP connect) measure it: a reused connection's time to first byte
 	// adds the server's time, which would make the owner look far
-	first := known && !done && !t.Reused && t.Connect > 0
+	first := !done && !t.Reused && t.Connect > 0
 	if first {
 		r.markReviewedLocked(a)
 	}
@@ -280,7 +280,7 @@ func (r *Router) Fetched(ctx context.Context, u *url.URL, rt crawl.Route, t fetc
 	// connection (DNS, connect, TLS: up to three round trips more than a
 	// kept-alive one) is no slower path, and neither is a body (a 200
 	// after 304s, a longer page)
-	if req := t.FirstByte - t.DNS - t.Connect - t.TLS; known && req > 0 {
+	if req := t.FirstByte - t.DNS - t.Connect - t.TLS; req > 0 {
 		ev, slow = r.calib.Observe(u.String(), a, req, time.Now())
 	}
 	r.mu.Unlock()

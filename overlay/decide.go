@@ -250,10 +250,6 @@ func (p *Peer) lookupDHT(ctx context.Context, s hierarchy.NodeID) (delegation.Re
 	return p.dir.Lookup(ctx, s)
 }
 
-// current returns the attempt of the policy call holding polMu (nil when
-// the policy is called otherwise: WithPolicy, tests).
-func (p *Peer) current() *attempt { return p.attempt }
-
 // enter makes a (nil: none) the attempt holding polMu, with its random
 // stream. The caller holds polMu.
 func (p *Peer) enter(a *attempt) {
@@ -285,7 +281,7 @@ type decisionProber struct{ p *Peer }
 
 func (dp decisionProber) Probe(ctx context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
 	p := dp.p
-	a := p.current()
+	a := p.attempt
 	if a == nil || a.inPlace {
 		return p.prober.Probe(ctx, target, crawlers)
 	}
@@ -310,7 +306,7 @@ type decisionDirectory struct{ p *Peer }
 
 func (dd decisionDirectory) Lookup(ctx context.Context, s hierarchy.NodeID) (delegation.Record, bool, error) {
 	p := dd.p
-	a := p.current()
+	a := p.attempt
 	if a == nil || a.inPlace {
 		return p.lookupDHT(ctx, s)
 	}
@@ -332,7 +328,7 @@ func (dd decisionDirectory) Lookup(ctx context.Context, s hierarchy.NodeID) (del
 // of the policy's. A cut-short attempt publishes nothing.
 func (dd decisionDirectory) Publish(ctx context.Context, rec delegation.Record) (delegation.Record, error) {
 	p := dd.p
-	a := p.current()
+	a := p.attempt
 	if a == nil || a.inPlace {
 		return p.dir.Publish(ctx, rec)
 	}
@@ -371,7 +367,7 @@ func (dd decisionDirectory) HoldersOfOrg(ctx context.Context, o hierarchy.OrgID)
 
 func (dd decisionDirectory) holders(ctx context.Context, c cid.Cid, local []delegation.CrawlerID) ([]delegation.CrawlerID, error) {
 	p := dd.p
-	a := p.current()
+	a := p.attempt
 	if a == nil || a.inPlace {
 		return p.dir.holders(ctx, c, local)
 	}

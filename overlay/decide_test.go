@@ -132,12 +132,7 @@ func TestSameSubnetDecisionsBecomeOne(t *testing.T) {
 func TestCutShortAttemptsPublishNothing(t *testing.T) {
 	tn := newTestNet(t, 3, nil)
 	ctx := context.Background()
-	for _, p := range tn.peers {
-		p.NewPolicy(delegation.NewMicra, delegation.Config{})
-		if _, err := p.Join(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tn.joinWithMicra(t)
 	p := tn.peers[0]
 	ip := netip.MustParseAddr("127.6.2.40")
 	s := tn.tree.SmallestNonUnary(ip)

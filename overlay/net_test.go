@@ -182,6 +182,18 @@ func newTestNetOn(t testing.TB, tree *hierarchy.Tree, n int, tune func(i int, c 
 	return tn
 }
 
+// joinWithMicra installs the micra policy on every peer and publishes each
+// peer's own subnet.
+func (tn *testNet) joinWithMicra(t testing.TB) {
+	t.Helper()
+	for _, p := range tn.peers {
+		p.NewPolicy(delegation.NewMicra, delegation.Config{})
+		if _, err := p.Join(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // disagreements counts subnets whose cached owner differs between peers
 // (a peer that has no record for a subnet others know counts too).
 func (tn *testNet) disagreements(alive []*Peer) (int, map[hierarchy.NodeID]delegation.CrawlerID) {

@@ -75,7 +75,9 @@ type Peer struct {
 	measurer  Measurer
 
 	// polMu serialises the policy's computation; decide (decide.go) never
-	// holds it across network I/O. attempt is the policy call holding it.
+	// holds it across network I/O. attempt is the attempt of the policy
+	// call holding it (nil: the policy is called otherwise — WithPolicy,
+	// tests — and its Directory and Prober do their I/O in place).
 	polMu       sync.Mutex
 	policy      delegation.Policy
 	attempt     *attempt

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/micra-crawler/micra/delegation"
 )
 
 // slowMeasurer answers a probe after rtt, as a crawler across the Internet
@@ -52,12 +50,7 @@ func BenchmarkRoutingUnderLatency(b *testing.B) {
 			s.Measurer = slowMeasurer{modelMeasurer{i: i}, probeRTT}
 		})
 		ctx := context.Background()
-		for _, p := range tn.peers {
-			p.NewPolicy(delegation.NewMicra, delegation.Config{})
-			if _, err := p.Join(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		tn.joinWithMicra(b)
 		p := tn.peers[0]
 		p.dhtDelay = func(ctx context.Context) error {
 			select {
