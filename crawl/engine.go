@@ -538,7 +538,7 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 			if err != nil {
 				// crawled here as before: overlap, never a loss
 				e.log.Warn("queued URLs of a host now another crawler's not withdrawn", "host", host, "err", err)
-				e.countError("withdraw")
+				e.countEvent("withdraw")
 				recheck = false
 				e.front.Rewind(host)
 				continue

@@ -140,6 +140,6 @@ func TestFailedHandoffNotRefetchedInHotLoop(t *testing.T) {
 	st := eng.Stats()
 	if n := hits()["/"]; n > 3 {
 		t.Errorf("page fetched %d times in 2 s (records %d, handoff errors %d): a failed hand-off re-fetches its page with no rest and no bound",
-			n, st.Records, st.ByReason["handoff"])
+			n, st.Records, st.Events["handoff"])
 	}
 }

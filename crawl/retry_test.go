@@ -65,8 +65,8 @@ func TestTransientFailureRetried(t *testing.T) {
 	if st.Fetched != 3 || st.Records != 3 || h["/a"] != 3 || h["/b"] != 1 {
 		t.Fatalf("fetched %d, records %d, server hits %v; want /a fetched after two 500s", st.Fetched, st.Records, h)
 	}
-	if st.ByReason["retried"] != 2 || st.ByReason["status_500"] != 0 {
-		t.Errorf("errors %v, want 2 retried and no final failure", st.ByReason)
+	if st.Events["retried"] != 2 || st.ByReason["status_500"] != 0 || st.Errors != 0 {
+		t.Errorf("errors %v, events %v, want 2 retried and no failure", st.ByReason, st.Events)
 	}
 }
 
@@ -79,8 +79,8 @@ func TestTransientFailureGivenUp(t *testing.T) {
 	if want := 1 + defaultMaxRetries; h["/a"] != want || st.Fetched != 2 {
 		t.Fatalf("fetched %d, server hits %v; want /a tried %d times", st.Fetched, h, want)
 	}
-	if st.ByReason["status_500"] != 1 || st.ByReason["retried"] != int64(defaultMaxRetries) {
-		t.Errorf("errors %v", st.ByReason)
+	if st.ByReason["status_500"] != 1 || st.Errors != 1 || st.Events["retried"] != int64(defaultMaxRetries) {
+		t.Errorf("errors %v, events %v; want one failed URL after its retries", st.ByReason, st.Events)
 	}
 }
 
@@ -109,8 +109,8 @@ func TestTooManyRequestsStormGivenUp(t *testing.T) {
 	if hits != maxBackoffs+1 || st.Fetched != 0 {
 		t.Fatalf("server asked %d times, fetched %d; want %d refusals then give up", hits, st.Fetched, maxBackoffs+1)
 	}
-	if st.ByReason["retry_later_given_up"] != 1 || st.ByReason["retry_later"] != int64(maxBackoffs+1) {
-		t.Errorf("errors %v", st.ByReason)
+	if st.ByReason["retry_later_given_up"] != 1 || st.Errors != 1 || st.Events["retry_later"] != int64(maxBackoffs+1) {
+		t.Errorf("errors %v, events %v", st.ByReason, st.Events)
 	}
 }
 
@@ -138,7 +138,7 @@ func TestHostNotFoundNotRetried(t *testing.T) {
 	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{fmt.Sprintf("http://dying.test:%d/", port)}, Concurrency: 1,
 		Fetch:      fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, DNSTTL: time.Nanosecond, Resolver: res, Logger: quiet},
 		RetryDelay: 10 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-	if st := eng.Stats(); st.ByReason["dns"] != 1 || st.ByReason["retried"] != 0 {
+	if st := eng.Stats(); st.ByReason["dns"] != 1 || st.Events["retried"] != 0 {
 		t.Errorf("errors %v; want the page given up at once under dns", st.ByReason)
 	}
 }

@@ -71,7 +71,7 @@ func TestRevisitsNotStalledByParkedHost(t *testing.T) {
 	eng, stop := revisitRun(t, Config{StateDir: t.TempDir(), Seeds: []string{slow.URL + "/", fast.URL + "/"},
 		Fetch: revisitFetch(), Concurrency: 2, Receiver: pack.FileSink{Dir: t.TempDir()}, Progress: -1, Logger: testLogger(t),
 		Monitor: Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond}})
-	waitFor(t, 10*time.Second, "the slow host's 503", func() bool { return eng.Stats().ByReason["retry_later"] >= 1 })
+	waitFor(t, 10*time.Second, "the slow host's 503", func() bool { return eng.Stats().Events["retry_later"] >= 1 })
 	before := fastHits()["/"]
 	time.Sleep(2 * time.Second) // ≥ 20 revisit intervals of the fast host
 	after := fastHits()["/"]

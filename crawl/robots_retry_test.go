@@ -82,7 +82,7 @@ func TestRobotsHostNotFoundNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := eng.Stats()
-	if ctx.Err() != nil || st.Queued != 0 || st.ByReason["robots_unreachable"] != 0 || st.ByReason["robots"] != 1 {
+	if ctx.Err() != nil || st.Queued != 0 || st.Events["robots_unreachable"] != 0 || st.ByReason["robots"] != 1 {
 		t.Fatalf("crawl of an unresolvable host: ctx %v, queued %d, errors %v; want it given up at once", ctx.Err(), st.Queued, st.ByReason)
 	}
 }

@@ -22,7 +22,8 @@ type counters struct {
 	links, badLinks, outOfScope, handedOff    atomic.Int64
 	revisitsQueued, windowWaits, withdrawn    atomic.Int64
 	errMu                                     sync.Mutex
-	errors                                    map[string]int64
+	errors                                    map[string]int64 // failed URLs by reason
+	events                                    map[string]int64 // retries, back-offs, steps tried again
 	errTotal                                  atomic.Int64
 }
 
@@ -31,14 +32,29 @@ type Stats struct {
 	Elapsed  time.Duration
 	Requests int64 // HTTP fetch attempts
 	Fetched  int64 // pages with a body (HTTP 2xx or file read)
-	// Outcomes of pages with a body or a validator answer.
+	// Outcomes of pages with a body or a validator answer. Gone counts
+	// known pages that disappeared (404/410 on a revisit); a URL whose
+	// first fetch answers 404 is an error (status_404), not gone.
 	New, Changed, Unchanged, NotModified, Gone int64
 	Records                                    int64 // records handed to the outbox
 	// AlreadyFetched counts queued URLs skipped because they were fetched
 	// meanwhile as the target of another URL's redirect.
 	AlreadyFetched int64
-	Errors         int64
-	ByReason       map[string]int64
+	// Errors counts failed visits: a URL given up, or a revisit that
+	// failed (the page stays monitored); ByReason splits them by reason.
+	Errors   int64
+	ByReason map[string]int64
+	// Events counts what was tried again rather than failed: a transient
+	// failure retried ("retried"), a 429/503 honoured ("retry_later"), a
+	// host parked while its robots.txt is unreachable
+	// ("robots_unreachable"), and a page kept queued because its links,
+	// record or withdrawal could not be stored ("handoff", "outbox",
+	// "withdraw").
+	Events map[string]int64
+	// Replays counts requests the HTTP transport re-sent by itself after a
+	// server closed a kept-alive connection: requests the crawler did not
+	// decide to send.
+	Replays int64
 
 	Queued      int64
 	ReadyHosts  int64
@@ -46,6 +62,7 @@ type Stats struct {
 	Seen        int64
 	Scheduled   int64 // revisits waiting
 
+	// HTMLBytes counts every HTML body fetched, unchanged ones included.
 	WireBytes, BodyBytes, HTMLBytes int64
 	Links, BadLinks, OutOfScope     int64
 	HandedOff, RevisitsQueued       int64
@@ -82,6 +99,7 @@ func (e *Engine) Stats() Stats {
 	}
 	c.errMu.Lock()
 	s.ByReason = maps.Clone(c.errors)
+	s.Events = maps.Clone(c.events)
 	c.errMu.Unlock()
 	fs := e.front.Stats()
 	s.Queued, s.ReadyHosts, s.ActiveHosts, s.Seen, s.Scheduled = fs.Queued, fs.ReadyHosts, fs.ActiveHosts, fs.Seen, fs.Scheduled
@@ -100,6 +118,8 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
+// countError counts a failed visit: the URL is given up (or, for a page
+// already known, this revisit failed).
 func (e *Engine) countError(reason string) {
 	e.st.errTotal.Add(1)
 	e.st.errMu.Lock()
@@ -111,15 +131,29 @@ func (e *Engine) countError(reason string) {
 	e.m.errors.WithLabelValues(reason).Inc()
 }
 
+// countEvent counts a step that is tried again: nothing is given up.
+func (e *Engine) countEvent(event string) {
+	e.st.errMu.Lock()
+	if e.st.events == nil {
+		e.st.events = map[string]int64{}
+	}
+	e.st.events[event]++
+	e.st.errMu.Unlock()
+	e.m.events.WithLabelValues(event).Inc()
+}
+
 type metrics struct {
 	errors *prometheus.CounterVec
+	events *prometheus.CounterVec
 	scope  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 	m := &metrics{
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "errors_total",
-			Help: "Failed visits by reason (fetch reasons, status_NNN, file_read, outbox, handoff)."}, []string{"reason"}),
+			Help: "Failed visits (URLs given up, revisits that failed) by reason: fetch reasons, status_NNN, file_read."}, []string{"reason"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "events_total",
+			Help: "Steps tried again, nothing given up: retried, retry_later, robots_unreachable, handoff, outbox, withdraw."}, []string{"event"}),
 		scope: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "crawl", Name: "out_of_scope_total",
 			Help: "Discovered links and redirect targets refused by a scope rule."}, []string{"rule"}),
 	}
@@ -132,7 +166,7 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 	}
 	c := &e.st
 	for _, col := range []prometheus.Collector{
-		m.errors, m.scope,
+		m.errors, m.events, m.scope,
 		counter("pages_fetched_total", "Pages with a body (HTTP 2xx or file read).", c.fetched.Load),
 		counter("pages_new_total", "First fetches that produced a record.", c.newPages.Load),
 		counter("pages_changed_total", "Revisits that found new content.", c.changed.Load),
@@ -187,6 +221,17 @@ func (e *Engine) logSummary() {
 		"html_bytes", s.HTMLBytes, "carrier_bytes", s.CarrierBytes, "carrier_ratio", round4(s.CarrierRatio())}
 	for _, r := range reasons {
 		args = append(args, "err_"+r, s.ByReason[r])
+	}
+	events := make([]string, 0, len(s.Events))
+	for ev := range s.Events {
+		events = append(events, ev)
+	}
+	sort.Strings(events)
+	for _, ev := range events {
+		args = append(args, "event_"+ev, s.Events[ev])
+	}
+	if s.Replays > 0 {
+		args = append(args, "transport_replays", s.Replays)
 	}
 	e.log.Info("crawl finished", args...)
 }

@@ -91,20 +91,20 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		} else {
 			e.done(it, nil)
 		}
+	case f.gone && !known:
+		// never fetched: a dead link, not a page that disappeared
+		e.countError("status_" + strconv.Itoa(f.status))
+		e.done(it, nil)
 	case f.gone:
-		e.st.gone.Add(1)
-		if known {
-			rec := e.baseRecord(it, f)
-			rec.Change = pack.ChangeGone
-			rec.Error = "gone"
-			if e.emit(ctx, &rec) != nil {
-				return time.Time{}
-			}
-			hist.Status, hist.LastFetch, hist.NextVisit, hist.Interval = f.status, now, time.Time{}, 0
-			e.done(it, &hist)
-		} else {
-			e.done(it, nil)
+		rec := e.baseRecord(it, f)
+		rec.Change = pack.ChangeGone
+		rec.Error = "gone"
+		if e.emit(ctx, &rec) != nil {
+			return time.Time{}
 		}
+		e.st.gone.Add(1)
+		hist.Status, hist.LastFetch, hist.NextVisit, hist.Interval = f.status, now, time.Time{}, 0
+		e.done(it, &hist)
 	case f.notModified:
 		e.st.notModified.Add(1)
 		e.touch(&hist, f)
@@ -137,7 +137,7 @@ func transientFailure(reason string) bool {
 func (e *Engine) retryLater(it frontier.Item, reason string) bool {
 	n, ok := e.retries.again(it.URL, e.cfg.MaxRetries)
 	if ok {
-		e.countError("retried")
+		e.countEvent("retried")
 		e.log.Debug("transient failure, will retry", "url", it.URL, "reason", reason, "attempt", n)
 	}
 	return ok
@@ -165,7 +165,7 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, rt Route, hist
 		case ctx.Err() != nil || fetch.ReasonOf(err) == fetch.ReasonCanceled:
 			return fetched{}, time.Time{}
 		case fetch.ReasonOf(err) == fetch.ReasonRetryLater:
-			e.countError(string(fetch.ReasonRetryLater))
+			e.countEvent(string(fetch.ReasonRetryLater))
 			if _, ok := e.backoffs.again(it.URL, maxBackoffs); !ok {
 				// A server that keeps refusing would hold a one-pass crawl forever.
 				e.backoffs.forget(it.URL)
@@ -189,7 +189,7 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, rt Route, hist
 			if until, down := e.robotsDown.Load(it.Host); !down || !now.Before(until.(time.Time)) {
 				e.robotsDown.Delete(it.Host)
 				if _, ok := e.robotsRetry.again(it.Host, maxRobotsRetries); ok {
-					e.countError("robots_unreachable")
+					e.countEvent("robots_unreachable")
 					return fetched{}, now.Add(fe.RetryAfter)
 				}
 				e.robotsRetry.forget(it.Host)
@@ -280,6 +280,9 @@ func (e *Engine) readFile(u *url.URL, hist frontier.History, known bool) fetched
 func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist frontier.History, known bool, f fetched) time.Time {
 	e.st.fetched.Add(1)
 	e.st.bodyBytes.Add(int64(len(f.body)))
+	if isHTML(f.contentType) { // every HTML body fetched, unchanged ones too
+		e.st.htmlBytes.Add(int64(len(f.body)))
+	}
 	now := f.fetchedAt
 	hash := extract.ContentHash(f.body)
 	if known && hist.Fetches > 0 && hash == hist.ContentHash {
@@ -306,7 +309,6 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 	}
 	var page *extract.Page
 	if isHTML(f.contentType) {
-		e.st.htmlBytes.Add(int64(len(f.body)))
 		base := u
 		if f.finalURL != "" && f.finalURL != it.URL {
 			if fu, err := url.Parse(f.finalURL); err == nil {
@@ -445,7 +447,7 @@ func (e *Engine) handOffTarget(ctx context.Context, from frontier.Item, target R
 	}
 	if err := e.router.Handoff(ctx, []Routed{target}); err != nil {
 		e.log.Warn("hand-off of a redirect target failed", "from", from.URL, "url", s, "err", err)
-		e.countError("handoff")
+		e.countEvent("handoff")
 		return err
 	}
 	e.st.handedOff.Add(1)
@@ -519,7 +521,7 @@ func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
 	if e.outbox == nil {
 		if err := e.cfg.OnRecord(context.WithoutCancel(ctx), r); err != nil {
 			e.log.Error("record not taken (OnRecord), URL stays queued", "url", r.URL, "err", err)
-			e.countError("outbox")
+			e.countEvent("outbox")
 			return err
 		}
 		e.st.records.Add(1)
@@ -527,7 +529,7 @@ func (e *Engine) emit(ctx context.Context, r *pack.Record) error {
 	}
 	if err := e.outbox.Add(context.WithoutCancel(ctx), r); err != nil {
 		e.log.Error("outbox: add record, URL stays queued", "url", r.URL, "err", err)
-		e.countError("outbox")
+		e.countEvent("outbox")
 		return err
 	}
 	e.st.records.Add(1)
@@ -631,7 +633,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		err := e.router.Handoff(rctx, handoff)
 		if err != nil {
 			e.log.Warn("hand-off failed, page stays queued", "from", from.URL, "urls", len(handoff), "err", err)
-			e.countError("handoff")
+			e.countEvent("handoff")
 			return err
 		}
 		e.st.handedOff.Add(int64(len(handoff)))

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -286,14 +287,29 @@ func printCrawlSummary(s crawl.Stats) {
 	if s.HTMLBytes > 0 && s.CarrierBytes > 0 {
 		fmt.Fprintf(w, "  carrier / HTML     %.4f (1/%.0f; UCYMicra: 1/20)\n", s.CarrierRatio(), 1/s.CarrierRatio())
 	}
-	fmt.Fprintf(w, "  errors             %d\n", s.Errors)
-	reasons := make([]string, 0, len(s.ByReason))
-	for r := range s.ByReason {
-		reasons = append(reasons, r)
+	fmt.Fprintf(w, "  errors             %d  (URLs given up, revisits failed)\n", s.Errors)
+	printCounts(w, s.ByReason)
+	var events int64
+	for _, n := range s.Events {
+		events += n
 	}
-	sort.Strings(reasons)
-	for _, r := range reasons {
-		fmt.Fprintf(w, "    %-18s %d\n", r, s.ByReason[r])
+	if events > 0 {
+		fmt.Fprintf(w, "  tried again        %d  (nothing given up)\n", events)
+		printCounts(w, s.Events)
+	}
+	if s.Replays > 0 {
+		fmt.Fprintf(w, "  transport replays  %d  (requests the HTTP client re-sent by itself)\n", s.Replays)
+	}
+}
+
+func printCounts(w io.Writer, m map[string]int64) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "    %-18s %d\n", k, m[k])
 	}
 }
 
