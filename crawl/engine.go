@@ -358,6 +358,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := e.readmitRefused(ctx); err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -426,6 +429,47 @@ func (e *Engine) Run(ctx context.Context) error {
 	<-outboxDone
 	e.logSummary()
 	return runErr
+}
+
+// readmitRefused queues again the URLs an earlier run's address guard
+// refused (Frontier.Refuse) that this run may reach: a crawl restarted
+// with AllowPrivate crawls the loopback seeds the first run refused.
+func (e *Engine) readmitRefused(ctx context.Context) error {
+	if e.fetcher == nil || e.front.Stats().Refused == 0 {
+		return nil
+	}
+	allowed := map[string]bool{} // per host key: one check each
+	var again []frontier.Item
+	still := 0
+	err := e.front.EachRefused(func(it frontier.Item) error {
+		ok, checked := allowed[it.Host]
+		if !checked {
+			u, err := url.Parse(it.URL)
+			ok = err == nil && e.fetcher.CheckURL(ctx, u) == nil
+			allowed[it.Host] = ok
+		}
+		if !ok {
+			still++
+			return ctx.Err()
+		}
+		again = append(again, it)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	n, err := e.front.Readmit(again)
+	if err != nil {
+		return fmt.Errorf("crawl: queue URLs refused before: %w", err)
+	}
+	if n > 0 {
+		e.log.Info("URLs the address guard refused before are queued again", "urls", n)
+	}
+	if still > 0 {
+		e.log.Warn("URLs kept back: the address guard refuses them (private, loopback or reserved addresses)",
+			"urls", still, "hint", "crawl them with --allow-private, on testnets only")
+	}
+	return nil
 }
 
 // idle reports whether the first pass is complete: nothing queued, no host

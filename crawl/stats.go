@@ -61,6 +61,10 @@ type Stats struct {
 	ActiveHosts int
 	Seen        int64
 	Scheduled   int64 // revisits waiting
+	// Refused counts URLs the address guard refused, kept (not consumed)
+	// for a run that may reach them (Fetch.AllowPrivate): such a run
+	// queues them again.
+	Refused int64
 
 	// HTMLBytes counts every HTML body fetched, unchanged ones included.
 	WireBytes, BodyBytes, HTMLBytes int64
@@ -103,6 +107,7 @@ func (e *Engine) Stats() Stats {
 	c.errMu.Unlock()
 	fs := e.front.Stats()
 	s.Queued, s.ReadyHosts, s.ActiveHosts, s.Seen, s.Scheduled = fs.Queued, fs.ReadyHosts, fs.ActiveHosts, fs.Seen, fs.Scheduled
+	s.Refused = fs.Refused
 	var os pack.OutboxStats
 	if e.outbox != nil {
 		os = e.outbox.Stats()

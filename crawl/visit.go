@@ -82,6 +82,13 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 	case f.otherFailure != "" && !known && !f.permanent && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
 		// Kept queued; the host rests RetryDelay (doubling) before it is tried again.
 		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), max(time.Hour, e.cfg.RetryDelay)))
+	case f.otherFailure == string(fetch.ReasonGuard) && !known:
+		// this run may not reach the address (a private one, without
+		// AllowPrivate): kept apart, not consumed, for a run that may
+		e.countError(f.otherFailure)
+		if err := e.front.Refuse(it); err != nil {
+			e.log.Error("frontier: refuse", "url", it.URL, "err", err)
+		}
 	case f.otherFailure != "":
 		e.retries.forget(it.URL)
 		e.countError(f.otherFailure)

@@ -256,7 +256,8 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 	}
 	slog.Info("crawl starting", "id", o.id, "seeds", len(seeds), "file_roots", len(roots), "out", o.out, "state", o.state, "monitor", o.monitor)
 	runErr := eng.Run(ctx)
-	printCrawlSummary(eng.Stats())
+	st := eng.Stats()
+	printCrawlSummary(st)
 	// Closing writes the state out: its error is the run's too.
 	if err := eng.Close(); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("crawl: close state %s: %w", o.state, err))
@@ -268,7 +269,32 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		return errors.Join(fmt.Errorf("crawl: %w; state kept in %s — run the same command to resume",
 			context.Cause(ctx), o.state), runErr)
 	}
+	if runErr == nil && !o.monitor {
+		runErr = nothingCrawled(st, o.allowPrivate)
+	}
 	return runErr
+}
+
+// nothingCrawled is the error of a one-pass crawl that could crawl nothing
+// it was given: every URL failed or was refused by the address guard. (A
+// resumed crawl with nothing left to do fetches nothing too, and is fine.)
+func nothingCrawled(s crawl.Stats, allowPrivate bool) error {
+	if s.Fetched+s.NotModified > 0 || (s.Errors == 0 && s.Refused == 0) {
+		return nil
+	}
+	var parts []string
+	if failed := s.Errors - s.ByReason[string(fetch.ReasonGuard)]; failed > 0 {
+		parts = append(parts, plural(failed, "URL")+" failed (reasons above)")
+	}
+	if s.Refused > 0 {
+		p := plural(s.Refused, "URL") + " refused by the address guard (private, loopback or reserved addresses), kept"
+		if !allowPrivate {
+			p += ": run again with --allow-private, on testnets only, to crawl them"
+		}
+		parts = append(parts, p)
+	}
+	msg := "crawl: nothing crawled: " + strings.Join(parts, "; ")
+	return errors.New(msg)
 }
 
 func printCrawlSummary(s crawl.Stats) {
@@ -285,9 +311,12 @@ func printCrawlSummary(s crawl.Stats) {
 	fmt.Fprintf(w, "  HTML bytes         %d\n", s.HTMLBytes)
 	fmt.Fprintf(w, "  carrier bytes      %d in %d carriers (%d delivered, %d pending)\n", s.CarrierBytes, s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers)
 	if s.HTMLBytes > 0 && s.CarrierBytes > 0 {
-		fmt.Fprintf(w, "  carrier / HTML     %.4f (1/%.0f; UCYMicra: 1/20)\n", s.CarrierRatio(), 1/s.CarrierRatio())
+		fmt.Fprintf(w, "  carrier / HTML     %.4f (%s; UCYMicra: 1/20)\n", s.CarrierRatio(), ratioText(s.CarrierRatio()))
 	}
 	fmt.Fprintf(w, "  errors             %d  (URLs given up, revisits failed)\n", s.Errors)
+	if s.Refused > 0 {
+		fmt.Fprintf(w, "  refused            %d  (by the address guard; kept for a run with --allow-private)\n", s.Refused)
+	}
 	printCounts(w, s.ByReason)
 	var events int64
 	for _, n := range s.Events {
@@ -420,4 +449,20 @@ func dirBytes(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// ratioText writes a ratio as 1/N below one (carriers are much smaller than
+// the pages they describe) and as N× above.
+func ratioText(r float64) string {
+	if r < 1 {
+		return fmt.Sprintf("1/%.0f", 1/r)
+	}
+	return fmt.Sprintf("%.1f×", r)
 }

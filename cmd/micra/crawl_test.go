@@ -203,3 +203,24 @@ func TestCrawlSIGINTExitStatus(t *testing.T) {
 		t.Errorf("after the resumed crawl the carriers hold %d of %d pages: %v", len(got), pages, got)
 	}
 }
+
+// A one-pass crawl whose every seed the address guard refused crawled
+// nothing: it says so, names the flag a user types, and exits non-zero.
+func TestCrawlOfRefusedSeedsFails(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "<title>never asked</title>")
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	seeds := filepath.Join(dir, "seeds.txt")
+	if err := os.WriteFile(seeds, []byte(srv.URL+"/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := &crawlOptions{seeds: seeds, out: filepath.Join(dir, "out"), concurrency: 1, perIP: 1, maxDepth: 1, maxPages: 10,
+		progress: -1, userAgent: "micra-test (+http://example.invalid/)"}
+	err := runCrawl(context.Background(), o)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "nothing crawled") ||
+		!strings.Contains(err.Error(), "--allow-private") || strings.Contains(err.Error(), "AllowPrivate") {
+		t.Fatalf("crawl of a refused loopback seed: %v; want a non-zero exit naming --allow-private", err)
+	}
+}

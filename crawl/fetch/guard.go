@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,7 +30,29 @@ type guardError struct {
 }
 
 func (g *guardError) Error() string {
-	return fmt.Sprintf("destination %s refused (%s); set AllowPrivate only for testnets", g.addr, g.why)
+	if !g.addr.IsValid() {
+		return fmt.Sprintf("refused (%s): crawled only with --allow-private (Config.AllowPrivate), on testnets", g.why)
+	}
+	return fmt.Sprintf("destination %s refused (%s): private, loopback and reserved addresses are crawled only "+
+		"with --allow-private (Config.AllowPrivate), on testnets", g.addr, g.why)
+}
+
+// Is makes errors.Is(err, ErrGuard) match a refusal before it is wrapped
+// in an *Error (CheckURL).
+func (g *guardError) Is(target error) bool { return target == error(ErrGuard) }
+
+// CheckURL reports whether the guard lets a fetch of u through: its port
+// and at least one address of its host (resolved through the fetcher's
+// cache). It returns nil when allowed, an error matching ErrGuard when
+// refused, or the resolution's error.
+func (f *Fetcher) CheckURL(ctx context.Context, u *url.URL) error {
+	if !f.cfg.AllowPrivate && u.Port() != "" {
+		if p, err := strconv.Atoi(u.Port()); err == nil && BadPort(p) {
+			return &guardError{why: "port " + u.Port() + " is on the bad-port list (protocol smuggling)"}
+		}
+	}
+	_, _, err := f.resolveAllowed(ctx, u.Hostname())
+	return err
 }
 
 // checkAddr applies the guard to one address.

@@ -44,7 +44,12 @@ type Item struct {
 	Depth   int
 	Revisit bool // queued by the revisit schedule, not by discovery
 	key     []byte
+	readmit bool // a refused URL queued again (Readmit): seen and counted already
 }
+
+// bypass reports whether Add queues the item past the seen-set and the
+// host's budget: it was admitted before.
+func (it Item) bypass() bool { return it.Revisit || it.readmit }
 
 // Stats is a snapshot of the frontier's counters.
 type Stats struct {
@@ -55,6 +60,9 @@ type Stats struct {
 	Done        int64 // URLs completed since Open
 	Rejected    int64 // URLs refused by the per-host budget since Open
 	Scheduled   int64 // revisits waiting in the schedule
+	// Refused counts URLs held back because the fetcher may not reach
+	// their address (Refuse), until a run that may reach them (Readmit).
+	Refused int64
 	// Buffered counts queued items read ahead into memory for the hosts
 	// held by workers (at most BatchSize per host).
 	Buffered int64
@@ -186,11 +194,8 @@ func (f *Frontier) recover() error {
 				f.stats.ReadyHosts++
 			}
 		}
-		it = txn.NewIterator(badger.IteratorOptions{Prefix: pRevisit})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			f.stats.Scheduled++
-		}
+		f.stats.Scheduled = countPrefix(txn, pRevisit)
+		f.stats.Refused = countPrefix(txn, pRefused)
 		return nil
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 //	fo/<hash16>           URLs handed off to other crawlers  → empty
 //	fx/seq                sequence lease
 //	fz/<queue key>        corrupt queue entries, moved aside → their bytes
+//	fg/<hash16>           URLs refused by the address guard  → item
 var (
 	pQueue     = []byte("fq/")
 	pHostMeta  = []byte("fm/")
@@ -30,6 +31,7 @@ var (
 	pRobots    = []byte("fb/")
 	pHandedOff = []byte("fo/")
 	pBadQueue  = []byte("fz/")
+	pRefused   = []byte("fg/")
 	kSeq       = []byte("fx/seq")
 )
 

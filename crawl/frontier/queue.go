@@ -34,7 +34,7 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	hashes := make([]Hash, 0, len(items))
 	for _, it := range items {
 		h := HashURL(it.URL)
-		if !it.Revisit && f.seen.has(h) {
+		if !it.bypass() && f.seen.has(h) {
 			f.mSeenHits.Inc()
 			continue
 		}
@@ -76,7 +76,7 @@ func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
 		batch := map[Hash]bool{}
 		for i, it := range cand {
 			h := hashes[i]
-			if !it.Revisit {
+			if !it.bypass() {
 				if batch[h] {
 					continue
 				}
@@ -100,7 +100,7 @@ func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
 				metas[it.Host] = m
 				hostOrder = append(hostOrder, it.Host)
 			}
-			if !it.Revisit && f.opt.MaxPagesPerHost > 0 && m.Admitted >= int64(f.opt.MaxPagesPerHost) {
+			if !it.bypass() && f.opt.MaxPagesPerHost > 0 && m.Admitted >= int64(f.opt.MaxPagesPerHost) {
 				rejected++
 				continue
 			}
@@ -111,7 +111,7 @@ func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
 			if err := txn.Set(cat(queuePrefix(it.Host), u64(s)), encodeItem(it)); err != nil {
 				return err
 			}
-			if !it.Revisit {
+			if !it.bypass() {
 				if err := txn.Set(cat(pSeen, h[:]), nil); err != nil {
 					return err
 				}

@@ -1,0 +1,48 @@
+package frontier
+
+import "testing"
+
+// A refused item leaves its queue but keeps its seen mark (links to it do
+// not queue it again), survives a restart, and Readmit queues it again
+// once, within its host's budget already spent.
+func TestRefuseAndReadmit(t *testing.T) {
+	dir := t.TempDir()
+	db, f := open(t, dir, Options{MaxPagesPerHost: 2})
+	if _, err := f.Add(items("h", "/a", "/b")); err != nil {
+		t.Fatal(err)
+	}
+	host := take0(t, f)
+	for _, it := range nextAll(t, f, host) {
+		if err := f.Refuse(it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.ReleaseHost(host); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.Add(items("h", "/a")); n != 0 || f.Stats().Queued != 0 || f.Stats().Refused != 2 {
+		t.Fatalf("after Refuse: re-added %d, stats %+v; want nothing queued, 2 refused", n, f.Stats())
+	}
+	f.Close()
+	db.Close()
+
+	db, f = open(t, dir, Options{MaxPagesPerHost: 2})
+	defer db.Close()
+	defer f.Close()
+	if st := f.Stats(); st.Refused != 2 || st.Queued != 0 {
+		t.Fatalf("after a restart: %+v, want 2 refused", st)
+	}
+	var refused []Item
+	if err := f.EachRefused(func(it Item) error { refused = append(refused, it); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.Readmit(refused); err != nil || n != 2 {
+		t.Fatalf("Readmit: %d, %v; want both queued (the budget counted them already)", n, err)
+	}
+	if st := f.Stats(); st.Refused != 0 || st.Queued != 2 {
+		t.Fatalf("after Readmit: %+v", st)
+	}
+	if got := drainHost(t, f, take0(t, f), true); len(got) != 2 {
+		t.Fatalf("queued again: %v", got)
+	}
+}
