@@ -21,7 +21,7 @@ func (e *Engine) Accept(ctx context.Context, urls []string) error {
 	}
 	items := make([]frontier.Item, 0, len(urls))
 	for _, s := range urls {
-		u, err := e.norm.Parse(s)
+		u, err := e.parseURL(s)
 		if err == nil {
 			err = e.scope.CheckURL(u, 1)
 		}

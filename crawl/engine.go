@@ -306,7 +306,7 @@ func (e *Engine) AddSeeds(ctx context.Context, seeds []string) (int, []SeedError
 	var items []frontier.Item
 	var bad []SeedError
 	for _, s := range seeds {
-		u, err := e.norm.Parse(s)
+		u, err := e.parseURL(s)
 		if err != nil {
 			bad = append(bad, SeedError{s, err})
 			continue
@@ -338,7 +338,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if e.cfg.SameHostsAsSeeds {
 		e.scope.Hosts = map[string]bool{}
 		for _, s := range e.cfg.Seeds {
-			if u, err := e.norm.Parse(s); err == nil {
+			if u, err := e.parseURL(s); err == nil {
 				e.scope.Hosts[urlnorm.HostKey(u)] = true
 			}
 		}
@@ -490,7 +490,7 @@ func (e *Engine) seedFiles(ctx context.Context) error {
 		return err
 	}
 	err := e.files.Walk(ctx, func(raw string, _ time.Time) error {
-		u, err := e.norm.Parse(raw)
+		u, err := e.parseURL(raw)
 		if err != nil {
 			e.log.Warn("file URL rejected", "url", raw, "err", err)
 			return nil
@@ -822,6 +822,17 @@ func (e *Engine) resolve(ctx context.Context, host string) (netip.Addr, error) {
 		return addrs[0], nil
 	}
 	return e.dns.lookup(ctx, host)
+}
+
+// parseURL normalises a URL entering the crawl (seed, link, hand-off,
+// redirect target, file walk); a file under a file root gets its one
+// canonical form (fsys.Source.Canonical).
+func (e *Engine) parseURL(s string) (*url.URL, error) {
+	u, err := e.norm.Parse(s)
+	if err != nil || e.files == nil {
+		return u, err
+	}
+	return e.files.Canonical(u), nil
 }
 
 func isHTML(ct string) bool {

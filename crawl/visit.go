@@ -386,7 +386,7 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 	if f.finalURL == "" || f.finalURL == it.URL || f.source != pack.SourceHTTP {
 		return nil
 	}
-	u, err := e.norm.Parse(f.finalURL)
+	u, err := e.parseURL(f.finalURL)
 	if err != nil || u.String() == it.URL {
 		return nil
 	}
@@ -571,7 +571,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			continue
 		}
 		e.st.links.Add(1)
-		u, err := e.norm.Parse(l.URL)
+		u, err := e.parseURL(l.URL)
 		if err != nil {
 			e.st.badLinks.Add(1)
 			continue

@@ -154,6 +154,23 @@ func (s *Source) Match(u *url.URL) (int, string, bool) {
 	return 0, "", false
 }
 
+// Canonical returns the one URL of a file under a root: a directory's
+// index file is named by its directory ("dir/index.html" → "dir/"), as
+// Walk names it and as a web server's canonical form has it, so a crawl
+// that meets both forms reads and ships the file once. Any other URL is
+// returned as it is.
+func (s *Source) Canonical(u *url.URL) *url.URL {
+	i, rel, ok := s.Match(u)
+	if !ok || strings.HasSuffix(u.Path, "/") || path.Base(rel) != s.roots[i].Index ||
+		!strings.HasSuffix(u.Path, "/"+s.roots[i].Index) {
+		return u
+	}
+	c := *u
+	c.Path = strings.TrimSuffix(u.Path, s.roots[i].Index)
+	c.RawPath = ""
+	return &c
+}
+
 // Stat returns the modification time of the file behind u.
 func (s *Source) Stat(u *url.URL) (time.Time, error) {
 	i, rel, ok := s.Match(u)
