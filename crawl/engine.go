@@ -361,6 +361,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.readmitRefused(ctx); err != nil {
 		return err
 	}
+	if err := e.startMonitoring(); err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -468,6 +471,38 @@ func (e *Engine) readmitRefused(ctx context.Context) error {
 	if still > 0 {
 		e.log.Warn("URLs kept back: the address guard refuses them (private, loopback or reserved addresses)",
 			"urls", still, "hint", "crawl them with --allow-private, on testnets only")
+	}
+	return nil
+}
+
+// startMonitoring schedules, when monitoring is turned on for a crawl
+// state last run without it, the pages fetched meanwhile (they have no
+// revisit date), and says when the first revisit is due: a monitored crawl
+// with nothing to fetch yet is waiting, not stuck.
+func (e *Engine) startMonitoring() error {
+	was, err := e.front.Monitoring()
+	if err != nil {
+		return fmt.Errorf("crawl: read the monitoring state: %w", err)
+	}
+	on := e.cfg.Monitor.Enabled
+	if on && !was {
+		n, err := e.front.ScheduleUnscheduled(e.cfg.Monitor.Sleep)
+		if err != nil {
+			return fmt.Errorf("crawl: schedule the pages fetched without monitoring: %w", err)
+		}
+		if n > 0 {
+			e.log.Info("monitoring turned on: pages fetched without it scheduled for revisits", "pages", n, "sleep", e.cfg.Monitor.Sleep)
+		}
+	}
+	if on != was {
+		if err := e.front.SetMonitoring(on); err != nil {
+			return fmt.Errorf("crawl: store the monitoring state: %w", err)
+		}
+	}
+	if on {
+		if next, ok, err := e.front.NextRevisit(); err == nil && ok {
+			e.log.Info("monitoring", "scheduled", e.front.Stats().Scheduled, "next_revisit", next.Format(time.RFC3339))
+		}
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func (e *Engine) progressLoop(ctx context.Context) {
 			s := e.Stats()
 			rate := float64(s.Fetched+s.NotModified-last.Fetched-last.NotModified) / now.Sub(lastAt).Seconds()
 			e.log.Info("crawl progress", "pages_per_s", round1(rate), "fetched", s.Fetched, "not_modified", s.NotModified,
-				"queued", s.Queued, "active_hosts", s.ActiveHosts, "errors", s.Errors, "records", s.Records,
+				"queued", s.Queued, "scheduled", s.Scheduled, "active_hosts", s.ActiveHosts, "errors", s.Errors, "records", s.Records,
 				"carriers", s.CarriersSealed, "carrier_bytes", s.CarrierBytes, "pending_carriers", s.PendingCarriers)
 			last, lastAt = s, now
 		}
