@@ -148,7 +148,13 @@ type Engine struct {
 	robotsDown  sync.Map     // host → time.Time: its URLs are given up at once until then (robots.txt still down)
 	handoffFail retryCounter // per URL: failed hand-offs of its links (not fetch failures)
 	retries     retryCounter // per URL: transient fetch failures
-	backoffs    retryCounter // per URL: consecutive 429/503 answers
+	// retryAt holds, per URL put back after a transient failure, when it
+	// may be tried again (time.Time); hostFails counts a host's
+	// consecutive transient failures: hostSlowAfter of them and the host
+	// itself rests rather than its URLs one by one.
+	retryAt   sync.Map
+	hostFails retryCounter
+	backoffs  retryCounter // per URL: consecutive 429/503 answers
 	// routeClaims holds the URLs being routed (and queued or handed off)
 	// right now: a URL several pages being processed link to is routed
 	// once (enqueueLinks).
@@ -587,6 +593,11 @@ const maxBackoffs = 10
 // defaultMaxRetries is Config.MaxRetries' default.
 const defaultMaxRetries = 2
 
+// hostSlowAfter is how many consecutive transient failures of a host's
+// URLs make the host itself rest (it is down or overloaded) instead of
+// each failed URL waiting alone at the back of the queue.
+const hostSlowAfter = 3
+
 // restParkThreshold: a host that must rest longer than this before its next
 // request is parked and the worker takes another host, instead of sleeping
 // in Fetch (with a 1 s politeness delay, sleeping workers would bound the
@@ -598,6 +609,11 @@ const restParkThreshold = 20 * time.Millisecond
 // the rest is a back-off the server asked for (429/503).
 func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 	recheck := true // until a withdrawal fails for this host
+	// URLs waiting to be retried are put back at the tail of the queue; the
+	// first met twice without a visit in between means every URL left is
+	// waiting, and the host rests until the earliest is due.
+	var firstWaiting string
+	var due time.Time
 	for ctx.Err() == nil {
 		if !e.waitWindow(ctx) {
 			return time.Time{}, false
@@ -608,8 +624,30 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 			return time.Time{}, false
 		}
 		if !ok {
+			e.hostFails.forget(host)
 			return time.Time{}, false
 		}
+		if v, waiting := e.retryAt.Load(it.URL); waiting {
+			at := v.(time.Time)
+			if time.Now().Before(at) {
+				if it.URL == firstWaiting {
+					return due, false
+				}
+				if firstWaiting == "" || at.Before(due) {
+					due = at
+				}
+				if firstWaiting == "" {
+					firstWaiting = it.URL
+				}
+				if err := e.front.Defer(it); err != nil {
+					e.log.Error("frontier: defer", "url", it.URL, "err", err)
+					return at, false
+				}
+				continue
+			}
+			e.retryAt.Delete(it.URL)
+		}
+		firstWaiting, due = "", time.Time{}
 		rt := Route{Mine: true}
 		if recheck {
 			var gone bool

@@ -78,10 +78,26 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		}
 	}
 	now := f.fetchedAt
+	transient := f.otherFailure != "" && !f.permanent && transientFailure(f.otherFailure)
+	if !transient {
+		e.hostFails.forget(it.Host)
+	}
 	switch {
-	case f.otherFailure != "" && !known && !f.permanent && transientFailure(f.otherFailure) && e.retryLater(it, f.otherFailure):
-		// Kept queued; the host rests RetryDelay (doubling) before it is tried again.
-		return now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), max(time.Hour, e.cfg.RetryDelay)))
+	case transient && !known && e.retryLater(it, f.otherFailure):
+		// Kept queued and tried again after RetryDelay (doubling).
+		at := now.Add(min(e.cfg.RetryDelay<<min(e.retries.count(it.URL)-1, 10), max(time.Hour, e.cfg.RetryDelay)))
+		if n, _ := e.hostFails.again(it.Host, math.MaxInt); n >= hostSlowAfter {
+			return at // the host itself is failing: it rests, this URL first when it resumes
+		}
+		// One bad URL: it waits at the back of the queue, and the host's
+		// other URLs go on meanwhile (politeness is one request at a time
+		// per host, not a stop for the whole host).
+		if err := e.front.Defer(it); err != nil {
+			e.log.Error("frontier: defer", "url", it.URL, "err", err)
+			return at
+		}
+		e.retryAt.Store(it.URL, at)
+		return time.Time{}
 	case f.otherFailure == string(fetch.ReasonGuard) && !known:
 		// this run may not reach the address (a private one, without
 		// AllowPrivate): kept apart, not consumed, for a run that may

@@ -472,3 +472,28 @@ func (f *Frontier) readyLocked(host string) error {
 	}
 	return err
 }
+
+// Defer moves an item handed out by Next to the tail of its host's queue,
+// in one transaction: the host's other URLs come first (a URL to retry
+// later must not hold them). It stays queued, so a crash loses nothing.
+// The host's read-ahead reaches it again after the rest of the queue.
+func (f *Frontier) Defer(it Item) error {
+	if it.key == nil {
+		return errors.New("frontier: Defer for an item not returned by Next")
+	}
+	s, err := f.seq.Next()
+	if err != nil {
+		return err
+	}
+	stored := it
+	stored.key = nil
+	return f.update(func(txn *badger.Txn) error {
+		if _, err := txn.Get(it.key); err != nil {
+			return err // (gone: not ours to move)
+		}
+		if err := txn.Delete(it.key); err != nil {
+			return err
+		}
+		return txn.Set(cat(queuePrefix(it.Host), u64(s)), encodeItem(stored))
+	})
+}

@@ -1,6 +1,9 @@
 package frontier
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A refused item leaves its queue but keeps its seen mark (links to it do
 // not queue it again), survives a restart, and Readmit queues it again
@@ -44,5 +47,27 @@ func TestRefuseAndReadmit(t *testing.T) {
 	}
 	if got := drainHost(t, f, take0(t, f), true); len(got) != 2 {
 		t.Fatalf("queued again: %v", got)
+	}
+}
+
+// Defer moves an item to the tail of its host's queue: the host's other
+// items come first, and it is still queued (nothing lost, nothing added).
+func TestDeferMovesToTheTail(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	if _, err := f.Add(items("h", "/a", "/b", "/c")); err != nil {
+		t.Fatal(err)
+	}
+	host := take0(t, f)
+	first, ok, err := f.Next(host)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := f.Defer(first); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainHost(t, f, host, false); strings.Join(got, " ") != "http://h/b http://h/c http://h/a" || f.Stats().Queued != 0 {
+		t.Fatalf("order after Defer: %v (queued %d)", got, f.Stats().Queued)
 	}
 }
