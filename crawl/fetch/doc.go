@@ -35,6 +35,13 @@
 //     size cap, total time per request, slow-body deadline, redirect limit and
 //     loop detection, content-type filter, unknown charsets rejected and
 //     others converted to UTF-8 (invalid UTF-8 repaired and counted).
+//   - Transport replays: net/http re-sends an idempotent request on a new
+//     connection when a kept-alive one closes before answering, so a server
+//     may receive a copy the crawler did not decide to send, outside its
+//     pacing. It cannot be turned off cleanly; it is counted instead
+//     (written requests beyond the first of a hop, seen by httptrace):
+//     Fetcher.Replays, micra_fetch_transport_replays_total, and an Info log
+//     line naming the URL.
 //   - Guard: destinations in private, loopback, link-local, multicast,
 //     unspecified and reserved ranges are refused (ReasonGuard) unless
 //     Config.AllowPrivate — checked after DNS resolution, again in the dialer's

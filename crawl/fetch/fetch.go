@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,7 @@ type Fetcher struct {
 	transport    *http.Transport
 	client       *http.Client
 	robotsFlight singleflight.Group
+	replays      atomic.Int64
 }
 
 // New returns a Fetcher for cfg (zero fields take defaults).
@@ -141,6 +143,11 @@ func New(cfg Config) (*Fetcher, error) {
 
 // Config returns the effective configuration (defaults applied).
 func (f *Fetcher) Config() Config { return f.cfg }
+
+// Replays returns the number of requests the HTTP transport re-sent on its
+// own since New (see the package documentation): copies a server may have
+// received beyond the requests Fetch decided to send.
+func (f *Fetcher) Replays() int64 { return f.replays.Load() }
 
 // Close releases idle connections.
 func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
@@ -467,6 +474,15 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		rest = max(min(d, f.cfg.MaxDelay), f.cfg.MinDelay) // MinDelay is the floor, above MaxDelay too
 		rest = max(rest, f.pol.crawlDelay(hs))
 		f.observe(method, res, ferr)
+		// counted at the hop's end, not when Do returns: the write of the
+		// answered copy may be reported after its response header, but
+		// before its body ends
+		if n := ht.replays(); n > 0 {
+			f.replays.Add(int64(n))
+			f.m.transportReplays.Add(float64(n))
+			f.log.Info("request re-sent by the HTTP transport after the server closed the connection",
+				"url", target, "replays", n, "status", res.status)
+		}
 	}()
 	if err != nil {
 		return res, classify(err)
@@ -527,12 +543,14 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		case errors.Is(err, errBodyTooLarge):
 			return res, &Error{Reason: ReasonBodyTooLarge, URL: target, Status: hresp.StatusCode,
 				Err: errors.New("decoded body exceeds " + strconv.FormatInt(limit, 10) + " bytes after " + strconv.FormatInt(cr.n, 10) + " on the wire")}
-		case context.Cause(hctx) != nil:
-			return res, classify(err)
-		case encoding != "" && !isTransportErr(err):
+		case encoding != "" && context.Cause(hctx) == nil && !isTransportErr(err):
 			return res, &Error{Reason: ReasonContentEncoding, URL: target, Status: hresp.StatusCode, Err: err}
 		}
-		return res, classify(err)
+		// the server answered: a body that failed (slow, timed out, cut
+		// off) still reports the status received
+		e := classify(err)
+		e.Status = hresp.StatusCode
+		return res, e
 	}
 	f.m.bytes.WithLabelValues("wire").Add(float64(cr.n))
 	f.m.bytes.WithLabelValues("decoded").Add(float64(len(body)))

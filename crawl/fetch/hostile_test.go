@@ -7,8 +7,10 @@ package fetch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -191,6 +193,40 @@ func TestHostileSlowDrip(t *testing.T) {
 	wantReason(t, err, ReasonSlowBody)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("slow drip held the fetcher for %v", d)
+	}
+}
+
+// A body that drips past SlowBodyDeadline fails after the server answered:
+// the error and the "fetch limit" log line carry the status received, not 0.
+func TestHostileSlowDripStatus(t *testing.T) {
+	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	var logs bytes.Buffer
+	f := testFetcher(t, func(c *Config) {
+		c.SlowBodyDeadline = 100 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/drip"})
+	wantReason(t, err, ReasonSlowBody)
+	var fe *Error
+	if errors.As(err, &fe); fe.Status != http.StatusOK {
+		t.Fatalf("slow_body error carries status %d, want 200 (%v)", fe.Status, err)
+	}
+	if !strings.Contains(logs.String(), "status=200") {
+		t.Fatalf("fetch limit log line without status=200:\n%s", logs.String())
 	}
 }
 

@@ -17,6 +17,7 @@ type metrics struct {
 	backoffs         prometheus.Counter
 	charsetRepaired  prometheus.Counter
 	charsetConverted prometheus.Counter
+	transportReplays prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		charsetConverted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "micra_fetch_charset_converted_total", Help: "Bodies converted from another charset to UTF-8.",
 		}),
+		transportReplays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "micra_fetch_transport_replays_total",
+			Help: "Requests re-sent by the HTTP transport on its own, after a reused connection closed unanswered: copies the server may have received beyond the requests the crawler decided to send, outside politeness pacing.",
+		}),
 	}
 	m.requests = register(reg, m.requests)
 	m.errors = register(reg, m.errors)
@@ -63,6 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.backoffs = register(reg, m.backoffs)
 	m.charsetRepaired = register(reg, m.charsetRepaired)
 	m.charsetConverted = register(reg, m.charsetConverted)
+	m.transportReplays = register(reg, m.transportReplays)
 	return m
 }
 

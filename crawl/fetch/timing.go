@@ -40,6 +40,18 @@ type hopTiming struct {
 	reused              bool
 	remote              netip.Addr
 	proto               string
+	// writes counts requests written in full. The hop sends one; every
+	// other is the transport re-sending it on a new connection after a
+	// reused one closed unanswered (net/http shouldRetryRequest).
+	writes int
+}
+
+// replays returns how many copies of the hop's request the transport sent
+// beyond the first.
+func (h *hopTiming) replays() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return max(h.writes-1, 0)
 }
 
 func (h *hopTiming) setDNS(d time.Duration) {
@@ -87,6 +99,13 @@ func (h *hopTiming) trace() *httptrace.ClientTrace {
 				}
 			}
 			h.mu.Unlock()
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				h.mu.Lock()
+				h.writes++
+				h.mu.Unlock()
+			}
 		},
 		GotFirstResponseByte: func() {
 			h.mu.Lock()
