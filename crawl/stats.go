@@ -108,6 +108,9 @@ func (e *Engine) Stats() Stats {
 	fs := e.front.Stats()
 	s.Queued, s.ReadyHosts, s.ActiveHosts, s.Seen, s.Scheduled = fs.Queued, fs.ReadyHosts, fs.ActiveHosts, fs.Seen, fs.Scheduled
 	s.Refused = fs.Refused
+	if e.fetcher != nil {
+		s.Replays = e.fetcher.Replays()
+	}
 	var os pack.OutboxStats
 	if e.outbox != nil {
 		os = e.outbox.Stats()
