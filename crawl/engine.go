@@ -134,6 +134,7 @@ type Engine struct {
 	scope   urlnorm.Scope
 	router  Router
 	dns     *dnsCache
+	langs   langHints // the language of pages that do not tell theirs (lang.go)
 
 	st      counters
 	started atomic.Int64 // unix nanos of Run's start

@@ -338,7 +338,14 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 				base = fu
 			}
 		}
-		page = extract.Extract(f.body, base, e.cfg.Extract)
+		opt := e.cfg.Extract
+		if l := e.langs.fallback(it.Host); l != "" { // (else the configured one, if any)
+			opt.FallbackLang = l
+		}
+		page = extract.Extract(f.body, base, opt)
+		if page.LangFrom == extract.LangDetected || page.LangFrom == extract.LangDeclared {
+			e.langs.observe(it.Host, page.Lang) // (never a fallback: a guess would reinforce itself)
+		}
 		rec.Title, rec.Lang, rec.Keywords, rec.SimHash = page.Title, page.Lang, page.Keywords, page.SimHash
 		rec.TextBytes, rec.OutLinks = int64(page.TextBytes), page.LinkCount
 		if page.NoIndex {

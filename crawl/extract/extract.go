@@ -2,9 +2,11 @@
 // the host: a single streaming pass with the golang.org/x/net/html tokenizer
 // (no DOM) yields the title, the visible text (scripts, styles and comments
 // dropped), the links (resolved against <base>, rel=nofollow and meta robots
-// honoured), a cheap language guess, a content hash, a SimHash near-duplicate
-// fingerprint and the page's keywords ranked by frequency and position,
-// stemmed with the Snowball stemmers and with stop-words removed.
+// honoured), the page's language (a cheap stop-word vote, else the language
+// <html lang> declares, else one the caller supplies), a content hash, a
+// SimHash near-duplicate fingerprint and the page's keywords ranked by
+// frequency and position, stemmed with the Snowball stemmers and with
+// stop-words removed.
 package extract
 
 import (
@@ -32,6 +34,12 @@ type Options struct {
 	// LinksOnly skips the word work: no keywords, language or SimHash, only
 	// title, text size, links and content hash (link discovery, noindex pages).
 	LinksOnly bool
+	// FallbackLang is the language code ("en") a page is stemmed in when
+	// the stop-word vote cannot tell its language and <html lang> declares
+	// none: the site's, say, so that a short page indexes "headers" as its
+	// neighbours do. A page declaring a language we do not stem stays
+	// unstemmed; a code we do not stem is ignored.
+	FallbackLang string
 }
 
 func (o *Options) defaults() {
@@ -58,8 +66,9 @@ type Page struct {
 	Text        string // visible text, only with Options.KeepText
 	TextBytes   int
 	Links       []Link
-	LinkCount   int // all links seen, including those beyond MaxLinks
-	Lang        string
+	LinkCount   int        // all links seen, including those beyond MaxLinks
+	Lang        string     // the language the keywords are stemmed in, "" for none
+	LangFrom    LangSource // how Lang was chosen
 	ContentHash [16]byte
 	SimHash     uint64
 	Keywords    []pack.Keyword
@@ -131,6 +140,11 @@ type extractor struct {
 
 	pendingWeight int    // weight of the word being assembled in word
 	nameBuf       []byte // current tag name, lower-cased
+
+	// The first lang attribute of <html> counts, as in HTML parsing.
+	langSeen      bool
+	declared      *language // the language it names, if we stem it
+	declaredOther bool      // it names one we do not stem
 }
 
 var extractorPool = sync.Pool{New: func() any {
@@ -274,6 +288,10 @@ func (x *extractor) startTag(z *html.Tokenizer, name []byte, hasAttr, selfClosin
 		if hasAttr {
 			x.meta(z)
 		}
+	case string(name) == "html":
+		if hasAttr && !x.langSeen {
+			x.htmlLang(z)
+		}
 	case isBlockTag(name):
 		x.breakWord()
 		x.space()
@@ -376,6 +394,21 @@ func (x *extractor) meta(z *html.Tokenizer) {
 			x.page.NoFollow = true
 		case "none":
 			x.page.NoIndex, x.page.NoFollow = true, true
+		}
+	}
+}
+
+func (x *extractor) htmlLang(z *html.Tokenizer) {
+	for {
+		k, v, more := z.TagAttr()
+		if string(k) == "lang" {
+			x.langSeen = true
+			l, named := languageByTag(v)
+			x.declared, x.declaredOther = l, named && l == nil
+			return
+		}
+		if !more {
+			return
 		}
 	}
 }
@@ -572,9 +605,20 @@ func (x *extractor) finish(pageURL *url.URL) {
 		return
 	}
 
-	lang := x.guessLanguage()
+	lang, from := x.guessLanguage(), LangDetected
+	switch {
+	case lang != nil: // what the page says outweighs what it claims
+	case x.declared != nil:
+		lang, from = x.declared, LangDeclared
+	case x.declaredOther:
+		// a page in a language we cannot stem: its site's stemmer would be
+		// wrong, and so would Lang
+	default:
+		lang, _ = languageByTag(x.opt.FallbackLang)
+		from = LangFallback
+	}
 	if lang != nil {
-		p.Lang = lang.code
+		p.Lang, p.LangFrom = lang.code, from
 	}
 	stemmed := make(map[string]uint32, len(x.termList))
 	for i, w := range x.termList {

@@ -34,6 +34,73 @@ var languages = [...]language{
 
 var englishLang = &languages[0]
 
+// LangSource tells how Page.Lang was chosen. Only a page's own language,
+// detected or declared, says anything about its site: a fallback is the
+// caller's guess coming back.
+type LangSource uint8
+
+const (
+	LangNone     LangSource = iota // no language: words are kept unstemmed
+	LangDetected                   // the stop-word vote
+	LangDeclared                   // <html lang>, the vote being inconclusive
+	LangFallback                   // Options.FallbackLang
+)
+
+func (s LangSource) String() string {
+	switch s {
+	case LangDetected:
+		return "detected"
+	case LangDeclared:
+		return "declared"
+	case LangFallback:
+		return "fallback"
+	}
+	return "none"
+}
+
+// languageByTag returns the language we stem that the primary subtag of a
+// BCP 47 tag names, case-insensitively ("en-US", "EN" → en; "nb" → no).
+// named reports whether the tag names a language at all (two or three
+// letters, not "und" or "mul"): an empty or malformed one, a template's
+// "{{lang}}", declares nothing. It allocates nothing: it runs on every page.
+func languageByTag[T string | []byte](tag T) (l *language, named bool) {
+	i := 0
+	for i < len(tag) && asciiSpace(tag[i]) {
+		i++
+	}
+	var b [3]byte
+	n := 0
+	for ; i < len(tag); i++ {
+		c := tag[i]
+		if c == '-' || c == '_' || asciiSpace(c) {
+			break
+		}
+		if c |= 0x20; c < 'a' || c > 'z' || n == len(b) { // (| 0x20 lower-cases an ASCII letter)
+			return nil, false
+		}
+		b[n] = c
+		n++
+	}
+	if n < 2 {
+		return nil, false
+	}
+	code := b[:n]
+	switch string(code) {
+	case "und", "mul": // undetermined, several
+		return nil, false
+	case "nb": // Bokmål, the Norwegian of the Snowball stemmer
+		code = append(code[:0], "no"...)
+	}
+	for i := range languages {
+		if languages[i].code == string(code) {
+			return &languages[i], true
+		}
+	}
+	return nil, true
+}
+
+func asciiSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' }
+
 // guessLanguage picks the language whose stop-words occur most often. Only
 // repeated words vote on longer pages: function words are the most frequent
 // words of any text, and the vote then costs a few hundred lookups per page.
