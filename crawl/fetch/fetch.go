@@ -466,8 +466,14 @@ func (f *Fetcher) hop(ctx context.Context, u *url.URL, method string, req Reques
 		ht.mu.Unlock()
 		res.timing.Remote = res.remote
 		// Rest: derived from this request's duration, floored and capped;
-		// a longer (capped) Crawl-delay wins.
-		d := time.Duration(f.cfg.DelayFactor * float64(res.timing.Total))
+		// a longer (capped) Crawl-delay wins. A body cut off by the
+		// slow-body deadline measures that URL, not the server's load: its
+		// rest follows the time to the first byte.
+		took := res.timing.Total
+		if ferr != nil && ferr.Reason == ReasonSlowBody {
+			took = res.timing.FirstByte
+		}
+		d := time.Duration(f.cfg.DelayFactor * float64(took))
 		if f.cfg.DelayFactor < 0 {
 			d = 0
 		}

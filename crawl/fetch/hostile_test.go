@@ -230,6 +230,37 @@ func TestHostileSlowDripStatus(t *testing.T) {
 	}
 }
 
+// A body cut off by the slow-body deadline says that URL drips, not that
+// the server is loaded: the host's rest follows the time to the first
+// byte, not the deadline (×DelayFactor: 10 × 200 ms would hold the host's
+// other URLs for 2 s).
+func TestSlowBodyRestFollowsFirstByte(t *testing.T) {
+	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	const deadline = 200 * time.Millisecond
+	f := testFetcher(t, func(c *Config) {
+		c.SlowBodyDeadline, c.DelayFactor, c.MaxDelay = deadline, 10, time.Hour
+	})
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/drip"})
+	wantReason(t, err, ReasonSlowBody)
+	if rest := time.Until(f.HostReadyAt(srv.URL + "/other")); rest >= 10*deadline/2 {
+		t.Fatalf("host rests %v after a dripping URL: want the rest of its time to first byte, not of the deadline", rest)
+	}
+}
+
 func TestHostileHangBeforeHeaders(t *testing.T) {
 	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
 		select {
