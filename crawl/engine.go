@@ -454,8 +454,10 @@ func (e *Engine) readmitRefused(ctx context.Context) error {
 	err := e.front.EachRefused(func(it frontier.Item) error {
 		ok, checked := allowed[it.Host]
 		if !checked {
+			// only the guard keeps a URL back: a resolution failure now
+			// is the fetch's to meet and report
 			u, err := url.Parse(it.URL)
-			ok = err == nil && e.fetcher.CheckURL(ctx, u) == nil
+			ok = err == nil && !errors.Is(e.fetcher.CheckURL(ctx, u), fetch.ErrGuard)
 			allowed[it.Host] = ok
 		}
 		if !ok {
