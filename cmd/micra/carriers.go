@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -105,64 +104,6 @@ func eachCarrier(errw io.Writer, args []string, fn func(path string, size int64,
 	return nil
 }
 
-// recordJSON is the JSON form of a record: enums as words, hashes in hex,
-// durations in milliseconds.
-type recordJSON struct {
-	Carrier      string         `json:"carrier"`
-	URL          string         `json:"url"`
-	FinalURL     string         `json:"final_url,omitempty"`
-	Status       int            `json:"status"`
-	Source       string         `json:"source"`
-	Change       string         `json:"change"`
-	FetchedAt    time.Time      `json:"fetched_at"`
-	DNSMs        float64        `json:"dns_ms"`
-	ConnectMs    float64        `json:"connect_ms"`
-	FirstByteMs  float64        `json:"first_byte_ms"`
-	TotalMs      float64        `json:"total_ms"`
-	WireBytes    int64          `json:"wire_bytes"`
-	BodyBytes    int64          `json:"body_bytes"`
-	TextBytes    int64          `json:"text_bytes"`
-	ContentType  string         `json:"content_type,omitempty"`
-	Title        string         `json:"title,omitempty"`
-	Lang         string         `json:"lang,omitempty"`
-	Keywords     []pack.Keyword `json:"keywords,omitempty"`
-	OutLinks     int            `json:"outlinks"`
-	ContentHash  string         `json:"content_hash"`
-	SimHash      string         `json:"simhash"`
-	ETag         string         `json:"etag,omitempty"`
-	LastModified string         `json:"last_modified,omitempty"`
-	CrawlerID    string         `json:"crawler"`
-	Flags        []string       `json:"flags,omitempty"`
-	Error        string         `json:"error,omitempty"`
-}
-
-func recordMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func recordFlags(f uint8) []string {
-	var out []string
-	for _, x := range []struct {
-		bit  uint8
-		name string
-	}{{pack.FlagNoIndex, "noindex"}, {pack.FlagNoFollow, "nofollow"}, {pack.FlagTruncated, "truncated"}} {
-		if f&x.bit != 0 {
-			out = append(out, x.name)
-		}
-	}
-	return out
-}
-
-func recordToJSON(carrier string, r *pack.Record) recordJSON {
-	return recordJSON{
-		Carrier: carrier, URL: r.URL, FinalURL: r.FinalURL, Status: r.Status, Source: r.Source.String(),
-		Change: r.Change.String(), FetchedAt: r.FetchedAt.UTC(),
-		DNSMs: recordMs(r.Timing.DNS), ConnectMs: recordMs(r.Timing.Connect), FirstByteMs: recordMs(r.Timing.FirstByte), TotalMs: recordMs(r.Timing.Total),
-		WireBytes: r.WireBytes, BodyBytes: r.BodyBytes, TextBytes: r.TextBytes, ContentType: r.ContentType,
-		Title: r.Title, Lang: r.Lang, Keywords: r.Keywords, OutLinks: r.OutLinks,
-		ContentHash: hex.EncodeToString(r.ContentHash[:]), SimHash: fmt.Sprintf("%016x", r.SimHash),
-		ETag: r.ETag, LastModified: r.LastModified, CrawlerID: r.CrawlerID, Flags: recordFlags(r.Flags), Error: r.Error,
-	}
-}
-
 func carriersCat(w, errw io.Writer, args []string, asJSON bool, keywords int) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -171,7 +112,7 @@ func carriersCat(w, errw io.Writer, args []string, asJSON bool, keywords int) er
 		for i := range recs {
 			r := &recs[i]
 			if asJSON {
-				if err := enc.Encode(recordToJSON(id, r)); err != nil {
+				if err := enc.Encode(r.JSON(id)); err != nil {
 					return err
 				}
 				continue

@@ -79,6 +79,9 @@ func TestCarriersCat(t *testing.T) {
 		r0["flags"].([]any)[0] != "nofollow" {
 		t.Errorf("first record %v", r0)
 	}
+	if kw := r0["keywords"].([]any)[0].(map[string]any); kw["term"] == nil || kw["weight"] == nil {
+		t.Errorf("keywords not snake_case: %v", kw)
+	}
 	if r1["final_url"] != "http://a.test/y" || r1["total_ms"] != 1.5 || r1["change"] != "changed" {
 		t.Errorf("second record %v", r1)
 	}
