@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"sync"
 	"time"
 
@@ -146,6 +147,40 @@ func Decode(data []byte) (Header, []Record, error) {
 	if err != nil {
 		return h, nil, fmt.Errorf("pack: carrier %s-%d: decompress: %w", h.CrawlerID, h.Seq, err)
 	}
+	return decodePayload(h, payload)
+}
+
+// ErrTooLarge is returned (wrapped) by DecodeWithin for a carrier above its
+// limit.
+var ErrTooLarge = errors.New("pack: carrier above the size limit")
+
+// DecodeWithin is Decode for input from others (the sink): a carrier whose
+// header claims more than maxRaw decompressed bytes is refused before any
+// work, and decompression stops at the size the header claims, so a
+// forged carrier (a decompression bomb) costs at most maxRaw bytes.
+func DecodeWithin(data []byte, maxRaw int) (Header, []Record, error) {
+	h, compressed, err := DecodeHeader(data)
+	if err != nil {
+		return h, nil, err
+	}
+	if h.RawBytes > maxRaw {
+		return h, nil, fmt.Errorf("%w: carrier %s-%d claims %d raw bytes, limit %d", ErrTooLarge, h.CrawlerID, h.Seq, h.RawBytes, maxRaw)
+	}
+	dec, err := zstd.NewReader(bytes.NewReader(compressed), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxRaw)+1))
+	if err != nil {
+		return h, nil, err
+	}
+	defer dec.Close()
+	payload := make([]byte, 0, h.RawBytes)
+	buf := bytes.NewBuffer(payload)
+	if _, err := buf.ReadFrom(io.LimitReader(dec, int64(h.RawBytes)+1)); err != nil {
+		return h, nil, fmt.Errorf("pack: carrier %s-%d: decompress: %w", h.CrawlerID, h.Seq, err)
+	}
+	return decodePayload(h, buf.Bytes())
+}
+
+// decodePayload decodes a carrier's decompressed payload into its records.
+func decodePayload(h Header, payload []byte) (Header, []Record, error) {
 	if len(payload) != h.RawBytes {
 		return h, nil, fmt.Errorf("pack: carrier %s-%d: payload is %d bytes, header says %d", h.CrawlerID, h.Seq, len(payload), h.RawBytes)
 	}

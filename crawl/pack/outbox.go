@@ -22,6 +22,13 @@ type Receiver interface {
 	Deliver(ctx context.Context, c Carrier) error
 }
 
+// ErrRejected, wrapped in a Receiver's error, says the receiver will never
+// take the carrier (malformed, too large, not this sender's to send):
+// retrying cannot help, so the outbox moves it aside (kept on disk, under
+// its "bad/" keys, and logged) instead of holding every later carrier
+// behind it. Any other error is retried.
+var ErrRejected = errors.New("pack: carrier rejected by the receiver")
+
 // Options configure an Outbox. Zero values take the defaults noted.
 type Options struct {
 	CrawlerID string
@@ -78,6 +85,9 @@ type OutboxStats struct {
 	RawBytesSealed    int64 // uncompressed record payload
 	BytesDelivered    int64
 	DeliveryErrors    int64
+	// CarriersAside counts carriers moved aside since Open: corrupt, or
+	// rejected by the receiver (ErrRejected).
+	CarriersAside int64
 }
 
 // Outbox packs records into carriers and keeps every carrier in Badger until
@@ -395,27 +405,17 @@ func (o *Outbox) deliverNext(ctx context.Context) (bool, error) {
 	if err != nil {
 		// A corrupt carrier can never be delivered; keep it aside rather than block forever.
 		o.log.Error("corrupt carrier in outbox, moved aside", "key", string(key), "err", err)
-		if err := o.db.Update(func(txn *badger.Txn) error {
-			if err := txn.Set(append([]byte(o.opt.KeyPrefix+"bad/"), key...), data); err != nil {
-				return err
-			}
-			return txn.Delete(key)
-		}); err != nil {
-			return false, err
-		}
-		o.mu.Lock()
-		o.stats.PendingCarriers-- // no longer pending: Drain must not wait for it
-		o.mu.Unlock()
-		select {
-		case o.delivered <- struct{}{}:
-		default:
-		}
-		return true, nil
+		return true, o.moveAside(key, data)
 	}
 	c := Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq, Created: h.Created, Records: h.Records, RawBytes: h.RawBytes, Data: data}
 	dctx, cancel := context.WithTimeout(ctx, o.opt.DeliverTimeout)
 	err = o.recv.Deliver(dctx, c)
 	cancel()
+	if errors.Is(err, ErrRejected) {
+		o.log.Error("carrier rejected by the receiver, moved aside", "carrier", c.ID(), "records", c.Records, "err", err)
+		o.mErrors.Inc()
+		return true, o.moveAside(key, data)
+	}
 	if err != nil {
 		o.mu.Lock()
 		o.stats.DeliveryErrors++
@@ -437,6 +437,28 @@ func (o *Outbox) deliverNext(ctx context.Context) (bool, error) {
 	default:
 	}
 	return true, nil
+}
+
+// moveAside keeps a carrier that can never be delivered under the "bad/"
+// keys, out of the delivery order.
+func (o *Outbox) moveAside(key, data []byte) error {
+	if err := o.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(append([]byte(o.opt.KeyPrefix+"bad/"), key...), data); err != nil {
+			return err
+		}
+		return txn.Delete(key)
+	}); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.stats.PendingCarriers-- // no longer pending: Drain must not wait for it
+	o.stats.CarriersAside++
+	o.mu.Unlock()
+	select {
+	case o.delivered <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // Drain seals pending records and waits until every carrier is acknowledged

@@ -1,0 +1,98 @@
+package pack
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rejectFirst refuses the first carrier for good and takes the others.
+type rejectFirst struct {
+	mu   sync.Mutex
+	seen []uint64
+}
+
+func (r *rejectFirst) Deliver(_ context.Context, c Carrier) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, c.Seq)
+	if c.Seq == 0 {
+		return fmt.Errorf("sink said MALFORMED: %w", ErrRejected)
+	}
+	return nil
+}
+
+// A carrier the receiver rejects for good is moved aside (kept, logged)
+// and the carriers behind it are delivered: it does not hold them for ever.
+func TestRejectedCarrierMovedAside(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	recv := &rejectFirst{}
+	ob, ctx, stop := runOutbox(t, db, recv, Options{CrawlerID: "c1", MaxHold: time.Hour})
+	defer stop()
+	for i := range 2 {
+		r := sampleRecord(i)
+		if err := ob.Add(ctx, &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := ob.Drain(dctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	st := ob.Stats()
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if st.CarriersAside != 1 || st.CarriersDelivered != 1 || len(recv.seen) != 2 {
+		t.Fatalf("stats %+v, deliveries %v; want the rejected carrier aside and the next delivered", st, recv.seen)
+	}
+}
+
+// DecodeWithin refuses a carrier claiming more than its limit before
+// decompressing, and a bomb (a small header claim, a huge payload) costs no
+// more than the claim.
+func TestDecodeWithinBounds(t *testing.T) {
+	r := sampleRecord(1)
+	c := EncodeCarrier("c1", 1, time.Now(), []Record{r})
+	if _, recs, err := DecodeWithin(c.Data, 1<<20); err != nil || len(recs) != 1 {
+		t.Fatalf("a good carrier: %v", err)
+	}
+	if _, _, err := DecodeWithin(c.Data, 10); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a carrier over the limit: %v", err)
+	}
+	// a payload of 64 MiB of zeros compresses to a few KiB; the header
+	// below claims 100 bytes
+	bomb := Seal("c1", 2, time.Now(), 1, make([]byte, 64<<20))
+	h, compressed, err := DecodeHeader(bomb.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := encodeRawClaim(t, h, compressed, 100)
+	if _, _, err := DecodeWithin(forged, 1<<20); err == nil {
+		t.Fatal("a bomb accepted")
+	}
+}
+
+// encodeRawClaim rebuilds a carrier's header with another claim of
+// its decompressed size, over the same (valid, checksummed) payload.
+func encodeRawClaim(t *testing.T, h Header, compressed []byte, raw uint64) []byte {
+	t.Helper()
+	b := append([]byte(nil), carrierMagic[:]...)
+	b = append(b, CarrierVersion)
+	b = appendString(b, h.CrawlerID)
+	b = binary.AppendUvarint(b, h.Seq)
+	b = binary.AppendVarint(b, h.Created.UnixMicro())
+	b = binary.AppendUvarint(b, uint64(h.Records))
+	b = binary.AppendUvarint(b, raw)
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(compressed, crcTable))
+	return append(b, compressed...)
+}
