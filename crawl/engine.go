@@ -448,10 +448,18 @@ func (e *Engine) readmitRefused(ctx context.Context) error {
 	if e.fetcher == nil || e.front.Stats().Refused == 0 {
 		return nil
 	}
+	// read first, resolve after: no Badger transaction open across DNS
+	var refused []frontier.Item
+	if err := e.front.EachRefused(func(it frontier.Item) error {
+		refused = append(refused, it)
+		return nil
+	}); err != nil {
+		return err
+	}
 	allowed := map[string]bool{} // per host key: one check each
 	var again []frontier.Item
 	still := 0
-	err := e.front.EachRefused(func(it frontier.Item) error {
+	for _, it := range refused {
 		ok, checked := allowed[it.Host]
 		if !checked {
 			// only the guard keeps a URL back: a resolution failure now
@@ -460,15 +468,14 @@ func (e *Engine) readmitRefused(ctx context.Context) error {
 			ok = err == nil && !errors.Is(e.fetcher.CheckURL(ctx, u), fetch.ErrGuard)
 			allowed[it.Host] = ok
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !ok {
 			still++
-			return ctx.Err()
+			continue
 		}
 		again = append(again, it)
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	n, err := e.front.Readmit(again)
 	if err != nil {
@@ -751,6 +758,9 @@ func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.I
 	}
 	if skipped {
 		e.front.Rewind(host) // serve the file-root items taken meanwhile
+	}
+	for _, it := range batch {
+		e.retryAt.Delete(it.URL) // (waiting to be retried here: not any more)
 	}
 	e.st.withdrawn.Add(int64(len(batch)))
 	e.log.Debug("queued URLs withdrawn: their host is another crawler's now", "host", host, "urls", len(batch))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -51,5 +52,25 @@ func TestRefusedSeedsKeptForARunThatMayReachThem(t *testing.T) {
 	if st.Fetched != 2 || st.Refused != 0 || hits()["/"] != 1 || hits()["/a"] != 1 {
 		t.Fatalf("with AllowPrivate: fetched %d, refused %d, server hits %v; want the refused seed and its link crawled",
 			st.Fetched, st.Refused, hits())
+	}
+}
+
+// A URL whose redirect leads to an address the guard refuses is not kept
+// as refused: its own address was reachable, and a later run would only
+// fetch it again to be refused again. It fails like any other URL.
+func TestRedirectToARefusedAddressIsAFailure(t *testing.T) {
+	srv, hits := countingServer(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		http.Redirect(w, r, "http://127.0.0.2:9/private", http.StatusFound)
+	})
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Concurrency: 1,
+		Fetch: fetch.Config{AllowPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, NoDelay: true,
+			DelayFactor: -1, Logger: quiet},
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if st := eng.Stats(); st.Refused != 0 || st.ByReason["guard"] != 1 || hits()["/"] != 1 {
+		t.Fatalf("refused %d, errors %v, hits %v; want the redirecting URL failed under guard, not kept", st.Refused, st.ByReason, hits())
 	}
 }

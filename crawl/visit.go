@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/extract"
@@ -33,7 +34,10 @@ type fetched struct {
 	notModified  bool // 304, or an unchanged modification time for files
 	gone         bool // 404/410 or file removed
 	otherFailure string
-	permanent    bool // the failure will not pass by itself (host name gone)
+	// refusedHere: the address guard refused the URL's own host (not a
+	// redirect's target on another host): a later run may reach it.
+	refusedHere bool
+	permanent   bool // the failure will not pass by itself (host name gone)
 	// After redirects: the final hop's validators and timing, the
 	// redirect target's own (etag, lm and timing above are the source's).
 	targetETag, targetLM string
@@ -98,12 +102,14 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		}
 		e.retryAt.Store(it.URL, at)
 		return time.Time{}
-	case f.otherFailure == string(fetch.ReasonGuard) && !known:
-		// this run may not reach the address (a private one, without
-		// AllowPrivate): kept apart, not consumed, for a run that may
-		e.countError(f.otherFailure)
+	case f.refusedHere && !known:
+		// this run may not reach the URL's own address (a private one,
+		// without AllowPrivate): kept apart, not consumed, for a run that
+		// may — not an error (Stats.Refused counts it)
 		if err := e.front.Refuse(it); err != nil {
-			e.log.Error("frontier: refuse", "url", it.URL, "err", err)
+			e.log.Error("frontier: refuse, URL given up", "url", it.URL, "err", err)
+			e.countError(f.otherFailure)
+			e.done(it, nil)
 		}
 	case f.otherFailure != "":
 		e.retries.forget(it.URL)
@@ -225,7 +231,8 @@ func (e *Engine) fetchHTTP(ctx context.Context, it frontier.Item, rt Route, hist
 		}
 		var dnsErr *net.DNSError
 		return fetched{fetchedAt: now, otherFailure: string(fetch.ReasonOf(err)),
-			permanent: errors.As(err, &dnsErr) && dnsErr.IsNotFound}, time.Time{}
+			permanent:   errors.As(err, &dnsErr) && dnsErr.IsNotFound,
+			refusedHere: fe != nil && fe.Reason == fetch.ReasonGuard && sameHost(fe.URL, it.URL)}, time.Time{}
 	}
 	e.robotsRetry.forget(it.Host)
 	e.backoffs.forget(it.URL)
@@ -685,4 +692,15 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// sameHost reports whether two URLs name the same host and port (a
+// failure of robots.txt or of a same-host redirect hop is the URL's own).
+func sameHost(a, b string) bool {
+	ua, err := url.Parse(a)
+	if err != nil {
+		return false
+	}
+	ub, err := url.Parse(b)
+	return err == nil && strings.EqualFold(ua.Host, ub.Host)
 }

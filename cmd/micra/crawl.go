@@ -279,12 +279,15 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 // it was given: every URL failed or was refused by the address guard. (A
 // resumed crawl with nothing left to do fetches nothing too, and is fine.)
 func nothingCrawled(s crawl.Stats, allowPrivate bool) error {
-	if s.Fetched+s.NotModified > 0 || (s.Errors == 0 && s.Refused == 0) {
+	// refused URLs kept from earlier runs count only when they are all the
+	// crawl ever had: a finished crawl with a refused link is fine
+	onlyRefused := s.Refused > 0 && s.Seen <= s.Refused
+	if s.Fetched+s.NotModified > 0 || (s.Errors == 0 && !onlyRefused) {
 		return nil
 	}
 	var parts []string
-	if failed := s.Errors - s.ByReason[string(fetch.ReasonGuard)]; failed > 0 {
-		parts = append(parts, plural(failed, "URL")+" failed (reasons above)")
+	if s.Errors > 0 {
+		parts = append(parts, plural(s.Errors, "URL")+" failed (reasons above)")
 	}
 	if s.Refused > 0 {
 		p := plural(s.Refused, "URL") + " refused by the address guard (private, loopback or reserved addresses), kept"

@@ -224,3 +224,23 @@ func TestCrawlOfRefusedSeedsFails(t *testing.T) {
 		t.Fatalf("crawl of a refused loopback seed: %v; want a non-zero exit naming --allow-private", err)
 	}
 }
+
+// A finished crawl with a refused link (a page linking to a loopback
+// address) run again has nothing left to do: that is no failure.
+func TestCrawlFinishedWithARefusedLinkIsFine(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "site")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "index.html"), []byte(`<title>home</title><a href="http://127.0.0.1:9/">local</a>`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := &crawlOptions{out: filepath.Join(dir, "out"), fileRoots: []string{root + "=http://site.example/"}, concurrency: 1,
+		perIP: 1, maxDepth: 2, maxPages: 10, progress: -1, userAgent: "micra-test (+http://example.invalid/)"}
+	for run := 1; run <= 2; run++ {
+		if err := runCrawl(context.Background(), o); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+}

@@ -115,12 +115,12 @@ func (f *Frontier) Readmit(items []Item) (int, error) {
 			}
 			return nil
 		})
-		f.smu.Lock()
-		f.stats.Refused -= int64(removed)
-		f.smu.Unlock()
 		if err != nil {
 			return n, err
 		}
+		f.smu.Lock()
+		f.stats.Refused -= int64(removed)
+		f.smu.Unlock()
 	}
 	return n, nil
 }
