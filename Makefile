@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests get a generous timeout; the whole suite must stay well under 15 minutes.
 TESTFLAGS ?= -timeout 12m
 
-.PHONY: all build test race bench run snapshot geo lint fmt clean
+.PHONY: all build test race bench run snapshot geo lint fmt clean overlay-proto sink-proto
 
 all: build
 
@@ -55,6 +55,10 @@ bench-frontier: build
 # Regenerate overlay/pb/overlay.pb.go with buf and protoc-gen-go v1.36.12 (fetched by go run: no protoc needed; the output is committed).
 overlay-proto:
 	cd overlay/pb && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate
+
+# Regenerate node/sink/pb/sink.pb.go the same way.
+sink-proto:
+	cd node/sink/pb && go run github.com/bufbuild/buf/cmd/buf@v1.75.0 generate
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -269,3 +269,31 @@ func inFlight(size int) time.Duration {
 }
 
 func protocolID(s string) protocol.ID { return protocol.ID(s) }
+
+// RoundTrip is roundTrip for the protocols other packages run on an
+// overlay host (the index sink's carrier protocol): one length-prefixed
+// protobuf request of at most max bytes, one response, bounded by ctx and
+// by timeout plus the request's size at the slowest rate a peer is given.
+func RoundTrip(ctx context.Context, h interface {
+	NewStream(context.Context, peer.ID, ...protocol.ID) (network.Stream, error)
+}, p peer.ID, pid protocol.ID, max int, timeout time.Duration, req, resp proto.Message) error {
+	return roundTrip(ctx, h, p, pid, max, timeout, req, resp)
+}
+
+// ServeRequest is the server side of RoundTrip: it reads one request of at
+// most max bytes from s (a peer that stalls is dropped after timeout),
+// writes handle's answer and closes s. handle may take its time (a
+// durable commit): the answer gets timeout of its own.
+func ServeRequest(s network.Stream, max int, timeout time.Duration, req proto.Message, handle func() proto.Message) {
+	defer s.Close()
+	st := newIdleStream(s, max, timeout, time.Now().Add(exchangeBudget(timeout, max)))
+	if err := st.read(req); err != nil {
+		s.Reset()
+		return
+	}
+	resp := handle()
+	st.setEnd(time.Now().Add(timeout))
+	if err := st.write(resp); err != nil {
+		s.Reset()
+	}
+}

@@ -1,0 +1,231 @@
+package sink
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+)
+
+const entryVersion = 1
+
+var errDamaged = errors.New("damaged value")
+
+// encode: version, carrier id, ingest time (µs), overlap, record.
+func (e *Entry) encode() []byte {
+	b := binary.AppendUvarint(nil, entryVersion)
+	b = appendString(b, e.Carrier)
+	b = binary.AppendVarint(b, e.IngestedAt.UnixMicro())
+	if e.Overlap {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return e.Record.AppendBinary(b)
+}
+
+func (e *Entry) decode(b []byte) error {
+	d := reader{b: b}
+	if d.uvarint() != entryVersion {
+		return errDamaged
+	}
+	e.Carrier = d.string()
+	e.IngestedAt = time.UnixMicro(d.varint()).UTC()
+	e.Overlap = d.byte() == 1
+	if d.err != nil {
+		return d.err
+	}
+	return e.Record.UnmarshalBinary(d.b)
+}
+
+// pageState is what the sink keeps per page beside the log: its recent
+// changes (log sequences, newest last) and the crawlers that delivered it.
+type pageState struct {
+	history  []uint64
+	crawlers []string
+}
+
+// maxPageCrawlers bounds the crawlers remembered per page (overlap needs
+// only whether the deliverer is a new one).
+const maxPageCrawlers = 8
+
+func (p *pageState) hasCrawler(c string) bool {
+	for _, x := range p.crawlers {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pageState) add(crawler string, seq uint64, history int) {
+	p.history = append(p.history, seq)
+	if len(p.history) > history {
+		p.history = p.history[len(p.history)-history:]
+	}
+	if !p.hasCrawler(crawler) {
+		p.crawlers = append(p.crawlers, crawler)
+		if len(p.crawlers) > maxPageCrawlers {
+			p.crawlers = p.crawlers[1:]
+		}
+	}
+}
+
+func (p *pageState) encode() []byte {
+	b := binary.AppendUvarint(nil, uint64(len(p.history)))
+	for _, s := range p.history {
+		b = binary.AppendUvarint(b, s)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.crawlers)))
+	for _, c := range p.crawlers {
+		b = appendString(b, c)
+	}
+	return b
+}
+
+func (p *pageState) decode(b []byte) error {
+	d := reader{b: b}
+	n := d.uvarint()
+	if n > 1<<16 {
+		return errDamaged
+	}
+	p.history = make([]uint64, 0, n)
+	for range n {
+		p.history = append(p.history, d.uvarint())
+	}
+	n = d.uvarint()
+	if n > maxPageCrawlers {
+		return errDamaged
+	}
+	for range n {
+		p.crawlers = append(p.crawlers, d.string())
+	}
+	return d.err
+}
+
+func (c Counts) encode() []byte {
+	b := []byte{}
+	for _, v := range []int64{c.Records, c.Pages, c.Carriers, c.Duplicates, c.Overlap} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+func decodeCounts(b []byte, c *Counts) error {
+	d := reader{b: b}
+	for _, p := range []*int64{&c.Records, &c.Pages, &c.Carriers, &c.Duplicates, &c.Overlap} {
+		*p = d.varint()
+	}
+	return d.err
+}
+
+func (c CrawlerCounts) encode() []byte {
+	b := binary.AppendVarint(nil, c.Carriers)
+	b = binary.AppendVarint(b, c.Records)
+	b = binary.AppendVarint(b, c.Overlap)
+	return binary.AppendVarint(b, c.LastSeen.UnixMicro())
+}
+
+func decodeCrawler(b []byte, c *CrawlerCounts) error {
+	d := reader{b: b}
+	c.Carriers, c.Records, c.Overlap = d.varint(), d.varint(), d.varint()
+	c.LastSeen = time.UnixMicro(d.varint()).UTC()
+	return d.err
+}
+
+// match reports whether r passes the filter.
+func (f Filter) match(r *pack.Record) bool {
+	if f.Changed && r.Change != pack.ChangeNew && r.Change != pack.ChangeChanged {
+		return false
+	}
+	if f.Lang != "" && !strings.EqualFold(r.Lang, f.Lang) {
+		return false
+	}
+	if f.Host != "" || f.Suffix != "" {
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			return false
+		}
+		host := strings.ToLower(u.Hostname())
+		if f.Host != "" && host != strings.ToLower(f.Host) {
+			return false
+		}
+		if sfx := strings.ToLower(strings.TrimPrefix(f.Suffix, ".")); sfx != "" && host != sfx && !strings.HasSuffix(host, "."+sfx) {
+			return false
+		}
+	}
+	if f.Keyword != "" {
+		found := false
+		for _, k := range r.Keywords {
+			if strings.EqualFold(k.Term, f.Keyword) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes the sink's values; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (d *reader) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errDamaged
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *reader) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errDamaged
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *reader) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = errDamaged
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *reader) string() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errDamaged
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

@@ -1,0 +1,188 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+)
+
+// StreamRecord is one line of the NDJSON stream and one SSE event's data:
+// the change-log position, then the record (pack.RecordJSON's fields,
+// flattened). docs/sink.md documents it.
+type StreamRecord struct {
+	Seq        uint64    `json:"seq"`
+	IngestedAt time.Time `json:"ingested_at"`
+	Overlap    bool      `json:"overlap,omitempty"`
+	pack.RecordJSON
+}
+
+func streamRecord(e *Entry) StreamRecord {
+	return StreamRecord{Seq: e.Seq, IngestedAt: e.IngestedAt, Overlap: e.Overlap, RecordJSON: e.Record.JSON(e.Carrier)}
+}
+
+// Status is the sink's status document (GET /v1/status).
+type Status struct {
+	Head     uint64          `json:"head"` // sequence of the last committed record
+	Counts   Counts          `json:"counts"`
+	Crawlers []CrawlerCounts `json:"crawlers"`
+}
+
+// Handler serves the sink's HTTP API:
+//
+//	GET /v1/records?after=SEQ&limit=N&follow=1&host=H&suffix=D&keyword=K&lang=L&changed=1
+//	    NDJSON, one StreamRecord per line, in change-log order; with follow
+//	    the response stays open and streams new records as they commit
+//	GET /v1/events?after=SEQ&…  the same as Server-Sent Events (id: seq;
+//	    a reconnecting EventSource resumes from Last-Event-ID)
+//	GET /v1/status             Status as JSON
+//
+// A subscriber that resumes from the last seq it saw receives every record
+// after it exactly once, in order.
+func Handler(s *Store, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/records", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, false) })
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, true) })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		c, cr := s.Counts()
+		sort.Slice(cr, func(i, j int) bool { return cr[i].Crawler < cr[j].Crawler })
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(Status{Head: s.Head(), Counts: c, Crawlers: cr})
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+type streamQuery struct {
+	after  uint64
+	limit  int // 0: no limit
+	follow bool
+	filter Filter
+}
+
+func parseQuery(r *http.Request, sse bool) (streamQuery, error) {
+	q := r.URL.Query()
+	var sq streamQuery
+	var err error
+	after := q.Get("after")
+	if after == "" && sse {
+		after = r.Header.Get("Last-Event-ID")
+	}
+	if after != "" {
+		if sq.after, err = strconv.ParseUint(after, 10, 64); err != nil {
+			return sq, fmt.Errorf("after=%q: want a record sequence number (0 for the start)", after)
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		if sq.limit, err = strconv.Atoi(l); err != nil || sq.limit < 0 {
+			return sq, fmt.Errorf("limit=%q: want a count ≥ 0 (0: no limit)", l)
+		}
+	}
+	boolean := func(name string) (bool, error) {
+		v := q.Get(name)
+		if v == "" {
+			return false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s=%q: want true or false", name, v)
+		}
+		return b, nil
+	}
+	if sq.follow, err = boolean("follow"); err != nil {
+		return sq, err
+	}
+	if sse {
+		sq.follow = true
+	}
+	if sq.filter.Changed, err = boolean("changed"); err != nil {
+		return sq, err
+	}
+	sq.filter.Host, sq.filter.Suffix, sq.filter.Keyword, sq.filter.Lang = q.Get("host"), q.Get("suffix"), q.Get("keyword"), q.Get("lang")
+	return sq, nil
+}
+
+func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
+	sq, err := parseQuery(r, sse)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if sse {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
+	w.Header().Set("X-Micra-Head", strconv.FormatUint(s.Head(), 10))
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	ctx := r.Context()
+	cursor, sent := sq.after, 0
+	for ctx.Err() == nil {
+		batch := 1000
+		if sq.limit > 0 {
+			batch = min(batch, sq.limit-sent)
+		}
+		es, last, err := s.Read(cursor, batch, sq.filter)
+		if err != nil {
+			// the stream may have begun: a line the client cannot parse
+			// rather than a silent end it would take for the head
+			fmt.Fprintf(w, "{\"error\":%q}\n", err.Error())
+			return
+		}
+		for i := range es {
+			if sse {
+				fmt.Fprintf(w, "id: %d\nevent: record\ndata: ", es[i].Seq)
+			}
+			if err := enc.Encode(streamRecord(&es[i])); err != nil {
+				return
+			}
+			if sse {
+				fmt.Fprint(w, "\n")
+			}
+		}
+		sent += len(es)
+		cursor = last
+		if flusher != nil && len(es) > 0 {
+			flusher.Flush()
+		}
+		if sq.limit > 0 && sent >= sq.limit {
+			return
+		}
+		if last < s.Head() {
+			continue // more to scan
+		}
+		if !sq.follow {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		more := s.Wait(wctx, cursor)
+		cancel()
+		if !more && ctx.Err() == nil {
+			if wctx.Err() == nil {
+				return // the store closed
+			}
+			// idle: a comment (SSE) or a blank line keeps proxies from
+			// closing a quiet stream; NDJSON readers skip blank lines
+			if sse {
+				fmt.Fprint(w, ": idle\n\n")
+			} else {
+				fmt.Fprint(w, "\n")
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+	}
+}

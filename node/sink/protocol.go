@@ -1,0 +1,135 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink/pb"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// ProtoCarrier is the libp2p protocol crawlers deliver carriers on.
+const ProtoCarrier protocol.ID = "/micra/carrier/1"
+
+const wireVersion = 1
+
+// maxPushMsg bounds a push message: the largest carrier the sink takes by
+// default plus the framing.
+const maxPushMsg = 8<<20 + 1<<10
+
+// Server answers ProtoCarrier on a libp2p host: the sender's identity is
+// the peer the stream comes from (authenticated by the libp2p handshake),
+// and it must be the carrier's crawler.
+type Server struct {
+	Store *Store
+	// Admit, if set, may refuse a sender (not a member of the network).
+	Admit func(peer.ID) error
+	// Timeout bounds each read and write of a push (default 30 s).
+	Timeout time.Duration
+	// MaxWaiting bounds the pushes waiting for the commit lock; past it a
+	// push is answered UNAVAILABLE and the crawler keeps the carrier in its
+	// outbox for later (back-pressure, default 64).
+	MaxWaiting int
+	Logger     *slog.Logger
+
+	waiting chan struct{}
+}
+
+// Register installs the protocol handler on h.
+func (s *Server) Register(h host.Host) {
+	if s.Timeout <= 0 {
+		s.Timeout = 30 * time.Second
+	}
+	if s.MaxWaiting <= 0 {
+		s.MaxWaiting = 64
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	s.waiting = make(chan struct{}, s.MaxWaiting)
+	h.SetStreamHandler(ProtoCarrier, s.handle)
+}
+
+func (s *Server) handle(st network.Stream) {
+	var req pb.CarrierPush
+	from := st.Conn().RemotePeer()
+	overlay.ServeRequest(st, maxPushMsg, s.Timeout, &req, func() proto.Message {
+		ack := s.push(from, &req)
+		if ack.Status != pb.Status_OK {
+			s.Logger.Warn("carrier refused", "from", from.String(), "status", strings.ToLower(ack.Status.String()), "reason", ack.Reason)
+		}
+		return ack
+	})
+}
+
+func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
+	nack := func(st pb.Status, reason string) *pb.CarrierAck {
+		return &pb.CarrierAck{Version: wireVersion, Status: st, Reason: reason}
+	}
+	if s.Admit != nil {
+		if err := s.Admit(from); err != nil {
+			return nack(pb.Status_REFUSED, err.Error())
+		}
+	}
+	select {
+	case s.waiting <- struct{}{}:
+		defer func() { <-s.waiting }()
+	default:
+		return nack(pb.Status_UNAVAILABLE, "sink busy: too many carriers waiting; keep it and send it later")
+	}
+	a, err := s.Store.Commit(from.String(), req.Carrier)
+	if err != nil {
+		if re, ok := err.(*RefusedError); ok {
+			return nack(re.Status, re.Reason)
+		}
+		return nack(pb.Status_INTERNAL, err.Error())
+	}
+	return &pb.CarrierAck{Version: wireVersion, Status: pb.Status_OK, First: a.First, Records: uint32(a.Records), Duplicate: a.Duplicate}
+}
+
+// Client delivers carriers to a sink over ProtoCarrier: the pack.Receiver a
+// crawler's outbox pushes to. A carrier is acknowledged only once the sink
+// committed it; a refusal that cannot pass (malformed, too large, wrong
+// sender, not admitted) wraps pack.ErrRejected, so the outbox keeps it
+// aside, and any other failure is retried by the outbox.
+type Client struct {
+	Host host.Host
+	Sink peer.AddrInfo
+	// Timeout bounds each read and write of a push (default 30 s).
+	Timeout time.Duration
+}
+
+// Deliver implements pack.Receiver.
+func (c *Client) Deliver(ctx context.Context, car pack.Carrier) error {
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	if len(c.Sink.Addrs) > 0 {
+		c.Host.Peerstore().AddAddrs(c.Sink.ID, c.Sink.Addrs, time.Hour)
+	}
+	var ack pb.CarrierAck
+	err := overlay.RoundTrip(ctx, c.Host, c.Sink.ID, ProtoCarrier, maxPushMsg, timeout,
+		&pb.CarrierPush{Version: wireVersion, Carrier: car.Data}, &ack)
+	if err != nil {
+		return fmt.Errorf("sink: deliver %s: %w", car.ID(), err)
+	}
+	if ack.Status == pb.Status_OK {
+		return nil
+	}
+	re := &RefusedError{Status: ack.Status, Reason: ack.Reason}
+	if re.Permanent() {
+		return fmt.Errorf("sink %s refused carrier %s: %w (%w)", c.Sink.ID, car.ID(), re, pack.ErrRejected)
+	}
+	return fmt.Errorf("sink %s did not take carrier %s: %w", c.Sink.ID, car.ID(), re)
+}

@@ -1,0 +1,500 @@
+// Package sink owns micra's index sink, the one central piece the design
+// allows (UCYMicra's coordinator database): it receives the crawlers'
+// carriers over the libp2p protocol /micra/carrier/1 (or from .mcar files),
+// commits their records durably and idempotently into a change log, and
+// serves that log to indexers as resumable streams.
+//
+// The store is a Badger database. Every committed record gets the next
+// sequence number of the change log; a carrier is committed in one
+// transaction with its marker (crawler id, carrier sequence), so a
+// redelivery after any crash adds nothing, and the acknowledgement is sent
+// only after the commit (fsync'd by default).
+package sink
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink/pb"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Key layout:
+//
+//	sl/<seq8>                 change log                → Entry
+//	sc/<crawler>\x00<seq8>    carriers committed        → first seq (8), records (4)
+//	sp/<sha256(url)[:16]>     per page                  → pageState
+//	sk/<crawler>              per crawler               → CrawlerCounts
+//	sm/next                   next log sequence         → uint64
+//	sm/counts                 totals                    → Counts
+var (
+	pLog     = []byte("sl/")
+	pCarrier = []byte("sc/")
+	pPage    = []byte("sp/")
+	pCrawler = []byte("sk/")
+	kNext    = []byte("sm/next")
+	kCounts  = []byte("sm/counts")
+)
+
+// Options configure a Store. Zero values take the defaults noted.
+type Options struct {
+	// Dir holds the Badger database (created if needed). Required.
+	Dir string
+	// NoSync turns off the fsync of every commit: an acknowledged carrier
+	// then survives a killed process but not a power loss. Default: sync.
+	NoSync bool
+	// MaxCarrierBytes bounds an encoded carrier (default 8 MiB) and
+	// MaxRawBytes its decompressed records (default 4 MiB, four times a
+	// crawler's default carrier).
+	MaxCarrierBytes int
+	MaxRawBytes     int
+	// History is how many recent changes are remembered per page (default 16).
+	History    int
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) defaults() {
+	if o.MaxCarrierBytes <= 0 {
+		o.MaxCarrierBytes = 8 << 20
+	}
+	if o.MaxRawBytes <= 0 {
+		o.MaxRawBytes = 4 << 20
+	}
+	if o.History <= 0 {
+		o.History = 16
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Counts are the store's totals.
+type Counts struct {
+	Records    int64 `json:"records"`    // in the change log
+	Pages      int64 `json:"pages"`      // distinct URLs
+	Carriers   int64 `json:"carriers"`   // committed
+	Duplicates int64 `json:"duplicates"` // carriers delivered again, acknowledged without a change
+	// Overlap counts records of a page delivered before by another
+	// crawler: two crawlers crawled it (UbiCrawler's overlap, measured end
+	// to end).
+	Overlap  int64 `json:"overlap"`
+	Rejected int64 `json:"rejected"` // carriers refused (NACKed), since the sink started
+}
+
+// CrawlerCounts is one crawler's contribution.
+type CrawlerCounts struct {
+	Crawler  string    `json:"crawler"`
+	Carriers int64     `json:"carriers"`
+	Records  int64     `json:"records"`
+	Overlap  int64     `json:"overlap"` // its records of pages another crawler delivered before
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Entry is one record in the change log.
+type Entry struct {
+	Seq        uint64
+	Carrier    string // pack.Carrier.ID of the carrier it came in
+	IngestedAt time.Time
+	// Overlap: the page was delivered before by another crawler.
+	Overlap bool
+	Record  pack.Record
+}
+
+// Ack is the outcome of a committed carrier.
+type Ack struct {
+	First     uint64 // change-log sequence of its first record
+	Records   int
+	Duplicate bool // committed before: nothing was added
+}
+
+// RefusedError is a carrier the sink will not commit, with the status the
+// protocol answers and a reason the sender logs.
+type RefusedError struct {
+	Status pb.Status
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("sink: carrier refused (%s): %s", e.Status, e.Reason)
+}
+
+// Permanent reports whether resending the same carrier cannot help.
+func (e *RefusedError) Permanent() bool {
+	return e.Status != pb.Status_UNAVAILABLE && e.Status != pb.Status_INTERNAL
+}
+
+func refused(st pb.Status, format string, a ...any) error {
+	return &RefusedError{Status: st, Reason: fmt.Sprintf(format, a...)}
+}
+
+// Store is the sink's durable change log. Safe for concurrent use.
+type Store struct {
+	opt Options
+	db  *badger.DB
+	log *slog.Logger
+	m   *metrics
+
+	mu       sync.Mutex // serialises commits: one sequence, one writer
+	next     uint64     // next log sequence (the first record is 1)
+	counts   Counts
+	crawlers map[string]*CrawlerCounts
+
+	// committed is closed and replaced at every commit: readers waiting
+	// for records past the head (Wait) wake up.
+	nmu       sync.Mutex
+	committed chan struct{}
+	closed    bool
+}
+
+// Open opens (creating) the store in opt.Dir.
+func Open(opt Options) (*Store, error) {
+	opt.defaults()
+	if opt.Dir == "" {
+		return nil, errors.New("sink: Options.Dir is required")
+	}
+	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	bo := badger.DefaultOptions(opt.Dir).
+		WithSyncWrites(!opt.NoSync).
+		// one carrier is one transaction: a memtable of 64 MiB takes
+		// transactions of ~9 MiB, above the raw limit with its page updates
+		WithMemTableSize(64 << 20).
+		WithNumMemtables(2).
+		WithValueThreshold(1 << 10).
+		WithBlockCacheSize(48 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithNumCompactors(2).
+		WithLogger(nil)
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("sink: open %s: %w", opt.Dir, err)
+	}
+	s := &Store{opt: opt, db: db, log: opt.Logger.With("component", "sink"), crawlers: map[string]*CrawlerCounts{},
+		committed: make(chan struct{})}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.m = newMetrics(opt.Registerer, s)
+	return s, nil
+}
+
+// Close closes the database; waiting readers are woken.
+func (s *Store) Close() error {
+	s.nmu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.committed)
+	}
+	s.nmu.Unlock()
+	return s.db.Close()
+}
+
+func (s *Store) load() error {
+	s.next = 1
+	return s.db.View(func(txn *badger.Txn) error {
+		if it, err := txn.Get(kNext); err == nil {
+			if err := it.Value(func(v []byte) error {
+				if len(v) != 8 {
+					return errors.New("sink: damaged sequence")
+				}
+				s.next = binary.BigEndian.Uint64(v)
+				return nil
+			}); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		if it, err := txn.Get(kCounts); err == nil {
+			if err := it.Value(func(v []byte) error { return decodeCounts(v, &s.counts) }); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pCrawler, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			c := &CrawlerCounts{Crawler: string(it.Item().Key()[len(pCrawler):])}
+			if err := it.Item().Value(func(v []byte) error { return decodeCrawler(v, c) }); err != nil {
+				return err
+			}
+			s.crawlers[c.Crawler] = c
+		}
+		return nil
+	})
+}
+
+// Commit verifies a carrier and commits its records. sender is the
+// authenticated identity that delivered it (its libp2p peer ID); it must
+// be the carrier's crawler id. An empty sender (an import of files the
+// operator trusts) skips that check. A carrier committed before is
+// acknowledged again without a change. Errors are *RefusedError.
+func (s *Store) Commit(sender string, data []byte) (Ack, error) {
+	ack, err := s.commit(sender, data)
+	if err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			s.mu.Lock()
+			s.counts.Rejected++
+			s.mu.Unlock()
+			s.m.rejected.WithLabelValues(strings.ToLower(re.Status.String())).Inc()
+		}
+	}
+	return ack, err
+}
+
+func (s *Store) commit(sender string, data []byte) (Ack, error) {
+	if len(data) > s.opt.MaxCarrierBytes {
+		return Ack{}, refused(pb.Status_TOO_LARGE, "carrier of %d bytes, limit %d", len(data), s.opt.MaxCarrierBytes)
+	}
+	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes)
+	switch {
+	case errors.Is(err, pack.ErrTooLarge):
+		return Ack{}, refused(pb.Status_TOO_LARGE, "%v", err)
+	case err != nil:
+		return Ack{}, refused(pb.Status_MALFORMED, "%v", err)
+	case h.CrawlerID == "":
+		return Ack{}, refused(pb.Status_MALFORMED, "carrier without a crawler id")
+	case sender != "" && h.CrawlerID != sender:
+		return Ack{}, refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
+	}
+	for i := range recs {
+		if recs[i].URL == "" {
+			return Ack{}, refused(pb.Status_MALFORMED, "record %d has no URL", i)
+		}
+		if recs[i].CrawlerID != "" && recs[i].CrawlerID != h.CrawlerID {
+			return Ack{}, refused(pb.Status_MALFORMED, "record %d names crawler %q in a carrier of %q", i, recs[i].CrawlerID, h.CrawlerID)
+		}
+	}
+	id := pack.Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq}.ID()
+	now := time.Now().UTC()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ck := carrierKey(h.CrawlerID, h.Seq)
+	var ack Ack
+	var counts Counts
+	var cc CrawlerCounts
+	err = s.db.Update(func(txn *badger.Txn) error {
+		ack, counts = Ack{}, s.counts
+		if it, err := txn.Get(ck); err == nil {
+			return it.Value(func(v []byte) error {
+				if len(v) != 12 {
+					return errors.New("damaged carrier marker")
+				}
+				ack = Ack{First: binary.BigEndian.Uint64(v), Records: int(binary.BigEndian.Uint32(v[8:])), Duplicate: true}
+				return nil
+			})
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		cc = CrawlerCounts{Crawler: h.CrawlerID}
+		if c := s.crawlers[h.CrawlerID]; c != nil {
+			cc = *c
+		}
+		seq := s.next
+		ack = Ack{First: seq, Records: len(recs)}
+		for i := range recs {
+			r := &recs[i]
+			if r.CrawlerID == "" {
+				r.CrawlerID = h.CrawlerID
+			}
+			overlap, isNew, err := s.updatePage(txn, r.URL, h.CrawlerID, seq)
+			if err != nil {
+				return err
+			}
+			if isNew {
+				counts.Pages++
+			}
+			if overlap {
+				counts.Overlap++
+				cc.Overlap++
+			}
+			e := Entry{Seq: seq, Carrier: id, IngestedAt: now, Overlap: overlap, Record: *r}
+			if err := txn.Set(logKey(seq), e.encode()); err != nil {
+				return err
+			}
+			seq++
+		}
+		counts.Records += int64(len(recs))
+		counts.Carriers++
+		cc.Carriers++
+		cc.Records += int64(len(recs))
+		cc.LastSeen = now
+		marker := binary.BigEndian.AppendUint64(nil, ack.First)
+		marker = binary.BigEndian.AppendUint32(marker, uint32(len(recs)))
+		if err := txn.Set(ck, marker); err != nil {
+			return err
+		}
+		if err := txn.Set(kNext, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+			return err
+		}
+		if err := txn.Set(kCounts, counts.encode()); err != nil {
+			return err
+		}
+		return txn.Set(append(append([]byte(nil), pCrawler...), h.CrawlerID...), cc.encode())
+	})
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		return Ack{}, refused(pb.Status_TOO_LARGE, "carrier %s of %d records does not fit one transaction", id, len(recs))
+	}
+	if err != nil {
+		return Ack{}, refused(pb.Status_INTERNAL, "commit carrier %s: %v", id, err)
+	}
+	if ack.Duplicate {
+		s.counts.Duplicates++
+		s.m.duplicates.Inc()
+		return ack, nil
+	}
+	s.next = ack.First + uint64(ack.Records)
+	s.counts = counts
+	s.crawlers[h.CrawlerID] = &cc
+	s.m.records.Add(float64(ack.Records))
+	s.m.carriers.Inc()
+	s.wake()
+	return ack, nil
+}
+
+func (s *Store) wake() {
+	s.nmu.Lock()
+	if !s.closed {
+		close(s.committed)
+		s.committed = make(chan struct{})
+	}
+	s.nmu.Unlock()
+}
+
+// updatePage records seq as the page's latest change and reports whether
+// another crawler delivered the page before (overlap) and whether the page
+// is new to the sink.
+func (s *Store) updatePage(txn *badger.Txn, url, crawler string, seq uint64) (overlap, isNew bool, err error) {
+	k := pageKey(url)
+	var ps pageState
+	it, err := txn.Get(k)
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		isNew = true
+	case err != nil:
+		return false, false, err
+	default:
+		if err := it.Value(func(v []byte) error { return ps.decode(v) }); err != nil {
+			return false, false, err
+		}
+	}
+	if !isNew && !ps.hasCrawler(crawler) {
+		overlap = true
+	}
+	ps.add(crawler, seq, s.opt.History)
+	return overlap, isNew, txn.Set(k, ps.encode())
+}
+
+// Head returns the sequence of the last committed record (0: none).
+func (s *Store) Head() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next - 1
+}
+
+// Counts returns the totals and each crawler's contribution.
+func (s *Store) Counts() (Counts, []CrawlerCounts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]CrawlerCounts, 0, len(s.crawlers))
+	for _, c := range s.crawlers {
+		out = append(out, *c)
+	}
+	return s.counts, out
+}
+
+// Filter selects records of the change log; the zero Filter selects all.
+type Filter struct {
+	Host    string // the URL's host, exactly
+	Suffix  string // the URL's host is this domain or under it ("example.org")
+	Keyword string // the record carries this keyword (stemmed, as shipped)
+	Lang    string
+	Changed bool // new and changed pages only (no gone, no failures)
+}
+
+// scanLimit bounds the log entries one Read looks at, so a selective
+// filter cannot hold a reader (and Badger's read transaction) for long.
+const scanLimit = 10_000
+
+// Read returns up to limit entries after the sequence after that pass f,
+// in order, and the last sequence it looked at (the cursor to continue
+// from: entries f refused are passed over, not returned again).
+func (s *Store) Read(after uint64, limit int, f Filter) ([]Entry, uint64, error) {
+	head := s.Head()
+	var out []Entry
+	last := after
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pLog, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		scanned := 0
+		for it.Seek(logKey(after + 1)); it.Valid() && len(out) < limit && scanned < scanLimit; it.Next() {
+			seq := binary.BigEndian.Uint64(it.Item().Key()[len(pLog):])
+			if seq > head {
+				break // written by a commit not acknowledged yet
+			}
+			scanned++
+			var e Entry
+			if err := it.Item().Value(func(v []byte) error { return e.decode(v) }); err != nil {
+				return fmt.Errorf("sink: log entry %d: %w", seq, err)
+			}
+			e.Seq, last = seq, seq
+			if f.match(&e.Record) {
+				out = append(out, e)
+			}
+		}
+		return nil
+	})
+	return out, last, err
+}
+
+// Wait blocks until a record past after is committed, ctx ends or the
+// store closes; it reports whether one is.
+func (s *Store) Wait(ctx context.Context, after uint64) bool {
+	for {
+		s.nmu.Lock()
+		ch, closed := s.committed, s.closed
+		s.nmu.Unlock()
+		if s.Head() > after {
+			return true
+		}
+		if closed {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
+}
+
+func logKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), pLog...), seq)
+}
+
+func carrierKey(crawler string, seq uint64) []byte {
+	k := append(append([]byte(nil), pCarrier...), crawler...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func pageKey(url string) []byte {
+	sum := sha256.Sum256([]byte(url))
+	return append(append([]byte(nil), pPage...), sum[:16]...)
+}
