@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,11 @@ type Config struct {
 	// Crawl configures the engine. StateDir/DB, Router, Receiver (unless
 	// set), CrawlerID, Logger and Registerer are set by the node.
 	Crawl crawl.Config
+	// Sink is the index sink's multiaddr with /p2p/<id>: the crawler
+	// delivers its carriers to it over /micra/carrier/1 (node/sink) rather
+	// than into DataDir/carriers. Its carriers name the crawler by this
+	// node's peer id, the identity the sink checks.
+	Sink string
 	// Seeds are queued at Run (seeds this peer does not own are handed
 	// off like discovered links once they are found again; give seeds to
 	// any one node).
@@ -110,6 +116,14 @@ func (c *Config) Validate() error {
 	}
 	if !c.Crawler && len(c.Seeds) > 0 {
 		errs = append(errs, errors.New("node: seeds need the crawler role"))
+	}
+	if c.Sink != "" {
+		if _, err := peer.AddrInfoFromString(c.Sink); err != nil {
+			errs = append(errs, fmt.Errorf("node: sink %q: want a multiaddr ending in /p2p/<peer id>: %w", c.Sink, err))
+		}
+		if c.Crawl.Receiver != nil {
+			errs = append(errs, errors.New("node: a sink and a carrier receiver (carriers) exclude each other"))
+		}
 	}
 	if c.Crawl.DB != nil || c.Crawl.StateDir != "" || c.Crawl.Router != nil {
 		errs = append(errs, errors.New("node: Crawl.DB, Crawl.StateDir and Crawl.Router are the node's to set"))
@@ -181,6 +195,7 @@ type File struct {
 	MaxDepth     int      `json:"max_depth,omitempty"`
 	AllowPrivate bool     `json:"allow_private,omitempty"`
 	Carriers     string   `json:"carriers,omitempty"` // default DataDir/carriers
+	Sink         string   `json:"sink,omitempty"`     // the index sink's multiaddr/p2p/ID (instead of carriers)
 	Monitor      bool     `json:"monitor,omitempty"`
 	Sleep        string   `json:"sleep,omitempty"`
 	Sync         bool     `json:"sync,omitempty"`
@@ -305,6 +320,7 @@ func (f File) Config() (Config, error) {
 	if f.Carriers != "" {
 		c.Crawl.Receiver = pack.FileSink{Dir: f.Carriers}
 	}
+	c.Sink = f.Sink
 	c.Crawl.Monitor.Enabled = f.Monitor
 	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
 	c.Crawl.SyncWrites = f.Sync

@@ -30,6 +30,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -43,6 +44,8 @@ type Node struct {
 	eng    *crawl.Engine // nil without the crawler role
 	router *Router
 	peer   *overlay.Peer
+	// sinkClient delivers the carriers when a sink is configured.
+	sinkClient *sink.Client
 
 	rerouted prometheus.Counter
 	dead     chan delegation.CrawlerID // owners declared dead, for the ledger
@@ -106,6 +109,13 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 			}
 			cc.CrawlerID = id.String()
 		}
+		if cfg.Sink != "" {
+			info, _ := peer.AddrInfoFromString(cfg.Sink) // (Validate parsed it)
+			// the host comes with the overlay peer, opened below, before
+			// the engine runs
+			n.sinkClient = &sink.Client{Sink: *info}
+			cc.Receiver = n.sinkClient
+		}
 		if cc.Receiver == nil {
 			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
 		}
@@ -121,6 +131,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, err
 	}
 	n.router.peer = n.peer
+	if n.sinkClient != nil {
+		n.sinkClient.Host = n.peer.Host()
+	}
 	if n.eng != nil {
 		// one resolver for routing and fetching: the engine's (its
 		// fetcher's DNS cache)

@@ -120,16 +120,16 @@ type cluster struct {
 	done   []chan error
 }
 
-func startCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
+func startCluster(t *testing.T, web *synthweb.Web, n int, mod ...func(int, *Config)) *cluster {
 	t.Helper()
-	c := openCluster(t, web, n, true)
+	c := openCluster(t, web, n, true, mod...)
 	c.runAll()
 	return c
 }
 
 // openCluster opens n nodes that know each other as members, without
 // running them; seeded: node 0 is given the web's seeds.
-func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool) *cluster {
+func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool, mod ...func(int, *Config)) *cluster {
 	t.Helper()
 	tree, err := hierarchy.Default()
 	if err != nil {
@@ -156,6 +156,9 @@ func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool) *cluster {
 		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: web, Logger: quiet}
 		if i == 0 && seeded {
 			cfg.Seeds = web.Seeds()
+		}
+		for _, m := range mod {
+			m(i, &cfg)
 		}
 		nd, err := Open(ctx, cfg)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -85,7 +86,7 @@ prints the process RSS at 1 M and 10 M (and at N).`,
 	f.StringVar(&o.seeds, "seeds", "", "file of seed URLs, one per line ('-' for stdin)")
 	f.StringVar(&o.out, "out", "", "directory for carrier files (.mcar)")
 	f.StringVar(&o.state, "state", "", "state directory (default OUT/.state)")
-	f.StringVar(&o.id, "id", "", "crawler id in records and carrier names (default: host name)")
+	f.StringVar(&o.id, "id", "", "crawler id in records and carrier names (default: host name and a suffix made once per state)")
 	f.StringVar(&o.userAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent with a contact URL")
 	f.IntVar(&o.concurrency, "concurrency", 64, "hosts crawled in parallel")
 	f.IntVar(&o.perIP, "per-ip", 2, "requests in flight per IP address")
@@ -166,12 +167,7 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 	if o.state == "" {
 		o.state = filepath.Join(o.out, ".state")
 	}
-	if o.id == "" {
-		o.id, _ = os.Hostname()
-		if o.id == "" {
-			o.id = "micra"
-		}
-	}
+
 	var seeds []string
 	if o.seeds != "" {
 		var bad []string
@@ -237,6 +233,16 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 			return fmt.Errorf("crawl: --metrics: %w", err)
 		}
 		metricsLn = ln
+	}
+	if cfg.CrawlerID == "" {
+		id, err := stateCrawlerID(o.state)
+		if err != nil {
+			if metricsLn != nil {
+				metricsLn.Close()
+			}
+			return err
+		}
+		cfg.CrawlerID, o.id = id, id
 	}
 	eng, err := crawl.New(cfg)
 	if err != nil {
@@ -468,4 +474,36 @@ func ratioText(r float64) string {
 		return fmt.Sprintf("1/%.0f", 1/r)
 	}
 	return fmt.Sprintf("%.1f×", r)
+}
+
+// stateCrawlerID is the default --id: the host name and a random suffix
+// made once per crawl state (kept in STATE/crawler-id). Carriers are named
+// by crawler id and a sequence that starts again with each new state, so
+// two crawls from one machine must not share an id: a sink would take the
+// second's carriers for redeliveries of the first's.
+func stateCrawlerID(state string) (string, error) {
+	path := filepath.Join(state, "crawler-id")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("crawl: %w", err)
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "micra"
+	}
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := fmt.Sprintf("%s-%x", host, r)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return "", fmt.Errorf("crawl: state %s: %w", state, err)
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("crawl: %w", err)
+	}
+	return id, nil
 }

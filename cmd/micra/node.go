@@ -17,10 +17,10 @@ import (
 )
 
 type nodeOptions struct {
-	config, data, seeds, crawlerAddr, policy, hierarchy, metrics string
-	listen, bootstrap                                            []string
-	testnet, noCrawl, allowPrivate                               bool
-	concurrency                                                  int
+	config, data, seeds, crawlerAddr, policy, hierarchy, metrics, sink string
+	listen, bootstrap                                                  []string
+	testnet, noCrawl, allowPrivate                                     bool
+	concurrency                                                        int
 }
 
 func init() {
@@ -51,6 +51,7 @@ the command line override the file; their paths are relative to the working dire
 	f.StringVar(&o.policy, "policy", "", "delegation policy: ipmicra (default), micra, hash, random")
 	f.StringVar(&o.hierarchy, "hierarchy", "", "hierarchy snapshot file (default: the embedded one)")
 	f.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9102)")
+	f.StringVar(&o.sink, "sink", "", "deliver carriers to this index sink (its multiaddr with /p2p/<id>, as `micra sink` prints it)")
 	f.BoolVar(&o.testnet, "testnet", false, "loopback testnet defaults (probes and fetches to loopback allowed)")
 	f.BoolVar(&o.noCrawl, "no-crawl", false, "overlay peer only: no crawler role")
 	f.BoolVar(&o.allowPrivate, "allow-private", false, "allow fetching private and loopback addresses")
@@ -99,6 +100,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	}
 	if fl.Changed("metrics") {
 		cfg.MetricsAddr = o.metrics
+	}
+	if fl.Changed("sink") {
+		cfg.Sink = o.sink
 	}
 	if fl.Changed("no-crawl") {
 		cfg.Crawler = !o.noCrawl

@@ -32,7 +32,7 @@ import (
 // Key layout:
 //
 //	sl/<seq8>                 change log                → Entry
-//	sc/<crawler>\x00<seq8>    carriers committed        → first seq (8), records (4)
+//	sc/<crawler>\x00<seq8>    carriers committed        → first seq (8), records (4), sha256 of the carrier
 //	sp/<sha256(url)[:16]>     per page                  → pageState
 //	sk/<crawler>              per crawler               → CrawlerCounts
 //	sm/next                   next log sequence         → uint64
@@ -282,6 +282,7 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 	}
 	id := pack.Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq}.ID()
 	now := time.Now().UTC()
+	sum := sha256.Sum256(data) // tells a redelivery from another carrier under the same name
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -293,8 +294,15 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 		ack, counts = Ack{}, s.counts
 		if it, err := txn.Get(ck); err == nil {
 			return it.Value(func(v []byte) error {
-				if len(v) != 12 {
+				if len(v) != 12+len(sum) {
 					return errors.New("damaged carrier marker")
+				}
+				if string(v[12:]) != string(sum[:]) {
+					// the same name, other records: two crawls under one
+					// crawler id (its carrier sequence restarts with its
+					// state); acknowledging would drop these records
+					return refused(pb.Status_REFUSED, "carrier %s was committed before with other records: "+
+						"two crawls share the crawler id %q (give each crawl its own id)", id, h.CrawlerID)
 				}
 				ack = Ack{First: binary.BigEndian.Uint64(v), Records: int(binary.BigEndian.Uint32(v[8:])), Duplicate: true}
 				return nil
@@ -337,6 +345,7 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 		cc.LastSeen = now
 		marker := binary.BigEndian.AppendUint64(nil, ack.First)
 		marker = binary.BigEndian.AppendUint32(marker, uint32(len(recs)))
+		marker = append(marker, sum[:]...)
 		if err := txn.Set(ck, marker); err != nil {
 			return err
 		}
@@ -348,6 +357,10 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 		}
 		return txn.Set(append(append([]byte(nil), pCrawler...), h.CrawlerID...), cc.encode())
 	})
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return Ack{}, err
+	}
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		return Ack{}, refused(pb.Status_TOO_LARGE, "carrier %s of %d records does not fit one transaction", id, len(recs))
 	}

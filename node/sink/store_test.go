@@ -156,3 +156,19 @@ func TestReadFilters(t *testing.T) {
 		}
 	}
 }
+
+// Two crawls under one crawler id (each state restarts its carrier
+// sequence) send different carriers with the same name: the second is
+// refused with a reason, never acknowledged as a redelivery and dropped.
+func TestCarrierNameReusedIsRefused(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	if _, err := s.Commit("vm", carrier("vm", 0, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Commit("vm", carrier("vm", 0, 100, 2))
+	wantStatus(t, err, pb.Status_REFUSED)
+	if s.Head() != 3 {
+		t.Fatalf("head %d after the refusal", s.Head())
+	}
+}

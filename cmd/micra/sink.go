@@ -1,0 +1,320 @@
+package main
+
+// `micra sink`: the index sink (node/sink) — ingest over libp2p, change log,
+// streams for indexers; `micra sink import`; `micra subscribe`.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+type sinkOptions struct {
+	data, httpAddr string
+	listen         []string
+	noSync         bool
+}
+
+func init() {
+	o := &sinkOptions{}
+	cmd := &cobra.Command{
+		Use:   "sink --data DIR [--listen MULTIADDR] [--http ADDR]",
+		Short: "run the index sink: crawlers deliver carriers over libp2p, indexers read the change log over HTTP",
+		Long: `Runs micra's index sink until interrupted. Crawlers deliver their carriers over
+the libp2p protocol /micra/carrier/1 (give each node --sink with the address printed
+at start); every record is committed durably, once, into a change log with a
+sequence number. Indexers read the log over HTTP (docs/sink.md):
+
+  GET /v1/records?after=SEQ[&follow=true][&host=H|&suffix=DOMAIN][&keyword=K][&lang=L][&changed=true]
+  GET /v1/events   (Server-Sent Events, resumable with Last-Event-ID)
+  GET /v1/status   GET /metrics
+
+The data directory holds the identity key (identity.key) and the log (log/).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSink(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", "", "data directory (identity key, change log)")
+	f.StringArrayVar(&o.listen, "listen", []string{"/ip4/127.0.0.1/tcp/4002"}, "libp2p listen multiaddr (repeatable)")
+	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
+	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
+
+	imp := &cobra.Command{
+		Use:   "import --data DIR PATH…",
+		Short: "commit .mcar carrier files (or directories of them) into the sink's log; idempotent",
+		Long: `Commits carrier files into the sink's change log, as if their crawlers had
+delivered them: a carrier committed before (by import or delivery) adds nothing, so
+importing a folder twice, or a folder whose carriers were also delivered, is safe.
+A damaged file is reported as "file: reason" and the others are still imported; the
+exit status is then non-zero. Run it while the sink is stopped (the log is opened
+exclusively).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return sinkImport(cmd.OutOrStdout(), cmd.ErrOrStderr(), o.data, args, o.noSync)
+		},
+	}
+	imp.Flags().StringVar(&o.data, "data", "", "the sink's data directory")
+	imp.Flags().BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit")
+	cmd.AddCommand(imp)
+	rootCmd.AddCommand(cmd)
+}
+
+func openSinkStore(data string, noSync bool, reg prometheus.Registerer) (*sink.Store, error) {
+	if data == "" {
+		return nil, errors.New("sink: --data DIR is required")
+	}
+	return sink.Open(sink.Options{Dir: filepath.Join(data, "log"), NoSync: noSync, Logger: slog.Default(), Registerer: reg})
+}
+
+func runSink(ctx context.Context, o *sinkOptions) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	// the HTTP address first: a taken port is an error before anything opens
+	ln, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return fmt.Errorf("sink: --http: %w", err)
+	}
+	defer ln.Close()
+	store, err := openSinkStore(o.data, o.noSync, reg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	hc := overlay.DefaultConfig()
+	hc.KeyFile, hc.ListenAddrs = filepath.Join(o.data, "identity.key"), o.listen
+	h, err := overlay.NewHost(hc)
+	if err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	defer h.Close()
+	(&sink.Server{Store: store, Logger: slog.Default()}).Register(h)
+
+	srv := &http.Server{Handler: sink.Handler(store, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("sink: HTTP server", "err", err)
+		}
+	}()
+	defer srv.Close()
+	for _, a := range h.Addrs() {
+		fmt.Printf("sink listening %s/p2p/%s\n", a, h.ID())
+	}
+	fmt.Printf("sink streams http://%s/v1/records (head %d)\n", ln.Addr(), store.Head())
+	<-ctx.Done()
+	c, _ := store.Counts()
+	slog.Info("sink stopping", "head", store.Head(), "records", c.Records, "pages", c.Pages, "carriers", c.Carriers, "overlap", c.Overlap)
+	return nil
+}
+
+// sinkImport commits carrier files; one line per refused file on errw.
+func sinkImport(w, errw io.Writer, data string, paths []string, noSync bool) error {
+	store, err := openSinkStore(data, noSync, nil)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var files []string
+	bad, unreadable := 0, 0 // files not imported; paths not read at all
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintf(errw, "%s: %v\n", p, err)
+			unreadable++
+			continue
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		fs, err := pack.CarrierFiles(p)
+		if err != nil {
+			fmt.Fprintf(errw, "%s: %v\n", p, err)
+			unreadable++
+			continue
+		}
+		files = append(files, fs...)
+	}
+	var committed, duplicates, records int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			var a sink.Ack
+			if a, err = store.Commit("", b); err == nil {
+				if a.Duplicate {
+					duplicates++
+				} else {
+					committed++
+					records += a.Records
+				}
+				continue
+			}
+		}
+		fmt.Fprintf(errw, "%s: %v\n", f, err)
+		bad++
+	}
+	fmt.Fprintf(w, "imported %d carriers (%d records); %d committed before; head %d\n", committed, records, duplicates, store.Head())
+	if bad+unreadable > 0 {
+		return fmt.Errorf("sink import: %d of %d files not imported, %d paths unreadable", bad, len(files), unreadable)
+	}
+	return nil
+}
+
+type subscribeOptions struct {
+	sink, cursorFile, host, suffix, keyword, lang string
+	from                                          uint64
+	follow, changed                               bool
+}
+
+func init() {
+	o := &subscribeOptions{}
+	cmd := &cobra.Command{
+		Use:   "subscribe --sink URL [--from SEQ | --cursor-file F] [--follow] [filters]",
+		Short: "print the sink's records as NDJSON from a cursor: the reference client for indexers",
+		Long: `Reads the index sink's change log (GET /v1/records) and prints one JSON record per
+line (docs/sink.md has the schema). --cursor-file F remembers the last record
+printed (written after each line): run the same command again to resume exactly
+after it, every record once and in order. --follow keeps streaming new records
+until interrupted; the connection is re-established if it drops.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSubscribe(cmd.Context(), cmd.OutOrStdout(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.sink, "sink", "http://127.0.0.1:8090", "the sink's HTTP address")
+	f.Uint64Var(&o.from, "from", 0, "print the records after this sequence number")
+	f.StringVar(&o.cursorFile, "cursor-file", "", "file holding the last sequence printed (read at start, written after each record)")
+	f.BoolVar(&o.follow, "follow", false, "keep streaming new records")
+	f.StringVar(&o.host, "host", "", "only this host")
+	f.StringVar(&o.suffix, "suffix", "", "only hosts in this domain")
+	f.StringVar(&o.keyword, "keyword", "", "only records with this keyword (stemmed)")
+	f.StringVar(&o.lang, "lang", "", "only this language")
+	f.BoolVar(&o.changed, "changed", false, "only new and changed pages")
+	rootCmd.AddCommand(cmd)
+}
+
+func runSubscribe(ctx context.Context, w io.Writer, o *subscribeOptions) error {
+	cursor := o.from
+	if o.cursorFile != "" {
+		if b, err := os.ReadFile(o.cursorFile); err == nil {
+			v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return fmt.Errorf("subscribe: --cursor-file %s: %q is not a sequence number", o.cursorFile, strings.TrimSpace(string(b)))
+			}
+			cursor = max(cursor, v)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("subscribe: --cursor-file: %w", err)
+		}
+	}
+	base, err := url.Parse(o.sink)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
+		return fmt.Errorf("subscribe: --sink %q: want the sink's http:// address", o.sink)
+	}
+	for {
+		n, err := subscribeOnce(ctx, w, base, o, &cursor)
+		if !o.follow || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err != nil {
+			slog.Warn("subscribe: stream ended, reconnecting", "after", cursor, "err", err)
+		}
+		wait := time.Second
+		if n > 0 {
+			wait = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// subscribeOnce streams from *cursor until the response ends; it returns
+// how many records it printed.
+func subscribeOnce(ctx context.Context, w io.Writer, base *url.URL, o *subscribeOptions, cursor *uint64) (int, error) {
+	q := url.Values{"after": {strconv.FormatUint(*cursor, 10)}}
+	if o.follow {
+		q.Set("follow", "true")
+	}
+	for k, v := range map[string]string{"host": o.host, "suffix": o.suffix, "keyword": o.keyword, "lang": o.lang} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if o.changed {
+		q.Set("changed", "true")
+	}
+	u := base.JoinPath("/v1/records")
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("subscribe: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return 0, fmt.Errorf("subscribe: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	n := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue // keep-alive
+		}
+		var head struct {
+			Seq   uint64 `json:"seq"`
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(line, &head); err != nil {
+			return n, fmt.Errorf("subscribe: unreadable line after %d: %w", *cursor, err)
+		}
+		if head.Error != "" {
+			return n, fmt.Errorf("subscribe: the sink: %s", head.Error)
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return n, err
+		}
+		*cursor = head.Seq
+		n++
+		if o.cursorFile != "" {
+			// replaced whole (a rename), never half written
+			tmp := o.cursorFile + ".tmp"
+			err := os.WriteFile(tmp, []byte(strconv.FormatUint(head.Seq, 10)+"\n"), 0o644)
+			if err == nil {
+				err = os.Rename(tmp, o.cursorFile)
+			}
+			if err != nil {
+				return n, fmt.Errorf("subscribe: --cursor-file: %w", err)
+			}
+		}
+	}
+	return n, sc.Err()
+}
