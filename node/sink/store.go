@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -145,6 +146,9 @@ type Store struct {
 	log *slog.Logger
 	m   *metrics
 
+	pmu     sync.Mutex  // guards pending
+	pending []*prepared // verified carriers waiting for a group commit
+
 	mu       sync.Mutex // serialises commits: one sequence, one writer
 	next     uint64     // next log sequence (the first record is 1)
 	counts   Counts
@@ -176,6 +180,8 @@ func Open(opt Options) (*Store, error) {
 		WithBlockCacheSize(48 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithNumCompactors(2).
+		// commits are serialised by Store.mu: no transaction can conflict
+		WithDetectConflicts(false).
 		WithLogger(nil)
 	db, err := badger.Open(bo)
 	if err != nil {
@@ -257,128 +263,225 @@ func (s *Store) Commit(sender string, data []byte) (Ack, error) {
 	return ack, err
 }
 
+// prepared is a verified carrier waiting for its commit.
+type prepared struct {
+	h    pack.Header
+	recs []pack.Record
+	id   string
+	sum  [32]byte
+	// set by the commit that took it (under Store.mu)
+	done bool
+	ack  Ack
+	err  error
+}
+
+// maxGroupRaw bounds the records one group commit takes (raw bytes): the
+// group must fit one Badger transaction.
+const maxGroupRaw = 6 << 20
+
+// commit verifies a carrier and commits it. Commits are grouped: the
+// caller that gets the commit lock commits every carrier waiting for it in
+// one transaction and one fsync (up to maxGroupRaw), so crawlers pushing
+// at once share the disk's flushes.
 func (s *Store) commit(sender string, data []byte) (Ack, error) {
+	p, err := s.prepare(sender, data)
+	if err != nil {
+		return Ack{}, err
+	}
+	s.pmu.Lock()
+	s.pending = append(s.pending, p)
+	s.pmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.done { // committed by the group of another caller
+		return p.ack, p.err
+	}
+	s.pmu.Lock()
+	n, raw := 0, 0
+	for n < len(s.pending) && (n == 0 || raw+s.pending[n].h.RawBytes <= maxGroupRaw) {
+		raw += s.pending[n].h.RawBytes
+		n++
+	}
+	group := s.pending[:n:n]
+	s.pending = append([]*prepared(nil), s.pending[n:]...)
+	s.pmu.Unlock()
+	if !slices.Contains(group, p) {
+		// (ours is behind a full group: commit ours and the ones before it)
+		group = append(group, p)
+		s.pmu.Lock()
+		s.pending = slices.DeleteFunc(s.pending, func(q *prepared) bool { return q == p })
+		s.pmu.Unlock()
+	}
+	if err := s.commitGroup(group); errors.Is(err, badger.ErrTxnTooBig) && len(group) > 1 {
+		for _, q := range group {
+			if !q.done {
+				_ = s.commitGroup([]*prepared{q})
+			}
+		}
+	}
+	return p.ack, p.err
+}
+
+// prepare verifies a carrier (outside the commit lock).
+func (s *Store) prepare(sender string, data []byte) (*prepared, error) {
 	if len(data) > s.opt.MaxCarrierBytes {
-		return Ack{}, refused(pb.Status_TOO_LARGE, "carrier of %d bytes, limit %d", len(data), s.opt.MaxCarrierBytes)
+		return nil, refused(pb.Status_TOO_LARGE, "carrier of %d bytes, limit %d", len(data), s.opt.MaxCarrierBytes)
 	}
 	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes)
 	switch {
 	case errors.Is(err, pack.ErrTooLarge):
-		return Ack{}, refused(pb.Status_TOO_LARGE, "%v", err)
+		return nil, refused(pb.Status_TOO_LARGE, "%v", err)
 	case err != nil:
-		return Ack{}, refused(pb.Status_MALFORMED, "%v", err)
+		return nil, refused(pb.Status_MALFORMED, "%v", err)
 	case h.CrawlerID == "":
-		return Ack{}, refused(pb.Status_MALFORMED, "carrier without a crawler id")
+		return nil, refused(pb.Status_MALFORMED, "carrier without a crawler id")
 	case sender != "" && h.CrawlerID != sender:
-		return Ack{}, refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
+		return nil, refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
 	}
 	for i := range recs {
 		if recs[i].URL == "" {
-			return Ack{}, refused(pb.Status_MALFORMED, "record %d has no URL", i)
+			return nil, refused(pb.Status_MALFORMED, "record %d has no URL", i)
 		}
 		if recs[i].CrawlerID != "" && recs[i].CrawlerID != h.CrawlerID {
-			return Ack{}, refused(pb.Status_MALFORMED, "record %d names crawler %q in a carrier of %q", i, recs[i].CrawlerID, h.CrawlerID)
+			return nil, refused(pb.Status_MALFORMED, "record %d names crawler %q in a carrier of %q", i, recs[i].CrawlerID, h.CrawlerID)
+		}
+		if recs[i].CrawlerID == "" {
+			recs[i].CrawlerID = h.CrawlerID
 		}
 	}
-	id := pack.Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq}.ID()
-	now := time.Now().UTC()
-	sum := sha256.Sum256(data) // tells a redelivery from another carrier under the same name
+	// the sum tells a redelivery from another carrier under the same name
+	return &prepared{h: h, recs: recs, id: pack.Carrier{CrawlerID: h.CrawlerID, Seq: h.Seq}.ID(), sum: sha256.Sum256(data)}, nil
+}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ck := carrierKey(h.CrawlerID, h.Seq)
-	var ack Ack
-	var counts Counts
-	var cc CrawlerCounts
-	err = s.db.Update(func(txn *badger.Txn) error {
-		ack, counts = Ack{}, s.counts
-		if it, err := txn.Get(ck); err == nil {
-			return it.Value(func(v []byte) error {
-				if len(v) != 12+len(sum) {
-					return errors.New("damaged carrier marker")
-				}
-				if string(v[12:]) != string(sum[:]) {
-					// the same name, other records: two crawls under one
-					// crawler id (its carrier sequence restarts with its
-					// state); acknowledging would drop these records
-					return refused(pb.Status_REFUSED, "carrier %s was committed before with other records: "+
-						"two crawls share the crawler id %q (give each crawl its own id)", id, h.CrawlerID)
-				}
-				ack = Ack{First: binary.BigEndian.Uint64(v), Records: int(binary.BigEndian.Uint32(v[8:])), Duplicate: true}
-				return nil
-			})
-		} else if !errors.Is(err, badger.ErrKeyNotFound) {
-			return err
-		}
-		cc = CrawlerCounts{Crawler: h.CrawlerID}
-		if c := s.crawlers[h.CrawlerID]; c != nil {
-			cc = *c
-		}
-		seq := s.next
-		ack = Ack{First: seq, Records: len(recs)}
-		for i := range recs {
-			r := &recs[i]
-			if r.CrawlerID == "" {
-				r.CrawlerID = h.CrawlerID
-			}
-			overlap, isNew, err := s.updatePage(txn, r.URL, h.CrawlerID, seq)
-			if err != nil {
-				return err
-			}
-			if isNew {
-				counts.Pages++
-			}
-			if overlap {
-				counts.Overlap++
-				cc.Overlap++
-			}
-			e := Entry{Seq: seq, Carrier: id, IngestedAt: now, Overlap: overlap, Record: *r}
-			if err := txn.Set(logKey(seq), e.encode()); err != nil {
-				return err
-			}
-			seq++
-		}
-		counts.Records += int64(len(recs))
-		counts.Carriers++
-		cc.Carriers++
-		cc.Records += int64(len(recs))
-		cc.LastSeen = now
-		marker := binary.BigEndian.AppendUint64(nil, ack.First)
-		marker = binary.BigEndian.AppendUint32(marker, uint32(len(recs)))
-		marker = append(marker, sum[:]...)
-		if err := txn.Set(ck, marker); err != nil {
-			return err
-		}
-		if err := txn.Set(kNext, binary.BigEndian.AppendUint64(nil, seq)); err != nil {
-			return err
-		}
-		if err := txn.Set(kCounts, counts.encode()); err != nil {
-			return err
-		}
-		return txn.Set(append(append([]byte(nil), pCrawler...), h.CrawlerID...), cc.encode())
-	})
-	var re *RefusedError
-	if errors.As(err, &re) {
-		return Ack{}, err
+// commitGroup commits carriers in one transaction, under s.mu, and marks
+// each done with its outcome. It returns the transaction's error (the
+// carriers are then done with an INTERNAL refusal, unless it is
+// ErrTxnTooBig for a group the caller splits).
+func (s *Store) commitGroup(group []*prepared) error {
+	now := time.Now().UTC()
+	type outcome struct {
+		ack Ack
+		err error
 	}
-	if errors.Is(err, badger.ErrTxnTooBig) {
-		return Ack{}, refused(pb.Status_TOO_LARGE, "carrier %s of %d records does not fit one transaction", id, len(recs))
+	var results []outcome
+	var counts Counts
+	var crawlers map[string]CrawlerCounts
+	next := s.next
+	err := s.db.Update(func(txn *badger.Txn) error {
+		results, counts, crawlers, next = make([]outcome, len(group)), s.counts, map[string]CrawlerCounts{}, s.next
+		for gi, p := range group {
+			ck := carrierKey(p.h.CrawlerID, p.h.Seq)
+			if it, err := txn.Get(ck); err == nil {
+				err := it.Value(func(v []byte) error {
+					if len(v) != 12+len(p.sum) {
+						return errors.New("damaged carrier marker")
+					}
+					if string(v[12:]) != string(p.sum[:]) {
+						// the same name, other records: two crawls under
+						// one crawler id (its carrier sequence restarts
+						// with its state); acknowledging would drop these
+						results[gi].err = refused(pb.Status_REFUSED, "carrier %s was committed before with other records: "+
+							"two crawls share the crawler id %q (give each crawl its own id)", p.id, p.h.CrawlerID)
+						return nil
+					}
+					results[gi].ack = Ack{First: binary.BigEndian.Uint64(v), Records: int(binary.BigEndian.Uint32(v[8:])), Duplicate: true}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				continue
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+			cc, ok := crawlers[p.h.CrawlerID]
+			if !ok {
+				cc = CrawlerCounts{Crawler: p.h.CrawlerID}
+				if c := s.crawlers[p.h.CrawlerID]; c != nil {
+					cc = *c
+				}
+			}
+			results[gi].ack = Ack{First: next, Records: len(p.recs)}
+			for i := range p.recs {
+				r := &p.recs[i]
+				overlap, isNew, err := s.updatePage(txn, r.URL, p.h.CrawlerID, next)
+				if err != nil {
+					return err
+				}
+				if isNew {
+					counts.Pages++
+				}
+				if overlap {
+					counts.Overlap++
+					cc.Overlap++
+				}
+				e := Entry{Seq: next, Carrier: p.id, IngestedAt: now, Overlap: overlap, Record: *r}
+				if err := txn.Set(logKey(next), e.encode()); err != nil {
+					return err
+				}
+				next++
+			}
+			counts.Records += int64(len(p.recs))
+			counts.Carriers++
+			cc.Carriers++
+			cc.Records += int64(len(p.recs))
+			cc.LastSeen = now
+			crawlers[p.h.CrawlerID] = cc
+			marker := binary.BigEndian.AppendUint64(nil, results[gi].ack.First)
+			marker = binary.BigEndian.AppendUint32(marker, uint32(len(p.recs)))
+			if err := txn.Set(ck, append(marker, p.sum[:]...)); err != nil {
+				return err
+			}
+		}
+		for id, cc := range crawlers {
+			if err := txn.Set(append(append([]byte(nil), pCrawler...), id...), cc.encode()); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(kNext, binary.BigEndian.AppendUint64(nil, next)); err != nil {
+			return err
+		}
+		return txn.Set(kCounts, counts.encode())
+	})
+	if errors.Is(err, badger.ErrTxnTooBig) && len(group) > 1 {
+		return err
+	}
+	for gi, p := range group {
+		p.done = true
+		switch {
+		case errors.Is(err, badger.ErrTxnTooBig):
+			p.err = refused(pb.Status_TOO_LARGE, "carrier %s of %d records does not fit one transaction", p.id, len(p.recs))
+		case err != nil:
+			p.err = refused(pb.Status_INTERNAL, "commit carrier %s: %v", p.id, err)
+		default:
+			p.ack, p.err = results[gi].ack, results[gi].err
+		}
+		if p.err == nil && p.ack.Duplicate {
+			s.counts.Duplicates++
+			s.m.duplicates.Inc()
+		}
 	}
 	if err != nil {
-		return Ack{}, refused(pb.Status_INTERNAL, "commit carrier %s: %v", id, err)
+		return err
 	}
-	if ack.Duplicate {
-		s.counts.Duplicates++
-		s.m.duplicates.Inc()
-		return ack, nil
+	dups := s.counts.Duplicates
+	s.next, s.counts = next, counts
+	s.counts.Duplicates = dups
+	for id, cc := range crawlers {
+		s.crawlers[id] = &cc
 	}
-	s.next = ack.First + uint64(ack.Records)
-	s.counts = counts
-	s.crawlers[h.CrawlerID] = &cc
-	s.m.records.Add(float64(ack.Records))
-	s.m.carriers.Inc()
-	s.wake()
-	return ack, nil
+	added := 0
+	for _, p := range group {
+		if p.err == nil && !p.ack.Duplicate {
+			added += p.ack.Records
+			s.m.carriers.Inc()
+		}
+	}
+	if added > 0 {
+		s.m.records.Add(float64(added))
+		s.wake()
+	}
+	return nil
 }
 
 func (s *Store) wake() {

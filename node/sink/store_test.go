@@ -3,6 +3,7 @@ package sink
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,5 +171,57 @@ func TestCarrierNameReusedIsRefused(t *testing.T) {
 	wantStatus(t, err, pb.Status_REFUSED)
 	if s.Head() != 3 {
 		t.Fatalf("head %d after the refusal", s.Head())
+	}
+}
+
+// Carriers pushed at once are committed in groups (one transaction, one
+// fsync): every record once, each carrier's records consecutive, and a
+// redelivery inside a group acknowledged with its first commit's sequences.
+func TestConcurrentCommitsGrouped(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	const crawlers, per, recs = 6, 15, 7
+	var wg sync.WaitGroup
+	acks := make([][]Ack, crawlers)
+	for c := range crawlers {
+		id := fmt.Sprintf("c%d", c)
+		wg.Go(func() {
+			for i := range per {
+				data := carrier(id, uint64(i), c*1000+i*recs, recs)
+				for range 2 { // each carrier twice: the second is a redelivery
+					a, err := s.Commit(id, data)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					acks[c] = append(acks[c], a)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s.Head() != crawlers*per*recs {
+		t.Fatalf("head %d, want %d", s.Head(), crawlers*per*recs)
+	}
+	for c := range acks {
+		for i := 0; i < len(acks[c]); i += 2 {
+			first, again := acks[c][i], acks[c][i+1]
+			if first.Duplicate || !again.Duplicate || again.First != first.First || first.Records != recs {
+				t.Fatalf("crawler %d carrier %d: %+v then %+v", c, i/2, first, again)
+			}
+		}
+	}
+	es, _, _ := s.Read(0, 10_000, Filter{})
+	byCarrier := map[string][]uint64{}
+	for _, e := range es {
+		byCarrier[e.Carrier] = append(byCarrier[e.Carrier], e.Seq)
+	}
+	for id, seqs := range byCarrier {
+		if len(seqs) != recs || seqs[recs-1]-seqs[0] != recs-1 {
+			t.Fatalf("carrier %s: sequences %v, want %d consecutive", id, seqs, recs)
+		}
+	}
+	if c, _ := s.Counts(); c.Duplicates != crawlers*per || c.Carriers != crawlers*per {
+		t.Fatalf("counts %+v", c)
 	}
 }

@@ -1,0 +1,53 @@
+package main
+
+// `micra bench sink`: flags and printing of testnet/bench's sink experiment.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/micra-crawler/micra/testnet/bench"
+)
+
+func init() {
+	var o bench.SinkOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "sink",
+		Short: "ingest carriers into the index sink over libp2p, beside Badger batched writes of the same records; then catch up over HTTP",
+		Long: `Starts an index sink and --crawlers libp2p hosts in this process, pushes
+--carriers carriers of --per-carrier records from each over /micra/carrier/1 (every
+record committed, fsync'd, before its acknowledgement), and prints records/s beside
+the reference measured in the same run on the same disk: the same records written
+with Badger WriteBatch, one synced batch per carrier. Then a subscriber reads the
+whole log from cursor 0 over HTTP NDJSON.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.RunSink(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			fmt.Printf("sink ingest: %d records in %d carriers from %d crawlers, sync %v\n", r.Records, r.Carriers, max(o.Crawlers, 4), r.Sync)
+			fmt.Printf("  micra sink over /micra/carrier/1   %10.0f records/s\n", r.IngestPerSec)
+			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
+			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Crawlers, "crawlers", 4, "crawler hosts pushing at once")
+	f.IntVar(&o.Carriers, "carriers", 50, "carriers per crawler")
+	f.IntVar(&o.PerCarrier, "per-carrier", 1000, "records per carrier")
+	f.BoolVar(&o.NoSync, "no-sync", false, "no fsync per commit (sink and reference alike)")
+	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	benchParentCmd().AddCommand(cmd)
+}

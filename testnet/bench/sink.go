@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/overlay"
+)
+
+// SinkOptions size the sink experiment.
+type SinkOptions struct {
+	Crawlers   int // crawler hosts pushing at once (default 4)
+	Carriers   int // carriers per crawler (default 50)
+	PerCarrier int // records per carrier (default 1000: a default carrier of ≈1 MiB)
+	NoSync     bool
+	Dir        string // where the stores go (default a temporary directory, removed)
+}
+
+// SinkResult is what RunSink measured, each figure beside its reference
+// measured in the same run on the same disk.
+type SinkResult struct {
+	Records  int  `json:"records"`
+	Carriers int  `json:"carriers"`
+	Sync     bool `json:"sync"`
+	// IngestPerSec: records/s from the first push to the last
+	// acknowledgement, over /micra/carrier/1 from Crawlers libp2p hosts,
+	// each record durably committed before its carrier's acknowledgement.
+	IngestPerSec float64 `json:"ingest_records_per_s"`
+	// BadgerPerSec: the reference, the same records' log entries written
+	// with Badger WriteBatch (one batch per carrier, synced as the sink's
+	// commits are), no verification, no page index, no protocol.
+	BadgerPerSec float64 `json:"badger_batch_records_per_s"`
+	IngestShare  float64 `json:"ingest_share_of_badger"`
+	// CatchUpPerSec: records/s a subscriber reads the whole log from
+	// cursor 0 over HTTP NDJSON.
+	CatchUpPerSec float64 `json:"catch_up_records_per_s"`
+}
+
+// RunSink measures the sink's ingest and catch-up rates.
+func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
+	o.Crawlers, o.Carriers, o.PerCarrier = cmpOr(o.Crawlers, 4), cmpOr(o.Carriers, 50), cmpOr(o.PerCarrier, 1000)
+	dir := o.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "micra-bench-sink-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	// the carriers, made before any clock starts
+	type crawlerLoad struct {
+		host     host.Host
+		carriers []pack.Carrier
+	}
+	loads := make([]crawlerLoad, o.Crawlers)
+	var all []pack.Carrier
+	for i := range loads {
+		h, err := overlay.NewHost(overlay.TestnetConfig())
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close()
+		loads[i].host = h
+		id := h.ID().String()
+		for c := range o.Carriers {
+			recs := make([]pack.Record, o.PerCarrier)
+			for j := range recs {
+				n := c*o.PerCarrier + j
+				recs[j] = pack.Record{URL: fmt.Sprintf("http://h%d.c%d.example/page/%d", n%97, i, n), Status: 200,
+					Change: pack.ChangeNew, FetchedAt: time.Now(), CrawlerID: id, ContentType: "text/html", Lang: "en",
+					Title: fmt.Sprintf("Page %d of crawler %d", n, i), BodyBytes: 20_000, TextBytes: 6_000, OutLinks: 40,
+					Keywords: benchKeywords(n)}
+			}
+			loads[i].carriers = append(loads[i].carriers, pack.EncodeCarrier(id, uint64(c), time.Now(), recs))
+		}
+		all = append(all, loads[i].carriers...)
+	}
+	total := o.Crawlers * o.Carriers * o.PerCarrier
+	res := &SinkResult{Records: total, Carriers: o.Crawlers * o.Carriers, Sync: !o.NoSync}
+
+	// the reference: Badger batched writes of the same records
+	ref, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync)
+	if err != nil {
+		return nil, err
+	}
+	res.BadgerPerSec = float64(total) / ref.Seconds()
+
+	store, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "sink"), NoSync: o.NoSync, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	sh, err := overlay.NewHost(overlay.TestnetConfig())
+	if err != nil {
+		return nil, err
+	}
+	defer sh.Close()
+	(&sink.Server{Store: store, Logger: quiet}).Register(sh)
+	info := peer.AddrInfo{ID: sh.ID(), Addrs: sh.Addrs()}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, o.Crawlers)
+	for _, l := range loads {
+		client := &sink.Client{Host: l.host, Sink: info, Timeout: time.Minute}
+		wg.Go(func() {
+			for _, c := range l.carriers {
+				if err := client.Deliver(ctx, c); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ingest := time.Since(start)
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	if store.Head() != uint64(total) {
+		return nil, fmt.Errorf("bench sink: %d records committed, want %d", store.Head(), total)
+	}
+	res.IngestPerSec = float64(total) / ingest.Seconds()
+	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: sink.Handler(store, nil), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	start = time.Now()
+	n, err := countStream(ctx, "http://"+ln.Addr().String()+"/v1/records?after=0")
+	if err != nil {
+		return nil, err
+	}
+	if n != total {
+		return nil, fmt.Errorf("bench sink: catch-up read %d records, want %d", n, total)
+	}
+	res.CatchUpPerSec = float64(n) / time.Since(start).Seconds()
+	return res, nil
+}
+
+func cmpOr(v, d int) int {
+	if v > 0 {
+		return v
+	}
+	return d
+}
+
+func benchKeywords(n int) []pack.Keyword {
+	kw := make([]pack.Keyword, 24)
+	for i := range kw {
+		kw[i] = pack.Keyword{Term: fmt.Sprintf("term%d", (n*7+i*13)%5000), Weight: uint32(40 - i)}
+	}
+	return kw
+}
+
+// badgerReference writes every record of the carriers as a log entry with
+// Badger WriteBatch, one batch per carrier, each flushed (and synced when
+// sync) before the next: the local limit the sink's commits are held to.
+func badgerReference(dir string, cars []pack.Carrier, sync bool) (time.Duration, error) {
+	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(sync).WithMemTableSize(64 << 20).WithLogger(nil))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	// decoding is the sink's work too: done here before the clock, so the
+	// reference is the writes alone
+	batches := make([][][]byte, len(cars))
+	for i, c := range cars {
+		_, recs, err := pack.Decode(c.Data)
+		if err != nil {
+			return 0, err
+		}
+		for j := range recs {
+			batches[i] = append(batches[i], recs[j].AppendBinary(nil))
+		}
+	}
+	seq := uint64(0)
+	start := time.Now()
+	for _, b := range batches {
+		wb := db.NewWriteBatch()
+		for _, v := range b {
+			seq++
+			if err := wb.Set(binary.BigEndian.AppendUint64([]byte("sl/"), seq), v); err != nil {
+				wb.Cancel()
+				return 0, err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+func countStream(ctx context.Context, u string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		if len(sc.Bytes()) > 0 {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
