@@ -26,6 +26,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -108,8 +109,19 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	}
 	defer h.Close()
 	(&sink.Server{Store: store, Logger: slog.Default()}).Register(h)
+	// the full-text index, fed from the log in the background (delete
+	// DATA/search to rebuild it)
+	idx, err := search.Open(store, filepath.Join(o.data, "search"), slog.Default())
+	if err != nil {
+		return err
+	}
+	defer idx.Close()
+	sctx, stopSearch := context.WithCancel(ctx)
+	searchDone := make(chan struct{})
+	go func() { defer close(searchDone); idx.Run(sctx) }()
+	defer func() { stopSearch(); <-searchDone }()
 
-	srv := &http.Server{Handler: sink.Handler(store, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: sink.Handler(store, idx, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("sink: HTTP server", "err", err)
@@ -317,4 +329,61 @@ func subscribeOnce(ctx context.Context, w io.Writer, base *url.URL, o *subscribe
 		}
 	}
 	return n, sc.Err()
+}
+
+func init() {
+	var sinkURL, host string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "search --sink URL [--host H] [--limit N] WORDS…",
+		Short: "search the index sink's full-text index (pages matching every word, best first)",
+		Long: `Asks a running sink (GET /v1/search) for the pages whose keywords or titles match
+every word; words are stemmed as the crawlers stem keywords ("headers" finds pages
+about "header"). The index follows the change log in the background: "indexed"
+says how far it has read.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, err := url.Parse(sinkURL)
+			if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
+				return fmt.Errorf("search: --sink %q: want the sink's http:// address", sinkURL)
+			}
+			u := base.JoinPath("/v1/search")
+			u.RawQuery = url.Values{"q": {strings.Join(args, " ")}, "host": {host}, "limit": {strconv.Itoa(limit)}}.Encode()
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u.String(), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("search: %w", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+				return fmt.Errorf("search: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+			}
+			var res sink.Results
+			if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+				return fmt.Errorf("search: %w", err)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintf(w, "%d pages (%.1f ms; index at record %d)\n", res.Total, res.TookMs, res.Indexed)
+			for _, h := range res.Hits {
+				fmt.Fprintf(w, "%7.3f  %s  %s\n", h.Score, h.URL, h.Title)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sinkURL, "sink", "http://127.0.0.1:8090", "the sink's HTTP address")
+	f.StringVar(&host, "host", "", "only this host")
+	f.IntVar(&limit, "limit", 10, "results")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	rootCmd.AddCommand(cmd)
 }

@@ -1,6 +1,7 @@
 package extract
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/kljensen/snowball/english"
@@ -164,4 +165,19 @@ func (l *language) cachedStem(w string) string {
 	s.m[w] = st
 	s.Unlock()
 	return st
+}
+
+// Stem returns word, lower-cased, stemmed as the crawler stems the
+// keywords of a page in lang (an ISO 639-1 code; "" or a language without
+// a stemmer: English), so a search query matches the keywords records
+// carry.
+func Stem(lang, word string) string {
+	w := strings.ToLower(word)
+	l := englishLang
+	for i := range languages {
+		if languages[i].code == lang {
+			l = &languages[i]
+		}
+	}
+	return l.cachedStem(w)
 }

@@ -41,11 +41,37 @@ type Status struct {
 //	GET /v1/events?after=SEQ&…  the same as Server-Sent Events (id: seq;
 //	    a reconnecting EventSource resumes from Last-Event-ID)
 //	GET /v1/status             Status as JSON
+//	GET /v1/search?q=WORDS[&host=H][&limit=N]  Results as JSON (with a Search)
 //
 // A subscriber that resumes from the last seq it saw receives every record
 // after it exactly once, in order.
-func Handler(s *Store, metrics http.Handler) http.Handler {
+// Searcher answers full-text queries over the log (node/sink/search).
+type Searcher interface {
+	Query(q, host string, limit int) (Results, error)
+}
+
+// Hit is one search result.
+type Hit struct {
+	URL   string  `json:"url"`
+	Title string  `json:"title,omitempty"`
+	Lang  string  `json:"lang,omitempty"`
+	Seq   uint64  `json:"seq"` // the record the page was indexed from
+	Score float64 `json:"score"`
+}
+
+// Results is a search's answer.
+type Results struct {
+	Total   uint64  `json:"total"`
+	TookMs  float64 `json:"took_ms"`
+	Indexed uint64  `json:"indexed"` // the log sequence the index had reached
+	Hits    []Hit   `json:"hits"`
+}
+
+func Handler(s *Store, search Searcher, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if search != nil {
+		mux.HandleFunc("GET /v1/search", func(w http.ResponseWriter, r *http.Request) { serveSearch(search, w, r) })
+	}
 	mux.HandleFunc("GET /v1/records", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, false) })
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, true) })
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -185,4 +211,26 @@ func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
 			}
 		}
 	}
+}
+
+func serveSearch(search Searcher, w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 10
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			http.Error(w, fmt.Sprintf("limit=%q: want a count ≥ 1", l), http.StatusBadRequest)
+			return
+		}
+		limit = n
+	}
+	res, err := search.Query(q.Get("q"), q.Get("host"), limit)
+	if err != nil {
+		http.Error(w, "q: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(res)
 }

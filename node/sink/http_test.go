@@ -46,7 +46,7 @@ func get(t *testing.T, ctx context.Context, u string) *http.Response {
 func TestStreamResumesExactlyOnce(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	defer s.Close()
-	srv := httptest.NewServer(Handler(s, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil))
 	defer srv.Close()
 	if _, err := s.Commit("c1", carrier("c1", 0, 0, 5)); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestStreamResumesExactlyOnce(t *testing.T) {
 func TestEventsResumeFromLastEventID(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	defer s.Close()
-	srv := httptest.NewServer(Handler(s, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil))
 	defer srv.Close()
 	if _, err := s.Commit("c1", carrier("c1", 0, 0, 4)); err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestEventsResumeFromLastEventID(t *testing.T) {
 func TestStreamBadQuery(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	defer s.Close()
-	srv := httptest.NewServer(Handler(s, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil))
 	defer srv.Close()
 	for path, want := range map[string]int{"/v1/records?after=x": 400, "/v1/records?limit=-1": 400,
 		"/v1/records?follow=maybe": 400, "/nope": 404, "/v1/status": 200} {

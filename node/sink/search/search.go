@@ -1,0 +1,256 @@
+// Package search is the index sink's full-text index (Bleve), fed from
+// the sink's change log; a package of its own so that a crawler node,
+// which imports node/sink for its client, does not carry Bleve.
+package search
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/standard"
+	"github.com/blevesearch/bleve/v2/analysis/token/lowercase"
+	"github.com/blevesearch/bleve/v2/analysis/tokenizer/whitespace"
+	"github.com/blevesearch/bleve/v2/mapping"
+	"github.com/blevesearch/bleve/v2/search/query"
+
+	"github.com/micra-crawler/micra/crawl/extract"
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink"
+)
+
+// Search is the sink's full-text index (Bleve), fed from the change log
+// by Run, never by ingest: a commit does not wait for it, and deleting its
+// directory rebuilds it from the log. One document per page (the URL is
+// its id; a later record replaces it, a gone page leaves). Pages are found
+// by their keywords — the crawlers' stemmed terms, each repeated by the
+// logarithm of its weight, so the crawlers' ranking counts — and by their
+// titles.
+type Search struct {
+	store   *sink.Store
+	idx     bleve.Index
+	log     *slog.Logger
+	indexed atomic.Uint64 // the last log sequence indexed
+}
+
+// termsAnalyzer splits the keywords field on spaces and lower-cases: the
+// terms are stemmed by the crawlers already.
+const termsAnalyzer = "micra_terms"
+
+// kCursor is the index's own record of the last sequence it indexed,
+// written in the same batch as the documents.
+const kCursor = "micra_cursor"
+
+// Open opens (or creates) the index in dir over the store's log.
+func Open(store *sink.Store, dir string, logger *slog.Logger) (*Search, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	idx, err := bleve.Open(dir)
+	if errors.Is(err, bleve.ErrorIndexPathDoesNotExist) {
+		idx, err = bleve.New(dir, searchMapping())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
+	}
+	s := &Search{store: store, idx: idx, log: logger.With("component", "search")}
+	if v, err := idx.GetInternal([]byte(kCursor)); err == nil && len(v) > 0 {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			idx.Close()
+			return nil, fmt.Errorf("sink: search index %s: damaged cursor %q (delete the directory to rebuild it)", dir, v)
+		}
+		s.indexed.Store(n)
+	}
+	return s, nil
+}
+
+func searchMapping() *mapping.IndexMappingImpl {
+	m := bleve.NewIndexMapping()
+	if err := m.AddCustomAnalyzer(termsAnalyzer, map[string]any{
+		"type": custom.Name, "tokenizer": whitespace.Name, "token_filters": []string{lowercase.Name},
+	}); err != nil {
+		panic(err) // a static configuration
+	}
+	doc := bleve.NewDocumentStaticMapping()
+	terms := bleve.NewTextFieldMapping()
+	terms.Analyzer = termsAnalyzer
+	terms.Store = false
+	doc.AddFieldMappingsAt("terms", terms)
+	title := bleve.NewTextFieldMapping()
+	title.Analyzer = standard.Name
+	doc.AddFieldMappingsAt("title", title)
+	for _, f := range []string{"url", "host", "lang"} {
+		k := bleve.NewKeywordFieldMapping()
+		doc.AddFieldMappingsAt(f, k)
+	}
+	seq := bleve.NewNumericFieldMapping()
+	seq.Index = false
+	doc.AddFieldMappingsAt("seq", seq)
+	m.DefaultMapping = doc
+	return m
+}
+
+// searchDoc is what is indexed of a page.
+type searchDoc struct {
+	URL   string  `json:"url"`
+	Host  string  `json:"host"`
+	Title string  `json:"title"`
+	Lang  string  `json:"lang"`
+	Terms string  `json:"terms"`
+	Seq   float64 `json:"seq"`
+}
+
+func docOf(e *sink.Entry) searchDoc {
+	r := &e.Record
+	var b strings.Builder
+	for _, k := range r.Keywords {
+		// 1 + log2(weight) copies: the crawler's weight counts, without
+		// a heavy term drowning every other
+		for range 1 + bits.Len32(k.Weight)/2 {
+			b.WriteString(k.Term)
+			b.WriteByte(' ')
+		}
+	}
+	return searchDoc{URL: r.URL, Host: hostOf(r.URL), Title: r.Title, Lang: r.Lang, Terms: b.String(), Seq: float64(e.Seq)}
+}
+
+// Indexed returns the last log sequence the index holds.
+func (s *Search) Indexed() uint64 { return s.indexed.Load() }
+
+// Run feeds the index from the log until ctx ends: batches of up to 1,000
+// records, each with the cursor it reached.
+func (s *Search) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		cursor := s.indexed.Load()
+		es, last, err := s.store.Read(cursor, 1000, sink.Filter{})
+		if err != nil {
+			s.log.Error("search: read the log", "after", cursor, "err", err)
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		if last > cursor {
+			if err := s.index(es, last); err != nil {
+				s.log.Error("search: index", "after", cursor, "err", err)
+				if !sleepCtx(ctx, time.Second) {
+					return
+				}
+				continue
+			}
+			continue
+		}
+		s.store.Wait(ctx, cursor)
+	}
+}
+
+func (s *Search) index(es []sink.Entry, last uint64) error {
+	b := s.idx.NewBatch()
+	for i := range es {
+		e := &es[i]
+		switch e.Record.Change {
+		case pack.ChangeGone:
+			b.Delete(e.Record.URL)
+		case pack.ChangeNew, pack.ChangeChanged:
+			if e.Record.Flags&pack.FlagNoIndex != 0 {
+				b.Delete(e.Record.URL) // the page asked not to be indexed
+				continue
+			}
+			if err := b.Index(e.Record.URL, docOf(e)); err != nil {
+				return err
+			}
+		}
+	}
+	b.SetInternal([]byte(kCursor), []byte(strconv.FormatUint(last, 10)))
+	if err := s.idx.Batch(b); err != nil {
+		return err
+	}
+	s.indexed.Store(last)
+	return nil
+}
+
+// Query finds the pages matching every word of q (in their keywords,
+// stemmed as the crawlers stem, or in their titles), best first; host,
+// if set, restricts them to one host.
+func (s *Search) Query(q, host string, limit int) (sink.Results, error) {
+	words := strings.Fields(q)
+	if len(words) == 0 {
+		return sink.Results{}, errors.New("an empty query")
+	}
+	var must []query.Query
+	for _, w := range words {
+		var alts []query.Query
+		for _, t := range uniq(strings.ToLower(w), extract.Stem("en", w)) {
+			tq := query.NewTermQuery(t)
+			tq.SetField("terms")
+			alts = append(alts, tq)
+		}
+		mq := query.NewMatchQuery(w)
+		mq.SetField("title")
+		mq.SetBoost(0.5)
+		alts = append(alts, mq)
+		must = append(must, query.NewDisjunctionQuery(alts))
+	}
+	if host != "" {
+		hq := query.NewTermQuery(strings.ToLower(host))
+		hq.SetField("host")
+		must = append(must, hq)
+	}
+	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery(must), max(1, min(limit, 1000)), 0, false)
+	req.Fields = []string{"title", "lang", "seq"}
+	start := time.Now()
+	res, err := s.idx.Search(req)
+	if err != nil {
+		return sink.Results{}, err
+	}
+	out := sink.Results{Total: res.Total, TookMs: float64(time.Since(start).Microseconds()) / 1000, Indexed: s.Indexed()}
+	for _, h := range res.Hits {
+		hit := sink.Hit{URL: h.ID, Score: h.Score}
+		hit.Title, _ = h.Fields["title"].(string)
+		hit.Lang, _ = h.Fields["lang"].(string)
+		if v, ok := h.Fields["seq"].(float64); ok {
+			hit.Seq = uint64(v)
+		}
+		out.Hits = append(out.Hits, hit)
+	}
+	return out, nil
+}
+
+// Close closes the index.
+func (s *Search) Close() error { return s.idx.Close() }
+
+func uniq(a, b string) []string {
+	if a == b {
+		return []string{a}
+	}
+	return []string{a, b}
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(u.Hostname())
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,113 @@
+package search
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink"
+	"go.uber.org/goleak"
+)
+
+func runSearch(t *testing.T, s *sink.Store, dir string) (*Search, func()) {
+	t.Helper()
+	se, err := Open(s, dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { se.Run(ctx) })
+	return se, func() { cancel(); wg.Wait(); se.Close() }
+}
+
+// bleve keeps a package-wide pool of analysis workers for the process's life.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"))
+}
+
+func waitIndexed(t *testing.T, se *Search, seq uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for se.Indexed() < seq {
+		if time.Now().After(deadline) {
+			t.Fatalf("index at %d, want %d", se.Indexed(), seq)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func pageRecord(url, title string, change pack.Change, kw ...pack.Keyword) pack.Record {
+	return pack.Record{URL: url, Title: title, Status: 200, Change: change, FetchedAt: time.Now(), Lang: "en", Keywords: kw}
+}
+
+// The index follows the log: a query's words are stemmed as the crawlers
+// stem keywords ("headers" finds "header"), weights rank, titles count, a
+// later record of a page replaces it, a gone page leaves, and the index
+// rebuilt from the log answers the same.
+func TestSearchFollowsTheLog(t *testing.T) {
+	dir := t.TempDir()
+	s, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "log"), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := []pack.Record{
+		pageRecord("http://a.example/http", "HTTP headers explained", pack.ChangeNew,
+			pack.Keyword{Term: "header", Weight: 30}, pack.Keyword{Term: "http", Weight: 20}),
+		pageRecord("http://b.example/mail", "Mail", pack.ChangeNew,
+			pack.Keyword{Term: "mail", Weight: 30}, pack.Keyword{Term: "header", Weight: 2}),
+		pageRecord("http://b.example/old", "Old page", pack.ChangeNew, pack.Keyword{Term: "header", Weight: 9}),
+	}
+	if _, err := s.Commit("c", pack.EncodeCarrier("c", 0, time.Now(), recs).Data); err != nil {
+		t.Fatal(err)
+	}
+	later := []pack.Record{
+		pageRecord("http://b.example/old", "", pack.ChangeGone),
+		pageRecord("http://b.example/mail", "Mail", pack.ChangeChanged, pack.Keyword{Term: "mail", Weight: 30}, pack.Keyword{Term: "smtp", Weight: 5}),
+	}
+	if _, err := s.Commit("c", pack.EncodeCarrier("c", 1, time.Now(), later).Data); err != nil {
+		t.Fatal(err)
+	}
+	se, stop := runSearch(t, s, filepath.Join(dir, "search"))
+	waitIndexed(t, se, s.Head())
+	check := func(label string, se *Search) {
+		t.Helper()
+		res, err := se.Query("Headers", "", 10)
+		if err != nil || len(res.Hits) != 1 || res.Hits[0].URL != "http://a.example/http" || res.Hits[0].Title != "HTTP headers explained" {
+			t.Fatalf("%s: headers → %+v, %v; want the http page only (the old page is gone, the mail page changed)", label, res, err)
+		}
+		if res, _ := se.Query("mail smtp", "b.example", 10); len(res.Hits) != 1 || res.Hits[0].Seq != 5 {
+			t.Fatalf("%s: mail smtp on b.example → %+v", label, res)
+		}
+		if res, _ := se.Query("mail", "a.example", 10); len(res.Hits) != 0 {
+			t.Fatalf("%s: host filter → %+v", label, res)
+		}
+	}
+	check("live", se)
+	stop()
+	// rebuilt from the log
+	se, stop = runSearch(t, s, filepath.Join(dir, "search-rebuilt"))
+	defer stop()
+	waitIndexed(t, se, s.Head())
+	check("rebuilt", se)
+
+	srv := httptest.NewServer(sink.Handler(s, se, nil))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/search?q=header&limit=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res sink.Results
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.Total != 1 || res.Indexed != s.Head() {
+		t.Fatalf("GET /v1/search: %+v, %v", res, err)
+	}
+}
