@@ -145,7 +145,7 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: sink.Handler(store, nil), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: sink.Handler(store, nil, nil), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	start = time.Now()
