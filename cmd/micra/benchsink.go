@@ -39,6 +39,13 @@ whole log from cursor 0 over HTTP NDJSON.`,
 			fmt.Printf("  micra sink over /micra/carrier/1   %10.0f records/s\n", r.IngestPerSec)
 			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
 			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
+			if o.Search {
+				fmt.Printf("search index (Bleve, fed from the log while ingesting)\n")
+				fmt.Printf("  indexing                           %10.0f records/s; caught up %.0f ms after the last commit\n",
+					r.SearchIndexPerSec, r.SearchCatchUpMs)
+				fmt.Printf("  lag behind the log                 p95 %.0f ms, max %.0f ms\n", r.SearchLagP95Ms, r.SearchLagMaxMs)
+				fmt.Printf("  query over %d records              p50 %.2f ms, p95 %.2f ms\n", r.SearchDocsIndexed, r.SearchQueryP50Ms, r.SearchQueryP95Ms)
+			}
 			return nil
 		},
 	}
@@ -48,6 +55,7 @@ whole log from cursor 0 over HTTP NDJSON.`,
 	f.IntVar(&o.PerCarrier, "per-carrier", 1000, "records per carrier")
 	f.BoolVar(&o.NoSync, "no-sync", false, "no fsync per commit (sink and reference alike)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
+	f.BoolVar(&o.Search, "search", false, "run the full-text index beside the ingest: its lag and query latency")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	benchParentCmd().AddCommand(cmd)
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -29,6 +32,9 @@ type SinkOptions struct {
 	PerCarrier int // records per carrier (default 1000: a default carrier of ≈1 MiB)
 	NoSync     bool
 	Dir        string // where the stores go (default a temporary directory, removed)
+	// Search runs the full-text index beside the ingest and measures its
+	// lag and its queries.
+	Search bool
 }
 
 // SinkResult is what RunSink measured, each figure beside its reference
@@ -49,6 +55,18 @@ type SinkResult struct {
 	// CatchUpPerSec: records/s a subscriber reads the whole log from
 	// cursor 0 over HTTP NDJSON.
 	CatchUpPerSec float64 `json:"catch_up_records_per_s"`
+	// With Search: how far behind the log the full-text index ran while
+	// ingesting (p95 and max of the time a record waited to be indexed,
+	// sampled every 20 ms), how long it took to catch up after the last
+	// commit, and the latency of one-word and two-word queries over the
+	// whole index.
+	SearchLagP95Ms    float64 `json:"search_lag_p95_ms,omitempty"`
+	SearchLagMaxMs    float64 `json:"search_lag_max_ms,omitempty"`
+	SearchCatchUpMs   float64 `json:"search_catch_up_ms,omitempty"`
+	SearchQueryP50Ms  float64 `json:"search_query_p50_ms,omitempty"`
+	SearchQueryP95Ms  float64 `json:"search_query_p95_ms,omitempty"`
+	SearchDocsIndexed uint64  `json:"search_indexed,omitempty"`
+	SearchIndexPerSec float64 `json:"search_index_records_per_s,omitempty"`
 }
 
 // RunSink measures the sink's ingest and catch-up rates.
@@ -114,6 +132,19 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	defer sh.Close()
 	(&sink.Server{Store: store, Logger: quiet}).Register(sh)
 	info := peer.AddrInfo{ID: sh.ID(), Addrs: sh.Addrs()}
+	var idx *search.Search
+	var lagStop func() []time.Duration
+	if o.Search {
+		if idx, err = search.Open(store, filepath.Join(dir, "search"), quiet); err != nil {
+			return nil, err
+		}
+		defer idx.Close()
+		ictx, stopIndex := context.WithCancel(ctx)
+		var iwg sync.WaitGroup
+		iwg.Go(func() { idx.Run(ictx) })
+		defer func() { stopIndex(); iwg.Wait() }()
+		lagStop = sampleLag(store, idx)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, o.Crawlers)
@@ -140,6 +171,29 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	}
 	res.IngestPerSec = float64(total) / ingest.Seconds()
 	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
+	if idx != nil {
+		for idx.Indexed() < store.Head() && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.SearchCatchUpMs = ms(time.Since(start) - ingest)
+		lags := lagStop() // (sampled until the index caught up)
+		res.SearchLagP95Ms, res.SearchLagMaxMs = ms(percentile(lags, 0.95)), ms(percentile(lags, 1))
+		res.SearchIndexPerSec = float64(idx.Indexed()) / time.Since(start).Seconds()
+		res.SearchDocsIndexed = idx.Indexed()
+		var took []time.Duration
+		for i := range 200 {
+			q := fmt.Sprintf("term%d", (i*37)%5000)
+			if i%2 == 1 {
+				q += fmt.Sprintf(" term%d", (i*37+13)%5000)
+			}
+			t0 := time.Now()
+			if _, err := idx.Query(q, "", 10); err != nil {
+				return nil, err
+			}
+			took = append(took, time.Since(t0))
+		}
+		res.SearchQueryP50Ms, res.SearchQueryP95Ms = ms(percentile(took, 0.5)), ms(percentile(took, 0.95))
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -234,3 +288,50 @@ func countStream(ctx context.Context, u string) (int, error) {
 	}
 	return n, sc.Err()
 }
+
+// sampleLag samples every 20 ms how long the oldest record not yet
+// indexed has waited since it was committed; the returned function stops
+// it and returns the samples.
+func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
+	type mark struct {
+		at   time.Time
+		head uint64
+	}
+	stop := make(chan struct{})
+	done := make(chan []time.Duration)
+	go func() {
+		var marks []mark
+		var lags []time.Duration
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- lags
+				return
+			case now := <-t.C:
+				head, indexed := store.Head(), idx.Indexed()
+				marks = append(marks, mark{now, head})
+				if indexed >= head {
+					lags = append(lags, 0)
+					continue
+				}
+				// the first sample whose head held the oldest record not indexed
+				i := sort.Search(len(marks), func(i int) bool { return marks[i].head > indexed })
+				lags = append(lags, now.Sub(marks[i].at))
+			}
+		}
+	}()
+	return func() []time.Duration { close(stop); return <-done }
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
