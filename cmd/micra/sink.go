@@ -26,14 +26,15 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/node/sink/jetstream"
 	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
 
 type sinkOptions struct {
-	data, httpAddr string
-	listen         []string
-	noSync         bool
+	data, httpAddr, stream string
+	listen                 []string
+	noSync                 bool
 }
 
 func init() {
@@ -48,7 +49,11 @@ sequence number. Indexers read the log over HTTP (docs/sink.md):
 
   GET /v1/records?after=SEQ[&follow=true][&host=H|&suffix=DOMAIN][&keyword=K][&lang=L][&changed=true]
   GET /v1/events   (Server-Sent Events, resumable with Last-Event-ID)
-  GET /v1/status   GET /metrics
+  GET /v1/status   GET /v1/search?q=WORDS   GET /metrics
+
+--stream nats://HOST:PORT also publishes every record to a NATS JetStream stream
+(MICRA, subject micra.records, the record's sequence as the message id), for
+indexers that consume from a JetStream cluster.
 
 The data directory holds the identity key (identity.key) and the log (log/).`,
 		Args: cobra.NoArgs,
@@ -59,6 +64,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringArrayVar(&o.listen, "listen", []string{"/ip4/127.0.0.1/tcp/4002"}, "libp2p listen multiaddr (repeatable)")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
+	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
 
 	imp := &cobra.Command{
 		Use:   "import --data DIR PATH…",
@@ -120,6 +126,14 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	searchDone := make(chan struct{})
 	go func() { defer close(searchDone); idx.Run(sctx) }()
 	defer func() { stopSearch(); <-searchDone }()
+
+	if o.stream != "" {
+		pub := &jetstream.Publisher{Store: store, URL: o.stream, Logger: slog.Default()}
+		pctx, stopPub := context.WithCancel(ctx)
+		pubDone := make(chan struct{})
+		go func() { defer close(pubDone); pub.Run(pctx) }()
+		defer func() { stopPub(); <-pubDone }()
+	}
 
 	srv := &http.Server{Handler: sink.Handler(store, idx, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second}
 	go func() {

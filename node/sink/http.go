@@ -22,7 +22,8 @@ type StreamRecord struct {
 	pack.RecordJSON
 }
 
-func streamRecord(e *Entry) StreamRecord {
+// StreamEntry is the streamed form of a log entry.
+func StreamEntry(e *Entry) StreamRecord {
 	return StreamRecord{Seq: e.Seq, IngestedAt: e.IngestedAt, Overlap: e.Overlap, RecordJSON: e.Record.JSON(e.Carrier)}
 }
 
@@ -171,7 +172,7 @@ func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
 			if sse {
 				fmt.Fprintf(w, "id: %d\nevent: record\ndata: ", es[i].Seq)
 			}
-			if err := enc.Encode(streamRecord(&es[i])); err != nil {
+			if err := enc.Encode(StreamEntry(&es[i])); err != nil {
 				return
 			}
 			if sse {

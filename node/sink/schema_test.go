@@ -31,7 +31,7 @@ func TestRecordSchemaMatches(t *testing.T) {
 		ContentType: "text/html", Title: "t", Lang: "en", Keywords: []pack.Keyword{{Term: "x", Weight: 1}},
 		ETag: `"e"`, LastModified: "yesterday", CrawlerID: "c", Flags: pack.FlagNoIndex, Error: "gone"}}
 	var got map[string]any
-	out, _ := json.Marshal(streamRecord(&full))
+	out, _ := json.Marshal(StreamEntry(&full))
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestRecordSchemaMatches(t *testing.T) {
 		t.Fatalf("record fields %v\nschema fields %v", g, s)
 	}
 	var bare map[string]any
-	out, _ = json.Marshal(streamRecord(&Entry{Seq: 1, Record: pack.Record{URL: "http://a/"}}))
+	out, _ = json.Marshal(StreamEntry(&Entry{Seq: 1, Record: pack.Record{URL: "http://a/"}}))
 	if err := json.Unmarshal(out, &bare); err != nil {
 		t.Fatal(err)
 	}
