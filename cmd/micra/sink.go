@@ -26,6 +26,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/node/sink/export"
 	"github.com/micra-crawler/micra/node/sink/jetstream"
 	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
@@ -400,4 +401,127 @@ says how far it has read.`,
 	f.IntVar(&limit, "limit", 10, "results")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	rootCmd.AddCommand(cmd)
+}
+
+type exportOptions struct {
+	sink, format, out string
+	since             uint64
+}
+
+func init() {
+	o := &exportOptions{}
+	cmd := &cobra.Command{
+		Use:   "export --sink URL --format warc|jsonl [--since SEQ] -o DIR",
+		Short: "write the sink's records after a cursor as WARC 1.1 files or JSON lines",
+		Long: `Reads a running sink's change log (GET /v1/records) after --since and writes it
+to DIR: --format warc writes gzip-compressed WARC 1.1 files (a warcinfo record naming
+micra, then one metadata record per page record: WARC-Target-URI the page, WARC-Date
+its fetch, the block the record's JSON); --format jsonl one JSON record per line.
+The last line printed names the cursor to pass as --since next time.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runExport(cmd.Context(), cmd.OutOrStdout(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.sink, "sink", "http://127.0.0.1:8090", "the sink's HTTP address")
+	f.StringVar(&o.format, "format", "warc", "warc or jsonl")
+	f.StringVarP(&o.out, "out", "o", "", "directory to write into")
+	f.Uint64Var(&o.since, "since", 0, "export the records after this sequence number")
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "sink" {
+			c.AddCommand(cmd)
+		}
+	}
+}
+
+func runExport(ctx context.Context, w io.Writer, o *exportOptions) error {
+	if o.out == "" {
+		return errors.New("sink export: -o DIR is required")
+	}
+	base, err := url.Parse(o.sink)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
+		return fmt.Errorf("sink export: --sink %q: want the sink's http:// address", o.sink)
+	}
+	var write func(line []byte, r *sink.StreamRecord) error
+	var finish func() error
+	switch o.format {
+	case "warc":
+		x, err := export.NewWARC(export.Options{Dir: o.out})
+		if err != nil {
+			return err
+		}
+		write = func(_ []byte, r *sink.StreamRecord) error { return x.Write(r) }
+		finish = x.Close
+	case "jsonl":
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(o.out, fmt.Sprintf("micra-after-%d.jsonl", o.since))
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		bw := bufio.NewWriter(f)
+		write = func(line []byte, _ *sink.StreamRecord) error {
+			_, err := bw.Write(append(line, '\n'))
+			return err
+		}
+		finish = func() error {
+			if err := bw.Flush(); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}
+	default:
+		return fmt.Errorf("sink export: --format %q: want warc or jsonl", o.format)
+	}
+	u := base.JoinPath("/v1/records")
+	u.RawQuery = url.Values{"after": {strconv.FormatUint(o.since, 10)}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		finish()
+		return fmt.Errorf("sink export: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		finish()
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return fmt.Errorf("sink export: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	cursor, n := o.since, 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
+		}
+		var r sink.StreamRecord
+		if err := json.Unmarshal(line, &r); err != nil || r.Seq == 0 {
+			finish()
+			return fmt.Errorf("sink export: unreadable line after record %d (%v): %.200s", cursor, err, line)
+		}
+		if err := write(line, &r); err != nil {
+			finish()
+			return err
+		}
+		cursor, n = r.Seq, n+1
+	}
+	if err := sc.Err(); err != nil {
+		finish()
+		return fmt.Errorf("sink export: after record %d: %w", cursor, err)
+	}
+	if err := finish(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "exported %d records to %s (%s); next time: --since %d\n", n, o.out, o.format, cursor)
+	return nil
 }
