@@ -525,3 +525,54 @@ func runExport(ctx context.Context, w io.Writer, o *exportOptions) error {
 	fmt.Fprintf(w, "exported %d records to %s (%s); next time: --since %d\n", n, o.out, o.format, cursor)
 	return nil
 }
+
+func init() {
+	var sinkURL string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status --sink URL",
+		Short: "print a running sink's status: head, records, pages, overlap, and each crawler's contribution",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, err := url.Parse(sinkURL)
+			if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
+				return fmt.Errorf("sink status: --sink %q: want the sink's http:// address", sinkURL)
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, base.JoinPath("/v1/status").String(), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("sink status: %w", err)
+			}
+			defer resp.Body.Close()
+			var st sink.Status
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return fmt.Errorf("sink status: %s: %w", resp.Status, err)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			c := st.Counts
+			fmt.Fprintf(w, "head %d: %d records of %d pages in %d carriers (%d redelivered, %d refused)\n",
+				st.Head, c.Records, c.Pages, c.Carriers, c.Duplicates, c.Rejected)
+			fmt.Fprintf(w, "overlap %d records (pages another crawler delivered before)\n", c.Overlap)
+			for _, cr := range st.Crawlers {
+				fmt.Fprintf(w, "  %-54s %8d records %6d carriers %6d overlap  last %s\n", cr.Crawler, cr.Records, cr.Carriers, cr.Overlap,
+					cr.LastSeen.Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sinkURL, "sink", "http://127.0.0.1:8090", "the sink's HTTP address")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "sink" {
+			c.AddCommand(cmd)
+		}
+	}
+}
