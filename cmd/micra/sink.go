@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
@@ -28,6 +30,7 @@ import (
 	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/node/sink/export"
 	"github.com/micra-crawler/micra/node/sink/jetstream"
+	"github.com/micra-crawler/micra/node/sink/pb"
 	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
@@ -116,6 +119,7 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	}
 	defer h.Close()
 	(&sink.Server{Store: store, Logger: slog.Default()}).Register(h)
+	store.RegisterSubscribe(h, 30*time.Second)
 	// the full-text index, fed from the log in the background (delete
 	// DATA/search to rebuild it)
 	idx, err := search.Open(store, filepath.Join(o.data, "search"), slog.Default())
@@ -226,7 +230,7 @@ until interrupted; the connection is re-established if it drops.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSubscribe(cmd.Context(), cmd.OutOrStdout(), o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.sink, "sink", "http://127.0.0.1:8090", "the sink's HTTP address")
+	f.StringVar(&o.sink, "sink", "http://127.0.0.1:8090", "the sink's HTTP address, or its multiaddr with /p2p/<id> (then /micra/subscribe/1)")
 	f.Uint64Var(&o.from, "from", 0, "print the records after this sequence number")
 	f.StringVar(&o.cursorFile, "cursor-file", "", "file holding the last sequence printed (read at start, written after each record)")
 	f.BoolVar(&o.follow, "follow", false, "keep streaming new records")
@@ -251,12 +255,29 @@ func runSubscribe(ctx context.Context, w io.Writer, o *subscribeOptions) error {
 			return fmt.Errorf("subscribe: --cursor-file: %w", err)
 		}
 	}
-	base, err := url.Parse(o.sink)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
-		return fmt.Errorf("subscribe: --sink %q: want the sink's http:// address", o.sink)
+	var once func(cursor *uint64) (int, error)
+	if strings.HasPrefix(o.sink, "/") { // a multiaddr: /micra/subscribe/1
+		info, err := peer.AddrInfoFromString(o.sink)
+		if err != nil {
+			return fmt.Errorf("subscribe: --sink %q: want the sink's http:// address or its multiaddr with /p2p/<id>: %w", o.sink, err)
+		}
+		hc := overlay.DefaultConfig()
+		hc.ListenAddrs = nil // (a subscriber listens on nothing)
+		h, err := overlay.NewHost(hc)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		once = func(cursor *uint64) (int, error) { return subscribeLibp2p(ctx, w, h, *info, o, cursor) }
+	} else {
+		base, err := url.Parse(o.sink)
+		if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
+			return fmt.Errorf("subscribe: --sink %q: want the sink's http:// address or its multiaddr with /p2p/<id>", o.sink)
+		}
+		once = func(cursor *uint64) (int, error) { return subscribeOnce(ctx, w, base, o, cursor) }
 	}
 	for {
-		n, err := subscribeOnce(ctx, w, base, o, &cursor)
+		n, err := once(&cursor)
 		if !o.follow || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -276,6 +297,50 @@ func runSubscribe(ctx context.Context, w io.Writer, o *subscribeOptions) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// subscribeLibp2p is subscribeOnce over /micra/subscribe/1.
+func subscribeLibp2p(ctx context.Context, w io.Writer, h host.Host, info peer.AddrInfo, o *subscribeOptions, cursor *uint64) (int, error) {
+	sub, err := sink.Subscribe(ctx, h, info, &pb.SubscribeRequest{After: *cursor, Follow: o.follow, Host: o.host, Suffix: o.suffix,
+		Keyword: o.keyword, Lang: o.lang, Changed: o.changed}, 30*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	n := 0
+	for {
+		seq, rec, err := sub.Next(time.Minute) // (keep-alives come every 15 s)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if err := emitRecord(w, rec, seq, o, cursor); err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// emitRecord prints one record and moves the cursor (and its file).
+func emitRecord(w io.Writer, line []byte, seq uint64, o *subscribeOptions, cursor *uint64) error {
+	if _, err := w.Write(append(line, '\n')); err != nil {
+		return err
+	}
+	*cursor = seq
+	if o.cursorFile != "" {
+		// replaced whole (a rename), never half written
+		tmp := o.cursorFile + ".tmp"
+		err := os.WriteFile(tmp, []byte(strconv.FormatUint(seq, 10)+"\n"), 0o644)
+		if err == nil {
+			err = os.Rename(tmp, o.cursorFile)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe: --cursor-file: %w", err)
+		}
+	}
+	return nil
 }
 
 // subscribeOnce streams from *cursor until the response ends; it returns
@@ -326,22 +391,10 @@ func subscribeOnce(ctx context.Context, w io.Writer, base *url.URL, o *subscribe
 		if head.Error != "" {
 			return n, fmt.Errorf("subscribe: the sink: %s", head.Error)
 		}
-		if _, err := w.Write(append(line, '\n')); err != nil {
+		if err := emitRecord(w, line, head.Seq, o, cursor); err != nil {
 			return n, err
 		}
-		*cursor = head.Seq
 		n++
-		if o.cursorFile != "" {
-			// replaced whole (a rename), never half written
-			tmp := o.cursorFile + ".tmp"
-			err := os.WriteFile(tmp, []byte(strconv.FormatUint(head.Seq, 10)+"\n"), 0o644)
-			if err == nil {
-				err = os.Rename(tmp, o.cursorFile)
-			}
-			if err != nil {
-				return n, fmt.Errorf("subscribe: --cursor-file: %w", err)
-			}
-		}
 	}
 	return n, sc.Err()
 }

@@ -2,7 +2,10 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/sink/pb"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -74,5 +78,57 @@ func TestOutboxDeliversOverTheProtocol(t *testing.T) {
 	c, crawlers := s.Counts()
 	if s.Head() != 30 || c.Carriers != 3 || len(crawlers) != 1 || crawlers[0].Crawler != id || ob.Stats().CarriersDelivered != 3 {
 		t.Fatalf("head %d, counts %+v, crawlers %+v, outbox %+v", s.Head(), c, crawlers, ob.Stats())
+	}
+}
+
+// /micra/subscribe/1 serves the log as /v1/records does: from a cursor,
+// filtered, live with follow, ended by the sink when finite.
+func TestSubscribeOverLibp2p(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	sinkHost, reader := newHost(t), newHost(t)
+	s.RegisterSubscribe(sinkHost, 5*time.Second)
+	if _, err := s.Commit("c1", carrier("c1", 0, 0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info := peer.AddrInfo{ID: sinkHost.ID(), Addrs: sinkHost.Addrs()}
+
+	finite, err := Subscribe(ctx, reader, info, &pb.SubscribeRequest{After: 0, Host: "h1.example"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for {
+		seq, rec, err := finite.Next(5 * time.Second)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r StreamRecord
+		if err := json.Unmarshal(rec, &r); err != nil || r.Seq != seq {
+			t.Fatalf("frame %d: %v %+v", seq, err, r)
+		}
+		got = append(got, seq)
+	}
+	finite.Close()
+	if fmt.Sprint(got) != "[2 5]" {
+		t.Fatalf("filtered subscription: %v, want [2 5] (the records of h1.example)", got)
+	}
+
+	live, err := Subscribe(ctx, reader, info, &pb.SubscribeRequest{After: 3, Follow: true}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	go func() { _, _ = s.Commit("c1", carrier("c1", 1, 5, 2)) }()
+	for want := uint64(4); want <= 7; want++ {
+		seq, _, err := live.Next(5 * time.Second)
+		if err != nil || seq != want {
+			t.Fatalf("live subscription: seq %d, %v; want %d", seq, err, want)
+		}
 	}
 }

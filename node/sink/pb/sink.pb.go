@@ -233,6 +233,180 @@ func (x *CarrierAck) GetDuplicate() bool {
 	return false
 }
 
+// SubscribeRequest opens a subscription on /micra/subscribe/1: the records
+// after `after` that pass the filters, in change-log order; with follow
+// the stream stays open for records committed later.
+type SubscribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	After         uint64                 `protobuf:"varint,2,opt,name=after,proto3" json:"after,omitempty"`
+	Follow        bool                   `protobuf:"varint,3,opt,name=follow,proto3" json:"follow,omitempty"`
+	Host          string                 `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	Suffix        string                 `protobuf:"bytes,5,opt,name=suffix,proto3" json:"suffix,omitempty"`
+	Keyword       string                 `protobuf:"bytes,6,opt,name=keyword,proto3" json:"keyword,omitempty"`
+	Lang          string                 `protobuf:"bytes,7,opt,name=lang,proto3" json:"lang,omitempty"`
+	Changed       bool                   `protobuf:"varint,8,opt,name=changed,proto3" json:"changed,omitempty"`
+	Limit         uint32                 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"` // 0: no limit
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeRequest) Reset() {
+	*x = SubscribeRequest{}
+	mi := &file_sink_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeRequest) ProtoMessage() {}
+
+func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeRequest) Descriptor() ([]byte, []int) {
+	return file_sink_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SubscribeRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetSuffix() string {
+	if x != nil {
+		return x.Suffix
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetKeyword() string {
+	if x != nil {
+		return x.Keyword
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetLang() string {
+	if x != nil {
+		return x.Lang
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *SubscribeRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// RecordFrame is one frame of a subscription: a record (its JSON, the
+// schema of docs/sink-record.schema.json) with its sequence, or, with seq
+// 0 and no record, a keep-alive; `error` ends the stream with a reason.
+type RecordFrame struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordFrame) Reset() {
+	*x = RecordFrame{}
+	mi := &file_sink_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordFrame) ProtoMessage() {}
+
+func (x *RecordFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordFrame.ProtoReflect.Descriptor instead.
+func (*RecordFrame) Descriptor() ([]byte, []int) {
+	return file_sink_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RecordFrame) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RecordFrame) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *RecordFrame) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_sink_proto protoreflect.FileDescriptor
 
 const file_sink_proto_rawDesc = "" +
@@ -250,7 +424,21 @@ const file_sink_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05first\x18\x04 \x01(\x04R\x05first\x12\x18\n" +
 	"\arecords\x18\x05 \x01(\rR\arecords\x12\x1c\n" +
-	"\tduplicate\x18\x06 \x01(\bR\tduplicate*l\n" +
+	"\tduplicate\x18\x06 \x01(\bR\tduplicate\"\xe4\x01\n" +
+	"\x10SubscribeRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\x04R\x05after\x12\x16\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12\x16\n" +
+	"\x06suffix\x18\x05 \x01(\tR\x06suffix\x12\x18\n" +
+	"\akeyword\x18\x06 \x01(\tR\akeyword\x12\x12\n" +
+	"\x04lang\x18\a \x01(\tR\x04lang\x12\x18\n" +
+	"\achanged\x18\b \x01(\bR\achanged\x12\x14\n" +
+	"\x05limit\x18\t \x01(\rR\x05limit\"M\n" +
+	"\vRecordFrame\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06record\x18\x02 \x01(\fR\x06record\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error*l\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\r\n" +
@@ -273,11 +461,13 @@ func file_sink_proto_rawDescGZIP() []byte {
 }
 
 var file_sink_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_sink_proto_goTypes = []any{
-	(Status)(0),         // 0: micra.sink.Status
-	(*CarrierPush)(nil), // 1: micra.sink.CarrierPush
-	(*CarrierAck)(nil),  // 2: micra.sink.CarrierAck
+	(Status)(0),              // 0: micra.sink.Status
+	(*CarrierPush)(nil),      // 1: micra.sink.CarrierPush
+	(*CarrierAck)(nil),       // 2: micra.sink.CarrierAck
+	(*SubscribeRequest)(nil), // 3: micra.sink.SubscribeRequest
+	(*RecordFrame)(nil),      // 4: micra.sink.RecordFrame
 }
 var file_sink_proto_depIdxs = []int32{
 	0, // 0: micra.sink.CarrierAck.status:type_name -> micra.sink.Status
@@ -299,7 +489,7 @@ func file_sink_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sink_proto_rawDesc), len(file_sink_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
