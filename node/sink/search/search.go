@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -56,6 +57,14 @@ func Open(store *sink.Store, dir string, logger *slog.Logger) (*Search, error) {
 		logger = slog.Default()
 	}
 	idx, err := bleve.Open(dir)
+	if errors.Is(err, bleve.ErrorIndexMetaMissing) || errors.Is(err, bleve.ErrorIndexMetaCorrupt) {
+		// an index whose creation did not finish (a crash): it is derived
+		// data, rebuilt from the log
+		logger.Warn("search index unreadable, rebuilt from the log", "dir", dir, "err", err)
+		if err = os.RemoveAll(dir); err == nil {
+			err = bleve.ErrorIndexPathDoesNotExist
+		}
+	}
 	if errors.Is(err, bleve.ErrorIndexPathDoesNotExist) {
 		idx, err = bleve.New(dir, searchMapping())
 	}

@@ -111,3 +111,18 @@ func TestSearchFollowsTheLog(t *testing.T) {
 		t.Fatalf("GET /v1/search: %+v, %v", res, err)
 	}
 }
+
+// An index directory left empty or damaged (a crash while it was created)
+// is rebuilt from the log rather than keeping the sink from starting.
+func TestSearchDirWithoutIndexRebuilt(t *testing.T) {
+	s, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	se, stop := runSearch(t, s, t.TempDir()) // exists, empty
+	defer stop()
+	if se.Indexed() != 0 {
+		t.Fatalf("indexed %d", se.Indexed())
+	}
+}
