@@ -91,18 +91,24 @@ func searchMapping() *mapping.IndexMappingImpl {
 		panic(err) // a static configuration
 	}
 	doc := bleve.NewDocumentStaticMapping()
-	terms := bleve.NewTextFieldMapping()
+	// no composite _all field, no term vectors (no phrase queries or
+	// highlighting), no doc values (no sorting by field): each doubled
+	// the indexing work and nothing asks for them
+	lean := func(f *mapping.FieldMapping) *mapping.FieldMapping {
+		f.IncludeInAll, f.IncludeTermVectors, f.DocValues = false, false, false
+		return f
+	}
+	terms := lean(bleve.NewTextFieldMapping())
 	terms.Analyzer = termsAnalyzer
 	terms.Store = false
 	doc.AddFieldMappingsAt("terms", terms)
-	title := bleve.NewTextFieldMapping()
+	title := lean(bleve.NewTextFieldMapping())
 	title.Analyzer = standard.Name
 	doc.AddFieldMappingsAt("title", title)
-	for _, f := range []string{"url", "host", "lang"} {
-		k := bleve.NewKeywordFieldMapping()
-		doc.AddFieldMappingsAt(f, k)
+	for _, f := range []string{"host", "lang"} { // (the URL is the document's id)
+		doc.AddFieldMappingsAt(f, lean(bleve.NewKeywordFieldMapping()))
 	}
-	seq := bleve.NewNumericFieldMapping()
+	seq := lean(bleve.NewNumericFieldMapping())
 	seq.Index = false
 	doc.AddFieldMappingsAt("seq", seq)
 	m.DefaultMapping = doc
@@ -111,7 +117,6 @@ func searchMapping() *mapping.IndexMappingImpl {
 
 // searchDoc is what is indexed of a page.
 type searchDoc struct {
-	URL   string  `json:"url"`
 	Host  string  `json:"host"`
 	Title string  `json:"title"`
 	Lang  string  `json:"lang"`
@@ -130,7 +135,7 @@ func docOf(e *sink.Entry) searchDoc {
 			b.WriteByte(' ')
 		}
 	}
-	return searchDoc{URL: r.URL, Host: hostOf(r.URL), Title: r.Title, Lang: r.Lang, Terms: b.String(), Seq: float64(e.Seq)}
+	return searchDoc{Host: hostOf(r.URL), Title: r.Title, Lang: r.Lang, Terms: b.String(), Seq: float64(e.Seq)}
 }
 
 // Indexed returns the last log sequence the index holds.
