@@ -146,7 +146,16 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 			slog.Error("sink: HTTP server", "err", err)
 		}
 	}()
-	defer srv.Close()
+	defer func() {
+		// streams end (their waits woken), then the server, before the
+		// store closes under them
+		store.Stop()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+	}()
 	for _, a := range h.Addrs() {
 		fmt.Printf("sink listening %s/p2p/%s\n", a, h.ID())
 	}

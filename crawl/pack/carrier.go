@@ -25,6 +25,11 @@ const MaxCarrierRaw = 256 << 20
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
+// MaxCarrierRecords bounds the records of one carrier (the outbox seals at
+// it): a sink commits a carrier in one transaction, two entries per
+// record, which must fit however small the records are.
+const MaxCarrierRecords = 10_000
+
 // Carrier is one sealed batch of records: the unit the outbox stores and a
 // Receiver acknowledges. Data is the complete encoded carrier (header and
 // zstd payload), ready to be written or sent as is.
@@ -155,9 +160,12 @@ func Decode(data []byte) (Header, []Record, error) {
 var ErrTooLarge = errors.New("pack: carrier above the size limit")
 
 // DecodeWithin is Decode for input from others (the sink): a carrier whose
-// header claims more than maxRaw decompressed bytes is refused before any
-// work, and decompression stops at the size the header claims, so a
-// forged carrier (a decompression bomb) costs at most maxRaw bytes.
+// header claims more than maxRaw decompressed bytes or more than
+// MaxCarrierRecords records is refused before any work, decompression
+// stops at the size the header claims (a decompression bomb costs at most
+// maxRaw bytes), and decoding stops at the record count it claims; the
+// decoded records take at most about 12 × maxRaw (a record's keywords are
+// bounded by its bytes).
 func DecodeWithin(data []byte, maxRaw int) (Header, []Record, error) {
 	h, compressed, err := DecodeHeader(data)
 	if err != nil {
@@ -165,6 +173,9 @@ func DecodeWithin(data []byte, maxRaw int) (Header, []Record, error) {
 	}
 	if h.RawBytes > maxRaw {
 		return h, nil, fmt.Errorf("%w: carrier %s-%d claims %d raw bytes, limit %d", ErrTooLarge, h.CrawlerID, h.Seq, h.RawBytes, maxRaw)
+	}
+	if h.Records > MaxCarrierRecords {
+		return h, nil, fmt.Errorf("%w: carrier %s-%d claims %d records, limit %d", ErrTooLarge, h.CrawlerID, h.Seq, h.Records, MaxCarrierRecords)
 	}
 	dec, err := zstd.NewReader(bytes.NewReader(compressed), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxRaw)+1))
 	if err != nil {
@@ -187,6 +198,9 @@ func decodePayload(h Header, payload []byte) (Header, []Record, error) {
 	recs := make([]Record, 0, min(h.Records, 1024))
 	d := decoder{b: payload}
 	for len(d.b) > 0 {
+		if len(recs) == h.Records { // more than the header said: stop before decoding them
+			return h, recs, fmt.Errorf("pack: carrier %s-%d: more records than the %d its header says", h.CrawlerID, h.Seq, h.Records)
+		}
 		n := d.uvarint()
 		if d.err != nil || n > uint64(len(d.b)) {
 			return h, recs, fmt.Errorf("pack: carrier %s-%d: record %d: truncated", h.CrawlerID, h.Seq, len(recs))

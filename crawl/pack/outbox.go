@@ -251,8 +251,8 @@ func (o *Outbox) Add(ctx context.Context, r *Record) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// Seal first if this record would push the carrier past its bound.
-	if len(o.pendingKeys) > 0 && len(o.payload)+len(enc)+binary.MaxVarintLen32 > o.opt.MaxBytes {
+	// Seal first if this record would push the carrier past its bounds.
+	if len(o.pendingKeys) > 0 && (len(o.payload)+len(enc)+binary.MaxVarintLen32 > o.opt.MaxBytes || len(o.pendingKeys) >= MaxCarrierRecords) {
 		if err := o.sealLocked(); err != nil {
 			return err
 		}

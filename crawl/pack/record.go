@@ -166,7 +166,7 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	r.Title = d.string()
 	r.Lang = d.string()
 	n := d.uvarint()
-	if n > uint64(len(b)) { // each keyword takes at least 2 bytes
+	if n > uint64(len(d.b))/2 { // each keyword takes at least 2 of the bytes left
 		return errors.New("pack: record keyword count exceeds record size")
 	}
 	if n > 0 {

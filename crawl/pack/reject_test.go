@@ -1,11 +1,14 @@
 package pack
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,4 +98,43 @@ func encodeRawClaim(t *testing.T, h Header, compressed []byte, raw uint64) []byt
 	b = binary.AppendUvarint(b, raw)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(compressed, crcTable))
 	return append(b, compressed...)
+}
+
+// A record claiming as many keywords as it has bytes left is refused before
+// the keywords are allocated (each takes at least 2 bytes): a forged
+// carrier must not make a reader allocate many times its size.
+func TestRecordKeywordCountBounded(t *testing.T) {
+	r := Record{URL: "http://a/", Keywords: []Keyword{{Term: "x", Weight: 1}}}
+	b := r.AppendBinary(nil)
+	// find the keyword count (1, followed by the keyword "x") and forge it
+	i := bytes.Index(b, []byte{1, 1, 'x', 1})
+	if i < 0 {
+		t.Fatal("keyword not found in the encoding")
+	}
+	rest := len(b) - i - 1
+	forged := append(append(append([]byte(nil), b[:i]...), binary.AppendUvarint(nil, uint64(rest))...), b[i+1:]...)
+	var got Record
+	if err := got.UnmarshalBinary(forged); err == nil || !strings.Contains(err.Error(), "keyword count exceeds") {
+		t.Fatalf("forged keyword count: %v", err)
+	}
+}
+
+// The outbox seals a carrier at MaxCarrierRecords records, whatever its
+// byte bound: a sink commits a carrier in one transaction.
+func TestOutboxSealsAtMaxRecords(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	ob, err := NewOutbox(db, FileSink{Dir: t.TempDir()}, Options{CrawlerID: "c1", MaxBytes: 64 << 20, MaxHold: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range MaxCarrierRecords + 1 {
+		r := Record{URL: "http://a/" + strconv.Itoa(i)}
+		if err := ob.Add(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := ob.Stats(); st.CarriersSealed != 1 || st.PendingRecords != 1 {
+		t.Fatalf("stats %+v: want one carrier of %d sealed and one record pending", st, MaxCarrierRecords)
+	}
 }

@@ -101,8 +101,10 @@ func parseQuery(r *http.Request, sse bool) (streamQuery, error) {
 	var sq streamQuery
 	var err error
 	after := q.Get("after")
-	if after == "" && sse {
-		after = r.Header.Get("Last-Event-ID")
+	if id := r.Header.Get("Last-Event-ID"); sse && id != "" {
+		// a reconnecting EventSource asks again for the URL it was given
+		// (after=0, say) with the id it saw last: that id wins
+		after = id
 	}
 	if after != "" {
 		if sq.after, err = strconv.ParseUint(after, 10, 64); err != nil {

@@ -93,7 +93,8 @@ func TestEventsResumeFromLastEventID(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/events", nil)
+	// the URL a browser's EventSource was given, asked again with the id it saw last
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/events?after=0", nil)
 	req.Header.Set("Last-Event-ID", "2")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -38,7 +38,8 @@ type Server struct {
 	Timeout time.Duration
 	// MaxWaiting bounds the pushes waiting for the commit lock; past it a
 	// push is answered UNAVAILABLE and the crawler keeps the carrier in its
-	// outbox for later (back-pressure, default 64).
+	// outbox for later (back-pressure, default 16: each decoded carrier
+	// may take several times its raw size in memory).
 	MaxWaiting int
 	Logger     *slog.Logger
 
@@ -51,7 +52,7 @@ func (s *Server) Register(h host.Host) {
 		s.Timeout = 30 * time.Second
 	}
 	if s.MaxWaiting <= 0 {
-		s.MaxWaiting = 64
+		s.MaxWaiting = 16
 	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
@@ -78,6 +79,7 @@ func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
 	}
 	if s.Admit != nil {
 		if err := s.Admit(from); err != nil {
+			s.Store.countRefusal(pb.Status_REFUSED)
 			return nack(pb.Status_REFUSED, err.Error())
 		}
 	}
@@ -85,6 +87,7 @@ func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
 	case s.waiting <- struct{}{}:
 		defer func() { <-s.waiting }()
 	default:
+		s.Store.countRefusal(pb.Status_UNAVAILABLE)
 		return nack(pb.Status_UNAVAILABLE, "sink busy: too many carriers waiting; keep it and send it later")
 	}
 	a, err := s.Store.Commit(from.String(), req.Carrier)

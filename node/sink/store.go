@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -149,6 +150,8 @@ type Store struct {
 	pmu     sync.Mutex  // guards pending
 	pending []*prepared // verified carriers waiting for a group commit
 
+	rejected atomic.Int64 // NACKs since the store opened (Counts.Rejected)
+
 	mu       sync.Mutex // serialises commits: one sequence, one writer
 	next     uint64     // next log sequence (the first record is 1)
 	counts   Counts
@@ -197,15 +200,24 @@ func Open(opt Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the database; waiting readers are woken.
+// Close closes the database once a commit under way is done; waiting
+// readers are woken first.
 func (s *Store) Close() error {
+	s.Stop()
+	s.mu.Lock() // (a commit under way finishes first)
+	defer s.mu.Unlock()
+	return s.db.Close()
+}
+
+// Stop wakes every reader waiting for new records (Wait returns false),
+// so streams end before the store closes; commits still run.
+func (s *Store) Stop() {
 	s.nmu.Lock()
 	if !s.closed {
 		s.closed = true
 		close(s.committed)
 	}
 	s.nmu.Unlock()
-	return s.db.Close()
 }
 
 func (s *Store) load() error {
@@ -251,16 +263,17 @@ func (s *Store) load() error {
 // acknowledged again without a change. Errors are *RefusedError.
 func (s *Store) Commit(sender string, data []byte) (Ack, error) {
 	ack, err := s.commit(sender, data)
-	if err != nil {
-		var re *RefusedError
-		if errors.As(err, &re) {
-			s.mu.Lock()
-			s.counts.Rejected++
-			s.mu.Unlock()
-			s.m.rejected.WithLabelValues(strings.ToLower(re.Status.String())).Inc()
-		}
+	var re *RefusedError
+	if errors.As(err, &re) {
+		s.countRefusal(re.Status)
 	}
 	return ack, err
+}
+
+// countRefusal counts a NACK (Counts.Rejected, the metric by status).
+func (s *Store) countRefusal(st pb.Status) {
+	s.rejected.Add(1) // (not under mu: a busy sink answers UNAVAILABLE at once)
+	s.m.rejected.WithLabelValues(strings.ToLower(st.String())).Inc()
 }
 
 // prepared is a verified carrier waiting for its commit.
@@ -275,7 +288,8 @@ type prepared struct {
 	err  error
 }
 
-// maxGroupRaw bounds the records one group commit takes (raw bytes): the
+// maxGroupRaw bounds the records one group commit takes (raw bytes; and
+// at most pack.MaxCarrierRecords records unless one carrier alone): the
 // group must fit one Badger transaction.
 const maxGroupRaw = 6 << 20
 
@@ -298,8 +312,10 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 	}
 	s.pmu.Lock()
 	n, raw := 0, 0
-	for n < len(s.pending) && (n == 0 || raw+s.pending[n].h.RawBytes <= maxGroupRaw) {
+	recs := 0
+	for n < len(s.pending) && (n == 0 || (raw+s.pending[n].h.RawBytes <= maxGroupRaw && recs+s.pending[n].h.Records <= pack.MaxCarrierRecords)) {
 		raw += s.pending[n].h.RawBytes
+		recs += s.pending[n].h.Records
 		n++
 	}
 	group := s.pending[:n:n]
@@ -327,16 +343,23 @@ func (s *Store) prepare(sender string, data []byte) (*prepared, error) {
 	if len(data) > s.opt.MaxCarrierBytes {
 		return nil, refused(pb.Status_TOO_LARGE, "carrier of %d bytes, limit %d", len(data), s.opt.MaxCarrierBytes)
 	}
-	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes)
+	// the header first: a carrier of another crawler is refused before
+	// any decompression
+	h, _, err := pack.DecodeHeader(data)
 	switch {
-	case errors.Is(err, pack.ErrTooLarge):
-		return nil, refused(pb.Status_TOO_LARGE, "%v", err)
 	case err != nil:
 		return nil, refused(pb.Status_MALFORMED, "%v", err)
 	case h.CrawlerID == "":
 		return nil, refused(pb.Status_MALFORMED, "carrier without a crawler id")
 	case sender != "" && h.CrawlerID != sender:
 		return nil, refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
+	}
+	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes)
+	switch {
+	case errors.Is(err, pack.ErrTooLarge):
+		return nil, refused(pb.Status_TOO_LARGE, "%v", err)
+	case err != nil:
+		return nil, refused(pb.Status_MALFORMED, "%v", err)
 	}
 	for i := range recs {
 		if recs[i].URL == "" {
@@ -385,6 +408,7 @@ func (s *Store) commitGroup(group []*prepared) error {
 						return nil
 					}
 					results[gi].ack = Ack{First: binary.BigEndian.Uint64(v), Records: int(binary.BigEndian.Uint32(v[8:])), Duplicate: true}
+					counts.Duplicates++
 					return nil
 				})
 				if err != nil {
@@ -456,17 +480,14 @@ func (s *Store) commitGroup(group []*prepared) error {
 		default:
 			p.ack, p.err = results[gi].ack, results[gi].err
 		}
-		if p.err == nil && p.ack.Duplicate {
-			s.counts.Duplicates++
+		if err == nil && p.err == nil && p.ack.Duplicate {
 			s.m.duplicates.Inc()
 		}
 	}
 	if err != nil {
 		return err
 	}
-	dups := s.counts.Duplicates
 	s.next, s.counts = next, counts
-	s.counts.Duplicates = dups
 	for id, cc := range crawlers {
 		s.crawlers[id] = &cc
 	}
@@ -532,7 +553,9 @@ func (s *Store) Counts() (Counts, []CrawlerCounts) {
 	for _, c := range s.crawlers {
 		out = append(out, *c)
 	}
-	return s.counts, out
+	c := s.counts
+	c.Rejected = s.rejected.Load()
+	return c, out
 }
 
 // Filter selects records of the change log; the zero Filter selects all.

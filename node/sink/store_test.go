@@ -66,7 +66,7 @@ func TestCommitIdempotent(t *testing.T) {
 	defer s.Close()
 	again, err = s.Commit("c1", carrier("c1", 1, 5, 3))
 	c, crawlers := s.Counts()
-	if err != nil || !again.Duplicate || s.Head() != 8 || c.Records != 8 || c.Pages != 8 || c.Carriers != 2 ||
+	if err != nil || !again.Duplicate || s.Head() != 8 || c.Records != 8 || c.Pages != 8 || c.Carriers != 2 || c.Duplicates != 2 ||
 		len(crawlers) != 1 || crawlers[0].Records != 8 {
 		t.Fatalf("after a restart: ack %+v %v, head %d, counts %+v, crawlers %+v", again, err, s.Head(), c, crawlers)
 	}
@@ -224,4 +224,13 @@ func TestConcurrentCommitsGrouped(t *testing.T) {
 	if c, _ := s.Counts(); c.Duplicates != crawlers*per || c.Carriers != crawlers*per {
 		t.Fatalf("counts %+v", c)
 	}
+}
+
+// A carrier claiming more records than a carrier may hold is refused
+// before it is decoded (the outbox never seals one).
+func TestCommitRefusesTooManyRecords(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	_, err := s.Commit("c1", carrier("c1", 0, 0, pack.MaxCarrierRecords+1))
+	wantStatus(t, err, pb.Status_TOO_LARGE)
 }
