@@ -36,7 +36,7 @@ import (
 )
 
 type sinkOptions struct {
-	data, httpAddr, stream string
+	data, httpAddr, stream, psk string
 	listen                 []string
 	noSync                 bool
 }
@@ -68,6 +68,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringArrayVar(&o.listen, "listen", []string{"/ip4/127.0.0.1/tcp/4002"}, "libp2p listen multiaddr (repeatable)")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
+	f.StringVar(&o.psk, "psk", "", "the network's pre-shared key file (a private network: only its nodes can connect and deliver)")
 	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
 
 	imp := &cobra.Command{
@@ -112,7 +113,7 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	}
 	defer store.Close()
 	hc := overlay.DefaultConfig()
-	hc.KeyFile, hc.ListenAddrs = filepath.Join(o.data, "identity.key"), o.listen
+	hc.KeyFile, hc.ListenAddrs, hc.PSKFile = filepath.Join(o.data, "identity.key"), o.listen, o.psk
 	h, err := overlay.NewHost(hc)
 	if err != nil {
 		return fmt.Errorf("sink: %w", err)
