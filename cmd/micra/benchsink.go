@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 func init() {
 	var o bench.SinkOptions
 	var asJSON bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "sink",
 		Short: "ingest carriers into the index sink over libp2p, beside Badger batched writes of the same records; then catch up over HTTP",
@@ -26,6 +28,17 @@ with Badger WriteBatch, one synced batch per carrier. Then a subscriber reads th
 whole log from cursor 0 over HTTP NDJSON.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			r, err := bench.RunSink(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -57,5 +70,6 @@ whole log from cursor 0 over HTTP NDJSON.`,
 	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
 	f.BoolVar(&o.Search, "search", false, "run the full-text index beside the ingest: its lag and query latency")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	benchParentCmd().AddCommand(cmd)
 }
