@@ -37,8 +37,8 @@ import (
 
 type sinkOptions struct {
 	data, httpAddr, stream, psk string
-	listen                 []string
-	noSync                 bool
+	listen                      []string
+	noSync                      bool
 }
 
 func init() {
