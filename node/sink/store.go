@@ -156,6 +156,7 @@ type Store struct {
 	next     uint64     // next log sequence (the first record is 1)
 	counts   Counts
 	crawlers map[string]*CrawlerCounts
+	pages    *pageFilter // under mu
 
 	// committed is closed and replaced at every commit: readers waiting
 	// for records past the head (Wait) wake up.
@@ -195,6 +196,10 @@ func Open(opt Options) (*Store, error) {
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if s.pages, err = loadPageFilter(db, int(s.counts.Pages)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sink: open %s: %w", opt.Dir, err)
 	}
 	s.m = newMetrics(opt.Registerer, s)
 	return s, nil
@@ -488,6 +493,14 @@ func (s *Store) commitGroup(group []*prepared) error {
 		return err
 	}
 	s.next, s.counts = next, counts
+	if s.pages.full() {
+		f, err := loadPageFilter(s.db, 2*int(s.counts.Pages))
+		if err != nil {
+			s.log.Warn("sink: page filter not grown, reads will not be skipped as often", "err", err)
+		} else {
+			s.pages = f
+		}
+	}
 	for id, cc := range crawlers {
 		s.crawlers[id] = &cc
 	}
@@ -520,7 +533,11 @@ func (s *Store) wake() {
 func (s *Store) updatePage(txn *badger.Txn, url, crawler string, seq uint64) (overlap, isNew bool, err error) {
 	k := pageKey(url)
 	var ps pageState
-	it, err := txn.Get(k)
+	var it *badger.Item
+	err = badger.ErrKeyNotFound
+	if s.pages.mayContain(k) {
+		it, err = txn.Get(k)
+	}
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):
 		isNew = true
@@ -535,6 +552,9 @@ func (s *Store) updatePage(txn *badger.Txn, url, crawler string, seq uint64) (ov
 		overlap = true
 	}
 	ps.add(crawler, seq, s.opt.History)
+	if isNew {
+		s.pages.add(k)
+	}
 	return overlap, isNew, txn.Set(k, ps.encode())
 }
 

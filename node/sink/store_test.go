@@ -234,3 +234,45 @@ func TestCommitRefusesTooManyRecords(t *testing.T) {
 	_, err := s.Commit("c1", carrier("c1", 0, 0, pack.MaxCarrierRecords+1))
 	wantStatus(t, err, pb.Status_TOO_LARGE)
 }
+
+// Pages known before a restart are still known after it (the page filter
+// is rebuilt from the store): a second crawler's delivery is overlap.
+func TestOverlapAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	if _, err := s.Commit("c1", carrier("c1", 0, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openStore(t, dir)
+	defer s.Close()
+	if _, err := s.Commit("c2", carrier("c2", 0, 0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Counts(); c.Overlap != 3 || c.Pages != 3 {
+		t.Fatalf("counts %+v: want the 3 pages as overlap", c)
+	}
+}
+
+// The page filter never forgets a key, and grows.
+func TestPageFilter(t *testing.T) {
+	f := newPageFilter(10)
+	var fp int
+	for i := range 3 * minFilterKey / 2 {
+		k := pageKey(fmt.Sprintf("http://h/%d", i))
+		if i%2 == 0 {
+			f.add(k)
+		}
+		if i%2 == 1 && f.mayContain(k) {
+			fp++
+		}
+	}
+	for i := 0; i < 3*minFilterKey/2; i += 2 {
+		if !f.mayContain(pageKey(fmt.Sprintf("http://h/%d", i))) {
+			t.Fatalf("key %d forgotten", i)
+		}
+	}
+	if rate := float64(fp) / float64(3*minFilterKey/4); rate > 0.01 {
+		t.Fatalf("false positives %.4f", rate)
+	}
+}
