@@ -1,12 +1,17 @@
 package crawl
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
 )
 
 // A URL whose first fetch answers 404 is a dead link, counted as an error;
@@ -63,5 +68,34 @@ func TestHTMLBytesCountUnchangedBodies(t *testing.T) {
 	if st.HTMLBytes != bodies*int64(len(page)) {
 		t.Fatalf("HTML bytes %d after %d bodies of %d bytes (%d new, %d unchanged; server hits %v)",
 			st.HTMLBytes, bodies, len(page), st.New, st.Unchanged, hits())
+	}
+}
+
+// With ShipLinks a record carries its page's out-links, normalised and
+// each once; without it, none.
+func TestShipLinks(t *testing.T) {
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<title>home</title><a href="/b#top">b</a> <a href="/b">b again</a> <a href="HTTP://Example.ORG:80/x">x</a>`)
+	})
+	for _, ship := range []bool{false, true} {
+		var mu sync.Mutex
+		var home *pack.Record
+		runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Concurrency: 1, ShipLinks: ship,
+			Scope:        urlnorm.Scope{MaxDepth: 0},
+			Fetch:        fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+			OnRecord:     func(_ context.Context, r *pack.Record) error { mu.Lock(); defer mu.Unlock(); home = r; return nil },
+			StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+		want := ""
+		if ship {
+			want = srv.URL + "/b http://example.org/x"
+		}
+		if home == nil || strings.Join(home.Links, " ") != want {
+			t.Fatalf("ShipLinks %v: links %v, want %q", ship, home, want)
+		}
 	}
 }

@@ -73,6 +73,10 @@ type Config struct {
 	// SameHostsAsSeeds restricts the crawl to the seeds' hosts.
 	SameHostsAsSeeds bool
 	Extract          extract.Options
+	// ShipLinks puts each page's out-links, normalised and de-duplicated,
+	// in its record (pack.Record.Links), for indexers that build the link
+	// graph; they count in the carrier bytes.
+	ShipLinks bool
 
 	// Concurrency is the number of hosts crawled in parallel (default 64).
 	Concurrency int

@@ -355,6 +355,9 @@ func (e *Engine) process(ctx context.Context, it frontier.Item, u *url.URL, hist
 		}
 		rec.Title, rec.Lang, rec.Keywords, rec.SimHash = page.Title, page.Lang, page.Keywords, page.SimHash
 		rec.TextBytes, rec.OutLinks = int64(page.TextBytes), page.LinkCount
+		if e.cfg.ShipLinks {
+			rec.Links = e.normalLinks(page.Links)
+		}
 		if page.NoIndex {
 			rec.Flags |= pack.FlagNoIndex
 		}
@@ -703,4 +706,22 @@ func sameHost(a, b string) bool {
 	}
 	ub, err := url.Parse(b)
 	return err == nil && strings.EqualFold(ua.Host, ub.Host)
+}
+
+// normalLinks is a page's links as the crawl spells URLs (normalised,
+// each once, in page order); links that do not parse are left out.
+func (e *Engine) normalLinks(links []extract.Link) []string {
+	out := make([]string, 0, len(links))
+	seen := make(map[string]bool, len(links))
+	for _, l := range links {
+		u, err := e.parseURL(l.URL)
+		if err != nil {
+			continue
+		}
+		if s := u.String(); !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -194,8 +194,9 @@ type File struct {
 	MinDelay     string   `json:"min_delay,omitempty"`
 	MaxDepth     int      `json:"max_depth,omitempty"`
 	AllowPrivate bool     `json:"allow_private,omitempty"`
-	Carriers     string   `json:"carriers,omitempty"` // default DataDir/carriers
-	Sink         string   `json:"sink,omitempty"`     // the index sink's multiaddr/p2p/ID (instead of carriers)
+	Carriers     string   `json:"carriers,omitempty"`   // default DataDir/carriers
+	Sink         string   `json:"sink,omitempty"`       // the index sink's multiaddr/p2p/ID (instead of carriers)
+	ShipLinks    bool     `json:"ship_links,omitempty"` // records carry their pages' out-links
 	Monitor      bool     `json:"monitor,omitempty"`
 	Sleep        string   `json:"sleep,omitempty"`
 	Sync         bool     `json:"sync,omitempty"`
@@ -321,6 +322,7 @@ func (f File) Config() (Config, error) {
 		c.Crawl.Receiver = pack.FileSink{Dir: f.Carriers}
 	}
 	c.Sink = f.Sink
+	c.Crawl.ShipLinks = f.ShipLinks
 	c.Crawl.Monitor.Enabled = f.Monitor
 	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
 	c.Crawl.SyncWrites = f.Sync

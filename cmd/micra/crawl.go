@@ -44,6 +44,7 @@ type crawlOptions struct {
 	retries                                   int
 	retryDelay                                time.Duration
 	sameHosts, allowPrivate, fileOnly, sync   bool
+	shipLinks                                 bool
 	monitor                                   bool
 	sleep                                     time.Duration
 	windows, fileRoots                        []string
@@ -94,6 +95,7 @@ prints the process RSS at 1 M and 10 M (and at N).`,
 	f.IntVar(&o.maxDepth, "max-depth", 16, "largest link distance from a seed")
 	f.IntVar(&o.maxPages, "max-pages-per-host", 100_000, "pages crawled per host at most")
 	f.BoolVar(&o.sameHosts, "same-hosts", false, "stay on the seeds' hosts")
+	f.BoolVar(&o.shipLinks, "ship-links", false, "put each page's out-links (normalised) in its record, for indexers that build the link graph")
 	f.Int64Var(&o.maxBody, "max-body", 4<<20, "decoded body cap in bytes")
 	f.IntVar(&o.retries, "retries", 2, "retries of a new URL after a transient failure (5xx, timeout, network); 0: none")
 	f.DurationVar(&o.retryDelay, "retry-delay", 30*time.Second, "host's rest before the first retry (doubles per retry)")
@@ -217,7 +219,7 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		CrawlerID: o.id, StateDir: o.state, SyncWrites: o.sync, Seeds: seeds,
 		Fetch: fetch.Config{UserAgent: o.userAgent, PerIPLimit: o.perIP, MinDelay: o.minDelay, NoDelay: o.minDelay == 0,
 			MaxBodyBytes: o.maxBody, AllowPrivate: o.allowPrivate},
-		Scope: scope, SameHostsAsSeeds: o.sameHosts, Concurrency: o.concurrency,
+		Scope: scope, SameHostsAsSeeds: o.sameHosts, Concurrency: o.concurrency, ShipLinks: o.shipLinks,
 		MaxRetries: cmp.Or(o.retries, -1), RetryDelay: o.retryDelay,
 		Receiver: pack.FileSink{Dir: o.out}, MaxCarrierBytes: o.carrierBytes, MaxCarrierHold: o.carrierHold,
 		Monitor: crawl.Monitor{Enabled: o.monitor, Sleep: o.sleep}, Windows: windows,

@@ -37,6 +37,7 @@ type RecordJSON struct {
 	CrawlerID    string        `json:"crawler"`
 	Flags        []string      `json:"flags,omitempty"`
 	Error        string        `json:"error,omitempty"`
+	Links        []string      `json:"links,omitempty"`
 }
 
 // KeywordJSON is a keyword in RecordJSON.
@@ -60,6 +61,7 @@ func (r *Record) JSON(carrier string) RecordJSON {
 		Title: r.Title, Lang: r.Lang, Keywords: kw, OutLinks: r.OutLinks,
 		ContentHash: hex.EncodeToString(r.ContentHash[:]), SimHash: fmt.Sprintf("%016x", r.SimHash),
 		ETag: r.ETag, LastModified: r.LastModified, CrawlerID: r.CrawlerID, Flags: flagNames(r.Flags), Error: r.Error,
+		Links: r.Links,
 	}
 }
 

@@ -17,6 +17,11 @@ import (
 // Decoders reject versions they do not know rather than guess.
 const RecordVersion = 1
 
+// recordVersionLinks is the encoding of a record that carries its
+// out-links (Record.Links): version 1 followed by them. A record without
+// links is written as version 1, so readers that predate links read it.
+const recordVersionLinks = 2
+
 // Source says how the page was obtained.
 type Source uint8
 
@@ -102,11 +107,19 @@ type Record struct {
 	CrawlerID    string
 	Flags        uint8
 	Error        string // why the fetch failed, for non-2xx/transport errors
+	// Links are the page's out-links as normalised URLs, when the crawl
+	// ships them (crawl.Config.ShipLinks): an indexer builds the link
+	// graph from them. They count in the carrier bytes.
+	Links []string
 }
 
 // AppendBinary appends the versioned binary encoding of r to b.
 func (r *Record) AppendBinary(b []byte) []byte {
-	b = binary.AppendUvarint(b, RecordVersion)
+	if len(r.Links) > 0 {
+		b = binary.AppendUvarint(b, recordVersionLinks)
+	} else {
+		b = binary.AppendUvarint(b, RecordVersion)
+	}
 	b = appendString(b, r.URL)
 	b = appendString(b, r.FinalURL)
 	b = binary.AppendUvarint(b, uint64(r.Status))
@@ -134,6 +147,12 @@ func (r *Record) AppendBinary(b []byte) []byte {
 	b = appendString(b, r.LastModified)
 	b = appendString(b, r.CrawlerID)
 	b = appendString(b, r.Error)
+	if len(r.Links) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(r.Links)))
+		for _, l := range r.Links {
+			b = appendString(b, l)
+		}
+	}
 	return b
 }
 
@@ -144,8 +163,8 @@ func (r *Record) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil), n
 func (r *Record) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
 	v := d.uvarint()
-	if d.err == nil && v != RecordVersion {
-		return fmt.Errorf("pack: record version %d not supported (want %d)", v, RecordVersion)
+	if d.err == nil && v != RecordVersion && v != recordVersionLinks {
+		return fmt.Errorf("pack: record version %d not supported (want %d or %d)", v, RecordVersion, recordVersionLinks)
 	}
 	*r = Record{}
 	r.URL = d.string()
@@ -183,6 +202,16 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	r.LastModified = d.string()
 	r.CrawlerID = d.string()
 	r.Error = d.string()
+	if v == recordVersionLinks {
+		n := d.uvarint()
+		if n > uint64(len(d.b)) { // each link takes at least a byte
+			return errors.New("pack: record link count exceeds record size")
+		}
+		r.Links = make([]string, n)
+		for i := range r.Links {
+			r.Links[i] = d.string()
+		}
+	}
 	if d.err != nil {
 		return fmt.Errorf("pack: decode record: %w", d.err)
 	}

@@ -138,3 +138,18 @@ func TestOutboxSealsAtMaxRecords(t *testing.T) {
 		t.Fatalf("stats %+v: want one carrier of %d sealed and one record pending", st, MaxCarrierRecords)
 	}
 }
+
+// A record with links is written as version 2 and read back; one without
+// keeps version 1, so readers that predate links read it.
+func TestRecordLinksRoundTrip(t *testing.T) {
+	r := Record{URL: "http://a/", Links: []string{"http://a/b", "http://c/"}}
+	b := r.AppendBinary(nil)
+	var got Record
+	if err := got.UnmarshalBinary(b); err != nil || len(got.Links) != 2 || got.Links[1] != "http://c/" || b[0] != recordVersionLinks {
+		t.Fatalf("links: %v %+v (version %d)", err, got, b[0])
+	}
+	plain := (&Record{URL: "http://a/"}).AppendBinary(nil)
+	if plain[0] != RecordVersion {
+		t.Fatalf("a record without links is version %d", plain[0])
+	}
+}
