@@ -9,8 +9,9 @@ TESTFLAGS ?= -timeout 12m
 
 all: build
 
+# -buildvcs=auto: the commit goes into `micra version` (this machine's GOFLAGS turn it off).
 build:
-	$(GO) build -o $(BIN) ./cmd/micra
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/micra
 
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,5 +57,21 @@ func TestSimSIGINTExitStatus(t *testing.T) {
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(out.String(), "interrupted (SIGINT)") {
 		t.Fatalf("micra sim interrupted: exit %d, want 130 and the signal named:\n%s", code, out.String())
+	}
+}
+
+// micra version names the protocols this binary speaks and the embedded
+// hierarchy peers must share; --version prints the version alone.
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := printVersion(&out, true); err != nil {
+		t.Fatal(err)
+	}
+	var v versionInfo
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Version == "" || v.Go == "" || len(v.Protocols) < 7 || !slices.Contains(v.Protocols, "/micra/carrier/1") {
+		t.Fatalf("version %+v", v)
 	}
 }
