@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,58 @@ func TestSinkImport(t *testing.T) {
 	os.Remove(filepath.Join(dir, "c1-zz-damaged.mcar"))
 	if err := sinkImport(&out, &errw, data, []string{dir}, true); err != nil || !strings.Contains(out.String(), "imported 0 carriers (0 records); 2 committed before; head 3") {
 		t.Fatalf("second import: %v\nout: %s\nerr: %s", err, out.String(), errw.String())
+	}
+}
+
+// micra subscribe --cursor-file resumes exactly after the last record it
+// printed: run again, it prints only what came since.
+func TestSubscribeCursorFile(t *testing.T) {
+	store, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := httptest.NewServer(sink.Handler(store, nil, nil))
+	defer srv.Close()
+	commit := func(seq uint64, from, n int) {
+		recs := make([]pack.Record, n)
+		for i := range recs {
+			recs[i] = pack.Record{URL: fmt.Sprintf("http://h.example/%d", from+i), Status: 200, Change: pack.ChangeNew}
+		}
+		if _, err := store.Commit("c", pack.EncodeCarrier("c", seq, time.Now(), recs).Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cursor := filepath.Join(t.TempDir(), "cursor")
+	o := &subscribeOptions{sink: srv.URL, cursorFile: cursor}
+	run := func() []uint64 {
+		t.Helper()
+		var out bytes.Buffer
+		if err := runSubscribe(context.Background(), &out, o); err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if line == "" {
+				continue
+			}
+			var r sink.StreamRecord
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, r.Seq)
+		}
+		return seqs
+	}
+	commit(0, 0, 5)
+	if got := run(); fmt.Sprint(got) != "[1 2 3 4 5]" {
+		t.Fatalf("first run: %v", got)
+	}
+	commit(1, 5, 3)
+	if got := run(); fmt.Sprint(got) != "[6 7 8]" {
+		t.Fatalf("resumed run: %v", got)
+	}
+	if b, _ := os.ReadFile(cursor); strings.TrimSpace(string(b)) != "8" {
+		t.Fatalf("cursor file %q", b)
 	}
 }
