@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // constMeasurer answers every probe with the same time; nothing is dialled.
@@ -188,5 +192,25 @@ func TestNoGoroutineLeakAfterClose(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The metrics server answers GET /metrics and 404 elsewhere.
+func TestMetricsHandlerPaths(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_test_total", Help: "test"})
+	reg.MustRegister(c)
+	srv := httptest.NewServer(MetricsHandler(reg))
+	defer srv.Close()
+	for path, want := range map[string]int{"/metrics": 200, "/": 404, "/status": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 200 && !strings.Contains(string(body), "micra_test_total")) {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
 	}
 }

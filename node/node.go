@@ -220,10 +220,10 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		reg := n.reg
 		_ = reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: MetricsHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = srv.Serve(ln) })
 		defer srv.Close()
-		n.log.Info("metrics", "addr", ln.Addr().String())
+		n.log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	if n.cfg.Crawler && n.cfg.Overlay.CrawlerAddr.IsValid() {
 		if d, err := n.peer.Join(ctx); err != nil {
@@ -314,4 +314,13 @@ func (n *Node) routeSeeds(ctx context.Context, seeds []string) error {
 	}
 	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
 	return nil
+}
+
+// MetricsHandler serves reg's metrics on GET /metrics and answers 404
+// elsewhere (a scraper or a person pointed at the wrong path learns so,
+// rather than getting metrics at every path).
+func MetricsHandler(reg prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
 }

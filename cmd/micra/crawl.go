@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/micra-crawler/micra/crawl"
@@ -33,6 +32,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/fsys"
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
+	"github.com/micra-crawler/micra/node"
 )
 
 type crawlOptions struct {
@@ -254,7 +254,7 @@ func runCrawl(ctx context.Context, o *crawlOptions) error {
 		return err
 	}
 	if metricsLn != nil {
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: node.MetricsHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				slog.Error("metrics server", "err", err)
