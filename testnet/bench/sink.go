@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -71,7 +71,7 @@ type SinkResult struct {
 
 // RunSink measures the sink's ingest and catch-up rates.
 func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
-	o.Crawlers, o.Carriers, o.PerCarrier = cmpOr(o.Crawlers, 4), cmpOr(o.Carriers, 50), cmpOr(o.PerCarrier, 1000)
+	o.Crawlers, o.Carriers, o.PerCarrier = cmp.Or(o.Crawlers, 4), cmp.Or(o.Carriers, 50), cmp.Or(o.PerCarrier, 1000)
 	dir := o.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "micra-bench-sink-")
@@ -175,9 +175,9 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		for idx.Indexed() < store.Head() && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
-		res.SearchCatchUpMs = ms(time.Since(start) - ingest)
+		res.SearchCatchUpMs = millis(time.Since(start) - ingest)
 		lags := lagStop() // (sampled until the index caught up)
-		res.SearchLagP95Ms, res.SearchLagMaxMs = ms(percentile(lags, 0.95)), ms(percentile(lags, 1))
+		res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.95), quantileMs(lags, 1)
 		res.SearchIndexPerSec = float64(idx.Indexed()) / time.Since(start).Seconds()
 		res.SearchDocsIndexed = idx.Indexed()
 		var took []time.Duration
@@ -192,7 +192,7 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 			}
 			took = append(took, time.Since(t0))
 		}
-		res.SearchQueryP50Ms, res.SearchQueryP95Ms = ms(percentile(took, 0.5)), ms(percentile(took, 0.95))
+		res.SearchQueryP50Ms, res.SearchQueryP95Ms = quantileMs(took, 0.5), quantileMs(took, 0.95)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -212,13 +212,6 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	}
 	res.CatchUpPerSec = float64(n) / time.Since(start).Seconds()
 	return res, nil
-}
-
-func cmpOr(v, d int) int {
-	if v > 0 {
-		return v
-	}
-	return d
 }
 
 func benchKeywords(n int) []pack.Keyword {
@@ -325,13 +318,11 @@ func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
 	return func() []time.Duration { close(stop); return <-done }
 }
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
+// quantileMs is the q-quantile of durations, in milliseconds.
+func quantileMs(d []time.Duration, q float64) float64 {
+	ms := make([]float64, len(d))
+	for i, x := range d {
+		ms[i] = millis(x)
 	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
+	return quantile(ms, q)
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
