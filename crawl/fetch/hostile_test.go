@@ -171,35 +171,11 @@ func TestHostileEndlessBody(t *testing.T) {
 	wantReason(t, err, ReasonBodyTooLarge)
 }
 
-func TestHostileSlowDrip(t *testing.T) {
-	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(200)
-		for i := 0; i < 1000; i++ {
-			if _, err := w.Write([]byte("x")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}))
-	f := testFetcher(t, func(c *Config) { c.SlowBodyDeadline = 200 * time.Millisecond })
-	start := time.Now()
-	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/"})
-	wantReason(t, err, ReasonSlowBody)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("slow drip held the fetcher for %v", d)
-	}
-}
-
-// A body that drips past SlowBodyDeadline fails after the server answered:
-// the error and the "fetch limit" log line carry the status received, not 0.
-func TestHostileSlowDripStatus(t *testing.T) {
-	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
+// dripServer answers 200 and then drips its body a byte every 20 ms until
+// the client goes.
+func dripServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	return serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusOK)
 		for {
@@ -214,6 +190,23 @@ func TestHostileSlowDripStatus(t *testing.T) {
 			}
 		}
 	}))
+}
+
+func TestHostileSlowDrip(t *testing.T) {
+	srv := dripServer(t)
+	f := testFetcher(t, func(c *Config) { c.SlowBodyDeadline = 200 * time.Millisecond })
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/"})
+	wantReason(t, err, ReasonSlowBody)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("slow drip held the fetcher for %v", d)
+	}
+}
+
+// A body that drips past SlowBodyDeadline fails after the server answered:
+// the error and the "fetch limit" log line carry the status received, not 0.
+func TestHostileSlowDripStatus(t *testing.T) {
+	srv := dripServer(t)
 	var logs bytes.Buffer
 	f := testFetcher(t, func(c *Config) {
 		c.SlowBodyDeadline = 100 * time.Millisecond
@@ -232,25 +225,12 @@ func TestHostileSlowDripStatus(t *testing.T) {
 
 // A body cut off by the slow-body deadline says that URL drips, not that
 // the server is loaded: the host's rest follows the time to the first
-// byte, not the deadline (×DelayFactor: 10 × 200 ms would hold the host's
-// other URLs for 2 s).
+// byte, not the deadline (×DelayFactor: 10 × 400 ms would hold the host's
+// other URLs for 4 s; the bound below fails only if the first byte took
+// 200 ms on loopback).
 func TestSlowBodyRestFollowsFirstByte(t *testing.T) {
-	srv := serve(t, noRobots(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(http.StatusOK)
-		for {
-			if _, err := w.Write([]byte("x")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}))
-	const deadline = 200 * time.Millisecond
+	srv := dripServer(t)
+	const deadline = 400 * time.Millisecond
 	f := testFetcher(t, func(c *Config) {
 		c.SlowBodyDeadline, c.DelayFactor, c.MaxDelay = deadline, 10, time.Hour
 	})
