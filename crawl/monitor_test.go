@@ -1,7 +1,6 @@
 package crawl
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -26,17 +25,9 @@ func TestMonitorTurnedOnForAFinishedCrawl(t *testing.T) {
 		Receiver: pack.FileSink{Dir: t.TempDir()}, Progress: -1, Logger: testLogger(t)}
 	first := cfg
 	first.StopWhenIdle = true
-	eng, err := New(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st := eng.Stats(); st.Fetched != 2 || st.Scheduled != 0 {
+	if st := runPass(t, first); st.Fetched != 2 || st.Scheduled != 0 {
 		t.Fatalf("first pass without monitoring: fetched %d, scheduled %d", st.Fetched, st.Scheduled)
 	}
-	eng.Close()
 
 	second := cfg
 	second.Monitor = Monitor{Enabled: true, Sleep: 20 * time.Millisecond}

@@ -1,12 +1,10 @@
 package crawl
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/pack"
@@ -27,19 +25,9 @@ func TestRefusedSeedsKeptForARunThatMayReachThem(t *testing.T) {
 	})
 	state := t.TempDir()
 	run := func(allow bool) Stats {
-		eng, err := New(Config{StateDir: state, Seeds: []string{srv.URL + "/"}, Concurrency: 1,
+		return runPass(t, Config{StateDir: state, Seeds: []string{srv.URL + "/"}, Concurrency: 1,
 			Fetch:    fetch.Config{AllowPrivate: allow, NoDelay: true, DelayFactor: -1, Logger: quiet},
 			Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer eng.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := eng.Run(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return eng.Stats()
 	}
 	for range 2 {
 		st := run(false)

@@ -39,6 +39,24 @@ func runOnePass(t *testing.T, seed string) *Engine {
 		RetryDelay: 20 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
 }
 
+// runPass opens an engine on cfg (a one-pass crawl: StopWhenIdle), runs it
+// to the end within 30 s, closes it (its state can be opened again) and
+// returns its counters.
+func runPass(t *testing.T, cfg Config) Stats {
+	t.Helper()
+	eng, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return eng.Stats()
+}
+
 // runToIdle opens an engine on cfg (a one-pass crawl: StopWhenIdle), runs it
 // to the end within 30 s and closes it when the test ends.
 func runToIdle(t *testing.T, cfg Config) *Engine {
