@@ -165,11 +165,18 @@ var ErrTooLarge = errors.New("pack: carrier above the size limit")
 // stops at the size the header claims (a decompression bomb costs at most
 // maxRaw bytes), and decoding stops at the record count it claims; the
 // decoded records take at most about 12 × maxRaw (a record's keywords are
-// bounded by its bytes).
-func DecodeWithin(data []byte, maxRaw int) (Header, []Record, error) {
+// bounded by its bytes). accept, if set, is asked about the header (read
+// and checksummed) before any decompression: a refusal of the sender costs
+// no decoding.
+func DecodeWithin(data []byte, maxRaw int, accept func(Header) error) (Header, []Record, error) {
 	h, compressed, err := DecodeHeader(data)
 	if err != nil {
 		return h, nil, err
+	}
+	if accept != nil {
+		if err := accept(h); err != nil {
+			return h, nil, err
+		}
 	}
 	if h.RawBytes > maxRaw {
 		return h, nil, fmt.Errorf("%w: carrier %s-%d claims %d raw bytes, limit %d", ErrTooLarge, h.CrawlerID, h.Seq, h.RawBytes, maxRaw)

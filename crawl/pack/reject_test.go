@@ -66,10 +66,10 @@ func TestRejectedCarrierMovedAside(t *testing.T) {
 func TestDecodeWithinBounds(t *testing.T) {
 	r := sampleRecord(1)
 	c := EncodeCarrier("c1", 1, time.Now(), []Record{r})
-	if _, recs, err := DecodeWithin(c.Data, 1<<20); err != nil || len(recs) != 1 {
+	if _, recs, err := DecodeWithin(c.Data, 1<<20, nil); err != nil || len(recs) != 1 {
 		t.Fatalf("a good carrier: %v", err)
 	}
-	if _, _, err := DecodeWithin(c.Data, 10); !errors.Is(err, ErrTooLarge) {
+	if _, _, err := DecodeWithin(c.Data, 10, nil); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a carrier over the limit: %v", err)
 	}
 	// a payload of 64 MiB of zeros compresses to a few KiB; the header
@@ -80,7 +80,7 @@ func TestDecodeWithinBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := encodeRawClaim(t, h, compressed, 100)
-	if _, _, err := DecodeWithin(forged, 1<<20); err == nil {
+	if _, _, err := DecodeWithin(forged, 1<<20, nil); err == nil {
 		t.Fatal("a bomb accepted")
 	}
 }

@@ -348,19 +348,20 @@ func (s *Store) prepare(sender string, data []byte) (*prepared, error) {
 	if len(data) > s.opt.MaxCarrierBytes {
 		return nil, refused(pb.Status_TOO_LARGE, "carrier of %d bytes, limit %d", len(data), s.opt.MaxCarrierBytes)
 	}
-	// the header first: a carrier of another crawler is refused before
-	// any decompression
-	h, _, err := pack.DecodeHeader(data)
+	// the sender is checked on the header, before any decompression
+	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes, func(h pack.Header) error {
+		switch {
+		case h.CrawlerID == "":
+			return refused(pb.Status_MALFORMED, "carrier without a crawler id")
+		case sender != "" && h.CrawlerID != sender:
+			return refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
+		}
+		return nil
+	})
+	var re *RefusedError
 	switch {
-	case err != nil:
-		return nil, refused(pb.Status_MALFORMED, "%v", err)
-	case h.CrawlerID == "":
-		return nil, refused(pb.Status_MALFORMED, "carrier without a crawler id")
-	case sender != "" && h.CrawlerID != sender:
-		return nil, refused(pb.Status_WRONG_SENDER, "carrier of crawler %q sent by %q", h.CrawlerID, sender)
-	}
-	h, recs, err := pack.DecodeWithin(data, s.opt.MaxRawBytes)
-	switch {
+	case errors.As(err, &re):
+		return nil, err
 	case errors.Is(err, pack.ErrTooLarge):
 		return nil, refused(pb.Status_TOO_LARGE, "%v", err)
 	case err != nil:
