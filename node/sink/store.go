@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,12 +311,27 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 	s.pmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p.done { // committed by the group of another caller
-		return p.ack, p.err
+	// commit the waiting carriers, oldest first, a group at a time, until
+	// ours is done (by this call or by the group of another caller)
+	for !p.done {
+		group := s.takeGroup()
+		if err := s.commitGroup(group); errors.Is(err, badger.ErrTxnTooBig) && len(group) > 1 {
+			for _, q := range group {
+				if !q.done {
+					_ = s.commitGroup([]*prepared{q})
+				}
+			}
+		}
 	}
+	return p.ack, p.err
+}
+
+// takeGroup takes the oldest waiting carriers, within maxGroupRaw bytes
+// and pack.MaxCarrierRecords records (at least one). Under s.mu.
+func (s *Store) takeGroup() []*prepared {
 	s.pmu.Lock()
-	n, raw := 0, 0
-	recs := 0
+	defer s.pmu.Unlock()
+	n, raw, recs := 0, 0, 0
 	for n < len(s.pending) && (n == 0 || (raw+s.pending[n].h.RawBytes <= maxGroupRaw && recs+s.pending[n].h.Records <= pack.MaxCarrierRecords)) {
 		raw += s.pending[n].h.RawBytes
 		recs += s.pending[n].h.Records
@@ -325,22 +339,7 @@ func (s *Store) commit(sender string, data []byte) (Ack, error) {
 	}
 	group := s.pending[:n:n]
 	s.pending = append([]*prepared(nil), s.pending[n:]...)
-	s.pmu.Unlock()
-	if !slices.Contains(group, p) {
-		// (ours is behind a full group: commit ours and the ones before it)
-		group = append(group, p)
-		s.pmu.Lock()
-		s.pending = slices.DeleteFunc(s.pending, func(q *prepared) bool { return q == p })
-		s.pmu.Unlock()
-	}
-	if err := s.commitGroup(group); errors.Is(err, badger.ErrTxnTooBig) && len(group) > 1 {
-		for _, q := range group {
-			if !q.done {
-				_ = s.commitGroup([]*prepared{q})
-			}
-		}
-	}
-	return p.ack, p.err
+	return group
 }
 
 // prepare verifies a carrier (outside the commit lock).
