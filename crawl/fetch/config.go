@@ -92,6 +92,11 @@ type Config struct {
 
 	// Resolver resolves host names. Default net.DefaultResolver.
 	Resolver Resolver
+	// Emulator, if set, stands for the network between this crawler and
+	// the addresses it fetches (the testnet's emulated world): each connect
+	// takes one round trip and each response waits one round trip after its
+	// request was written. nil: the real network.
+	Emulator Emulator
 	// DNSTTL is how long resolutions are cached. Default 5 min.
 	DNSTTL time.Duration
 	// TLSConfig is the client TLS configuration (tests add their root CA).

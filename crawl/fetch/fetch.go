@@ -117,7 +117,7 @@ func New(cfg Config) (*Fetcher, error) {
 		pol: newPoliteness(cfg.PerIPLimit, cfg.Now),
 		dns: dnsCache{entries: make(map[string]dnsEntry), max: 100_000},
 	}
-	f.dialer = &net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second, Control: f.dialControl}
+	f.dialer = &net.Dialer{Timeout: min(cfg.Timeout, 10*time.Second), KeepAlive: 30 * time.Second, ControlContext: f.dialControl}
 	f.transport = &http.Transport{
 		Proxy:                  nil, // never an environment proxy: the guard must see the real destination
 		DialContext:            f.dialContext,

@@ -72,13 +72,21 @@ func (f *Fetcher) checkAddr(a netip.Addr) error {
 }
 
 // dialControl runs on the socket just before connect: the address actually
-// dialled is checked, whatever resolved it (defence in depth).
-func (f *Fetcher) dialControl(network, address string, _ syscall.RawConn) error {
+// dialled is checked, whatever resolved it (defence in depth). An emulated
+// network's connect round trip is waited here, inside the connect the
+// request's timing measures.
+func (f *Fetcher) dialControl(ctx context.Context, network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("guard: unparsable dial address %q: %w", address, err)
 	}
-	return f.checkAddr(ap.Addr())
+	if err := f.checkAddr(ap.Addr()); err != nil {
+		return err
+	}
+	if f.cfg.Emulator != nil {
+		return sleepCtx(ctx, f.cfg.Emulator.RTT(ap.Addr().Unmap()))
+	}
+	return nil
 }
 
 // dnsCache caches resolutions (positive and negative) for DNSTTL.
@@ -215,6 +223,9 @@ func (f *Fetcher) dialContext(ctx context.Context, network, addr string) (net.Co
 	for _, a := range addrs {
 		c, err := f.dialer.DialContext(ctx, network, net.JoinHostPort(a.String(), portStr))
 		if err == nil {
+			if f.cfg.Emulator != nil {
+				c = newEmulatedConn(c, f.cfg.Emulator.RTT(a))
+			}
 			return c, nil
 		}
 		errs = append(errs, err)

@@ -585,7 +585,7 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("bad port error: %v", err)
 	}
 	// The dialer's Control hook refuses on its own (defence in depth).
-	if err := f.dialControl("tcp4", "127.0.0.1:80", nil); err == nil {
+	if err := f.dialControl(context.Background(), "tcp4", "127.0.0.1:80", nil); err == nil {
 		t.Fatal("dialControl accepted loopback")
 	}
 }

@@ -1,0 +1,281 @@
+// Package emu owns the testnet's emulated world on the wire. A loopback
+// testnet has no geography: every host is 127.x and every round trip is
+// sub-millisecond, so location-aware delegation has nothing to go on. emu
+// gives it one: the simulator places the testnet's crawlers and its
+// synthetic web's hosts at real addresses of the embedded hierarchy (the
+// same world as `micra sim` for the same seed), and each node applies the
+// world's latency model to what it does on the wire.
+//
+// One Spec, written by `micra testnet up` to the testnet's directory, is
+// read by every node with its own peer index (Place):
+//   - fetches: Place is the fetcher's Emulator (each connect and each
+//     request/response waits the modelled round trip to the host) and its
+//     Resolver (synthetic names resolve to their loopback addresses);
+//   - delegation: Place maps a host's loopback address onto its place in
+//     the world (node.AddrMapper), so subnets are the world's subnets, and
+//     answers probes with the modelled round trip after waiting it
+//     (overlay.Measurer);
+//   - the node states the world's address, position and capacity as its own.
+//
+// Traffic between peers (DHT, gossip, hand-offs) is not delayed.
+package emu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/testnet/sim"
+	"github.com/micra-crawler/micra/testnet/world"
+)
+
+// Spec is the emulated world, as the testnet writes it and every node reads it.
+type Spec struct {
+	Seed     uint64 `json:"seed"`
+	Crawlers int    `json:"crawlers"`
+	// HostDist is how hosts spread over the address space: zipf (default:
+	// clustered in hosting subnets, as real URL lists are) or uniform.
+	HostDist string `json:"host_dist,omitempty"`
+	// Latency is the model: formula (default), hubs, or matrix (Sites and
+	// RTT name the measured matrix's files).
+	Latency string `json:"latency,omitempty"`
+	Sites   string `json:"sites,omitempty"`
+	RTT     string `json:"rtt,omitempty"`
+	// Hosts are the synthetic web's hosts: host i stands at the world's
+	// host i.
+	Hosts []Host `json:"hosts"`
+}
+
+// Host is one synthetic web host: its name, the loopback address it is
+// served on, and (for people reading the file) its place in the world.
+type Host struct {
+	Name     string     `json:"name"`
+	Loopback netip.Addr `json:"loopback"`
+	Addr     netip.Addr `json:"addr,omitempty"`
+}
+
+// Load reads a Spec written by WriteFile.
+func Load(path string) (Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Spec{}, err
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Spec{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := s.validate(); err != nil {
+		return Spec{}, fmt.Errorf("%s: %w", path, err)
+	}
+	// the matrix's files are named relative to the spec's directory
+	for _, f := range []*string{&s.Sites, &s.RTT} {
+		if *f != "" && !filepath.IsAbs(*f) {
+			*f = filepath.Join(filepath.Dir(path), *f)
+		}
+	}
+	return s, nil
+}
+
+// WriteFile writes s as indented JSON.
+func (s Spec) WriteFile(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func (s Spec) validate() error {
+	var errs []error
+	if s.Crawlers < 1 {
+		errs = append(errs, fmt.Errorf("crawlers: %d, want at least 1", s.Crawlers))
+	}
+	if len(s.Hosts) == 0 {
+		errs = append(errs, errors.New("hosts: none"))
+	}
+	switch s.Latency {
+	case "", "formula", "hubs":
+	case "matrix":
+		if s.Sites == "" || s.RTT == "" {
+			errs = append(errs, errors.New("latency matrix needs sites and rtt files"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("latency %q: want formula, hubs or matrix", s.Latency))
+	}
+	switch s.HostDist {
+	case "", sim.HostsZipf, sim.HostsUniform:
+	default:
+		errs = append(errs, fmt.Errorf("host_dist %q: want %s or %s", s.HostDist, sim.HostsZipf, sim.HostsUniform))
+	}
+	return errors.Join(errs...)
+}
+
+// SimConfig is the simulator's configuration for the same world: `micra
+// sim` with it places the same crawlers and hosts and draws the same
+// latencies (threshold and policies are the caller's).
+func (s Spec) SimConfig(tree *hierarchy.Tree) (sim.Config, error) {
+	cfg, _ := sim.Preset("paper")
+	cfg.Seed, cfg.Crawlers, cfg.Hosts, cfg.Tree = s.Seed, s.Crawlers, len(s.Hosts), tree
+	cfg.HostDist = s.HostDist
+	if cfg.HostDist == "" {
+		cfg.HostDist = sim.HostsZipf
+	}
+	cfg.Train = -1
+	var err error
+	switch s.Latency {
+	case "hubs":
+		cfg.Matrix, err = world.HubMatrix(1, 0.08)
+	case "matrix":
+		cfg.Matrix, err = world.LoadMatrixFiles(s.Sites, s.RTT)
+	}
+	return cfg, err
+}
+
+// World is a Spec built: the simulator's world and the host tables.
+type World struct {
+	Spec Spec
+	Sim  *sim.World
+
+	byLoopback map[netip.Addr]int
+	byAddr     map[netip.Addr]int
+	byName     map[string]int
+}
+
+// Build places the world (the simulator's NewWorld for SimConfig).
+func (s Spec) Build(ctx context.Context, tree *hierarchy.Tree) (*World, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := s.SimConfig(tree)
+	if err != nil {
+		return nil, err
+	}
+	sw, err := sim.NewWorldContext(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Spec: s, Sim: sw, byLoopback: map[netip.Addr]int{}, byAddr: map[netip.Addr]int{}, byName: map[string]int{}}
+	for i, h := range s.Hosts {
+		if _, dup := w.byLoopback[h.Loopback]; dup {
+			return nil, fmt.Errorf("emu: host %s: loopback address %v given twice (one address per host)", h.Name, h.Loopback)
+		}
+		w.byLoopback[h.Loopback] = i
+		w.byAddr[sw.Hosts[i].Addr] = i
+		w.byName[strings.ToLower(h.Name)] = i
+		w.Spec.Hosts[i].Addr = sw.Hosts[i].Addr
+	}
+	return w, nil
+}
+
+// Crawler is peer i's place: its address, position and capacity.
+func (w *World) Crawler(i int) delegation.Crawler { return w.Sim.Crawlers[i] }
+
+// HostOf returns the host index of a loopback or emulated address.
+func (w *World) HostOf(a netip.Addr) (int, bool) {
+	a = a.Unmap()
+	if i, ok := w.byLoopback[a]; ok {
+		return i, true
+	}
+	i, ok := w.byAddr[a]
+	return i, ok
+}
+
+// HostNamed returns the index of a host name.
+func (w *World) HostNamed(name string) (int, bool) {
+	i, ok := w.byName[strings.ToLower(name)]
+	return i, ok
+}
+
+// Optimal is the index of host i's nearest crawler (lowest mean RTT).
+func (w *World) Optimal(i int) int { return int(w.Sim.Optimal[i]) }
+
+// MeanRTT is the modelled mean round trip between crawler c and host h.
+func (w *World) MeanRTT(c, h int) time.Duration {
+	return world.Duration(w.Sim.Model.MeanRTT(&w.Sim.CrawlerE[c], &w.Sim.Hosts[h]))
+}
+
+// Place is peer self's view of the world: its fetches' network, its
+// resolver, its address mapper and its prober.
+type Place struct {
+	w    *World
+	self int
+	mu   sync.Mutex
+	rng  *rand.Rand
+}
+
+// At returns crawler self's place (0 ≤ self < Spec.Crawlers).
+func (w *World) At(self int) (*Place, error) {
+	if self < 0 || self >= len(w.Sim.Crawlers) {
+		return nil, fmt.Errorf("emu: peer %d: the world has crawlers 0…%d", self, len(w.Sim.Crawlers)-1)
+	}
+	return &Place{w: w, self: self, rng: rand.New(rand.NewPCG(w.Spec.Seed, 0x656d75+uint64(self)))}, nil
+}
+
+// Self is this place's crawler (address, position, capacity).
+func (p *Place) Self() delegation.Crawler { return p.w.Crawler(p.self) }
+
+// sample draws one round trip to host h (the model's jitter included).
+func (p *Place) sample(h int) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return world.Duration(p.w.Sim.Model.SampleRTT(&p.w.Sim.CrawlerE[p.self], &p.w.Sim.Hosts[h], p.rng))
+}
+
+// RTT implements fetch.Emulator: a sampled round trip to the host served
+// at remote (0 for an address outside the world: other peers, the sink).
+func (p *Place) RTT(remote netip.Addr) time.Duration {
+	h, ok := p.w.HostOf(remote)
+	if !ok {
+		return 0
+	}
+	return p.sample(h)
+}
+
+// MapAddr implements node.AddrMapper: a host's loopback address becomes its
+// place in the world; other addresses stay as they are.
+func (p *Place) MapAddr(a netip.Addr) netip.Addr {
+	if i, ok := p.w.byLoopback[a.Unmap()]; ok {
+		return p.w.Sim.Hosts[i].Addr
+	}
+	return a
+}
+
+// Measure implements overlay.Measurer: the probe takes the modelled round
+// trip to the target's place, and answers it.
+func (p *Place) Measure(ctx context.Context, t overlay.ProbeTarget) (time.Duration, error) {
+	h, ok := p.w.HostOf(t.Addr)
+	if !ok {
+		return 0, fmt.Errorf("emu: %v is no host of the emulated world", t.Addr)
+	}
+	d := p.sample(h)
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return d, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// LookupNetIP implements fetch.Resolver for the synthetic web's names.
+func (p *Place) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if i, ok := p.w.HostNamed(strings.TrimSuffix(host, ".")); ok {
+		return []netip.Addr{p.w.Spec.Hosts[i].Loopback}, nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	return nil, fmt.Errorf("emu: no such host %q in the emulated world", host)
+}
