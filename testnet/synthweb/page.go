@@ -88,9 +88,18 @@ func (w *Web) links(h, p int) []link {
 		case k == 0:
 			tp = (p + 1) % c.PagesPerHost // chain: every page reachable
 		case c.Hosts > 1 && r.Float64() >= c.LocalLinkFraction:
-			th = r.IntN(c.Hosts - 1)
-			if th >= h {
-				th++
+			if c.PopularityZipf > 1 {
+				// popular hosts are linked to most; which hosts are popular
+				// is a fixed shuffle of the ranks
+				th = w.popular[rand.NewZipf(r, c.PopularityZipf, 1, uint64(c.Hosts-1)).Uint64()]
+				if th == h {
+					th = (h + 1) % c.Hosts
+				}
+			} else {
+				th = r.IntN(c.Hosts - 1)
+				if th >= h {
+					th++
+				}
 			}
 			tp = r.IntN(c.PagesPerHost)
 		default:
@@ -143,8 +152,14 @@ func (w *Web) page(h, p int, v uint32) []byte {
 	links := w.links(h, p)
 	title := strings.ToUpper(topics[0][:1]) + topics[0][1:] + " and " + topics[1] + ": " +
 		w.text.word(r) + " " + topics[r.IntN(4)] + " — page " + strconv.Itoa(p) + " of " + w.names[h]
+	size := c.PageBytes
+	if c.PageBytesSigma > 0 {
+		// from its own stream: the text drawn below stays the same
+		sr := newRand(c.Seed, 0x5123, uint64(h), uint64(p))
+		size = int(min(max(float64(size)*math.Exp(c.PageBytesSigma*sr.NormFloat64()), 1024), 16*float64(size)))
+	}
 	var b bytes.Buffer
-	b.Grow(c.PageBytes + 2048)
+	b.Grow(size + 2048)
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>")
 	b.WriteString(title)
 	b.WriteString("</title>\n<meta name=\"description\" content=\"")
@@ -170,7 +185,7 @@ func (w *Web) page(h, p int, v uint32) []byte {
 		writeLink()
 	}
 	b.WriteString("</div>\n")
-	for b.Len() < c.PageBytes-(250+70*(len(links)-li)) {
+	for b.Len() < size-(250+70*(len(links)-li)) {
 		b.WriteString("<h2>")
 		t := topics[r.IntN(4)]
 		b.WriteString(strings.ToUpper(t[:1]) + t[1:] + " " + w.text.word(r) + " " + w.text.word(r))
@@ -236,6 +251,9 @@ func (w *Web) serve(rw http.ResponseWriter, r *http.Request) {
 			time.Sleep(d)
 		}
 	}
+	if w.slow(h) {
+		time.Sleep(w.cfg.SlowHostDelay)
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
 		return
@@ -272,6 +290,12 @@ func (w *Web) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := w.pageID(h, p)
+	if w.flaky(h, p) && r.Method == http.MethodGet && w.flaked[id].CompareAndSwap(false, true) {
+		w.stats.unavailable.Add(1)
+		rw.Header().Set("Retry-After", "1")
+		http.Error(rw, "busy, try again", http.StatusServiceUnavailable)
+		return
+	}
 	w.mu.RLock()
 	v := w.versions[id]
 	w.mu.RUnlock()
@@ -355,4 +379,14 @@ func notModified(r *http.Request, etag string, lm time.Time) bool {
 		}
 	}
 	return false
+}
+
+// slow reports whether host h is one of the SlowHostRate slow hosts.
+func (w *Web) slow(h int) bool {
+	return w.cfg.SlowHostRate > 0 && w.cfg.SlowHostDelay > 0 && unit(mix(w.cfg.Seed, 0x510e, uint64(h))) < w.cfg.SlowHostRate
+}
+
+// flaky reports whether page p of host h fails its first request.
+func (w *Web) flaky(h, p int) bool {
+	return w.cfg.FlakyRate > 0 && unit(mix(w.cfg.Seed, 0xf1a, uint64(h), uint64(p))) < w.cfg.FlakyRate
 }

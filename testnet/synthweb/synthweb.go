@@ -18,6 +18,10 @@
 // violation. Pages carry ETag and Last-Modified and answer conditional GETs
 // with 304; Change bumps the version of a fraction of pages (monitoring).
 //
+// Realistic turns on the Web's unevenness: varied page sizes, a heavy-tailed
+// in-degree (links to other hosts favour popular hosts), slow hosts and
+// pages that fail once (503) before they serve.
+//
 // Name resolution is the Web's own: Resolver (for crawl/fetch) and
 // DialContext (for any http.Transport) map synthetic names to their
 // loopback addresses; nothing leaves the machine.
@@ -68,6 +72,20 @@ type Config struct {
 	// HostLatency, if set, adds a per-host delay before every response (the
 	// testnet emulates a host's network distance with it).
 	HostLatency func(host int) time.Duration
+	// PageBytesSigma spreads page sizes log-normally around PageBytes
+	// (0: every page about PageBytes), as real pages vary.
+	PageBytesSigma float64
+	// PopularityZipf, when above 1, draws the targets of links to other
+	// hosts from a Zipf law with this exponent over hosts, so in-degree is
+	// heavy-tailed as on the Web (0: uniform targets).
+	PopularityZipf float64
+	// SlowHostRate is the fraction of hosts that add SlowHostDelay before
+	// every response (a busy server).
+	SlowHostRate  float64
+	SlowHostDelay time.Duration
+	// FlakyRate is the fraction of pages whose first request is answered
+	// 503 with Retry-After: 1 (a transient failure a crawler must retry).
+	FlakyRate float64
 	// Domain is the suffix of host names. Default "synth.test".
 	Domain string
 	// Listen prefix: addresses are 127.77.x.y. Default 127.77.
@@ -121,6 +139,7 @@ type Stats struct {
 	RobotsFetches    int64
 	RobotsViolations int64 // requests for /private/ pages
 	NotFound         int64
+	Unavailable      int64 // transient 503 answers (FlakyRate)
 	BytesServed      int64 // body bytes written (compressed when Gzip)
 	HTMLBytes        int64 // page HTML bytes served with 200, before any compression
 }
@@ -142,7 +161,9 @@ type Web struct {
 	versions map[uint64]uint32 // page id → version (absent: 0)
 
 	served  []atomic.Uint32 // per page id: 200 answers for the current version in this epoch
-	stats   struct{ requests, pages, unique, dups, notModified, robots, violations, notFound, bytes, html atomic.Int64 }
+	flaked  []atomic.Bool   // per page id: its one transient failure was served
+	popular []int           // host of each popularity rank (PopularityZipf)
+	stats   struct{ requests, pages, unique, dups, notModified, robots, violations, notFound, unavailable, bytes, html atomic.Int64 }
 	started atomic.Bool
 }
 
@@ -161,6 +182,7 @@ func Start(cfg Config) (*Web, error) {
 		byName:   make(map[string]int, cfg.Hosts),
 		versions: make(map[uint64]uint32),
 		served:   make([]atomic.Uint32, cfg.Hosts*cfg.PagesPerHost),
+		flaked:   make([]atomic.Bool, cfg.Hosts*cfg.PagesPerHost),
 		text:     newTextGen(cfg.Seed),
 		baseTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
@@ -172,6 +194,9 @@ func Start(cfg Config) (*Web, error) {
 		w.byName[name] = i
 		ipIdx := i / cfg.HostsPerIP
 		w.ipOf = append(w.ipOf, netip.AddrFrom4([4]byte{cfg.AddrPrefix[0], cfg.AddrPrefix[1], byte(ipIdx/250 + 0), byte(ipIdx%250 + 1)}))
+	}
+	if cfg.PopularityZipf > 1 {
+		w.popular = newRand(cfg.Seed, 0x909).Perm(cfg.Hosts)
 	}
 	if err := w.listen(nIPs); err != nil {
 		return nil, err
@@ -324,6 +349,7 @@ func (w *Web) Stats() Stats {
 		RobotsFetches:    w.stats.robots.Load(),
 		RobotsViolations: w.stats.violations.Load(),
 		NotFound:         w.stats.notFound.Load(),
+		Unavailable:      w.stats.unavailable.Load(),
 		BytesServed:      w.stats.bytes.Load(),
 		HTMLBytes:        w.stats.html.Load(),
 	}
@@ -334,7 +360,9 @@ func (w *Web) Stats() Stats {
 func (w *Web) ResetStats() {
 	for i := range w.served {
 		w.served[i].Store(0)
+		w.flaked[i].Store(false)
 	}
+	w.stats.unavailable.Store(0)
 	w.stats.requests.Store(0)
 	w.stats.pages.Store(0)
 	w.stats.unique.Store(0)
@@ -398,4 +426,25 @@ func unit(v uint64) float64 { return float64(v>>11) / (1 << 53) }
 func newRand(vs ...uint64) *rand.Rand {
 	s := mix(vs...)
 	return rand.New(rand.NewPCG(s, s^0x5851f42d4c957f2d))
+}
+
+// Realistic returns c with the Web's unevenness turned on where c leaves
+// it off: page sizes spread log-normally (σ 0.7), links to other hosts
+// drawn Zipf(1.2) over hosts, 5 % of hosts slow (300 ms before every
+// response) and 2 % of pages failing once with 503. The testnet crawls
+// this web; benchmarks keep the even one.
+func (c Config) Realistic() Config {
+	if c.PageBytesSigma == 0 {
+		c.PageBytesSigma = 0.7
+	}
+	if c.PopularityZipf == 0 {
+		c.PopularityZipf = 1.2
+	}
+	if c.SlowHostRate == 0 {
+		c.SlowHostRate, c.SlowHostDelay = 0.05, 300*time.Millisecond
+	}
+	if c.FlakyRate == 0 {
+		c.FlakyRate = 0.02
+	}
+	return c
 }
