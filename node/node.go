@@ -27,7 +27,6 @@ import (
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/crawl/pack"
-	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node/sink"
@@ -274,46 +273,10 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// routeSeeds queues the seeds this crawler owns and hands the others to
-// their owners, like discovered links: a node fetches only what it owns.
-// A bad seed is logged and the others are still routed.
+// routeSeeds routes the configured seeds (RouteSeeds).
 func (n *Node) routeSeeds(ctx context.Context, seeds []string) error {
-	opts := urlnorm.DefaultOptions()
-	if n.cfg.Crawl.Normalize != nil {
-		opts = *n.cfg.Crawl.Normalize
-	}
-	norm := urlnorm.New(opts)
-	var own []string
-	var foreign []crawl.Routed
-	for _, s := range seeds {
-		u, err := norm.Parse(s)
-		if err == nil {
-			var a netip.Addr
-			if a, err = n.router.lookup(ctx, u.Hostname()); err == nil {
-				var rt crawl.Route
-				if rt, err = n.router.Route(ctx, u, a); err == nil {
-					if rt.Mine {
-						own = append(own, u.String())
-					} else {
-						foreign = append(foreign, crawl.Routed{URL: u.String(), Route: rt})
-					}
-					continue
-				}
-			}
-		}
-		n.log.Warn("seed rejected", "seed", s, "err", err)
-	}
-	added, bad := n.eng.AddSeeds(ctx, own)
-	for _, b := range bad {
-		n.log.Warn("seed rejected", "seed", b.Seed, "err", b.Err)
-	}
-	if len(foreign) > 0 {
-		if err := n.router.Handoff(ctx, foreign); err != nil {
-			return fmt.Errorf("node: hand-off of seeds: %w", err)
-		}
-	}
-	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
-	return nil
+	_, err := n.RouteSeeds(ctx, seeds)
+	return err
 }
 
 // MetricsHandler serves reg's metrics on GET /metrics and answers 404
