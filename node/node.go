@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -45,6 +46,8 @@ type Node struct {
 	peer   *overlay.Peer
 	// sinkClient delivers the carriers when a sink is configured.
 	sinkClient *sink.Client
+	// recv is the engine's receiver, with its deliveries' outcome (status).
+	recv *deliveries
 
 	rerouted prometheus.Counter
 	dead     chan delegation.CrawlerID // owners declared dead, for the ledger
@@ -52,6 +55,9 @@ type Node struct {
 	runMu   sync.Mutex
 	running bool
 	closed  bool
+
+	started atomic.Value // time.Time Run started
+	ctlURL  atomic.Value // string: the control API's URL while Run serves it
 }
 
 // Open validates cfg, opens the stores under DataDir, the crawl engine and
@@ -118,6 +124,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		if cc.Receiver == nil {
 			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
 		}
+		n.recv = &deliveries{Receiver: cc.Receiver}
+		cc.Receiver = n.recv
 		if n.eng, err = crawl.New(cc); err != nil {
 			return n, err
 		}
@@ -210,15 +218,25 @@ func (n *Node) Run(ctx context.Context) error {
 	n.running = true
 	n.runMu.Unlock()
 
+	n.started.Store(time.Now())
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if n.cfg.MetricsAddr != "" || n.cfg.controlAddr() != "" {
+		_ = n.reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
+	}
+	ctl, cerr := n.startControl()
+	if cerr != nil {
+		return cerr
+	}
+	if ctl != nil {
+		defer n.stopControl(ctl)
+	}
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("node: metrics listener: %w", err)
 		}
 		reg := n.reg
-		_ = reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
 		srv := &http.Server{Handler: MetricsHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = srv.Serve(ln) })
 		defer srv.Close()
