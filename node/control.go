@@ -655,7 +655,9 @@ func (n *Node) ownerOf(ctx context.Context, q string, lookup bool) OwnerInfo {
 	}
 	rec, stale, ok := n.peer.Directory().Peek(s)
 	if !ok {
-		o.Error = "no record cached (?lookup=1 looks it up, or delegates it)"
+		// (a subnet no crawler answered a probe for is hashed to one,
+		// and no record is published)
+		o.Error = "no record cached (?lookup=1 looks it up, or decides it)"
 		return o
 	}
 	o.Cached, o.Stale = true, stale

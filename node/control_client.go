@@ -122,6 +122,19 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("control API: %d %s: %s", e.Code, http.StatusText(e.Code), e.Message)
 }
 
+// UnreachableError: nothing answers at the control API's URL (no node
+// runs there, or it stopped).
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("no node answers at %s: %v", e.URL, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 func (c *ControlClient) do(ctx context.Context, method, path string, body []byte, ctype string, out any) error {
 	var r io.Reader
 	if body != nil {
@@ -136,7 +149,10 @@ func (c *ControlClient) do(ctx context.Context, method, path string, body []byte
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("no node answers at %s: %w", c.base, err)
+		if ctx.Err() != nil {
+			return err
+		}
+		return &UnreachableError{URL: c.base, Err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
