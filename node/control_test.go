@@ -195,6 +195,9 @@ func TestControlAPI(t *testing.T) {
 			t.Errorf("GET %s: %d, want 404", p, code)
 		}
 	}
+	if code, _ := get(cl.URL(), "/v1/seeds"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/seeds: %d, want 405", code)
+	}
 	if code, _ := get(controlClient(t, c, 1).URL(), "/debug/pprof/"); code != 200 {
 		t.Errorf("pprof on node 1 (enabled): %d", code)
 	}

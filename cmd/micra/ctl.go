@@ -271,7 +271,7 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 		fmt.Fprintf(tw, "frontier\t%s\n", s)
 	}
 	if c := v.Crawl; c != nil {
-		s := fmt.Sprintf("%d pages fetched, %d not modified, %d errors", c.PagesFetched, c.NotModified, c.Errors)
+		s := fmt.Sprintf("%s fetched, %d not modified, %s", plural(c.PagesFetched, "page"), c.NotModified, plural(c.Errors, "error"))
 		if len(c.ErrorsByReason) > 0 {
 			var rs []string
 			for r, n := range c.ErrorsByReason {
