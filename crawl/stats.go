@@ -77,6 +77,11 @@ type Stats struct {
 	CarriersSealed, CarriersDelivered int64
 	PendingCarriers                   int
 	CarrierBytes, CarrierRawBytes     int64 // sealed: compressed with header, and raw payload
+	// PendingRecords counts records in the outbox not sealed into a
+	// carrier yet (they are, within Outbox MaxHold); DeliveryErrors counts
+	// failed deliveries since the engine opened.
+	PendingRecords int
+	DeliveryErrors int64
 
 	PagesPerSec float64
 }
@@ -116,6 +121,7 @@ func (e *Engine) Stats() Stats {
 		os = e.outbox.Stats()
 	}
 	s.CarriersSealed, s.CarriersDelivered, s.PendingCarriers = os.CarriersSealed, os.CarriersDelivered, os.PendingCarriers
+	s.PendingRecords, s.DeliveryErrors = os.PendingRecords, os.DeliveryErrors
 	s.CarrierBytes, s.CarrierRawBytes = os.BytesSealed, os.RawBytesSealed
 	if st := e.started.Load(); st != 0 {
 		s.Elapsed = time.Since(time.Unix(0, st))

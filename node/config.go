@@ -69,6 +69,9 @@ type Config struct {
 
 	// MetricsAddr, if set, serves /metrics for this node's registry while Run runs.
 	MetricsAddr string
+	// ControlConfig: the local control API (ControlAddr, default
+	// 127.0.0.1:0; "off" disables it), served while Run runs (control.go).
+	ControlConfig
 
 	Logger *slog.Logger
 	// Registry receives every metric of this node (nil: a new one per node,
@@ -127,6 +130,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Crawl.DB != nil || c.Crawl.StateDir != "" || c.Crawl.Router != nil {
 		errs = append(errs, errors.New("node: Crawl.DB, Crawl.StateDir and Crawl.Router are the node's to set"))
+	}
+	if err := c.validateControl(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Crawler && c.Overlay.Capacity <= 0 {
 		// a peer advertising capacity 0 is no crawler to the others
@@ -187,6 +193,8 @@ type File struct {
 	Policy      string   `json:"policy,omitempty"`
 	Hierarchy   string   `json:"hierarchy,omitempty"`
 	Metrics     string   `json:"metrics,omitempty"`
+	API         string   `json:"api,omitempty"`   // control API host:port (default 127.0.0.1:0; "off")
+	Pprof       bool     `json:"pprof,omitempty"` // /debug/pprof/ on the control API
 
 	Seeds        []string `json:"seeds,omitempty"`
 	Concurrency  int      `json:"concurrency,omitempty"`
@@ -302,6 +310,7 @@ func (f File) Config() (Config, error) {
 	}
 	c.HierarchyFile = f.Hierarchy
 	c.MetricsAddr = f.Metrics
+	c.ControlAddr, c.Pprof = f.API, f.Pprof
 	c.Seeds = f.Seeds
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -27,7 +28,6 @@ import (
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/crawl/pack"
-	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node/sink"
@@ -46,6 +46,8 @@ type Node struct {
 	peer   *overlay.Peer
 	// sinkClient delivers the carriers when a sink is configured.
 	sinkClient *sink.Client
+	// recv is the engine's receiver, with its deliveries' outcome (status).
+	recv *deliveries
 
 	rerouted prometheus.Counter
 	dead     chan delegation.CrawlerID // owners declared dead, for the ledger
@@ -53,6 +55,9 @@ type Node struct {
 	runMu   sync.Mutex
 	running bool
 	closed  bool
+
+	started atomic.Value // time.Time Run started
+	ctlURL  atomic.Value // string: the control API's URL while Run serves it
 }
 
 // Open validates cfg, opens the stores under DataDir, the crawl engine and
@@ -119,6 +124,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		if cc.Receiver == nil {
 			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
 		}
+		n.recv = &deliveries{Receiver: cc.Receiver}
+		cc.Receiver = n.recv
 		if n.eng, err = crawl.New(cc); err != nil {
 			return n, err
 		}
@@ -211,15 +218,25 @@ func (n *Node) Run(ctx context.Context) error {
 	n.running = true
 	n.runMu.Unlock()
 
+	n.started.Store(time.Now())
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if n.cfg.MetricsAddr != "" || n.cfg.controlAddr() != "" {
+		_ = n.reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
+	}
+	ctl, cerr := n.startControl()
+	if cerr != nil {
+		return cerr
+	}
+	if ctl != nil {
+		defer n.stopControl(ctl)
+	}
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("node: metrics listener: %w", err)
 		}
 		reg := n.reg
-		_ = reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
 		srv := &http.Server{Handler: MetricsHandler(reg), ReadHeaderTimeout: 5 * time.Second}
 		wg.Go(func() { _ = srv.Serve(ln) })
 		defer srv.Close()
@@ -274,46 +291,10 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// routeSeeds queues the seeds this crawler owns and hands the others to
-// their owners, like discovered links: a node fetches only what it owns.
-// A bad seed is logged and the others are still routed.
+// routeSeeds routes the configured seeds (RouteSeeds).
 func (n *Node) routeSeeds(ctx context.Context, seeds []string) error {
-	opts := urlnorm.DefaultOptions()
-	if n.cfg.Crawl.Normalize != nil {
-		opts = *n.cfg.Crawl.Normalize
-	}
-	norm := urlnorm.New(opts)
-	var own []string
-	var foreign []crawl.Routed
-	for _, s := range seeds {
-		u, err := norm.Parse(s)
-		if err == nil {
-			var a netip.Addr
-			if a, err = n.router.lookup(ctx, u.Hostname()); err == nil {
-				var rt crawl.Route
-				if rt, err = n.router.Route(ctx, u, a); err == nil {
-					if rt.Mine {
-						own = append(own, u.String())
-					} else {
-						foreign = append(foreign, crawl.Routed{URL: u.String(), Route: rt})
-					}
-					continue
-				}
-			}
-		}
-		n.log.Warn("seed rejected", "seed", s, "err", err)
-	}
-	added, bad := n.eng.AddSeeds(ctx, own)
-	for _, b := range bad {
-		n.log.Warn("seed rejected", "seed", b.Seed, "err", b.Err)
-	}
-	if len(foreign) > 0 {
-		if err := n.router.Handoff(ctx, foreign); err != nil {
-			return fmt.Errorf("node: hand-off of seeds: %w", err)
-		}
-	}
-	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
-	return nil
+	_, err := n.RouteSeeds(ctx, seeds)
+	return err
 }
 
 // MetricsHandler serves reg's metrics on GET /metrics and answers 404

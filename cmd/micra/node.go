@@ -18,6 +18,7 @@ import (
 
 type nodeOptions struct {
 	config, data, seeds, crawlerAddr, policy, hierarchy, metrics, sink string
+	api                                                                string
 	listen, bootstrap                                                  []string
 	testnet, noCrawl, allowPrivate                                     bool
 	concurrency                                                        int
@@ -51,6 +52,7 @@ the command line override the file; their paths are relative to the working dire
 	f.StringVar(&o.policy, "policy", "", "delegation policy: ipmicra (default), micra, hash, random")
 	f.StringVar(&o.hierarchy, "hierarchy", "", "hierarchy snapshot file (default: the embedded one)")
 	f.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9102)")
+	f.StringVar(&o.api, "api", "", "control API address on loopback, for micra id/status/peers/owners/seed (default 127.0.0.1:0, named in DATA/api; \"off\")")
 	f.StringVar(&o.sink, "sink", "", "deliver carriers to this index sink (its multiaddr with /p2p/<id>, as `micra sink` prints it)")
 	f.BoolVar(&o.testnet, "testnet", false, "loopback testnet defaults (probes and fetches to loopback allowed)")
 	f.BoolVar(&o.noCrawl, "no-crawl", false, "overlay peer only: no crawler role")
@@ -100,6 +102,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	}
 	if fl.Changed("metrics") {
 		cfg.MetricsAddr = o.metrics
+	}
+	if fl.Changed("api") {
+		cfg.ControlAddr = o.api
 	}
 	if fl.Changed("sink") {
 		cfg.Sink = o.sink

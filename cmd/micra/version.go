@@ -8,66 +8,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
 	"github.com/micra-crawler/micra/hierarchy"
-	"github.com/micra-crawler/micra/node/sink"
-	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/node"
 )
 
-// versionInfo is what `micra version --json` prints.
+// versionInfo is what `micra version --json` prints: the build (shared with
+// a node's control API, node.BuildInfo) and the embedded hierarchy.
 type versionInfo struct {
-	Version   string   `json:"version"`            // module version, or "devel"
-	Commit    string   `json:"commit,omitempty"`   // VCS revision the binary was built from
-	Time      string   `json:"time,omitempty"`     // its commit time
-	Modified  bool     `json:"modified,omitempty"` // built from a tree with uncommitted changes
-	Go        string   `json:"go"`
-	Platform  string   `json:"platform"`
-	Protocols []string `json:"protocols"`
-	Hierarchy string   `json:"hierarchy,omitempty"` // the embedded snapshot's id: peers must share it
+	node.BuildInfo
+	Hierarchy string `json:"hierarchy,omitempty"` // the embedded snapshot's id: peers must share it
 }
 
 func buildVersion() versionInfo {
-	v := versionInfo{Version: "devel", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v.Version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				v.Commit = s.Value
-			case "vcs.time":
-				v.Time = s.Value
-			case "vcs.modified":
-				v.Modified = s.Value == "true"
-			}
-		}
-	}
-	for _, p := range []string{string(overlay.ProtoProbe), string(overlay.ProtoEndorse), string(overlay.ProtoHandoff),
-		string(overlay.ProtoSnapshot), string(overlay.ProtoRecover), string(sink.ProtoCarrier), string(sink.ProtoSubscribe)} {
-		v.Protocols = append(v.Protocols, p)
-	}
+	v := versionInfo{BuildInfo: node.Build()}
 	if t, err := hierarchy.Default(); err == nil {
 		id := t.ID()
 		v.Hierarchy = hex.EncodeToString(id[:8])
 	}
 	return v
-}
-
-func (v versionInfo) short() string {
-	s := "micra " + v.Version
-	if v.Commit != "" {
-		s += " (" + v.Commit[:min(12, len(v.Commit))]
-		if v.Modified {
-			s += ", modified"
-		}
-		s += ")"
-	}
-	return s + " " + v.Go + " " + v.Platform
 }
 
 func printVersion(w io.Writer, asJSON bool) error {
@@ -77,7 +38,7 @@ func printVersion(w io.Writer, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	fmt.Fprintln(w, v.short())
+	fmt.Fprintln(w, v.Short())
 	if v.Time != "" {
 		fmt.Fprintf(w, "  committed  %s\n", v.Time)
 	}

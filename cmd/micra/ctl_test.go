@@ -1,0 +1,218 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/node"
+)
+
+// TestControlCommands runs micra id, status, peers, owners and seed against
+// a real `micra node` process, found by its data directory (and by
+// $MICRA_API), and checks what they say against the node's own output and
+// a loopback web server that sees the seed fetched.
+func TestControlCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "n")
+
+	// no node yet: a clear error naming the file and the command to run
+	_, err := runMicra(t, "status", "--data", data)
+	if err == nil || !strings.Contains(err.Error(), "no node running at "+data) || !strings.Contains(err.Error(), "micra node --data "+data) {
+		t.Fatalf("status without a node: %v", err)
+	}
+	// a stale api file (a node killed): the URL does not answer
+	stale := filepath.Join(dir, "stale")
+	os.MkdirAll(stale, 0o700)
+	os.WriteFile(filepath.Join(stale, node.APIFile), []byte("http://127.0.0.1:1\n"), 0o600)
+	if _, err := runMicra(t, "id", "--data", stale); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("id with a stale api file: %v", err)
+	}
+
+	fetched := make(chan string, 16)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		select {
+		case fetched <- r.URL.Path:
+		default:
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<html><head><title>seeded</title></head><body><p>a page given as a seed to a running node</p></body></html>")
+	}))
+	defer web.Close()
+
+	cmd := exec.Command(os.Args[0], "node", "--data", data, "--testnet", "--listen", "/ip4/127.0.0.1/tcp/0",
+		"--crawler-addr", "1.1.1.1", "--api", "127.0.0.1:0", "--concurrency", "2")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	listening := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
+				select {
+				case listening <- a:
+				default:
+				}
+			}
+		}
+		cmd.Wait()
+		close(exited)
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("micra node did not stop on SIGINT\n%s", stderr.String())
+		}
+	}
+	defer stop()
+
+	apiFile := filepath.Join(data, node.APIFile)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(apiFile); err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("micra node exited:\n%s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 60 s:\n%s", apiFile, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	out, err := runMicra(t, "id", "--data", data, "--json")
+	if err != nil {
+		t.Fatalf("id: %v\n%s", err, out)
+	}
+	var id node.IDInfo
+	if err := json.Unmarshal([]byte(out), &id); err != nil {
+		t.Fatalf("id --json: %v\n%s", err, out)
+	}
+	if id.Role != "crawler" || id.CrawlerAddr != "1.1.1.1" || id.Policy != "ipmicra" || len(id.Addrs) == 0 ||
+		!strings.HasSuffix(id.Addrs[0], "/p2p/"+id.PeerID) {
+		t.Errorf("id %+v", id)
+	}
+	out, err = runMicra(t, "id", "--data", data)
+	if err != nil || !strings.Contains(out, id.PeerID) || !strings.Contains(out, "crawler (capacity") {
+		t.Errorf("id: %v\n%s", err, out)
+	}
+	select { // the node prints its addresses before it runs
+	case a := <-listening:
+		if !strings.HasSuffix(a, "/p2p/"+id.PeerID) {
+			t.Errorf("micra node printed %s; micra id says peer %s", a, id.PeerID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("micra node printed no listen address")
+	}
+
+	// $MICRA_API names the node when no flag does
+	apiURL, err := node.ReadAPIFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(apiEnv, apiURL)
+	out, err = runMicra(t, "peers")
+	if err != nil || !strings.Contains(out, id.PeerID) || !strings.Contains(out, "self") || !strings.Contains(out, "LAST HEARD") {
+		t.Errorf("peers: %v\n%s", err, out)
+	}
+
+	seed := web.URL + "/seeded.html"
+	out, err = runMicra(t, "seed", "--data", data, seed, "http://exa mple.com/")
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 seeds rejected") ||
+		!strings.Contains(out, "queued") || !strings.Contains(out, "1 queued, 0 handed off, 0 known, 1 rejected") {
+		t.Fatalf("seed: %v\n%s", err, out)
+	}
+	select {
+	case p := <-fetched:
+		if p != "/seeded.html" {
+			t.Errorf("the node fetched %s, want the seed", p)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the seed was not fetched in 60 s\n%s", stderr.String())
+	}
+	seeds := filepath.Join(dir, "seeds.txt")
+	os.WriteFile(seeds, []byte("# again\n"+seed+"\n"), 0o644)
+	if out, err = runMicra(t, "seed", "--api", apiURL, "--file", seeds); err != nil || !strings.Contains(out, "1 known") {
+		t.Errorf("seed --file (the same seed): %v\n%s", err, out)
+	}
+
+	out, err = runMicra(t, "status", "--data", data, "--json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st node.StatusInfo
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if st.PeerID != id.PeerID || st.MembersLive != 1 || st.SubnetsOwned != 1 || st.Crawl == nil || st.Crawl.PagesFetched < 1 {
+		t.Errorf("status %+v crawl %+v", st, st.Crawl)
+	}
+	out, err = runMicra(t, "status", "--data", data)
+	for _, want := range []string{"caught up", "frontier", "outbox", "hand-off", "sink", "files in"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("status: %v; no %q in\n%s", err, want, out)
+		}
+	}
+
+	// the node's own address, from its cached record (placed on join);
+	// the seed's, by a lookup (on loopback no probe answers: a hashed
+	// decision, which publishes no record to cache)
+	out, err = runMicra(t, "owners", "--data", data, "1.1.1.1")
+	if err != nil || !strings.Contains(out, "1.1.1.1 → "+id.PeerID+" (this node)") || !strings.Contains(out, "decided by "+id.PeerID) {
+		t.Errorf("owners 1.1.1.1: %v\n%s", err, out)
+	}
+	out, err = runMicra(t, "owners", "--data", data, "--lookup", "127.0.0.1")
+	if err != nil || !strings.Contains(out, "127.0.0.1 → "+id.PeerID+" (this node)") || !strings.Contains(out, "(lookup)") {
+		t.Errorf("owners --lookup 127.0.0.1: %v\n%s", err, out)
+	}
+	out, err = runMicra(t, "owners", "--data", data, "--mine")
+	if err != nil || !strings.Contains(out, "(this node)") || !strings.Contains(out, "records") {
+		t.Errorf("owners --mine: %v\n%s", err, out)
+	}
+
+	stop()
+	if _, err := os.Stat(apiFile); !os.IsNotExist(err) {
+		t.Errorf("api file after the node stopped: %v", err)
+	}
+	if _, err := runMicra(t, "id", "--data", data); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("id after the node stopped: %v", err)
+	}
+}

@@ -1,0 +1,127 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/micra-crawler/micra/crawl"
+	"github.com/micra-crawler/micra/crawl/urlnorm"
+)
+
+// SeedResult is what became of one seed (RouteSeeds, POST /v1/seeds).
+type SeedResult struct {
+	URL string `json:"url"` // as given
+	// Normalized is the URL as the crawl knows it (empty when it does not
+	// parse).
+	Normalized string `json:"normalized,omitempty"`
+	// Status is queued (in this crawler's frontier), known (this crawler
+	// has seen it already: nothing to do), handed_off (in the durable
+	// hand-off spool, for Owner) or rejected (Reason says why).
+	Status string `json:"status"`
+	Owner  string `json:"owner,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Seed statuses.
+const (
+	SeedQueued    = "queued"
+	SeedKnown     = "known"
+	SeedHandedOff = "handed_off"
+	SeedRejected  = "rejected"
+)
+
+// RouteSeeds queues the seeds this crawler owns and hands the others to
+// their owners, like discovered links: a node fetches only what it owns. A
+// bad seed is reported (and logged) and the others are still routed; the
+// error is the hand-off's, when the seeds for other owners could not be
+// spooled (they are then rejected). It needs the crawler role.
+func (n *Node) RouteSeeds(ctx context.Context, seeds []string) ([]SeedResult, error) {
+	if n.eng == nil {
+		return nil, fmt.Errorf("node: seeds need the crawler role")
+	}
+	opts := urlnorm.DefaultOptions()
+	if n.cfg.Crawl.Normalize != nil {
+		opts = *n.cfg.Crawl.Normalize
+	}
+	norm := urlnorm.New(opts)
+	res := make([]SeedResult, len(seeds))
+	var own []string
+	ownAt := map[string][]int{} // normalised URL → its results
+	var foreign []crawl.Routed
+	var foreignAt []int
+	reject := func(i int, err error) {
+		res[i].Status, res[i].Reason = SeedRejected, err.Error()
+		n.log.Warn("seed rejected", "seed", seeds[i], "err", err)
+	}
+	for i, s := range seeds {
+		res[i].URL = s
+		u, err := norm.Parse(s)
+		if err != nil {
+			reject(i, err)
+			continue
+		}
+		res[i].Normalized = u.String()
+		var a netip.Addr
+		if a, err = n.router.lookup(ctx, u.Hostname()); err != nil {
+			reject(i, err)
+			continue
+		}
+		rt, err := n.router.Route(ctx, u, a)
+		if err != nil {
+			reject(i, err)
+			continue
+		}
+		res[i].Owner = string(rt.Owner)
+		if !rt.Mine {
+			foreign = append(foreign, crawl.Routed{URL: u.String(), Route: rt})
+			foreignAt = append(foreignAt, i)
+			continue
+		}
+		k := u.String()
+		if len(ownAt[k]) == 0 {
+			if seen, err := n.eng.Frontier().Seen(k); err == nil && seen {
+				res[i].Status = SeedKnown
+				continue
+			}
+			own = append(own, k)
+		}
+		ownAt[k] = append(ownAt[k], i)
+	}
+	for _, is := range ownAt {
+		for _, i := range is {
+			res[i].Status = SeedQueued
+		}
+	}
+	added, bad := n.eng.AddSeeds(ctx, own)
+	for _, b := range bad {
+		is, ok := ownAt[b.Seed]
+		if !ok { // the whole batch ("(all)"): every own seed failed
+			for _, is := range ownAt {
+				for _, i := range is {
+					reject(i, b.Err)
+				}
+			}
+			added = 0
+			continue
+		}
+		for _, i := range is {
+			reject(i, b.Err)
+		}
+	}
+	var err error
+	if len(foreign) > 0 {
+		if err = n.router.Handoff(ctx, foreign); err != nil {
+			err = fmt.Errorf("node: hand-off of seeds: %w", err)
+			for _, i := range foreignAt {
+				reject(i, err)
+			}
+		} else {
+			for _, i := range foreignAt {
+				res[i].Status = SeedHandedOff
+			}
+		}
+	}
+	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
+	return res, err
+}
