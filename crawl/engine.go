@@ -416,7 +416,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		tick.Stop()
 	} else {
-		<-ctx.Done()
+		e.shipWhenIdle(ctx)
 	}
 	cancel()
 	wg.Wait()
@@ -525,6 +525,31 @@ func (e *Engine) startMonitoring() error {
 		}
 	}
 	return nil
+}
+
+// shipWhenIdle runs until ctx ends, sealing the outbox's pending records
+// whenever the crawler has nothing left to fetch: a crawler that waits for
+// hand-offs or revisits ships what it holds at once, not MaxCarrierHold
+// later (the hold bounds the wait while pages keep coming).
+func (e *Engine) shipWhenIdle(ctx context.Context) {
+	if e.outbox == nil {
+		<-ctx.Done()
+		return
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if e.outbox.Stats().PendingRecords > 0 && e.idle() {
+				if err := e.outbox.Flush(); err != nil {
+					e.log.Warn("sealing the outbox of an idle crawler", "err", err)
+				}
+			}
+		}
+	}
 }
 
 // idle reports whether the first pass is complete: nothing queued, no host
