@@ -269,6 +269,17 @@ func (p *Place) Measure(ctx context.Context, t overlay.ProbeTarget) (time.Durati
 	}
 }
 
+// Guard is the probe guard of a node in the world (overlay.Guard): it
+// probes the world's hosts only. Probes never reach the wire (Measure
+// answers them), so the guard only keeps peers from asking about
+// anything else.
+func (p *Place) Guard(a netip.Addr) error {
+	if _, ok := p.w.HostOf(a); ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %v is no host of the emulated world", overlay.ErrGuard, a)
+}
+
 // LookupNetIP implements fetch.Resolver for the synthetic web's names.
 func (p *Place) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	if i, ok := p.w.HostNamed(strings.TrimSuffix(host, ".")); ok {

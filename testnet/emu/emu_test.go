@@ -2,6 +2,7 @@ package emu
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,9 @@ func TestWorldIsTheSimulatorsWorld(t *testing.T) {
 	d, err := pl.Measure(context.Background(), overlay.ProbeTarget{Addr: sw.Hosts[7].Addr})
 	if err != nil || d < mean/2 || d > 3*mean {
 		t.Fatalf("probe %v, %v: want near the model's mean %v", d, err, mean)
+	}
+	if pl.Guard(sw.Hosts[7].Addr) != nil || pl.Guard(lb) != nil || !errors.Is(pl.Guard(other), overlay.ErrGuard) {
+		t.Fatal("the probe guard lets through the world's hosts only")
 	}
 	if _, err := pl.Measure(context.Background(), overlay.ProbeTarget{Addr: other}); err == nil {
 		t.Fatal("a probe to an address outside the world answered")
