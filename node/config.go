@@ -103,6 +103,9 @@ var policies = map[string]func(delegation.Deps, delegation.Config) delegation.Po
 	"micra":   delegation.NewMicra,
 	"hash":    delegation.NewConsistentHash,
 	"random":  delegation.NewRandom,
+	// every crawler probed for every subnet: the reference experiments
+	// measure the others against (costly: one probe per crawler)
+	"optimal": delegation.NewOptimal,
 }
 
 // Validate reports every inconsistency in c, after the node's defaults are applied.
@@ -112,7 +115,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("node: DataDir is required"))
 	}
 	if _, ok := policies[c.Policy]; !ok && c.Policy != "" {
-		errs = append(errs, fmt.Errorf("node: unknown delegation policy %q (ipmicra, micra, hash, random)", c.Policy))
+		errs = append(errs, fmt.Errorf("node: unknown delegation policy %q (ipmicra, micra, hash, random, optimal)", c.Policy))
 	}
 	if c.Hierarchy != nil && c.HierarchyFile != "" {
 		errs = append(errs, errors.New("node: Hierarchy and HierarchyFile exclude each other"))

@@ -22,6 +22,8 @@ type nodeOptions struct {
 	listen, bootstrap                                                  []string
 	testnet, noCrawl, allowPrivate                                     bool
 	concurrency                                                        int
+	emulate                                                            string
+	emulatePeer                                                        int
 }
 
 func init() {
@@ -58,6 +60,8 @@ the command line override the file; their paths are relative to the working dire
 	f.BoolVar(&o.noCrawl, "no-crawl", false, "overlay peer only: no crawler role")
 	f.BoolVar(&o.allowPrivate, "allow-private", false, "allow fetching private and loopback addresses")
 	f.IntVar(&o.concurrency, "concurrency", 0, "hosts crawled in parallel (default 64)")
+	f.StringVar(&o.emulate, "emulate", "", "testnet only: stand in this emulated world (the world.json `micra testnet up` writes)")
+	f.IntVar(&o.emulatePeer, "emulate-peer", 0, "with --emulate: this node is the world's crawler number N")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -136,6 +140,14 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	}
 	cfg.Logger = slog.Default()
 	ctx := cmd.Context()
+	if o.emulate != "" {
+		if !cfg.Overlay.LoopbackTestnet {
+			return errors.New("node: --emulate is for loopback testnets (add --testnet)")
+		}
+		if err := applyEmulation(ctx, &cfg, o.emulate, o.emulatePeer); err != nil {
+			return err
+		}
+	}
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		return err

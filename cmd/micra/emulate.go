@@ -1,0 +1,55 @@
+package main
+
+// `micra node --emulate WORLD --emulate-peer I`: the node stands at peer I's
+// place in a testnet's emulated world (testnet/emu).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node"
+	"github.com/micra-crawler/micra/testnet/emu"
+)
+
+// applyEmulation places cfg's node at peer i of the world in file: its
+// address, position and capacity, its fetches' latency and names, its
+// address mapper and its prober.
+func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) error {
+	spec, err := emu.Load(file)
+	if err != nil {
+		return fmt.Errorf("node: --emulate: %w", err)
+	}
+	tree := cfg.Hierarchy
+	if tree == nil {
+		if cfg.HierarchyFile != "" {
+			tree, err = hierarchy.ReadSnapshotFile(cfg.HierarchyFile)
+		} else {
+			tree, err = hierarchy.Default()
+		}
+		if err != nil {
+			return fmt.Errorf("node: --emulate: hierarchy: %w", err)
+		}
+		cfg.Hierarchy, cfg.HierarchyFile = tree, ""
+	}
+	w, err := spec.Build(ctx, tree)
+	if err != nil {
+		return fmt.Errorf("node: --emulate %s: %w", file, err)
+	}
+	pl, err := w.At(i)
+	if err != nil {
+		return fmt.Errorf("node: --emulate-peer: %w", err)
+	}
+	self := pl.Self()
+	cfg.Overlay.CrawlerAddr = self.Addr
+	cfg.Overlay.Lat, cfg.Overlay.Lon, cfg.Overlay.HasPos = self.Lat, self.Lon, self.HasPos
+	if self.Capacity > 0 {
+		cfg.Overlay.Capacity = self.Capacity
+	}
+	cfg.Crawl.Fetch.Emulator = pl
+	cfg.Crawl.Fetch.Resolver = pl
+	cfg.AddrMapper = pl.MapAddr
+	cfg.Measurer = pl
+	cfg.Overlay.ProbeGuard = pl.Guard
+	return nil
+}
