@@ -1,0 +1,415 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/micra-crawler/micra/node/sink"
+)
+
+// Progress is one look at a running crawl.
+type Progress struct {
+	Elapsed  time.Duration
+	Fetched  int64 // distinct pages the synthetic web served
+	AtSink   int64 // distinct pages the sink committed
+	Total    int   // pages of the synthetic web
+	CaughtUp int   // nodes with nothing left to do
+}
+
+// Result is one crawl of the synthetic web by the testnet, measured at the
+// sink (what reached the indexers), at the synthetic web's servers (what
+// was fetched) and from the nodes' metrics (what delegation cost).
+type Result struct {
+	Policy string `json:"policy"`
+	Peers  int    `json:"peers"`
+	Hosts  int    `json:"hosts"`
+
+	Pages       int     `json:"pages"` // distinct pages at the sink
+	TotalPages  int     `json:"total_pages"`
+	CoveragePct float64 `json:"coverage_pct"`
+	// Overlap is records of a page delivered by a second crawler (the
+	// sink's count); DuplicateFetches is pages served twice (the web's).
+	Overlap          int64 `json:"overlap"`
+	DuplicateFetches int64 `json:"duplicate_fetches"`
+	RobotsFetches    int64 `json:"robots_fetches"`
+
+	// OptimalPct is the share of hosts crawled by their nearest crawler
+	// (lowest modelled mean RTT); ExcessRTTMs the mean modelled RTT of the
+	// crawler that fetched a host over its nearest's.
+	OptimalPct  float64 `json:"optimal_pct"`
+	ExcessRTTMs float64 `json:"excess_rtt_ms"`
+	// Probes is every probe the nodes sent; ProbesPerHost divides it by
+	// the hosts delegated.
+	Probes        int64   `json:"probes"`
+	ProbesPerHost float64 `json:"probes_per_host"`
+
+	// MakespanS runs from the seeds to the last page fetched; DownloadS
+	// is Σ of every page's fetch time (its records' total_ms).
+	MakespanS float64 `json:"makespan_s"`
+	DownloadS float64 `json:"download_s"`
+
+	// BytesFetched is the pages' bytes on the wire; BytesToSink the
+	// carriers the crawlers sealed for the sink (compressed records).
+	BytesFetched int64 `json:"bytes_fetched"`
+	BytesToSink  int64 `json:"bytes_to_sink"`
+
+	// MaxLoadPct is the busiest crawler's pages over the pages its share
+	// of the capacity would give it.
+	PagesPerCrawler map[string]int `json:"pages_per_crawler"`
+	// SimOptimalPct and SimProbesPerURL are `micra sim`'s figures for the
+	// policy on the same world, over every host (Testnet.Crawl fills them).
+	SimOptimalPct   float64 `json:"sim_optimal_pct"`
+	SimProbesPerURL float64 `json:"sim_probes_per_url"`
+	Complete        bool           `json:"complete"` // every page reached the sink before the deadline
+}
+
+// Crawl seeds the testnet with every host's home page (through the last
+// node's control API, once every node sees all peers) and waits until all
+// pages fetched have reached the sink and every node is caught up, or ctx
+// ends; then it reads the sink's change log and scores the crawl.
+func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, error) {
+	if t.State.Sink == nil {
+		return nil, errors.New("cluster: a crawl is measured at the sink: start the testnet with a sink")
+	}
+	t0 := time.Now()
+	if err := t.waitMembers(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(t.o.Log, "membership formed (%d crawlers seen by every node) in %.1f s; seeding %d hosts\n",
+		len(t.State.Nodes), time.Since(t0).Seconds(), len(t.Web.Hosts()))
+	t.Web.ResetStats()
+	start := time.Now()
+	last := t.State.Nodes[len(t.State.Nodes)-1]
+	if err := postSeeds(ctx, last.API, t.Web.Seeds()); err != nil {
+		return nil, fmt.Errorf("seeding node %d: %w", last.Index, err)
+	}
+	total := t.Web.TotalPages()
+	complete := false
+	var stable int
+	for {
+		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
+		var st sink.Status
+		if err := getJSON(ctx, t.State.Sink.HTTP+"/v1/status", &st); err == nil {
+			p.AtSink = st.Counts.Pages
+		}
+		for _, n := range t.State.Nodes {
+			var ns nodeStatus
+			if err := getJSON(ctx, n.API+"/v1/status", &ns); err == nil && ns.CaughtUp {
+				p.CaughtUp++
+			}
+		}
+		if progress != nil {
+			progress(p)
+		}
+		if p.Fetched > 0 && p.AtSink >= p.Fetched && p.CaughtUp == len(t.State.Nodes) {
+			// twice in a row: a hand-off in flight between two looks
+			// makes a node busy again
+			if stable++; stable >= 2 {
+				complete = p.AtSink >= int64(total)
+				break
+			}
+		} else {
+			stable = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("crawl: %d of %d pages at the sink: %w", p.AtSink, total, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(t.o.Log, "crawl caught up after %.1f s\n", time.Since(start).Seconds())
+	r, err := t.score(ctx, start)
+	if err != nil {
+		return nil, err
+	}
+	r.Complete = complete
+	simRes, err := Simulate(ctx, t.o, r.Hosts, []string{t.o.Policy})
+	if err != nil {
+		return nil, fmt.Errorf("the simulator on the same world: %w", err)
+	}
+	if s, ok := simRes[t.o.Policy]; ok {
+		r.SimOptimalPct, r.SimProbesPerURL = s.OptimalPctAll, s.ProbesPerURL
+	}
+	return r, nil
+}
+
+// nodeStatus is the part of a node's /v1/status the testnet reads.
+type nodeStatus struct {
+	CrawlersLive int  `json:"crawlers_live"`
+	CaughtUp     bool `json:"caught_up"`
+}
+
+// waitMembers waits until every node counts every peer as a live member.
+func (t *Testnet) waitMembers(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		ok := 0
+		for _, n := range t.State.Nodes {
+			var ns nodeStatus
+			if err := getJSON(wctx, n.API+"/v1/status", &ns); err == nil && ns.CrawlersLive >= len(t.State.Nodes) {
+				ok++
+			}
+		}
+		if ok == len(t.State.Nodes) {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("membership: %d of %d nodes see every peer: %w", ok, len(t.State.Nodes), wctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// score reads the sink's change log and the nodes' metrics.
+func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
+	r := &Result{Policy: t.o.Policy, Peers: len(t.State.Nodes), Hosts: len(t.Web.Hosts()), TotalPages: t.Web.TotalPages(),
+		PagesPerCrawler: map[string]int{}}
+	ws := t.Web.Stats()
+	r.DuplicateFetches, r.RobotsFetches = ws.DuplicateFetches, ws.RobotsFetches
+	idx := map[string]int{}
+	for _, n := range t.State.Nodes {
+		idx[n.PeerID] = n.Index
+	}
+	pages := map[string]bool{}
+	hostOwner := map[int]map[int]int{} // host → crawler index → pages
+	var lastFetch time.Time
+	err := readRecords(ctx, t.State.Sink.HTTP, func(rec sink.StreamRecord) error {
+		if rec.Status != http.StatusOK {
+			return nil
+		}
+		if rec.Overlap {
+			r.Overlap++
+		}
+		if pages[rec.URL] {
+			return nil
+		}
+		pages[rec.URL] = true
+		r.PagesPerCrawler[rec.CrawlerID]++
+		r.DownloadS += rec.TotalMs / 1000
+		r.BytesFetched += rec.WireBytes
+		if rec.FetchedAt.After(lastFetch) {
+			lastFetch = rec.FetchedAt
+		}
+		u, err := url.Parse(rec.URL)
+		if err != nil {
+			return nil
+		}
+		h := t.Web.HostIndex(u.Hostname())
+		c, ok := idx[rec.CrawlerID]
+		if h < 0 || !ok {
+			return nil
+		}
+		if hostOwner[h] == nil {
+			hostOwner[h] = map[int]int{}
+		}
+		hostOwner[h][c]++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Pages = len(pages)
+	r.CoveragePct = 100 * float64(r.Pages) / float64(max(1, r.TotalPages))
+	if !lastFetch.IsZero() {
+		r.MakespanS = lastFetch.Sub(start).Seconds()
+	}
+	var hit int
+	var excess time.Duration
+	for h, owners := range hostOwner {
+		// the crawler that fetched most of the host's pages owns it
+		c, most := -1, 0
+		for ci, n := range owners {
+			if n > most || n == most && ci < c {
+				c, most = ci, n
+			}
+		}
+		opt := t.World.Optimal(h)
+		if c == opt {
+			hit++
+		}
+		excess += t.World.MeanRTT(c, h) - t.World.MeanRTT(opt, h)
+	}
+	if len(hostOwner) > 0 {
+		r.OptimalPct = 100 * float64(hit) / float64(len(hostOwner))
+		r.ExcessRTTMs = float64(excess.Microseconds()) / 1000 / float64(len(hostOwner))
+	}
+	for _, n := range t.State.Nodes {
+		m, err := scrapeCounters(ctx, n.API+"/metrics", "micra_overlay_probes_sent_total", "micra_outbox_carrier_bytes_total")
+		if err != nil {
+			return nil, fmt.Errorf("node %d metrics: %w", n.Index, err)
+		}
+		r.Probes += int64(m[0])
+		r.BytesToSink += int64(m[1])
+	}
+	r.ProbesPerHost = float64(r.Probes) / float64(max(1, len(hostOwner)))
+	return r, nil
+}
+
+// readRecords reads the sink's whole change log (NDJSON, no follow).
+func readRecords(ctx context.Context, base string, fn func(sink.StreamRecord) error) error {
+	return readRecordsFrom(ctx, base+"/v1/records?after=0", fn)
+}
+
+// readRecordsFrom reads an NDJSON stream of records from u.
+func readRecordsFrom(ctx context.Context, u string, fn func(sink.StreamRecord) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sink records: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var rec sink.StreamRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return fmt.Errorf("sink records: %w", err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func getJSON(ctx context.Context, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func postSeeds(ctx context.Context, api string, seeds []string) error {
+	b, _ := json.Marshal(seeds)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/seeds", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("POST seeds: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+// scrapeCounters sums each named counter's samples in a Prometheus text
+// exposition.
+func scrapeCounters(ctx context.Context, u string, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	sums := make([]float64, len(names))
+	for i, name := range names {
+		if f, ok := fams[name]; ok {
+			for _, m := range f.GetMetric() {
+				sums[i] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sums, nil
+}
+
+// Crawlers lists the crawler IDs in node order.
+func (t *Testnet) Crawlers() []string {
+	out := make([]string, 0, len(t.State.Nodes))
+	for _, n := range t.State.Nodes {
+		out = append(out, n.PeerID)
+	}
+	return slices.Clip(out)
+}
+
+// SinkSample is what an indexer sees at the sink after a crawl: the first
+// records of a subscription from cursor 0 and a full-text search for the
+// first record's top keyword.
+type SinkSample struct {
+	First  []sink.StreamRecord `json:"first"`
+	Query  string              `json:"query"`
+	Search sink.Results        `json:"search"`
+}
+
+// Sample reads the first n records and searches the sink's index for the
+// first record's top keyword, waiting (up to ctx) until the index has
+// caught up with the log.
+func (t *Testnet) Sample(ctx context.Context, n int) (*SinkSample, error) {
+	if t.State.Sink == nil {
+		return nil, errors.New("cluster: no sink")
+	}
+	s := &SinkSample{}
+	base := t.State.Sink.HTTP
+	err := readRecordsFrom(ctx, fmt.Sprintf("%s/v1/records?after=0&limit=%d", base, n), func(r sink.StreamRecord) error {
+		s.First = append(s.First, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(s.First) == 0 || len(s.First[0].Keywords) == 0 {
+		return s, nil
+	}
+	s.Query = s.First[0].Keywords[0].Term
+	var st sink.Status
+	if err := getJSON(ctx, base+"/v1/status", &st); err != nil {
+		return nil, err
+	}
+	for {
+		if err := getJSON(ctx, base+"/v1/search?limit=5&q="+url.QueryEscape(s.Query), &s.Search); err != nil {
+			return nil, err
+		}
+		if s.Search.Indexed >= st.Head {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("search: the index reached record %d of %d: %w", s.Search.Indexed, st.Head, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
