@@ -73,7 +73,7 @@ type Result struct {
 	// policy on the same world, over every host (Testnet.Crawl fills them).
 	SimOptimalPct   float64 `json:"sim_optimal_pct"`
 	SimProbesPerURL float64 `json:"sim_probes_per_url"`
-	Complete        bool           `json:"complete"` // every page reached the sink before the deadline
+	Complete        bool    `json:"complete"` // every page reached the sink before the deadline
 }
 
 // Crawl seeds the testnet with every host's home page (through the last
