@@ -25,13 +25,13 @@ race:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-# Until the testnet exists (next wave), `make run` shows the parts that exist: the embedded hierarchy,
-# the delegation simulator on the paper's preset, and a small loopback crawl beside Colly.
+# The main job: a testnet of 12 crawler nodes and an index sink (real processes on loopback) in an
+# emulated world crawls a synthetic web of 200 hosts; prints the results beside the simulator's
+# figures for the same world, the first records of a subscription and a search, then stops it.
+RUN_DIR ?= $(CURDIR)/.testnet
 run: build
-	./$(BIN) hierarchy stats
-	./$(BIN) hierarchy lookup 8.8.8.8 196.216.2.1 200.7.84.1 2001:4860:4860::8888
-	./$(BIN) sim
-	./$(BIN) bench crawl --pages-per-host 20 --rounds 1
+	rm -rf $(RUN_DIR)
+	./$(BIN) testnet run --dir $(RUN_DIR) -n 12 --hosts 200 --pages-per-host 10
 
 # Rebuild the embedded IP hierarchy (data/hierarchy/default.snap.zst); fetches its range data with npm.
 snapshot:
