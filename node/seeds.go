@@ -3,7 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/netip"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
@@ -22,6 +23,9 @@ type SeedResult struct {
 	Owner  string `json:"owner,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
+
+// seedRouters bounds the seeds routed at once (RouteSeeds).
+const seedRouters = 32
 
 // Seed statuses.
 const (
@@ -54,31 +58,43 @@ func (n *Node) RouteSeeds(ctx context.Context, seeds []string) ([]SeedResult, er
 		res[i].Status, res[i].Reason = SeedRejected, err.Error()
 		n.log.Warn("seed rejected", "seed", seeds[i], "err", err)
 	}
+	// Routing a seed may delegate its subnet (probes that each take a
+	// round trip): route them side by side, as the engine's workers route
+	// links, then queue and hand off in seed order.
+	routes := make([]crawl.Route, len(seeds))
+	errs := make([]error, len(seeds))
+	var g errgroup.Group
+	g.SetLimit(seedRouters)
 	for i, s := range seeds {
 		res[i].URL = s
 		u, err := norm.Parse(s)
 		if err != nil {
-			reject(i, err)
+			errs[i] = err
 			continue
 		}
 		res[i].Normalized = u.String()
-		var a netip.Addr
-		if a, err = n.router.lookup(ctx, u.Hostname()); err != nil {
-			reject(i, err)
+		g.Go(func() error {
+			a, err := n.router.lookup(ctx, u.Hostname())
+			if err == nil {
+				routes[i], err = n.router.Route(ctx, u, a)
+			}
+			errs[i] = err
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i := range seeds {
+		if errs[i] != nil {
+			reject(i, errs[i])
 			continue
 		}
-		rt, err := n.router.Route(ctx, u, a)
-		if err != nil {
-			reject(i, err)
-			continue
-		}
+		rt, k := routes[i], res[i].Normalized
 		res[i].Owner = string(rt.Owner)
 		if !rt.Mine {
-			foreign = append(foreign, crawl.Routed{URL: u.String(), Route: rt})
+			foreign = append(foreign, crawl.Routed{URL: k, Route: rt})
 			foreignAt = append(foreignAt, i)
 			continue
 		}
-		k := u.String()
 		if len(ownAt[k]) == 0 {
 			if seen, err := n.eng.Frontier().Seen(k); err == nil && seen {
 				res[i].Status = SeedKnown
