@@ -291,6 +291,7 @@ func printResult(w io.Writer, r *cluster.Result) {
 	fmt.Fprintf(tw, "probes per host\t%.2f (%d probes; simulator: %.2f per URL)\n", r.ProbesPerHost, r.Probes, r.SimProbesPerURL)
 	fmt.Fprintf(tw, "crawl makespan\t%.1f s\n", r.MakespanS)
 	fmt.Fprintf(tw, "Σ download time\t%.1f s\n", r.DownloadS)
+	fmt.Fprintf(tw, "peak RSS\tnode %.0f MB (the largest of %d), sink %.0f MB\n", r.NodePeakRSSMB, r.Peers, r.SinkPeakRSSMB)
 	fmt.Fprintf(tw, "bytes to the sink / fetched\t%d / %d (%.1f %%)\n", r.BytesToSink, r.BytesFetched, 100*float64(r.BytesToSink)/float64(max(1, r.BytesFetched)))
 	tw.Flush()
 }

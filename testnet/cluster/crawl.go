@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -74,6 +75,11 @@ type Result struct {
 	SimOptimalPct   float64 `json:"sim_optimal_pct"`
 	SimProbesPerURL float64 `json:"sim_probes_per_url"`
 	Complete        bool    `json:"complete"` // every page reached the sink before the deadline
+
+	// NodePeakRSSMB is the largest peak resident set (VmHWM) of any node
+	// process, SinkPeakRSSMB the sink's, read when the crawl is complete.
+	NodePeakRSSMB float64 `json:"node_peak_rss_mb"`
+	SinkPeakRSSMB float64 `json:"sink_peak_rss_mb"`
 }
 
 // Crawl seeds the testnet with every host's home page (through the last
@@ -222,6 +228,12 @@ func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range t.nodes {
+		r.NodePeakRSSMB = max(r.NodePeakRSSMB, peakRSSMB(p.pid()))
+	}
+	if t.sink != nil {
+		r.SinkPeakRSSMB = peakRSSMB(t.sink.pid())
 	}
 	r.Pages = len(pages)
 	r.CoveragePct = 100 * float64(r.Pages) / float64(max(1, r.TotalPages))
@@ -412,4 +424,22 @@ func (t *Testnet) Sample(ctx context.Context, n int) (*SinkSample, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// peakRSSMB reads a process's peak resident set (VmHWM, Linux) in MB; 0
+// when it cannot.
+func peakRSSMB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	return 0
 }
