@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"golang.org/x/sync/errgroup"
@@ -40,6 +41,10 @@ const (
 // bad seed is reported (and logged) and the others are still routed; the
 // error is the hand-off's, when the seeds for other owners could not be
 // spooled (they are then rejected). It needs the crawler role.
+//
+// Seeds are routed side by side, seedRouters at a time, and each such batch
+// is queued and handed off before the next is routed: pages flow while the
+// later seeds' subnets are still being delegated.
 func (n *Node) RouteSeeds(ctx context.Context, seeds []string) ([]SeedResult, error) {
 	if n.eng == nil {
 		return nil, fmt.Errorf("node: seeds need the crawler role")
@@ -49,6 +54,27 @@ func (n *Node) RouteSeeds(ctx context.Context, seeds []string) ([]SeedResult, er
 		opts = *n.cfg.Crawl.Normalize
 	}
 	norm := urlnorm.New(opts)
+	res := make([]SeedResult, 0, len(seeds))
+	var errs []error
+	queued, handed := 0, 0
+	for len(seeds) > 0 {
+		batch := seeds[:min(seedRouters, len(seeds))]
+		seeds = seeds[len(batch):]
+		r, q, h, err := n.routeSeedBatch(ctx, norm, batch)
+		res = append(res, r...)
+		queued, handed = queued+q, handed+h
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.log.Info("seeds routed", "queued", queued, "handed_off", handed)
+	return res, errors.Join(errs...)
+}
+
+// routeSeedBatch routes seeds side by side, then queues this crawler's and
+// hands off the others; it returns the seeds' results and how many were
+// queued and handed off.
+func (n *Node) routeSeedBatch(ctx context.Context, norm *urlnorm.Normalizer, seeds []string) ([]SeedResult, int, int, error) {
 	res := make([]SeedResult, len(seeds))
 	var own []string
 	ownAt := map[string][]int{} // normalised URL → its results
@@ -138,6 +164,9 @@ func (n *Node) RouteSeeds(ctx context.Context, seeds []string) ([]SeedResult, er
 			}
 		}
 	}
-	n.log.Info("seeds routed", "queued", added, "handed_off", len(foreign))
-	return res, err
+	handed := 0
+	if err == nil {
+		handed = len(foreign)
+	}
+	return res, added, handed, err
 }
