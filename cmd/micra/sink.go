@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -280,11 +279,18 @@ func runSubscribe(ctx context.Context, w io.Writer, o *subscribeOptions) error {
 		defer h.Close()
 		once = func(cursor *uint64) (int, error) { return subscribeLibp2p(ctx, w, h, *info, o, cursor) }
 	} else {
-		base, err := url.Parse(o.sink)
-		if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
-			return fmt.Errorf("subscribe: --sink %q: want the sink's http:// address or its multiaddr with /p2p/<id>", o.sink)
+		c, err := sink.NewHTTPClient(o.sink)
+		if err != nil {
+			return fmt.Errorf("subscribe: --sink %w, or its multiaddr with /p2p/<id>", err)
 		}
-		once = func(cursor *uint64) (int, error) { return subscribeOnce(ctx, w, base, o, cursor) }
+		once = func(cursor *uint64) (int, error) {
+			n, err := c.Records(ctx, *cursor, 0, o.follow, sink.Filter{Host: o.host, Suffix: o.suffix, Keyword: o.keyword, Lang: o.lang, Changed: o.changed},
+				func(seq uint64, line []byte) error { return emitRecord(w, line, seq, o, cursor) })
+			if err != nil {
+				err = fmt.Errorf("subscribe: %w", err)
+			}
+			return n, err
+		}
 	}
 	for {
 		n, err := once(&cursor)
@@ -353,62 +359,6 @@ func emitRecord(w io.Writer, line []byte, seq uint64, o *subscribeOptions, curso
 	return nil
 }
 
-// subscribeOnce streams from *cursor until the response ends; it returns
-// how many records it printed.
-func subscribeOnce(ctx context.Context, w io.Writer, base *url.URL, o *subscribeOptions, cursor *uint64) (int, error) {
-	q := url.Values{"after": {strconv.FormatUint(*cursor, 10)}}
-	if o.follow {
-		q.Set("follow", "true")
-	}
-	for k, v := range map[string]string{"host": o.host, "suffix": o.suffix, "keyword": o.keyword, "lang": o.lang} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if o.changed {
-		q.Set("changed", "true")
-	}
-	u := base.JoinPath("/v1/records")
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("subscribe: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return 0, fmt.Errorf("subscribe: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	n := 0
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
-			continue // keep-alive
-		}
-		var head struct {
-			Seq   uint64 `json:"seq"`
-			Error string `json:"error"`
-		}
-		if err := json.Unmarshal(line, &head); err != nil {
-			return n, fmt.Errorf("subscribe: unreadable line after %d: %w", *cursor, err)
-		}
-		if head.Error != "" {
-			return n, fmt.Errorf("subscribe: the sink: %s", head.Error)
-		}
-		if err := emitRecord(w, line, head.Seq, o, cursor); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, sc.Err()
-}
-
 func init() {
 	var sinkURL, host string
 	var limit int
@@ -422,27 +372,12 @@ about "header"). The index follows the change log in the background: "indexed"
 says how far it has read.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			base, err := url.Parse(sinkURL)
-			if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
-				return fmt.Errorf("search: --sink %q: want the sink's http:// address", sinkURL)
-			}
-			u := base.JoinPath("/v1/search")
-			u.RawQuery = url.Values{"q": {strings.Join(args, " ")}, "host": {host}, "limit": {strconv.Itoa(limit)}}.Encode()
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u.String(), nil)
+			c, err := sink.NewHTTPClient(sinkURL)
 			if err != nil {
-				return err
+				return fmt.Errorf("search: --sink %w", err)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			res, err := c.Search(cmd.Context(), strings.Join(args, " "), host, limit)
 			if err != nil {
-				return fmt.Errorf("search: %w", err)
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-				return fmt.Errorf("search: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-			}
-			var res sink.Results
-			if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
 				return fmt.Errorf("search: %w", err)
 			}
 			w := cmd.OutOrStdout()
@@ -500,9 +435,9 @@ func runExport(ctx context.Context, w io.Writer, o *exportOptions) error {
 	if o.out == "" {
 		return errors.New("sink export: -o DIR is required")
 	}
-	base, err := url.Parse(o.sink)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
-		return fmt.Errorf("sink export: --sink %q: want the sink's http:// address", o.sink)
+	c, err := sink.NewHTTPClient(o.sink)
+	if err != nil {
+		return fmt.Errorf("sink export: --sink %w", err)
 	}
 	var write func(line []byte, r *sink.StreamRecord) error
 	var finish func() error
@@ -542,45 +477,21 @@ func runExport(ctx context.Context, w io.Writer, o *exportOptions) error {
 	default:
 		return fmt.Errorf("sink export: --format %q: want warc or jsonl", o.format)
 	}
-	u := base.JoinPath("/v1/records")
-	u.RawQuery = url.Values{"after": {strconv.FormatUint(o.since, 10)}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	cursor := o.since
+	n, err := c.Records(ctx, o.since, 0, false, sink.Filter{}, func(seq uint64, line []byte) error {
+		var r sink.StreamRecord
+		if err := json.Unmarshal(line, &r); err != nil {
+			return fmt.Errorf("unreadable record after %d (%v): %.200s", cursor, err, line)
+		}
+		if err := write(line, &r); err != nil {
+			return err
+		}
+		cursor = seq
+		return nil
+	})
 	if err != nil {
 		finish()
 		return fmt.Errorf("sink export: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		finish()
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return fmt.Errorf("sink export: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	cursor, n := o.since, 0
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
-			continue
-		}
-		var r sink.StreamRecord
-		if err := json.Unmarshal(line, &r); err != nil || r.Seq == 0 {
-			finish()
-			return fmt.Errorf("sink export: unreadable line after record %d (%v): %.200s", cursor, err, line)
-		}
-		if err := write(line, &r); err != nil {
-			finish()
-			return err
-		}
-		cursor, n = r.Seq, n+1
-	}
-	if err := sc.Err(); err != nil {
-		finish()
-		return fmt.Errorf("sink export: after record %d: %w", cursor, err)
 	}
 	if err := finish(); err != nil {
 		return err
@@ -597,22 +508,13 @@ func init() {
 		Short: "print a running sink's status: head, records, pages, overlap, and each crawler's contribution",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base, err := url.Parse(sinkURL)
-			if err != nil || (base.Scheme != "http" && base.Scheme != "https") {
-				return fmt.Errorf("sink status: --sink %q: want the sink's http:// address", sinkURL)
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, base.JoinPath("/v1/status").String(), nil)
+			sc, err := sink.NewHTTPClient(sinkURL)
 			if err != nil {
-				return err
+				return fmt.Errorf("sink status: --sink %w", err)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			st, err := sc.Status(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("sink status: %w", err)
-			}
-			defer resp.Body.Close()
-			var st sink.Status
-			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-				return fmt.Errorf("sink status: %s: %w", resp.Status, err)
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/testnet/emu"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
@@ -291,7 +292,7 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 	}
 	// the control API's URL appears in the data directory once Run starts
 	for ns.API == "" {
-		if ns.API, err = readAPI(data); err != nil && (p.exited() || wctx.Err() != nil) {
+		if ns.API, err = node.ReadAPIFile(data); err != nil && (p.exited() || wctx.Err() != nil) {
 			return fmt.Errorf("node %d: %w (its log: %s)", i, err, p.logPath())
 		}
 		if ns.API == "" {
@@ -300,15 +301,6 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 	}
 	t.State.Nodes[i] = ns
 	return nil
-}
-
-// readAPI reads the control API's URL a running node wrote into its data directory.
-func readAPI(data string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(data, "api"))
-	if err != nil {
-		return "", fmt.Errorf("control API: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 func (t *Testnet) writeState() error {

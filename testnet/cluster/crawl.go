@@ -1,13 +1,10 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/node/sink"
 )
 
@@ -99,21 +97,27 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	t.Web.ResetStats()
 	start := time.Now()
 	last := t.State.Nodes[len(t.State.Nodes)-1]
-	if err := postSeeds(ctx, last.API, t.Web.Seeds()); err != nil {
+	si, err := t.control(last).Seed(ctx, t.Web.Seeds())
+	if err != nil {
 		return nil, fmt.Errorf("seeding node %d: %w", last.Index, err)
+	}
+	if si.Rejected > 0 {
+		for _, r := range si.Seeds {
+			if r.Status == node.SeedRejected {
+				return nil, fmt.Errorf("seeding node %d: %d of %d seeds rejected, e.g. %s: %s", last.Index, si.Rejected, len(si.Seeds), r.URL, r.Reason)
+			}
+		}
 	}
 	total := t.Web.TotalPages()
 	complete := false
 	var stable int
 	for {
 		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
-		var st sink.Status
-		if err := getJSON(ctx, t.State.Sink.HTTP+"/v1/status", &st); err == nil {
+		if st, err := t.sinkClient().Status(ctx); err == nil {
 			p.AtSink = st.Counts.Pages
 		}
 		for _, n := range t.State.Nodes {
-			var ns nodeStatus
-			if err := getJSON(ctx, n.API+"/v1/status", &ns); err == nil && ns.CaughtUp {
+			if ns, err := t.control(n).Status(ctx); err == nil && ns.CaughtUp {
 				p.CaughtUp++
 			}
 		}
@@ -152,10 +156,13 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	return r, nil
 }
 
-// nodeStatus is the part of a node's /v1/status the testnet reads.
-type nodeStatus struct {
-	CrawlersLive int  `json:"crawlers_live"`
-	CaughtUp     bool `json:"caught_up"`
+// control is node n's control API client.
+func (t *Testnet) control(n NodeState) *node.ControlClient {
+	c, err := node.NewControlClient(n.API)
+	if err != nil {
+		panic(err) // the node wrote it: always an http:// address
+	}
+	return c
 }
 
 // waitMembers waits until every node counts every peer as a live member.
@@ -165,8 +172,7 @@ func (t *Testnet) waitMembers(ctx context.Context) error {
 	for {
 		ok := 0
 		for _, n := range t.State.Nodes {
-			var ns nodeStatus
-			if err := getJSON(wctx, n.API+"/v1/status", &ns); err == nil && ns.CrawlersLive >= len(t.State.Nodes) {
+			if ns, err := t.control(n).Status(wctx); err == nil && ns.CrawlersLive >= len(t.State.Nodes) {
 				ok++
 			}
 		}
@@ -194,7 +200,11 @@ func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
 	pages := map[string]bool{}
 	hostOwner := map[int]map[int]int{} // host → crawler index → pages
 	var lastFetch time.Time
-	err := readRecords(ctx, t.State.Sink.HTTP, func(rec sink.StreamRecord) error {
+	_, err := t.sinkClient().Records(ctx, 0, 0, false, sink.Filter{}, func(_ uint64, line []byte) error {
+		var rec sink.StreamRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return err
+		}
 		if rec.Status != http.StatusOK {
 			return nil
 		}
@@ -272,73 +282,13 @@ func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
 	return r, nil
 }
 
-// readRecords reads the sink's whole change log (NDJSON, no follow).
-func readRecords(ctx context.Context, base string, fn func(sink.StreamRecord) error) error {
-	return readRecordsFrom(ctx, base+"/v1/records?after=0", fn)
-}
-
-// readRecordsFrom reads an NDJSON stream of records from u.
-func readRecordsFrom(ctx context.Context, u string, fn func(sink.StreamRecord) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// sinkClient reads the testnet's sink.
+func (t *Testnet) sinkClient() *sink.HTTPClient {
+	c, err := sink.NewHTTPClient(t.State.Sink.HTTP)
 	if err != nil {
-		return err
+		panic(err) // the sink printed it: always an http:// address
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("sink records: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		var rec sink.StreamRecord
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return fmt.Errorf("sink records: %w", err)
-		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
-}
-
-func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func postSeeds(ctx context.Context, api string, seeds []string) error {
-	b, _ := json.Marshal(seeds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/seeds", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("POST seeds: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-	}
-	return nil
+	return c
 }
 
 // scrapeCounters sums each named counter's samples in a Prometheus text
@@ -395,8 +345,12 @@ func (t *Testnet) Sample(ctx context.Context, n int) (*SinkSample, error) {
 		return nil, errors.New("cluster: no sink")
 	}
 	s := &SinkSample{}
-	base := t.State.Sink.HTTP
-	err := readRecordsFrom(ctx, fmt.Sprintf("%s/v1/records?after=0&limit=%d", base, n), func(r sink.StreamRecord) error {
+	c := t.sinkClient()
+	_, err := c.Records(ctx, 0, n, false, sink.Filter{}, func(_ uint64, line []byte) error {
+		var r sink.StreamRecord
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
 		s.First = append(s.First, r)
 		return nil
 	})
@@ -407,12 +361,12 @@ func (t *Testnet) Sample(ctx context.Context, n int) (*SinkSample, error) {
 		return s, nil
 	}
 	s.Query = s.First[0].Keywords[0].Term
-	var st sink.Status
-	if err := getJSON(ctx, base+"/v1/status", &st); err != nil {
+	st, err := c.Status(ctx)
+	if err != nil {
 		return nil, err
 	}
 	for {
-		if err := getJSON(ctx, base+"/v1/search?limit=5&q="+url.QueryEscape(s.Query), &s.Search); err != nil {
+		if s.Search, err = c.Search(ctx, s.Query, "", 5); err != nil {
 			return nil, err
 		}
 		if s.Search.Indexed >= st.Head {
