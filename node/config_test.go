@@ -267,3 +267,21 @@ func (o blockedOwner) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool)
 	rec.Blocks = append(rec.Blocks, delegation.BlockDelegation{Host: netip.MustParseAddr("192.0.2.1"), Owner: "someone-else"})
 	return rec, ok
 }
+
+// Load balancing is off by default (see Config.Balance); the file's
+// balance key turns it on, and a misspelt mode is an error naming the key.
+func TestBalanceSetting(t *testing.T) {
+	if c := DefaultConfig(); c.Balance != delegation.BalanceOff {
+		t.Fatalf("default balance %v, want off", c.Balance)
+	}
+	c, err := Parse([]byte(`{"data_dir": "d", "balance": "second-best"}`))
+	if err != nil || c.Balance != delegation.BalanceSecondBest {
+		t.Fatalf("balance second-best: %v %v", c.Balance, err)
+	}
+	if c, err = Parse([]byte(`{"data_dir": "d", "balance": "off"}`)); err != nil || c.Balance != delegation.BalanceOff {
+		t.Fatalf("balance off: %v %v", c.Balance, err)
+	}
+	if _, err = Parse([]byte(`{"data_dir": "d", "balance": "fair"}`)); err == nil || !strings.Contains(err.Error(), "balance") {
+		t.Fatalf("balance fair: %v", err)
+	}
+}

@@ -30,7 +30,7 @@ type testnetOptions struct {
 	sink, json                                 bool
 	show                                       int
 	experiment                                 string
-	policies                                   []string
+	policies, nodeFlags                        []string
 	timeout                                    time.Duration
 }
 
@@ -50,6 +50,7 @@ func (o *testnetOptions) flags(cmd *cobra.Command, up bool) {
 	f.StringVar(&o.hostDist, "host-dist", "zipf", "hosts' addresses: zipf (clustered in hosting subnets) or uniform")
 	f.StringVar(&o.sites, "sites", "", "measured matrix: sites CSV (with --world matrix)")
 	f.StringVar(&o.rtt, "rtt", "", "measured matrix: RTT CSV (with --world matrix)")
+	f.StringArrayVar(&o.nodeFlags, "node-flag", nil, "pass this flag to every `micra node` (repeatable; e.g. --node-flag=--balance=release)")
 }
 
 func (o *testnetOptions) options() (cluster.Options, error) {
@@ -61,7 +62,7 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	if err != nil {
 		return cluster.Options{}, err
 	}
-	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, Log: os.Stderr}
+	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
 	c.Web.Seed, c.Web.Hosts, c.Web.PagesPerHost = o.seed, o.hosts, o.pages
 	if o.peers < 1 || o.peers > 100 {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/testnet/emu"
 	"github.com/micra-crawler/micra/testnet/sim"
@@ -127,6 +128,8 @@ func Simulate(ctx context.Context, o Options, hosts int, policies []string) (map
 		return nil, err
 	}
 	cfg.Policies = policies
+	// as the nodes decide (node.DefaultConfig): load balancing off
+	cfg.Engine.Balance = delegation.BalanceOff
 	w, err := sim.NewWorldContext(ctx, cfg)
 	if err != nil {
 		return nil, err
