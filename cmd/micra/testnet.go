@@ -287,6 +287,9 @@ func printResult(w io.Writer, r *cluster.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy\t%s (%d crawlers, %d hosts)\n", r.Policy, r.Peers, r.Hosts)
 	fmt.Fprintf(tw, "pages at the sink\t%d of %d (coverage %.1f %%)\n", r.Pages, r.TotalPages, r.CoveragePct)
+	if len(r.SeedsRejected) > 0 {
+		fmt.Fprintf(tw, "seeds rejected\t%d (e.g. %s)\n", len(r.SeedsRejected), r.SeedsRejected[0])
+	}
 	fmt.Fprintf(tw, "overlap at the sink\t%d records; %d pages fetched twice at the web\n", r.Overlap, r.DuplicateFetches)
 	fmt.Fprintf(tw, "hosts at their nearest crawler\t%.1f %% (mean excess RTT %.1f ms; simulator, same world: %.1f %%)\n", r.OptimalPct, r.ExcessRTTMs, r.SimOptimalPct)
 	fmt.Fprintf(tw, "probes per host\t%.2f (%d probes; simulator: %.2f per URL)\n", r.ProbesPerHost, r.Probes, r.SimProbesPerURL)

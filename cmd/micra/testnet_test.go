@@ -15,7 +15,7 @@ import (
 // TestTestnetRun runs `micra testnet run` as a user does: real node
 // processes, a sink and the synthetic web in an emulated world. Every page
 // reaches the sink once (coverage 1, overlap 0, nothing fetched twice),
-// every crawler takes part, and the testnet leaves no state behind.
+// hosts go to their nearest crawlers, and the testnet leaves no state behind.
 func TestTestnetRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a testnet")
@@ -44,8 +44,10 @@ func TestTestnetRun(t *testing.T) {
 	if r.RobotsFetches > 24 {
 		t.Errorf("robots.txt fetched %d times for 24 hosts", r.RobotsFetches)
 	}
-	if len(r.PagesPerCrawler) != 3 {
-		t.Errorf("pages per crawler %v: want all 3 crawlers crawling", r.PagesPerCrawler)
+	// location-aware: on this world the simulator puts every host at its
+	// nearest crawler; hashing or random owners would put about a third
+	if len(r.PagesPerCrawler) < 2 || r.OptimalPct < 60 {
+		t.Errorf("pages per crawler %v, %.0f %% of hosts at their nearest crawler: want the crawl spread by nearness", r.PagesPerCrawler, r.OptimalPct)
 	}
 	if r.Sink == nil || len(r.Sink.First) != 3 || r.Sink.Query == "" || r.Sink.Search.Total == 0 {
 		t.Errorf("sink sample %+v: want 3 records and a search with hits", r.Sink)

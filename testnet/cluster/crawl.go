@@ -73,6 +73,9 @@ type Result struct {
 	SimOptimalPct   float64 `json:"sim_optimal_pct"`
 	SimProbesPerURL float64 `json:"sim_probes_per_url"`
 	Complete        bool    `json:"complete"` // every page reached the sink before the deadline
+	// SeedsRejected are the seeds the seeded node could not route, with
+	// the reason (URL: reason).
+	SeedsRejected []string `json:"seeds_rejected,omitempty"`
 
 	// NodePeakRSSMB is the largest peak resident set (VmHWM) of any node
 	// process, SinkPeakRSSMB the sink's, read when the crawl is complete.
@@ -101,12 +104,15 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	if err != nil {
 		return nil, fmt.Errorf("seeding node %d: %w", last.Index, err)
 	}
-	if si.Rejected > 0 {
-		for _, r := range si.Seeds {
-			if r.Status == node.SeedRejected {
-				return nil, fmt.Errorf("seeding node %d: %d of %d seeds rejected, e.g. %s: %s", last.Index, si.Rejected, len(si.Seeds), r.URL, r.Reason)
-			}
+	var rejected []string
+	for _, r := range si.Seeds {
+		if r.Status == node.SeedRejected {
+			rejected = append(rejected, r.URL+": "+r.Reason)
 		}
+	}
+	if len(rejected) > 0 {
+		fmt.Fprintf(t.o.Log, "%d of %d seeds rejected by node %d (their hosts are crawled only if a link reaches them), e.g. %s\n",
+			len(rejected), len(si.Seeds), last.Index, rejected[0])
 	}
 	total := t.Web.TotalPages()
 	complete := false
@@ -145,7 +151,7 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	r.Complete = complete
+	r.Complete, r.SeedsRejected = complete, rejected
 	simRes, err := Simulate(ctx, t.o, r.Hosts, []string{t.o.Policy})
 	if err != nil {
 		return nil, fmt.Errorf("the simulator on the same world: %w", err)
