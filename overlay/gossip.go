@@ -105,11 +105,31 @@ func newPubSub(ctx context.Context, h host.Host, cfg Config, tr *gossipTracer) (
 		pubsub.WithPeerOutboundQueueSize(256),
 		pubsub.WithValidateQueueSize(1024),
 		pubsub.WithRawTracer(tr),
+		pubsub.WithAppSpecificRpcInspector(dropOwnMessages(h.ID())),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: gossipsub: %w", err)
 	}
 	return ps, nil
+}
+
+// dropOwnMessages removes from an incoming RPC the messages this peer
+// authored. A peer restarted within the gossip history's window (a few
+// heartbeats) is offered its last run's messages by its neighbours (IHAVE;
+// its seen-cache is new, so it asks for them), and gossipsub counts each as
+// an invalid delivery by the forwarder (RejectSelfOrigin, a squared
+// penalty): after a handful the correct neighbour is graylisted, and the
+// restarted peer neither hears it nor publishes to it — its heartbeats and
+// its leave go nowhere (TestRestartedPeerKeepsItsNeighbours). Dropped
+// before pubsub handles them, they cost nothing. (The inspector runs on
+// pubsub's event loop, which owns the RPC.)
+func dropOwnMessages(self peer.ID) func(peer.ID, *pubsub.RPC) error {
+	return func(_ peer.ID, rpc *pubsub.RPC) error {
+		if len(rpc.Publish) > 0 {
+			rpc.Publish = slices.DeleteFunc(rpc.Publish, func(m *pubsubpb.Message) bool { return peer.ID(m.GetFrom()) == self })
+		}
+		return nil
+	}
 }
 
 // decodeHeartbeat checks a membership message: schema, size, plausibility.

@@ -287,3 +287,46 @@ func TestLeaveAloneThenClose(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// Regression (the defect it caught): a peer restarted with its key while
+// its neighbour still held its last run's messages in gossipsub's history
+// was offered them (IHAVE), asked for them, and pubsub counted each as an
+// invalid delivery by the neighbour (a message "from itself"): within two or
+// three restarts the neighbour was graylisted, and the restarted peer's
+// heartbeats and leave never reached it. Restarted five times, the peer is
+// revived and then declared left by its neighbour every time.
+func TestRestartedPeerKeepsItsNeighbours(t *testing.T) {
+	tree := testTree(t)
+	cfg := TestnetConfig()
+	cfg.FailureTimeout = neverFails
+	a := openPeer(t, tree, cfg, Services{})
+	key := filepath.Join(t.TempDir(), "restarting.key")
+	var events <-chan MemberEvent
+	for run := range 5 {
+		c := TestnetConfig()
+		c.FailureTimeout = neverFails
+		c.KeyFile = key
+		c.Bootstrap = []string{a.h.Addrs()[0].String() + "/p2p/" + a.ID().String()}
+		b, err := Open(context.Background(), tree, c, Services{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if events == nil {
+			events = memberEvents(a, b.ID())
+		}
+		if ev := nextEvent(t, events, "the restarted peer's heartbeat"); ev.Dead {
+			b.Close()
+			t.Fatalf("run %d: %+v, want the peer live", run, ev)
+		}
+		// a gossip round or two, in which the neighbour offers this
+		// peer's last run's messages
+		time.Sleep(1500 * time.Millisecond)
+		err = b.Close()
+		if ev := nextEvent(t, events, "the restarted peer's leave"); !ev.Dead || ev.Reason != ReasonLeft {
+			t.Fatalf("run %d: %+v, want dead with reason %q (Close: %v)", run, ev, ReasonLeft, err)
+		}
+		if n := counterValue(t, b.metrics.gossipRejected.WithLabelValues(TopicMembership, pubsub.RejectSelfOrigin)); n != 0 {
+			t.Errorf("run %d: %v of its own messages reached pubsub, which counts them against the neighbour", run, n)
+		}
+	}
+}
