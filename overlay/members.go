@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
@@ -59,7 +60,6 @@ type member struct {
 	at       int64 // sender's clock of the last heartbeat accepted
 	start    int64 // sender's start time (its run); 0: a sender that predates it
 	load     uint32
-	subnets  uint32 // subnets it holds, as it last said
 	addrs    []ma.Multiaddr
 	dead     bool
 	reason   string // why dead: ReasonLeft or ReasonFailed
@@ -182,19 +182,30 @@ type Formation struct {
 	Live     int       // live members, this peer included
 	LastJoin time.Time // when a member last joined or revived; zero: none yet
 	// Joining are the live members that crawl and state a crawler address
-	// but hold no subnet yet: their own subnet is still to be published
-	// (Peer.Join), and until it is, IPMicra does not ask them (it asks the
-	// holders of subnets).
+	// but hold no subnet this peer knows of: their own subnet is still to
+	// be published (Peer.Join) or announced here, and until it is, IPMicra
+	// does not ask them (it asks the holders of subnets).
 	Joining []peer.ID
 }
 
-// Formation reports the membership's formation.
-func (m *Members) Formation() Formation {
+// Formation reports the membership's formation as this peer sees it.
+func (p *Peer) Formation() Formation {
+	f := p.members.formation()
+	_, held := p.dir.underHolders(hierarchy.Root)
+	f.Joining = slices.DeleteFunc(f.Joining, func(id peer.ID) bool {
+		return slices.Contains(held, delegation.CrawlerID(id.String()))
+	})
+	return f
+}
+
+// formation is Formation with every live crawler that states an address
+// as joining.
+func (m *Members) formation() Formation {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	f := Formation{Live: len(m.live), LastJoin: m.lastJoin}
 	for id, st := range m.byID {
-		if !st.dead && st.crawler.Capacity > 0 && st.crawler.Addr.IsValid() && st.subnets == 0 {
+		if !st.dead && st.crawler.Capacity > 0 && st.crawler.Addr.IsValid() {
 			f.Joining = append(f.Joining, id)
 		}
 	}
@@ -325,7 +336,7 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	}
 	changed := !ok || st.dead || st.crawler != c
 	st.crawler, st.lastSeen, st.seq, st.at, st.start, st.load, st.addrs = c, now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano, hb.Load, addrs
-	st.dead, st.reason, st.subnets = false, "", hb.Subnets
+	st.dead, st.reason = false, ""
 	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
 		m.rebuild()

@@ -293,13 +293,11 @@ func (p *Peer) startGossip() error {
 // it. Closing again returns the first Close's error.
 func (p *Peer) Close() error {
 	p.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout())
-		if err := p.Leave(ctx); err != nil {
+		if err := p.Leave(context.Background()); err != nil {
 			// those it did not reach declare this peer dead after the
 			// failure timeout, as for a crash
 			p.log.Info("overlay: leave not confirmed by every peer", "err", err)
 		}
-		cancel()
 		p.closeErr = p.shutdown()
 	})
 	return p.closeErr
@@ -323,11 +321,14 @@ func (p *Peer) Kill() error {
 // It returns once the announcement has been queued to every peer the router
 // sent it to and each of them answered a ping on its connection since (so
 // the announcement's bytes were on the wire before the answer), or with
-// ctx's error. Delivery is best effort: a peer that misses it declares this
-// one dead after the failure timeout, as for a crash. Close calls Leave,
-// bounded by LeaveTimeout; calling it again does nothing.
+// ctx's error, and within LeaveTimeout in any case. Delivery is best
+// effort: a peer that misses it declares this one dead after the failure
+// timeout, as for a crash. Close calls Leave; calling it again, or after
+// Kill, does nothing.
 func (p *Peer) Leave(ctx context.Context) error {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.leaveTimeout())
+	defer cancel()
 	data, err := p.nextHeartbeat(true)
 	if err != nil || data == nil {
 		return err // nil, nil: left already
@@ -377,6 +378,9 @@ func (p *Peer) Leave(ctx context.Context) error {
 
 // shutdown stops loops, gossip, DHT, and the host if Open built it.
 func (p *Peer) shutdown() error {
+	p.hbMu.Lock()
+	p.left = true // nothing more to announce
+	p.hbMu.Unlock()
 	p.cancel()
 	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover)} {
 		p.h.RemoveStreamHandler(protocolID(proto))
