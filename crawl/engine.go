@@ -441,7 +441,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	stopOutbox()
 	<-outboxDone
-	e.logSummary()
+	e.logSummary(ctx)
 	return runErr
 }
 

@@ -222,7 +222,11 @@ func (e *Engine) progressLoop(ctx context.Context) {
 	}
 }
 
-func (e *Engine) logSummary() {
+// logSummary logs the run's figures: "crawl finished" when the run ended
+// by itself (StopWhenIdle, the first pass done), "crawl stopped" with the
+// cause when ctx ended it (a signal, the node closing) — the crawl is not
+// done then, and resumes on the next Run.
+func (e *Engine) logSummary(ctx context.Context) {
 	s := e.Stats()
 	reasons := make([]string, 0, len(s.ByReason))
 	for r := range s.ByReason {
@@ -246,6 +250,10 @@ func (e *Engine) logSummary() {
 	}
 	if s.Replays > 0 {
 		args = append(args, "transport_replays", s.Replays)
+	}
+	if ctx.Err() != nil {
+		e.log.Info("crawl stopped", append([]any{"cause", context.Cause(ctx).Error()}, args...)...)
+		return
 	}
 	e.log.Info("crawl finished", args...)
 }

@@ -51,10 +51,12 @@ type Config struct {
 	// than into DataDir/carriers. Its carriers name the crawler by this
 	// node's peer id, the identity the sink checks.
 	Sink string
-	// Seeds are queued at Run (seeds this peer does not own are handed
-	// off like discovered links once they are found again; give seeds to
-	// any one node).
+	// Seeds are routed at Run once the membership has formed (SeedWait):
+	// queued here when this crawler owns them, else handed to their
+	// owners. Give seeds to any one node.
 	Seeds []string
+	// SeedWait says when the membership has formed (node/formation.go).
+	SeedWait SeedWait
 
 	// Policy is the delegation policy: ipmicra (default), micra, hash, random.
 	Policy string
@@ -126,6 +128,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Hierarchy != nil && c.HierarchyFile != "" {
 		errs = append(errs, errors.New("node: Hierarchy and HierarchyFile exclude each other"))
+	}
+	if w := c.SeedWait; w.Members < 0 || w.Quiet < 0 || w.Max < 0 {
+		errs = append(errs, fmt.Errorf("node: SeedWait %+v: no field may be negative", w))
 	}
 	if !c.Crawler && len(c.Seeds) > 0 {
 		errs = append(errs, errors.New("node: seeds need the crawler role"))
@@ -208,6 +213,7 @@ type File struct {
 	Pprof       bool     `json:"pprof,omitempty"` // /debug/pprof/ on the control API
 
 	Seeds        []string `json:"seeds,omitempty"`
+	SeedMembers  int      `json:"seed_members,omitempty"` // route seeds once this many members are live (SeedWait.Members)
 	Concurrency  int      `json:"concurrency,omitempty"`
 	PerIP        int      `json:"per_ip,omitempty"`
 	MinDelay     string   `json:"min_delay,omitempty"`
@@ -291,7 +297,7 @@ func (f File) Config() (Config, error) {
 		}
 		*dst = d
 	}
-	for name, v := range map[string]int{"capacity": f.Capacity, "max_depth": f.MaxDepth, "concurrency": f.Concurrency, "per_ip": f.PerIP} {
+	for name, v := range map[string]int{"capacity": f.Capacity, "max_depth": f.MaxDepth, "concurrency": f.Concurrency, "per_ip": f.PerIP, "seed_members": f.SeedMembers} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf(" %s: %d must not be negative", name, v))
 		}
@@ -330,6 +336,7 @@ func (f File) Config() (Config, error) {
 	c.MetricsAddr = f.Metrics
 	c.ControlAddr, c.Pprof = f.API, f.Pprof
 	c.Seeds = f.Seeds
+	c.SeedWait.Members = f.SeedMembers
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP
 	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)

@@ -83,7 +83,7 @@ func TestTestnetRefusesNonLoopbackListen(t *testing.T) {
 // 64, and a negative per_ip passes Parse and Validate and only fails in
 // Open as "fetch: negative PerIPLimit" (no file, no field).
 func TestNegativeNumbersRefused(t *testing.T) {
-	for _, field := range []string{"capacity", "max_depth", "concurrency", "per_ip"} {
+	for _, field := range []string{"capacity", "max_depth", "concurrency", "per_ip", "seed_members"} {
 		in := fmt.Sprintf("{\"data_dir\": \"x\",\n \"%s\": -5}", field)
 		c, err := Parse([]byte(in))
 		if err == nil {

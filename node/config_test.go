@@ -128,6 +128,7 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 		cfg.Crawl.Progress = -1
 		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Resolver: web, Logger: quiet}
 		cfg.Seeds = seeds
+		cfg.SeedWait.Members = 1 // alone, and knows it
 		n, err := Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)

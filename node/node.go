@@ -50,7 +50,10 @@ type Node struct {
 	recv *deliveries
 
 	rerouted prometheus.Counter
-	dead     chan delegation.CrawlerID // owners declared dead, for the ledger
+	dead     chan death // owners declared dead, for the ledger
+
+	opened time.Time     // when the overlay peer started hearing members
+	ready  chan struct{} // closed once Run has joined (Ready)
 
 	runMu   sync.Mutex
 	running bool
@@ -76,7 +79,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	n = &Node{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	n = &Node{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, ready: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -134,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	oc := cfg.Overlay
 	oc.Logger, oc.Registerer = n.log, n.reg
+	n.opened = time.Now()
 	if n.peer, err = overlay.Open(ctx, n.tree, oc, svc); err != nil {
 		return n, err
 	}
@@ -157,13 +161,13 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		if err := n.reg.Register(n.rerouted); err != nil {
 			return n, fmt.Errorf("node: register metrics: %w", err)
 		}
-		n.dead = make(chan delegation.CrawlerID, 64)
+		n.dead = make(chan death, 64)
 		n.peer.Members().OnChange(func(ev overlay.MemberEvent) {
 			if !ev.Dead {
 				return
 			}
 			select {
-			case n.dead <- delegation.CrawlerID(ev.Peer.String()):
+			case n.dead <- death{delegation.CrawlerID(ev.Peer.String()), ev.Reason}:
 			default:
 				n.log.Warn("too many deaths at once; the ledger sweep will re-route this owner's hand-offs", "peer", ev.Peer.String())
 			}
@@ -206,9 +210,16 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 // Tree is the hierarchy the node delegates with.
 func (n *Node) Tree() *hierarchy.Tree { return n.tree }
 
-// Run joins the overlay (publishing this crawler's own subnet), queues the
-// seeds and crawls until ctx ends. A distributed crawl has no local end:
-// other peers may hand URLs to this one at any time.
+// Ready is closed once Run has joined the overlay: with bootstrap peers, a
+// first member heard (at most two failure timeouts waited for), then this
+// crawler's own subnet published. The node crawls and serves from then on;
+// seeds wait for the membership to form (SeedWait) after it.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Run joins the overlay (publishing this crawler's own subnet), routes the
+// seeds once the membership has formed (SeedWait) and crawls until ctx
+// ends. A distributed crawl has no local end: other peers may hand URLs to
+// this one at any time.
 func (n *Node) Run(ctx context.Context) error {
 	n.runMu.Lock()
 	if n.running || n.closed {
@@ -221,6 +232,22 @@ func (n *Node) Run(ctx context.Context) error {
 	n.started.Store(time.Now())
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// When ctx ends the node stops: the leave is announced at once, while
+	// the engine stops and flushes its outbox (up to its ShutdownDrain),
+	// so peers re-route what this node owned without waiting for either.
+	// (Close would announce it otherwise.)
+	leaving := make(chan struct{})
+	stopLeave := context.AfterFunc(ctx, func() {
+		defer close(leaving)
+		if err := n.peer.Leave(context.Background()); err != nil {
+			n.log.Info("leave not confirmed by every peer", "err", err)
+		}
+	})
+	defer func() {
+		if !stopLeave() {
+			<-leaving
+		}
+	}()
 	if n.cfg.MetricsAddr != "" || n.cfg.controlAddr() != "" {
 		_ = n.reg.Register(collectors.NewGoCollector()) // a second Run on the same registry: already there
 	}
@@ -242,6 +269,13 @@ func (n *Node) Run(ctx context.Context) error {
 		defer srv.Close()
 		n.log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
+	if len(n.cfg.Overlay.Bootstrap) > 0 {
+		// publishing this crawler's subnet, like any decision, needs the
+		// DHT: an empty routing table would fail it
+		if err := n.waitFirstMember(ctx, 2*n.cfg.Overlay.FailureTimeout); err != nil {
+			return nil // ctx ended
+		}
+	}
 	if n.cfg.Crawler && n.cfg.Overlay.CrawlerAddr.IsValid() {
 		if d, err := n.peer.Join(ctx); err != nil {
 			n.log.Warn("join: own subnet not published; it is delegated lazily like any other", "err", err)
@@ -249,17 +283,26 @@ func (n *Node) Run(ctx context.Context) error {
 			n.log.Info("joined", "decision", d.String())
 		}
 	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	close(n.ready)
+	n.log.Info("ready", "addrs", n.peer.Host().Addrs(), "members", n.peer.Members().Count())
 	if n.eng == nil {
 		<-ctx.Done()
 		return nil
 	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wg.Go(func() { n.rerouteLoop(rctx, n.dead) })
 	if len(n.cfg.Seeds) > 0 {
+		if err := n.waitFormed(ctx); err != nil {
+			return nil // ctx ended
+		}
 		if err := n.routeSeeds(ctx, n.cfg.Seeds); err != nil {
 			return err
 		}
 	}
-	rctx, stop := context.WithCancel(ctx)
-	wg.Go(func() { n.rerouteLoop(rctx, n.dead) })
 	err := n.eng.Run(ctx)
 	stop()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -268,8 +311,30 @@ func (n *Node) Run(ctx context.Context) error {
 	return err
 }
 
-// Close stops the overlay (no more hand-offs arrive), then releases the
-// engine and the store. Run must have returned.
+// waitFirstMember waits until another member has been heard and the DHT
+// routing table holds a peer, at most limit (then the node goes on alone,
+// with a warning). It returns ctx's error if ctx ends first.
+func (n *Node) waitFirstMember(ctx context.Context, limit time.Duration) error {
+	start := time.Now()
+	tick := time.NewTicker(n.cfg.Overlay.HeartbeatInterval / 4)
+	defer tick.Stop()
+	for n.peer.Members().Count() < 2 || n.peer.DHT().RoutingTable().Size() == 0 {
+		if time.Since(start) >= limit {
+			n.log.Warn("no member heard from the bootstrap peers; going on alone", "waited", limit, "bootstrap", n.cfg.Overlay.Bootstrap)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// Close stops the overlay — announcing the leave, so peers re-route what
+// this node owned at once (overlay.Peer.Close) and no more hand-offs
+// arrive — then releases the engine and the store. Run must have returned.
 func (n *Node) Close() error {
 	n.runMu.Lock()
 	if n.closed {

@@ -127,55 +127,70 @@ func startCluster(t *testing.T, web *synthweb.Web, n int, mod ...func(int, *Conf
 	return c
 }
 
-// openCluster opens n nodes that know each other as members, without
-// running them; seeded: node 0 is given the web's seeds.
-func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool, mod ...func(int, *Config)) *cluster {
+// newCluster is a cluster of n crawlers over web with no node open yet
+// (open opens them).
+func newCluster(t *testing.T, web *synthweb.Web, n int) *cluster {
 	t.Helper()
 	tree, err := hierarchy.Default()
 	if err != nil {
 		t.Skip("no embedded hierarchy:", err)
 	}
-	c := &cluster{web: web, emu: newEmulation(t, tree, web, n)}
+	return &cluster{web: web, emu: newEmulation(t, tree, web, n), nodes: make([]*Node, n), cancel: make([]context.CancelFunc, n),
+		done: make([]chan error, n)}
+}
+
+// open opens node i (not running), bootstrapped to boot, stopped when the
+// test ends; seeded: it is given the web's seeds. It returns the node's
+// multiaddrs for others' bootstrap.
+func (c *cluster) open(t *testing.T, i int, boot []string, seeded bool, mod ...func(int, *Config)) []string {
+	t.Helper()
+	cfg := TestnetConfig()
+	cfg.DataDir = t.TempDir()
+	t.Cleanup(func() { c.stop(t, i) }) // before the data directory goes (cleanups run last first)
+	cfg.Hierarchy = c.emu.tree
+	cfg.Logger = quiet
+	if os.Getenv("NODE_TEST_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", i)
+	}
+	cfg.AddrMapper = c.emu.Map
+	cfg.Measurer = measurer{c.emu, i}
+	cfg.Overlay.CrawlerAddr = c.emu.crawler[i]
+	cfg.Overlay.ProbeGuard = func(netip.Addr) error { return nil } // the model answers; nothing is dialled
+	cfg.Overlay.Bootstrap = boot
+	cfg.Crawl.Concurrency = 8
+	cfg.Crawl.Progress = -1
+	cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: c.web, Logger: quiet}
+	if seeded {
+		cfg.Seeds = c.web.Seeds()
+	}
+	for _, m := range mod {
+		m(i, &cfg)
+	}
+	nd, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[i] = nd
+	var addrs []string
+	for _, a := range nd.Peer().Host().Addrs() {
+		addrs = append(addrs, a.String()+"/p2p/"+nd.Peer().ID().String())
+	}
+	return addrs
+}
+
+// openCluster opens n nodes that know each other as members, without
+// running them; seeded: node 0 is given the web's seeds.
+func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool, mod ...func(int, *Config)) *cluster {
+	t.Helper()
+	c := newCluster(t, web, n)
 	ctx := context.Background()
 	var boot []string
+	// the seeded node knows the cluster's size: it routes the seeds once
+	// all n are members and have joined (SeedWait), not after a quiet spell
+	size := func(_ int, cfg *Config) { cfg.SeedWait.Members = n }
 	for i := range n {
-		cfg := TestnetConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.Hierarchy = tree
-		cfg.Logger = quiet
-		if os.Getenv("NODE_TEST_LOG") != "" {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", i)
-		}
-		cfg.AddrMapper = c.emu.Map
-		cfg.Measurer = measurer{c.emu, i}
-		cfg.Overlay.CrawlerAddr = c.emu.crawler[i]
-		cfg.Overlay.ProbeGuard = func(netip.Addr) error { return nil } // the model answers; nothing is dialled
-		cfg.Overlay.Bootstrap = boot
-		cfg.Crawl.Concurrency = 8
-		cfg.Crawl.Progress = -1
-		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: web, Logger: quiet}
-		if i == 0 && seeded {
-			cfg.Seeds = web.Seeds()
-		}
-		for _, m := range mod {
-			m(i, &cfg)
-		}
-		nd, err := Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.nodes = append(c.nodes, nd)
-		c.cancel = append(c.cancel, nil)
-		c.done = append(c.done, nil)
-		for _, a := range nd.Peer().Host().Addrs() {
-			boot = append(boot, a.String()+"/p2p/"+nd.Peer().ID().String())
-		}
+		boot = append(boot, c.open(t, i, boot, seeded && i == 0, append([]func(int, *Config){size}, mod...)...)...)
 	}
-	t.Cleanup(func() {
-		for i := range c.nodes {
-			c.stop(t, i)
-		}
-	})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, nd := range c.nodes {
@@ -193,17 +208,21 @@ func openCluster(t *testing.T, web *synthweb.Web, n int, seeded bool, mod ...fun
 // crawler holds its own subnet (the candidates IPMicra asks); the seeded
 // node starts last.
 func (c *cluster) runAll() {
-	ctx := context.Background()
 	for i := len(c.nodes) - 1; i >= 0; i-- {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		c.cancel[i], c.done[i] = cancel, done
-		nd := c.nodes[i]
-		go func() { done <- nd.Run(rctx) }()
+		c.run(i)
 		if i > 0 {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// run runs node i until halt.
+func (c *cluster) run(i int) {
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	c.cancel[i], c.done[i] = cancel, done
+	nd := c.nodes[i]
+	go func() { done <- nd.Run(rctx) }()
 }
 
 // halt ends node i's Run (idempotent).
@@ -364,6 +383,11 @@ func TestKillNodeMidCrawl(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	victim := 2
+	// a crash: the overlay goes first, without a leave (the others find
+	// the node dead after the failure timeout)
+	if err := c.nodes[victim].Peer().Kill(); err != nil {
+		t.Fatal(err)
+	}
 	c.halt(t, victim)
 	killedFetched := int64(0)
 	for _, k := range fetchedHosts(t, c.nodes[victim]) {

@@ -49,6 +49,13 @@ func (n *Node) recordHandoff(owner delegation.CrawlerID, urls []string) error {
 	return wb.Flush()
 }
 
+// death is an owner the failure detector declared dead, and why
+// (overlay.ReasonLeft or ReasonFailed).
+type death struct {
+	owner  delegation.CrawlerID
+	reason string
+}
+
 // ledgerSweepEvery: how often the ledger's owners are checked against the
 // membership, besides the death events (see sweepLedger).
 const ledgerSweepEvery = 5 * time.Minute
@@ -58,7 +65,7 @@ const ledgerSweepEvery = 5 * time.Minute
 // not see: it was down, or a burst of deaths overflowed the event queue.
 // The first sweep waits two failure timeouts, so that the membership of a
 // node that just started has heard every live member.
-func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID) {
+func (n *Node) rerouteLoop(ctx context.Context, dead <-chan death) {
 	sweep := time.NewTimer(2 * n.cfg.Overlay.FailureTimeout)
 	defer sweep.Stop()
 	for {
@@ -68,15 +75,16 @@ func (n *Node) rerouteLoop(ctx context.Context, dead <-chan delegation.CrawlerID
 		case <-sweep.C:
 			n.sweepLedger(ctx)
 			sweep.Reset(ledgerSweepEvery)
-		case owner := <-dead:
+		case d := <-dead:
 			// Let the failure detector settle everywhere before re-delegating
-			// (every peer declares the death within about one heartbeat).
+			// (every peer declares the death within about one heartbeat; a
+			// leave reaches them all at once).
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(n.cfg.Overlay.HeartbeatInterval):
 			}
-			n.rerouteOwner(ctx, owner, "declared dead")
+			n.rerouteOwner(ctx, d.owner, "declared dead: "+d.reason)
 		}
 	}
 }

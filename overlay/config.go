@@ -56,6 +56,9 @@ type Config struct {
 	// Membership: heartbeat period and the silence after which a peer is dead.
 	HeartbeatInterval time.Duration
 	FailureTimeout    time.Duration
+	// LeaveTimeout bounds how long Close spends announcing this peer's
+	// leave (Peer.Leave) before it closes anyway (0: 2 s).
+	LeaveTimeout time.Duration
 	// FloodPublish makes a publisher send to every topic peer it knows, not
 	// only its mesh: one hop to everyone in small networks (the default);
 	// turn it off in large ones, where it multiplies traffic.
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		ReprovideInterval: 12 * time.Hour,
 		HeartbeatInterval: time.Second,
 		FailureTimeout:    5 * time.Second,
+		LeaveTimeout:      2 * time.Second,
 		FloodPublish:      true,
 		Capacity:          100000,
 		ProbeGuard:        PublicOnly,
@@ -180,6 +184,9 @@ func (c *Config) Validate() error {
 	if c.HeartbeatInterval <= 0 || c.FailureTimeout < 2*c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("overlay: FailureTimeout (%v) must be at least two heartbeats (%v)", c.FailureTimeout, c.HeartbeatInterval))
 	}
+	if c.LeaveTimeout < 0 || c.LeaveTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("overlay: LeaveTimeout (%v) must be 0..1m: Close waits for it", c.LeaveTimeout))
+	}
 	if c.MaxRecordAge <= 0 || c.RepublishInterval <= 0 || c.RepublishInterval > c.MaxRecordAge/2 {
 		errs = append(errs, fmt.Errorf("overlay: RepublishInterval (%v) must be positive and at most half of MaxRecordAge (%v)", c.RepublishInterval, c.MaxRecordAge))
 	}
@@ -225,4 +232,12 @@ func (c *Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.Default()
+}
+
+// leaveTimeout is LeaveTimeout, 2 s when unset.
+func (c *Config) leaveTimeout() time.Duration {
+	if c.LeaveTimeout <= 0 {
+		return 2 * time.Second
+	}
+	return c.LeaveTimeout
 }

@@ -5,12 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	pubsubpb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/overlay/pb"
@@ -39,7 +44,7 @@ func MessageID(m *pubsubpb.Message) string {
 // newPubSub builds gossipsub with strict signing, content-hash ids, flood
 // publish (small networks: a publisher sends to every topic peer, which is
 // what gets an event to all peers in one hop) and peer scoring.
-func newPubSub(ctx context.Context, h host.Host, cfg Config) (*pubsub.PubSub, error) {
+func newPubSub(ctx context.Context, h host.Host, cfg Config, tr *gossipTracer) (*pubsub.PubSub, error) {
 	topicParams := &pubsub.TopicScoreParams{
 		TopicWeight:                     1,
 		TimeInMeshWeight:                0.01,
@@ -99,11 +104,32 @@ func newPubSub(ctx context.Context, h host.Host, cfg Config) (*pubsub.PubSub, er
 		// must not drop heartbeats, which would look like deaths.
 		pubsub.WithPeerOutboundQueueSize(256),
 		pubsub.WithValidateQueueSize(1024),
+		pubsub.WithRawTracer(tr),
+		pubsub.WithAppSpecificRpcInspector(dropOwnMessages(h.ID())),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: gossipsub: %w", err)
 	}
 	return ps, nil
+}
+
+// dropOwnMessages removes from an incoming RPC the messages this peer
+// authored. A peer restarted within the gossip history's window (a few
+// heartbeats) is offered its last run's messages by its neighbours (IHAVE;
+// its seen-cache is new, so it asks for them), and gossipsub counts each as
+// an invalid delivery by the forwarder (RejectSelfOrigin, a squared
+// penalty): after a handful the correct neighbour is graylisted, and the
+// restarted peer neither hears it nor publishes to it — its heartbeats and
+// its leave go nowhere (TestRestartedPeerKeepsItsNeighbours). Dropped
+// before pubsub handles them, they cost nothing. (The inspector runs on
+// pubsub's event loop, which owns the RPC.)
+func dropOwnMessages(self peer.ID) func(peer.ID, *pubsub.RPC) error {
+	return func(_ peer.ID, rpc *pubsub.RPC) error {
+		if len(rpc.Publish) > 0 {
+			rpc.Publish = slices.DeleteFunc(rpc.Publish, func(m *pubsubpb.Message) bool { return peer.ID(m.GetFrom()) == self })
+		}
+		return nil
+	}
 }
 
 // decodeHeartbeat checks a membership message: schema, size, plausibility.
@@ -143,6 +169,11 @@ func decodeHeartbeat(data []byte) (*pb.Heartbeat, error) {
 	}
 	if len(hb.CrawlerAddr) != 0 && len(hb.CrawlerAddr) != 4 && len(hb.CrawlerAddr) != 16 {
 		return nil, fmt.Errorf("heartbeat: crawler address of %d bytes", len(hb.CrawlerAddr))
+	}
+	if hb.StartUnixNano < 0 || hb.StartUnixNano > hb.AtUnixNano {
+		// a run cannot start after its own heartbeat: such a start would
+		// order the sender's next run before this one
+		return nil, fmt.Errorf("heartbeat: start %d after its time %d", hb.StartUnixNano, hb.AtUnixNano)
 	}
 	at := time.Unix(0, hb.AtUnixNano)
 	if d := time.Since(at); d > clockSkew || d < -clockSkew {
@@ -186,3 +217,75 @@ func decodeCalibration(data []byte) (*pb.CalibrationEvent, error) {
 	}
 	return &ev, nil
 }
+
+// gossipTracer is a peer's pubsub RawTracer. It counts the messages
+// gossipsub rejects or ignores, by topic and reason
+// (micra_overlay_gossip_rejected_total: a signature that is not the
+// author's, a validator's refusal, a full validation queue), and tells
+// Leave to which peers its announcement was queued. Its methods run on
+// pubsub's goroutines and never block.
+type gossipTracer struct {
+	rejected *prometheus.CounterVec
+	w        atomic.Pointer[sentWatch]
+}
+
+func newGossipTracer(m *metrics) *gossipTracer { return &gossipTracer{rejected: m.gossipRejected} }
+
+// sentWatch collects the peers one message (by id) was queued to.
+type sentWatch struct {
+	id    string
+	once  sync.Once
+	first chan struct{} // closed when the first copy is queued
+	mu    sync.Mutex
+	to    []peer.ID
+}
+
+// watch starts collecting the peers message id is queued to (one watch at
+// a time: Leave's).
+func (t *gossipTracer) watch(id string) *sentWatch {
+	w := &sentWatch{id: id, first: make(chan struct{})}
+	t.w.Store(w)
+	return w
+}
+
+func (t *gossipTracer) unwatch(w *sentWatch) { t.w.CompareAndSwap(w, nil) }
+
+// peers is every peer the message was queued to so far.
+func (w *sentWatch) peers() []peer.ID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.to)
+}
+
+func (t *gossipTracer) SendRPC(rpc *pubsub.RPC, p peer.ID) {
+	w := t.w.Load()
+	if w == nil {
+		return
+	}
+	for _, m := range rpc.GetPublish() {
+		if m.GetTopic() == TopicMembership && MessageID(m) == w.id {
+			w.mu.Lock()
+			w.to = append(w.to, p)
+			w.mu.Unlock()
+			w.once.Do(func() { close(w.first) })
+		}
+	}
+}
+
+func (t *gossipTracer) RejectMessage(msg *pubsub.Message, reason string) {
+	t.rejected.WithLabelValues(msg.GetTopic(), reason).Inc()
+}
+
+func (t *gossipTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
+func (t *gossipTracer) OnClosedOutboundStream(peer.ID)           {}
+func (t *gossipTracer) Join(string)                              {}
+func (t *gossipTracer) Leave(string)                             {}
+func (t *gossipTracer) Graft(peer.ID, string)                    {}
+func (t *gossipTracer) Prune(peer.ID, string)                    {}
+func (t *gossipTracer) ValidateMessage(*pubsub.Message)          {}
+func (t *gossipTracer) DeliverMessage(*pubsub.Message)           {}
+func (t *gossipTracer) DuplicateMessage(*pubsub.Message)         {}
+func (t *gossipTracer) ThrottlePeer(peer.ID)                     {}
+func (t *gossipTracer) RecvRPC(*pubsub.RPC)                      {}
+func (t *gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
+func (t *gossipTracer) UndeliverableMessage(*pubsub.Message)     {}

@@ -18,13 +18,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
 // Members is the failure detector and the live-crawler view, fed by
 // heartbeats on micra/membership/1. A peer silent for FailureTimeout is
 // declared dead (UbiCrawler's reliable failure detector: every correct peer
-// eventually distrusts a silent one); a later heartbeat revives it.
+// eventually distrusts a silent one); a peer that announces its leave (a
+// heartbeat with leaving set, signed by it: Peer.Leave) is declared dead at
+// once. A later heartbeat revives it: a newer one of the same run (higher
+// seq) or any of a later run (its start time is later).
 //
 // It implements delegation.Membership, delegation.Liveness and
 // delegation.Versioned.
@@ -45,6 +49,7 @@ type Members struct {
 	subnets atomic.Uint32
 
 	listeners []func(MemberEvent)
+	lastJoin  time.Time // when a member last joined or revived
 }
 
 type member struct {
@@ -53,16 +58,28 @@ type member struct {
 	lastSeen time.Time
 	seq      uint64
 	at       int64 // sender's clock of the last heartbeat accepted
+	start    int64 // sender's start time (its run); 0: a sender that predates it
 	load     uint32
 	addrs    []ma.Multiaddr
 	dead     bool
+	reason   string // why dead: ReasonLeft or ReasonFailed
 }
+
+// Why a member was declared dead (MemberEvent.Reason, the logs and
+// micra_overlay_peers_declared_dead_total{reason}).
+const (
+	// ReasonFailed: silent for longer than the failure timeout.
+	ReasonFailed = "failed"
+	// ReasonLeft: it announced its leave (a clean stop: Peer.Leave).
+	ReasonLeft = "left"
+)
 
 // MemberEvent reports a change in the failure detector's view.
 type MemberEvent struct {
 	Peer     peer.ID
 	Dead     bool          // true: declared dead; false: joined or revived
-	Silence  time.Duration // for Dead: time since its last heartbeat
+	Reason   string        // for Dead: ReasonLeft or ReasonFailed
+	Silence  time.Duration // for Dead: time since its last heartbeat (0 for a leave)
 	LastSeen time.Time
 }
 
@@ -159,6 +176,42 @@ func (m *Members) loadOfCrawler(c delegation.CrawlerID) (uint32, bool) {
 // Count returns the number of live peers, this one included.
 func (m *Members) Count() int { return len(m.Live()) }
 
+// Formation is the membership as a node waiting for it to form reads it
+// (a node given seeds routes them once it has formed: node/formation.go).
+type Formation struct {
+	Live     int       // live members, this peer included
+	LastJoin time.Time // when a member last joined or revived; zero: none yet
+	// Joining are the live members that crawl and state a crawler address
+	// but hold no subnet this peer knows of: their own subnet is still to
+	// be published (Peer.Join) or announced here, and until it is, IPMicra
+	// does not ask them (it asks the holders of subnets).
+	Joining []peer.ID
+}
+
+// Formation reports the membership's formation as this peer sees it.
+func (p *Peer) Formation() Formation {
+	f := p.members.formation()
+	_, held := p.dir.underHolders(hierarchy.Root)
+	f.Joining = slices.DeleteFunc(f.Joining, func(id peer.ID) bool {
+		return slices.Contains(held, delegation.CrawlerID(id.String()))
+	})
+	return f
+}
+
+// formation is Formation with every live crawler that states an address
+// as joining.
+func (m *Members) formation() Formation {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f := Formation{Live: len(m.live), LastJoin: m.lastJoin}
+	for id, st := range m.byID {
+		if !st.dead && st.crawler.Capacity > 0 && st.crawler.Addr.IsValid() {
+			f.Joining = append(f.Joining, id)
+		}
+	}
+	return f
+}
+
 func (m *Members) rebuild() {
 	live := make([]delegation.Crawler, 0, len(m.byID)+1)
 	live = append(live, m.selfC)
@@ -235,22 +288,55 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	var ev *MemberEvent
 	m.mu.Lock()
 	st, ok := m.byID[id]
+	if ok && !st.supersededBy(hb, m.timeout) {
+		// a replay or reorder
+		m.mu.Unlock()
+		return
+	}
+	if hb.Leaving {
+		// The author leaves: the message is signed by it (StrictSign; the
+		// heartbeat names no other peer), so nobody can make another peer
+		// leave. Its newer heartbeats (a later run) revive it.
+		if !ok {
+			// never heard alive: remember it gone, so that a heartbeat of
+			// its run delayed past the leave does not make it a member,
+			// and tell nobody
+			st = &member{crawler: c}
+			m.byID[id] = st
+			m.byCID[c.ID] = st
+		}
+		wasLive := ok && !st.dead
+		st.lastSeen, st.seq, st.at, st.start = now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano
+		st.dead, st.reason = true, ReasonLeft
+		if wasLive {
+			m.rebuild()
+		}
+		ls := m.listeners
+		m.mu.Unlock()
+		if wasLive {
+			m.log.Info("overlay: peer left", "member", id)
+			ev := MemberEvent{Peer: id, Dead: true, Reason: ReasonLeft, LastSeen: now}
+			for _, fn := range ls {
+				fn(ev)
+			}
+		}
+		return
+	}
 	switch {
 	case !ok:
 		st = &member{}
 		m.byID[id] = st
 		m.byCID[c.ID] = st
 		ev = &MemberEvent{Peer: id}
-	case hb.AtUnixNano <= st.at || (hb.Seq <= st.seq && hb.AtUnixNano-st.at < int64(m.timeout)):
-		// A replay or reorder. (A restarted peer counts from seq 1 again;
-		// it is recognised by a heartbeat time past the failure timeout.)
-		m.mu.Unlock()
-		return
 	case st.dead:
 		ev = &MemberEvent{Peer: id}
 	}
+	if ev != nil {
+		m.lastJoin = now
+	}
 	changed := !ok || st.dead || st.crawler != c
-	st.crawler, st.lastSeen, st.seq, st.at, st.load, st.addrs, st.dead = c, now, hb.Seq, hb.AtUnixNano, hb.Load, addrs, false
+	st.crawler, st.lastSeen, st.seq, st.at, st.start, st.load, st.addrs = c, now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano, hb.Load, addrs
+	st.dead, st.reason = false, ""
 	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
 		m.rebuild()
@@ -265,6 +351,23 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	}
 }
 
+// supersededBy reports whether hb is newer than the last heartbeat accepted
+// from this member. Heartbeats of one run are ordered by seq, and a later
+// run (a later start time) supersedes an earlier one whatever its seq: a
+// peer that stops and starts again within the failure timeout is live at
+// its first heartbeat (with a leave before, it was dead in between). A
+// sender that predates start times is ordered as before: by its clock, a
+// lower seq counting as a restart only past the failure timeout.
+func (st *member) supersededBy(hb *pb.Heartbeat, timeout time.Duration) bool {
+	if hb.StartUnixNano != 0 && st.start != 0 {
+		if hb.StartUnixNano != st.start {
+			return hb.StartUnixNano > st.start
+		}
+		return hb.Seq > st.seq
+	}
+	return hb.AtUnixNano > st.at && (hb.Seq > st.seq || hb.AtUnixNano-st.at >= int64(timeout))
+}
+
 // sweep declares dead every peer silent for longer than the timeout.
 func (m *Members) sweep(now time.Time) {
 	var evs []MemberEvent
@@ -273,8 +376,8 @@ func (m *Members) sweep(now time.Time) {
 		// a member that heartbeats more slowly than this peer's timeout
 		// allows is judged by its own pace, or it would flap dead/alive
 		if !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
-			st.dead = true
-			evs = append(evs, MemberEvent{Peer: id, Dead: true, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
+			st.dead, st.reason = true, ReasonFailed
+			evs = append(evs, MemberEvent{Peer: id, Dead: true, Reason: ReasonFailed, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
 		}
 	}
 	if len(evs) > 0 {
@@ -283,7 +386,7 @@ func (m *Members) sweep(now time.Time) {
 	ls := m.listeners
 	m.mu.Unlock()
 	for _, ev := range evs {
-		m.log.Info("overlay: peer declared dead", "peer", ev.Peer, "silence", ev.Silence)
+		m.log.Info("overlay: peer declared dead", "peer", ev.Peer, "reason", ev.Reason, "silence", ev.Silence)
 		for _, fn := range ls {
 			fn(ev)
 		}
@@ -316,14 +419,13 @@ func (p *Peer) runMembership(ctx context.Context, sub *pubsub.Subscription) {
 		defer beat.Stop()
 		sweep := time.NewTicker(p.cfg.HeartbeatInterval / 4)
 		defer sweep.Stop()
-		var seq uint64
-		p.publishHeartbeat(ctx, &seq)
+		p.publishHeartbeat(ctx)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-beat.C:
-				p.publishHeartbeat(ctx, &seq)
+				p.publishHeartbeat(ctx)
 			case now := <-sweep.C:
 				p.members.sweep(now)
 			}
@@ -331,17 +433,38 @@ func (p *Peer) runMembership(ctx context.Context, sub *pubsub.Subscription) {
 	}()
 }
 
-func (p *Peer) publishHeartbeat(ctx context.Context, seq *uint64) {
-	*seq++
+func (p *Peer) publishHeartbeat(ctx context.Context) {
+	data, err := p.nextHeartbeat(false)
+	if err != nil || data == nil {
+		return // left: no more heartbeats
+	}
+	if err := p.topicMem.Publish(ctx, data); err != nil && ctx.Err() == nil {
+		p.log.Debug("overlay: heartbeat publish failed", "err", err)
+	}
+}
+
+// nextHeartbeat is this peer's next heartbeat, encoded; with leaving, the
+// last one (Leave). After the last one it returns nil: a peer that left
+// stays silent, or its heartbeats would revive it everywhere.
+func (p *Peer) nextHeartbeat(leaving bool) ([]byte, error) {
+	p.hbMu.Lock()
+	defer p.hbMu.Unlock()
+	if p.left {
+		return nil, nil
+	}
+	p.hbSeq++
+	p.left = leaving
 	hb := &pb.Heartbeat{
-		Version:    wireVersion,
-		Seq:        *seq,
-		AtUnixNano: time.Now().UnixNano(),
-		IntervalMs: uint32(p.cfg.HeartbeatInterval / time.Millisecond),
-		Snapshot:   p.snap[:],
-		Capacity:   uint32(min(max(p.cfg.Capacity, 0), maxCapacity)),
-		Load:       p.advertisedLoad(),
-		Subnets:    p.members.subnets.Load(),
+		Version:       wireVersion,
+		Seq:           p.hbSeq,
+		AtUnixNano:    time.Now().UnixNano(),
+		StartUnixNano: p.members.started.UnixNano(),
+		Leaving:       leaving,
+		IntervalMs:    uint32(p.cfg.HeartbeatInterval / time.Millisecond),
+		Snapshot:      p.snap[:],
+		Capacity:      uint32(min(max(p.cfg.Capacity, 0), maxCapacity)),
+		Load:          p.advertisedLoad(),
+		Subnets:       p.members.subnets.Load(),
 	}
 	if p.cfg.HasPos {
 		hb.HasPos, hb.Lat, hb.Lon = true, p.cfg.Lat, p.cfg.Lon
@@ -355,13 +478,7 @@ func (p *Peer) publishHeartbeat(ctx context.Context, seq *uint64) {
 		}
 		hb.ListenAddrs = append(hb.ListenAddrs, a.Bytes())
 	}
-	data, err := proto.Marshal(hb)
-	if err != nil {
-		return
-	}
-	if err := p.topicMem.Publish(ctx, data); err != nil && ctx.Err() == nil {
-		p.log.Debug("overlay: heartbeat publish failed", "err", err)
-	}
+	return proto.Marshal(hb)
 }
 
 // validateHeartbeat is the micra/membership/1 topic validator.

@@ -9,7 +9,9 @@ import (
 type metrics struct {
 	dhtGet, dhtPut                                      prometheus.Histogram
 	probesSent, probesServed, endorsements, delegations prometheus.Counter
-	pagesRecovered, calibrationEvents, deaths           prometheus.Counter
+	pagesRecovered, calibrationEvents                   prometheus.Counter
+	deaths                                              *prometheus.CounterVec // by reason: left, failed
+	gossipRejected                                      *prometheus.CounterVec // by topic and reason
 	learned, learnDropped                               prometheus.Counter
 	decisionAttempts                                    prometheus.Histogram
 	decisionInPlace, cachedRoutes                       prometheus.Counter
@@ -30,9 +32,12 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		delegations:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "delegations_total", Help: "Delegation decisions run by this peer."}),
 		pagesRecovered:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "pages_recovered_total", Help: "Page histories pulled from previous owners."}),
 		calibrationEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "calibration_events_total", Help: "Calibration events received."}),
-		deaths:            prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total", Help: "Peers declared dead by the failure detector."}),
-		learned:           prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_learned_total", Help: "Delegation records (this peer's and others') the policy learned from."}),
-		learnDropped:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "learn_dropped_total", Help: "Delegation records dropped from a full learn queue before the policy learned them."}),
+		deaths: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total",
+			Help: "Peers declared dead, by reason: left (announced a clean stop) or failed (silent past the failure timeout)."}, []string{"reason"}),
+		gossipRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "gossip_rejected_total",
+			Help: "Gossip messages rejected or ignored, by topic and gossipsub's reason (invalid signature, validation failed, ...)."}, []string{"topic", "reason"}),
+		learned:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_learned_total", Help: "Delegation records (this peer's and others') the policy learned from."}),
+		learnDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "learn_dropped_total", Help: "Delegation records dropped from a full learn queue before the policy learned them."}),
 		decisionAttempts: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "decision_attempts",
 			Help: "Attempts per policy call (one plus one per network wait: lookup, probe round, provider walk).", Buckets: prometheus.LinearBuckets(1, 1, 8)}),
 		decisionInPlace: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "decision_inplace_total",
@@ -42,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}

@@ -108,7 +108,7 @@ func TestKilledPeerDeclaredDead(t *testing.T) {
 		})
 	}
 	killed := time.Now()
-	if err := victim.Close(); err != nil {
+	if err := victim.Kill(); err != nil { // a crash: no leave announced
 		t.Fatal(err)
 	}
 	timeout := tn.peers[0].cfg.FailureTimeout

@@ -16,11 +16,13 @@ import (
 	"github.com/ipfs/go-cid"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pubsubpb "github.com/libp2p/go-libp2p-pubsub/pb"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
@@ -106,6 +108,15 @@ type Peer struct {
 	// DHT's next routing-table refresh.
 	dialCh   chan peer.ID
 	psCancel context.CancelFunc
+	// tracer watches gossipsub: rejected messages (metrics) and where a
+	// leave announcement was queued (Leave).
+	tracer *gossipTracer
+
+	// hbMu guards this peer's heartbeat sequence; left: the leave was
+	// announced, no heartbeat follows (members.go nextHeartbeat).
+	hbMu  sync.Mutex
+	hbSeq uint64
+	left  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -114,6 +125,9 @@ type Peer struct {
 	// set under it before Close waits, and no goroutine starts after.
 	bgMu    sync.Mutex
 	closing bool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // CalibrationNotice is a received calibration event.
@@ -170,11 +184,12 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
+	p.tracer = newGossipTracer(p.metrics)
 	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), Tree: tree, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
 	p.members = newMembers(h.ID(), p.selfCrawler(), cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {
-			p.metrics.deaths.Inc()
+			p.metrics.deaths.WithLabelValues(ev.Reason).Inc()
 			p.dir.invalidateProviders()
 			return
 		}
@@ -247,7 +262,7 @@ func (p *Peer) startGossip() error {
 	// closed (closing a topic of a stopped pubsub fails).
 	psCtx, psCancel := context.WithCancel(context.Background())
 	p.psCancel = psCancel
-	ps, err := newPubSub(psCtx, p.h, p.cfg)
+	ps, err := newPubSub(psCtx, p.h, p.cfg, p.tracer)
 	if err != nil {
 		return err
 	}
@@ -273,8 +288,99 @@ func (p *Peer) startGossip() error {
 	return nil
 }
 
-// Close stops the peer: loops, gossip, DHT, and the host if Open built it.
+// Close stops the peer: it announces its leave (Leave, for at most
+// LeaveTimeout), then stops loops, gossip, DHT, and the host if Open built
+// it. Closing again returns the first Close's error.
 func (p *Peer) Close() error {
+	p.closeOnce.Do(func() {
+		if err := p.Leave(context.Background()); err != nil {
+			// those it did not reach declare this peer dead after the
+			// failure timeout, as for a crash
+			p.log.Info("overlay: leave not confirmed by every peer", "err", err)
+		}
+		p.closeErr = p.shutdown()
+	})
+	return p.closeErr
+}
+
+// Kill stops the peer as Close does but without announcing its leave: to
+// the others it is a crash, which they detect after the failure timeout
+// (tests and benchmarks of the failure detector).
+func (p *Peer) Kill() error {
+	p.closeOnce.Do(func() { p.closeErr = p.shutdown() })
+	return p.closeErr
+}
+
+// Leave announces on micra/membership/1 that this peer is leaving (a clean
+// stop): a last heartbeat with leaving set, signed like every message, and
+// no heartbeat after it. Every peer that receives it declares this one dead
+// at once (MemberEvent reason "left") and re-routes what it owned, instead
+// of waiting for the failure timeout; a later run of this peer (a later
+// start time in its heartbeats) is a member again at its first heartbeat.
+//
+// It returns once the announcement has been queued to every peer the router
+// sent it to and each of them answered a ping on its connection since (so
+// the announcement's bytes were on the wire before the answer), or with
+// ctx's error, and within LeaveTimeout in any case. Delivery is best
+// effort: a peer that misses it declares this one dead after the failure
+// timeout, as for a crash. Close calls Leave; calling it again, or after
+// Kill, does nothing.
+func (p *Peer) Leave(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.leaveTimeout())
+	defer cancel()
+	data, err := p.nextHeartbeat(true)
+	if err != nil || data == nil {
+		return err // nil, nil: left already
+	}
+	peers := p.topicMem.ListPeers()
+	w := p.tracer.watch(MessageID(&pubsubpb.Message{Data: data}))
+	defer p.tracer.unwatch(w)
+	if err := p.topicMem.Publish(ctx, data); err != nil {
+		return fmt.Errorf("overlay: leave: %w", err)
+	}
+	if len(peers) == 0 {
+		p.log.Info("overlay: left (no peer to tell)")
+		return nil
+	}
+	// The router queues a published message to all the peers it sends it
+	// to in one turn of pubsub's event loop; ListPeers, evaluated by that
+	// loop once the first copy is queued, returns after the turn.
+	select {
+	case <-w.first:
+	case <-ctx.Done():
+		return fmt.Errorf("overlay: leave not sent: %w", ctx.Err())
+	}
+	p.topicMem.ListPeers()
+	to := w.peers()
+	var answered atomic.Int32
+	var wg sync.WaitGroup
+	for _, id := range to {
+		wg.Go(func() {
+			pctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			select {
+			case r := <-ping.Ping(pctx, p.h, id):
+				if r.Error == nil {
+					answered.Add(1)
+				}
+			case <-pctx.Done():
+			}
+		})
+	}
+	wg.Wait()
+	p.log.Info("overlay: left", "sent_to", len(to), "confirmed", answered.Load(), "took", time.Since(start).Round(time.Millisecond))
+	if n := int(answered.Load()); n < len(to) {
+		return fmt.Errorf("overlay: leave: %d of %d peers it was sent to answered a ping after it", n, len(to))
+	}
+	return nil
+}
+
+// shutdown stops loops, gossip, DHT, and the host if Open built it.
+func (p *Peer) shutdown() error {
+	p.hbMu.Lock()
+	p.left = true // nothing more to announce
+	p.hbMu.Unlock()
 	p.cancel()
 	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover)} {
 		p.h.RemoveStreamHandler(protocolID(proto))

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +22,7 @@ type nodeOptions struct {
 	api                                                                string
 	listen, bootstrap                                                  []string
 	testnet, noCrawl, allowPrivate                                     bool
-	concurrency                                                        int
+	concurrency, seedMembers                                           int
 	emulate                                                            string
 	emulatePeer                                                        int
 }
@@ -62,6 +63,7 @@ the command line override the file; their paths are relative to the working dire
 	f.IntVar(&o.concurrency, "concurrency", 0, "hosts crawled in parallel (default 64)")
 	f.StringVar(&o.emulate, "emulate", "", "testnet only: stand in this emulated world (the world.json `micra testnet up` writes)")
 	f.IntVar(&o.emulatePeer, "emulate-peer", 0, "with --emulate: this node is the world's crawler number N")
+	f.IntVar(&o.seedMembers, "seed-members", 0, "route the seeds once this many members (this node included) are live (default: once no member joined for 3 heartbeats)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -125,6 +127,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 		}
 		cfg.Crawl.Concurrency = o.concurrency
 	}
+	if fl.Changed("seed-members") {
+		cfg.SeedWait.Members = o.seedMembers
+	}
 	if o.seeds != "" {
 		seeds, bad, err := readSeeds(o.seeds, urlnorm.New(urlnorm.DefaultOptions()))
 		for _, b := range bad {
@@ -152,13 +157,31 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	if err != nil {
 		return err
 	}
+	var addrs []string
 	for _, a := range n.Peer().Host().Addrs() {
-		fmt.Printf("listening %s/p2p/%s\n", a, n.Peer().ID())
+		addrs = append(addrs, fmt.Sprintf("%s/p2p/%s", a, n.Peer().ID()))
+		fmt.Printf("listening %s\n", addrs[len(addrs)-1])
 	}
+	done := make(chan struct{})
+	go func() {
+		select { // the line a script waits for: the node has joined
+		case <-n.Ready():
+			fmt.Printf("ready peer=%s addrs=%s\n", n.Peer().ID(), strings.Join(addrs, ","))
+		case <-done:
+		}
+	}()
 	runErr := n.Run(ctx)
+	close(done)
+	// Close announces the leave (peers re-route at once) and flushes the
+	// stores; the engine flushed its outbox as Run returned.
 	closeErr := n.Close()
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return runErr
+		return errors.Join(runErr, closeErr)
+	}
+	var in interrupted
+	if errors.As(context.Cause(ctx), &in) {
+		// stopped by a signal: say so and exit 128+signal (main)
+		return errors.Join(fmt.Errorf("node: %w; state kept in %s — run the same command to resume", in, cfg.DataDir), closeErr)
 	}
 	return closeErr
 }

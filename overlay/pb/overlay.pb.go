@@ -1422,9 +1422,18 @@ type Heartbeat struct {
 	Subnets     uint32                 `protobuf:"varint,10,opt,name=subnets,proto3" json:"subnets,omitempty"`                          // delegated subnets held
 	// Where the crawler says it runs (degrees, coarse), when has_pos; the
 	// micra policy's distance prior.
-	HasPos        bool    `protobuf:"varint,11,opt,name=has_pos,json=hasPos,proto3" json:"has_pos,omitempty"`
-	Lat           float64 `protobuf:"fixed64,12,opt,name=lat,proto3" json:"lat,omitempty"`
-	Lon           float64 `protobuf:"fixed64,13,opt,name=lon,proto3" json:"lon,omitempty"`
+	HasPos bool    `protobuf:"varint,11,opt,name=has_pos,json=hasPos,proto3" json:"has_pos,omitempty"`
+	Lat    float64 `protobuf:"fixed64,12,opt,name=lat,proto3" json:"lat,omitempty"`
+	Lon    float64 `protobuf:"fixed64,13,opt,name=lon,proto3" json:"lon,omitempty"`
+	// When the sender started (its incarnation). Heartbeats are ordered by
+	// (start, seq): a restarted peer's first heartbeat supersedes everything
+	// its last run sent, however soon it comes back. 0: a sender that
+	// predates the field (ordered by time and seq as before).
+	StartUnixNano int64 `protobuf:"varint,14,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	// A clean stop: the sender is leaving, and every peer declares it dead at
+	// once (reason "left") instead of after the failure timeout. It names no
+	// peer: what leaves is the message's author, whose key signed it.
+	Leaving       bool `protobuf:"varint,15,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1548,6 +1557,20 @@ func (x *Heartbeat) GetLon() float64 {
 		return x.Lon
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 type CalibrationEvent struct {
@@ -1759,7 +1782,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x05pages\x18\x04 \x03(\v2\x18.micra.overlay.PageStateR\x05pages\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"\xe3\x02\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xa5\x03\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1776,7 +1799,9 @@ const file_overlay_proto_rawDesc = "" +
 	" \x01(\rR\asubnets\x12\x17\n" +
 	"\ahas_pos\x18\v \x01(\bR\x06hasPos\x12\x10\n" +
 	"\x03lat\x18\f \x01(\x01R\x03lat\x12\x10\n" +
-	"\x03lon\x18\r \x01(\x01R\x03lon\"\xa0\x02\n" +
+	"\x03lon\x18\r \x01(\x01R\x03lon\x12&\n" +
+	"\x0fstart_unix_nano\x18\x0e \x01(\x03R\rstartUnixNano\x12\x18\n" +
+	"\aleaving\x18\x0f \x01(\bR\aleaving\"\xa0\x02\n" +
 	"\x10CalibrationEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.micra.overlay.CalibrationKindR\x04kind\x12\x16\n" +

@@ -472,7 +472,7 @@ func measureFailureDetection(peers []*overlay.Peer, o OverlayOptions, rep *Overl
 		})
 	}
 	killed := time.Now()
-	victim.Close()
+	victim.Kill() // a crash: Close would announce the leave, and no failure would be detected
 	for deadline := killed.Add(3 * o.FailureTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		fdMu.Lock()
 		n := len(detected)
