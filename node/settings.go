@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
+
 	"github.com/micra-crawler/micra/delegation"
 )
 
@@ -48,6 +50,23 @@ func (s Setting) Env() string { return "MICRA_" + strings.ToUpper(s.Key) }
 
 // Flag is the flag of the setting without its dashes, e.g. min-delay.
 func (s Setting) Flag() string { return strings.ReplaceAll(s.Key, "_", "-") }
+
+// Values is a TOML literal of the setting (Default, Example) as text: the
+// values File.Set takes.
+func (s Setting) Values(lit string) ([]string, error) {
+	var m map[string]tomlRaw
+	if _, err := toml.Decode("v = "+lit, &m); err != nil {
+		return nil, fmt.Errorf("setting %s: %s: %w", s.Key, lit, err)
+	}
+	if arr, ok := m["v"].v.([]any); ok {
+		out := make([]string, 0, len(arr))
+		for _, x := range arr {
+			out = append(out, fmt.Sprint(x))
+		}
+		return out, nil
+	}
+	return []string{fmt.Sprint(m["v"].v)}, nil
+}
 
 // Groups are the settings' groups in the order they are listed.
 var Groups = []string{"node", "overlay", "crawl", "sink"}
