@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -289,5 +290,48 @@ api = "http://127.0.0.1:5001/"
 	os.WriteFile(path, []byte(`seeds_file = "gone.txt"`), 0o644)
 	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), "seeds_file") {
 		t.Errorf("a missing seeds file: %v", err)
+	}
+}
+
+var updateDocs = flag.Bool("update-docs", false, "rewrite the settings table in docs/node.md")
+
+// settingsMarkdown is the settings table of docs/node.md.
+func settingsMarkdown() string {
+	var b strings.Builder
+	for _, g := range Groups {
+		fmt.Fprintf(&b, "\n**%s**\n\n| key | variable, flag | type | default | meaning |\n|---|---|---|---|---|\n", g)
+		for _, s := range Settings {
+			if s.Group == g {
+				fmt.Fprintf(&b, "| `%s` | `%s`, `--%s` | %s | `%s` | %s |\n", s.Key, s.Env(), s.Flag(), s.Type, s.Default,
+					strings.NewReplacer("|", `\|`, "<", "&lt;").Replace(s.Meaning))
+			}
+		}
+	}
+	return b.String()
+}
+
+// docs/node.md lists the settings as the table says (go test ./node -run
+// SettingsDoc -update-docs rewrites its table).
+func TestSettingsDoc(t *testing.T) {
+	const begin, end = "<!-- settings: generated from node.Settings (go test ./node -run SettingsDoc -update-docs) -->\n", "<!-- end of settings -->"
+	path := filepath.Join("..", "docs", "node.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q … %q", path, begin, end)
+	}
+	want := settingsMarkdown() + "\n"
+	if got := doc[i+len(begin) : j]; got != want {
+		if *updateDocs {
+			if err := os.WriteFile(path, []byte(doc[:i+len(begin)]+want+doc[j:]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("the settings table of %s is not node.Settings': go test ./node -run SettingsDoc -update-docs", path)
 	}
 }
