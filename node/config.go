@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -190,11 +189,13 @@ func (c *Config) overlayDefaults(oc *overlay.Config) {
 	}
 }
 
-// File is the JSON form of a node's configuration (LoadFile). Durations
-// are Go duration strings ("1s", "24h"); unknown fields are errors, so a
-// misspelt key is reported, not silently ignored. Relative paths (data_dir,
-// key_file, psk_file, hierarchy, carriers: a new path field joins them in
-// resolvePaths) are relative to the file's directory.
+// File is the file form of a node's configuration (LoadFile, ReadFile:
+// TOML, or JSON for older files); every key is a Setting (settings.go), also
+// given as MICRA_<KEY> or a flag. Durations are Go duration strings ("1s",
+// "24h"); unknown fields are errors, so a misspelt key is reported, not
+// silently ignored. Relative paths (data_dir, key_file, psk_file, hierarchy,
+// carriers, seeds_file: a new path field joins them in resolvePaths) are
+// relative to the file's directory.
 type File struct {
 	DataDir     string   `json:"data_dir"`
 	Crawler     *bool    `json:"crawler,omitempty"` // default true
@@ -213,6 +214,7 @@ type File struct {
 	Pprof       bool     `json:"pprof,omitempty"` // /debug/pprof/ on the control API
 
 	Seeds        []string `json:"seeds,omitempty"`
+	SeedsFile    string   `json:"seeds_file,omitempty"`   // one URL a line, added to Seeds
 	SeedMembers  int      `json:"seed_members,omitempty"` // route seeds once this many members are live (SeedWait.Members)
 	Concurrency  int      `json:"concurrency,omitempty"`
 	PerIP        int      `json:"per_ip,omitempty"`
@@ -227,22 +229,18 @@ type File struct {
 	Sync         bool     `json:"sync,omitempty"`
 }
 
-// LoadFile reads a JSON node configuration. Errors name the file and, for
-// syntax and type errors, the line and column.
+// LoadFile reads a node configuration, TOML or JSON by its extension
+// (ReadFile). Errors name the file and, for syntax and type errors, the line.
 func LoadFile(path string) (Config, error) {
-	b, err := os.ReadFile(path)
+	f, err := ReadFile(path)
 	if err != nil {
 		return Config{}, err
 	}
-	f, err := decodeFile(b)
-	if err == nil {
-		f.resolvePaths(filepath.Dir(path))
-		var c Config
-		if c, err = f.Config(); err == nil {
-			return c, nil
-		}
+	c, err := f.Config()
+	if err != nil {
+		return Config{}, fmt.Errorf("%s:%w", path, err)
 	}
-	return Config{}, fmt.Errorf("%s:%w", path, err)
+	return c, nil
 }
 
 // Parse decodes the JSON form (errors start with "line:col: "). There is no
@@ -272,7 +270,7 @@ func decodeFile(b []byte) (File, error) {
 // directory of the file it was read from, so a configuration names the same
 // files wherever the node is started; absolute paths stay as they are.
 func (f *File) resolvePaths(dir string) {
-	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Hierarchy, &f.Carriers} {
+	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Hierarchy, &f.Carriers, &f.SeedsFile} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -334,8 +332,12 @@ func (f File) Config() (Config, error) {
 	}
 	c.HierarchyFile = f.Hierarchy
 	c.MetricsAddr = f.Metrics
-	c.ControlAddr, c.Pprof = f.API, f.Pprof
-	c.Seeds = f.Seeds
+	c.ControlAddr, c.Pprof = controlAddrSetting(f.API), f.Pprof
+	seeds, err := f.allSeeds()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.Seeds = seeds
 	c.SeedWait.Members = f.SeedMembers
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP

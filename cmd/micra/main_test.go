@@ -23,7 +23,10 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	cleanup := isolateSettings()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 // Regression (the defect it caught): a command other than crawl cut short

@@ -188,7 +188,7 @@ func printTestnet(w io.Writer, s cluster.State) {
 		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP)
 	}
 	if len(s.Nodes) > 0 && len(s.Nodes[0].Addrs) > 0 {
-		fmt.Fprintf(w, "join it from this machine: micra node --testnet --data DIR --bootstrap %s\n", s.Nodes[0].Addrs[0])
+		fmt.Fprintf(w, "join it from this machine: micra node --testnet --data-dir DIR --bootstrap %s\n", s.Nodes[0].Addrs[0])
 	}
 }
 

@@ -252,6 +252,20 @@ func (t *Testnet) startSink(ctx context.Context) error {
 	return nil
 }
 
+// writeHome makes home a micra home of a loopback testnet node, as micra
+// init --testnet does (the identity key is created on the first start): the
+// node reads its config.toml, not the user's ~/.micra (and start keeps the
+// shell's MICRA_<KEY> variables from it).
+func writeHome(home string) error {
+	var b strings.Builder
+	b.WriteString("# a node of micra testnet (the testnet's flags override this file)\n")
+	f := node.File{DataDir: "data", Testnet: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}}
+	if err := node.WriteTOML(&b, f); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(home, "config.toml"), []byte(b.String()), 0o600)
+}
+
 // startNode starts node i and waits until it listens and serves its
 // control API.
 func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot []string) error {
@@ -260,7 +274,10 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		return err
 	}
 	data := filepath.Join(home, "data")
-	args := []string{"node", "--testnet", "--data", data, "--listen", "/ip4/127.0.0.1/tcp/0",
+	if err := writeHome(home); err != nil {
+		return err
+	}
+	args := []string{"node", "--home", home,
 		"--emulate", worldFile, "--emulate-peer", fmt.Sprint(i), "--policy", t.o.Policy}
 	for _, b := range boot {
 		args = append(args, "--bootstrap", b)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/micra-crawler/micra/node"
 )
 
 // proc is one micra process of the testnet: its output goes to its log
@@ -38,6 +40,7 @@ func start(name, bin, logPath string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = withoutSettings(os.Environ())
 	cmd.Stderr = lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -53,6 +56,21 @@ func start(name, bin, logPath string, args ...string) (*proc, error) {
 	p := &proc{name: name, cmd: cmd, log: lf, more: make(chan struct{}), done: make(chan struct{})}
 	go p.read(out)
 	return p, nil
+}
+
+// withoutSettings is environ without micra's setting variables (MICRA_<KEY>,
+// MICRA_HOME): a testnet's processes are configured by the testnet only.
+func withoutSettings(environ []string) []string {
+	out := environ[:0:0]
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		key, isMicra := strings.CutPrefix(name, "MICRA_")
+		if _, setting := node.LookupSetting(strings.ToLower(key)); isMicra && (setting || key == "HOME") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 func (p *proc) read(out io.Reader) {
