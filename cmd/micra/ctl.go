@@ -29,14 +29,15 @@ import (
 const apiEnv = "MICRA_API"
 
 type ctlOptions struct {
-	api, data string
-	asJSON    bool
+	api, data, home string
+	asJSON          bool
 }
 
 func (o *ctlOptions) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.api, "api", "", "the node's control API URL (default: DIR/api of --data, else $"+apiEnv+")")
 	f.StringVar(&o.data, "data", "", "the running node's data directory (its control API URL is in DIR/api)")
+	f.StringVar(&o.home, "home", "", "the running node's micra home (its config.toml names the data directory; default $"+homeEnv+", else ~/.micra)")
 	f.BoolVar(&o.asJSON, "json", false, "print the API's JSON")
 }
 
@@ -44,6 +45,20 @@ func (o *ctlOptions) flags(cmd *cobra.Command) {
 // explains a failed call (a node gone from behind its api file).
 func (o *ctlOptions) client() (*node.ControlClient, func(error) error, error) {
 	explain := func(err error) error { return err }
+	if o.api == "" && o.data == "" && (o.home != "" || os.Getenv(apiEnv) == "") {
+		// the home's configuration names the data directory
+		path, err := configFile("", o.home)
+		if err != nil {
+			return nil, nil, err
+		}
+		if path != "" {
+			f, err := node.ReadFile(path)
+			if err != nil {
+				return nil, nil, err
+			}
+			o.data = f.DataDir
+		}
+	}
 	var base string
 	switch {
 	case o.api != "":
@@ -52,7 +67,7 @@ func (o *ctlOptions) client() (*node.ControlClient, func(error) error, error) {
 		file := filepath.Join(o.data, node.APIFile)
 		u, err := node.ReadAPIFile(o.data)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("no node running at %s: %s not found — start one with `micra node --data %s`", o.data, file, o.data)
+			return nil, nil, fmt.Errorf("no node running at %s: %s not found — start one with `micra node --data-dir %s`", o.data, file, o.data)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -69,7 +84,7 @@ func (o *ctlOptions) client() (*node.ControlClient, func(error) error, error) {
 	case os.Getenv(apiEnv) != "":
 		base = os.Getenv(apiEnv)
 	default:
-		return nil, nil, fmt.Errorf("which node? give --data DIR (its data directory), --api URL or set %s", apiEnv)
+		return nil, nil, fmt.Errorf("which node? give --home DIR (its micra home), --data DIR (its data directory), --api URL or set %s", apiEnv)
 	}
 	c, err := node.NewControlClient(base)
 	return c, explain, err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -214,5 +215,22 @@ func TestControlCommands(t *testing.T) {
 	}
 	if _, err := runMicra(t, "id", "--data", data); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("id after the node stopped: %v", err)
+	}
+}
+
+// micra status --home DIR finds the node through the home's config.toml
+// (its data_dir), and says where it looked when no node runs there.
+func TestControlFindsNodeByHome(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "h")
+	if err := runInit(io.Discard, &initOptions{home: home, testnet: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := (&ctlOptions{home: home}).client()
+	want := filepath.Join(home, "data", node.APIFile)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("status --home %s with no node: %v, want it to name %s", home, err, want)
+	}
+	if _, _, err := (&ctlOptions{home: filepath.Join(home, "none")}).client(); err == nil || !strings.Contains(err.Error(), "micra init") {
+		t.Fatalf("a home without config.toml: %v", err)
 	}
 }
