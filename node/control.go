@@ -27,6 +27,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay"
 )
 
 // ControlConfig configures the local control API (embedded in Config).
@@ -124,7 +125,7 @@ func (n *Node) startControl() (*control, error) {
 		ReadHeaderTimeout: 5 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
-	if err := writeFileAtomic(c.file, []byte(c.url+"\n"), 0o600); err != nil {
+	if err := overlay.WriteFileAtomic(c.file, []byte(c.url+"\n"), 0o600); err != nil {
 		cancel()
 		ln.Close()
 		return nil, fmt.Errorf("node: control API: %w", err)
@@ -158,33 +159,6 @@ func (n *Node) stopControl(c *control) {
 func (n *Node) ControlURL() string {
 	s, _ := n.ctlURL.Load().(string)
 	return s
-}
-
-// writeFileAtomic writes b to a temporary file beside path and renames it
-// over path, so a reader sees the old content or the new, never a part.
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // controlHandler routes the control API behind its guards.

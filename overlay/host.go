@@ -60,16 +60,18 @@ func LoadOrCreateKey(path string) (crypto.PrivKey, error) {
 	// Write-then-rename so a crash never leaves a truncated identity: a
 	// temp file of its own (created 0600, never a leftover's or a symlink's
 	// mode), synced, then renamed and the directory synced.
-	if err := writeFileAtomic(path, data, 0o600); err != nil {
+	if err := WriteFileAtomic(path, data, 0o600); err != nil {
 		return nil, fmt.Errorf("overlay: key file %s: %w", path, err)
 	}
 	return sk, nil
 }
 
-// writeFileAtomic writes data to path through a new temp file in its
+// WriteFileAtomic writes data to path through a new temp file in its
 // directory (mode perm), synced before the rename; the directory is synced
-// after it.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+// after it. A reader or a crash sees the old file or the new, never a
+// part. (The identity key here; a node's api file and micra init's
+// config.toml too.)
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err

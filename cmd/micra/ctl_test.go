@@ -32,7 +32,7 @@ func TestControlCommands(t *testing.T) {
 
 	// no node yet: a clear error naming the file and the command to run
 	_, err := runMicra(t, "status", "--data", data)
-	if err == nil || !strings.Contains(err.Error(), "no node running at "+data) || !strings.Contains(err.Error(), "micra node --data "+data) {
+	if err == nil || !strings.Contains(err.Error(), "no node running at "+data) || !strings.Contains(err.Error(), "micra node --data-dir "+data) {
 		t.Fatalf("status without a node: %v", err)
 	}
 	// a stale api file (a node killed): the URL does not answer

@@ -128,7 +128,7 @@ func runInit(w io.Writer, o *initOptions) error {
 	if err := node.WriteTOML(&buf, f); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(cfgPath, buf.Bytes(), 0o600); err != nil {
+	if err := overlay.WriteFileAtomic(cfgPath, buf.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
 	next := "micra node"
@@ -145,32 +145,6 @@ func runInit(w io.Writer, o *initOptions) error {
 		fmt.Fprintf(w, "next: set bootstrap and crawler_addr in %s (or as flags), then run: %s\n", cfgPath, next)
 	}
 	return nil
-}
-
-// writeFileAtomic writes path through a temporary file in its directory, so
-// a crash leaves the old file or the new one.
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 func runConfigShow(w, warn io.Writer, config, home string) error {
