@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,12 +89,6 @@ func (o *ctlOptions) client() (*node.ControlClient, func(error) error, error) {
 	return c, explain, err
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // ctlCommand builds one of the control commands around run.
 func ctlCommand(use, short, long string, args cobra.PositionalArgs, run func(ctx context.Context, w io.Writer, c *node.ControlClient, o *ctlOptions, args []string) error) *cobra.Command {
 	o := &ctlOptions{}
@@ -129,7 +122,7 @@ func init() {
 				return err
 			}
 			if o.asJSON {
-				return printJSON(w, v)
+				return writeJSON(w, v)
 			}
 			printID(w, v)
 			return nil
@@ -142,7 +135,7 @@ func init() {
 				return err
 			}
 			if o.asJSON {
-				return printJSON(w, v)
+				return writeJSON(w, v)
 			}
 			printStatus(w, v, time.Now())
 			return nil
@@ -155,7 +148,7 @@ func init() {
 				return err
 			}
 			if o.asJSON {
-				return printJSON(w, node.PeersInfo{Peers: v})
+				return writeJSON(w, node.PeersInfo{Peers: v})
 			}
 			printPeers(w, v, time.Now())
 			return nil
@@ -170,7 +163,7 @@ func init() {
 				return err
 			}
 			if o.asJSON {
-				return printJSON(w, node.OwnersInfo{Owners: v})
+				return writeJSON(w, node.OwnersInfo{Owners: v})
 			}
 			if len(args) == 0 {
 				printRecords(w, v)
@@ -209,7 +202,7 @@ func init() {
 				return err
 			}
 			if o.asJSON {
-				if perr := printJSON(w, v); perr != nil {
+				if perr := writeJSON(w, v); perr != nil {
 					return perr
 				}
 			} else {

@@ -382,9 +382,7 @@ says how far it has read.`,
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return writeJSON(w, res)
 			}
 			fmt.Fprintf(w, "%d pages (%.1f ms; index at record %d)\n", res.Total, res.TookMs, res.Indexed)
 			for _, h := range res.Hits {
@@ -518,9 +516,7 @@ func init() {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				return writeJSON(w, st)
 			}
 			c := st.Counts
 			fmt.Fprintf(w, "head %d: %d records of %d pages in %d carriers (%d redelivered, %d refused)\n",

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -133,9 +132,7 @@ Traffic between the nodes themselves is not delayed.`,
 				return err
 			}
 			if st.json {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(s)
+				return writeJSON(os.Stdout, s)
 			}
 			printTestnet(os.Stdout, s)
 			return nil
@@ -250,9 +247,7 @@ func runTestnet(ctx context.Context, o *testnetOptions) error {
 		return err
 	}
 	if o.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(os.Stdout, struct {
 			*cluster.Result
 			Sink *cluster.SinkSample `json:"sink,omitempty"`
 		}{r, sample})
@@ -326,9 +321,7 @@ func runExperiment(ctx context.Context, co cluster.Options, o *testnetOptions) e
 		return err
 	}
 	if o.json {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ex)
+		return writeJSON(os.Stdout, ex)
 	}
 	printExperiment(os.Stdout, ex)
 	return nil
