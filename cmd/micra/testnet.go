@@ -184,6 +184,9 @@ func printTestnet(w io.Writer, s cluster.State) {
 	if s.Sink != nil {
 		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP)
 	}
+	if len(s.Nodes) > 0 && s.Seeds != "" {
+		fmt.Fprintf(w, "crawl the synthetic web: micra seed --api %s --file %s\n", s.Nodes[len(s.Nodes)-1].API, s.Seeds)
+	}
 	if len(s.Nodes) > 0 && len(s.Nodes[0].Addrs) > 0 {
 		fmt.Fprintf(w, "join it from this machine: micra node --testnet --data-dir DIR --bootstrap %s\n", s.Nodes[0].Addrs[0])
 	}
