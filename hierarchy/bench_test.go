@@ -205,7 +205,7 @@ func lookupAddrs(t *Tree, kind string, n int) []netip.Addr {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var v6 []NodeID
 	for id := 1; id < t.Len(); id++ {
-		if t.nodes[id].fam == fam6 {
+		if t.fam(NodeID(id)) == fam6 {
 			v6 = append(v6, NodeID(id))
 		}
 	}
@@ -215,8 +215,8 @@ func lookupAddrs(t *Tree, kind string, n int) []netip.Addr {
 			out[i] = a4(rng.Uint32())
 			continue
 		}
-		r := &t.nodes[v6[rng.IntN(len(v6))]]
-		span := r.e.sub(r.s)
+		rs, re := t.bounds(v6[rng.IntN(len(v6))])
+		span := re.sub(rs)
 		off := u128{rng.Uint64(), rng.Uint64()}
 		if span.hi == 0 {
 			off.hi = 0
@@ -226,7 +226,7 @@ func lookupAddrs(t *Tree, kind string, n int) []netip.Addr {
 		} else {
 			off.hi %= span.hi
 		}
-		a, _ := r.s.add(off)
+		a, _ := rs.add(off)
 		out[i] = toAddr(fam6, a)
 	}
 	return out

@@ -231,7 +231,7 @@ func (b *Builder) Build() (*Tree, BuildStats, error) {
 			return nil, st, fmt.Errorf("hierarchy: nesting deeper than %d at %v", MaxDepth, toAddr(r.fam, r.s))
 		}
 		id := uint32(len(out))
-		if uint64(id) >= uint64(None) {
+		if id >= maxNodes {
 			return nil, st, errors.New("hierarchy: too many nodes")
 		}
 		out = append(out, r)
@@ -254,13 +254,7 @@ func (b *Builder) Build() (*Tree, BuildStats, error) {
 	st.Orgs = t.NumOrgs() - 1
 	st.Height = t.height
 	st.PerLevel = t.PerLevel()
-	for id := 1; id < len(t.nodes); id++ {
-		if t.nodes[id].fam == fam4 {
-			st.IPv4Nodes++
-		} else {
-			st.IPv6Nodes++
-		}
-	}
+	st.IPv4Nodes, st.IPv6Nodes = int(t.first6)-1, t.Len()-int(t.first6)
 	st.Duration = time.Since(t0)
 	return t, st, nil
 }
@@ -324,18 +318,18 @@ func (b *Builder) assemble(out []brange, parents []uint32, depths []uint8) *Tree
 			countries = append(countries, string([]byte{byte('A' + k/26), byte('A' + k%26)}))
 		}
 	}
-	nodes := make([]nodeRec, len(out))
-	nodes[0] = nodeRec{parent: None}
+	t := &Tree{countries: countries}
+	t.alloc(len(out))
 	for k := 1; k < len(out); k++ {
 		r := &out[k]
 		var cc uint16
 		if r.cc != [2]byte{} {
 			cc = ccIdx[int(r.cc[0]-'A')*26+int(r.cc[1]-'A')]
 		}
-		nodes[k] = nodeRec{s: r.s, e: r.e, parent: NodeID(parents[k]), org: remap[r.org], asn: r.asn,
-			depth: depths[k], fam: r.fam, reg: r.reg, st: r.st, cc: cc}
+		t.put(NodeID(k), &nodeRec{s: r.s, e: r.e, parent: NodeID(parents[k]), org: remap[r.org], asn: r.asn,
+			depth: depths[k], fam: r.fam, reg: r.reg, st: r.st, cc: cc})
 	}
-	t := &Tree{nodes: nodes, orgs: orgs, countries: countries}
+	t.setOrgs(orgs)
 	t.finish()
 	return t
 }

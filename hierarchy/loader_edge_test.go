@@ -71,9 +71,8 @@ func TestIPv6PrefixEndingInMappedSpaceIsALineError(t *testing.T) {
 // own start goes to the IPv4 index (Root), and Ranges() cannot be rebuilt.
 func TestDecodeRefusesIPv6NodeInMappedSpace(t *testing.T) {
 	ms := u128{0, 0xffff_0102_0304} // ::ffff:1.2.3.4 as an IPv6 integer
-	tr := &Tree{nodes: []nodeRec{{parent: None}, {fam: fam6, s: ms, e: u128{1, 0}, parent: Root, depth: 1}},
-		orgs: []string{""}, countries: []string{""}}
-	tr.finish()
+	tr := treeOf([]nodeRec{{parent: None}, {fam: fam6, s: ms, e: u128{1, 0}, parent: Root, depth: 1}},
+		[]string{""}, []string{""})
 	d, err := Decode(tr.Encode())
 	if err != nil {
 		return // rejected: fine

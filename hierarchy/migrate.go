@@ -9,14 +9,15 @@ func Migrate(old, new *Tree) []NodeID {
 	out := make([]NodeID, old.Len())
 	out[Root] = Root
 	for id := 1; id < old.Len(); id++ {
-		r := &old.nodes[id]
-		n := new.Lookup(toAddr(r.fam, r.s))
+		f := old.fam(NodeID(id))
+		s, e := old.bounds(NodeID(id))
+		n := new.Lookup(toAddr(f, s))
 		for n != Root {
-			m := &new.nodes[n]
-			if m.fam == r.fam && !r.s.less(m.s) && !m.e.less(r.e) {
+			ms, me := new.bounds(n)
+			if new.fam(n) == f && !s.less(ms) && !me.less(e) {
 				break
 			}
-			n = m.parent
+			n = new.parent[n]
 		}
 		out[id] = n
 	}

@@ -1,6 +1,7 @@
 package hierarchy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -47,35 +48,36 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Encode returns the canonical snapshot bytes of t.
 func (t *Tree) Encode() []byte {
-	buf := make([]byte, 0, 24+len(t.nodes)*14+len(t.orgs)*24)
+	buf := make([]byte, 0, 24+t.Len()*14+len(t.orgNames)+t.NumOrgs()*2)
 	buf = append(buf, snapMagic...)
 	buf = binary.LittleEndian.AppendUint32(buf, snapVersion)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(t.nodes)))
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(t.orgs)))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(t.Len()))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(t.NumOrgs()))
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(t.countries)))
-	for _, o := range t.orgs[1:] {
-		buf = binary.AppendUvarint(buf, uint64(len(o)))
-		buf = append(buf, o...)
+	for o := 1; o < t.NumOrgs(); o++ {
+		name := t.OrgName(OrgID(o))
+		buf = binary.AppendUvarint(buf, uint64(len(name)))
+		buf = append(buf, name...)
 	}
 	for _, c := range t.countries[1:] {
 		buf = append(buf, c...)
 	}
 	var prev4, prev6 u128
-	for id := 1; id < len(t.nodes); id++ {
-		r := &t.nodes[id]
+	for id := NodeID(1); int(id) < t.Len(); id++ {
+		s, e := t.bounds(id)
 		prev := &prev4
-		flags := byte(r.reg)<<1 | byte(r.st)<<4
-		if r.fam == fam6 {
+		flags := byte(t.registry(id))<<1 | byte(t.status(id))<<4
+		if id >= t.first6 {
 			prev, flags = &prev6, flags|1
 		}
 		buf = append(buf, flags)
-		buf = binary.AppendUvarint(buf, uint64(uint32(id)-uint32(r.parent)))
-		buf = appendU128(buf, r.s.sub(*prev))
-		*prev = r.s
-		buf = appendU128(buf, r.e.sub(r.s))
-		buf = binary.AppendUvarint(buf, uint64(r.org))
-		buf = binary.AppendUvarint(buf, uint64(r.asn))
-		buf = binary.AppendUvarint(buf, uint64(r.cc))
+		buf = binary.AppendUvarint(buf, uint64(uint32(id)-uint32(t.parent[id])))
+		buf = appendU128(buf, s.sub(*prev))
+		*prev = s
+		buf = appendU128(buf, e.sub(s))
+		buf = binary.AppendUvarint(buf, uint64(t.org[id]))
+		buf = binary.AppendUvarint(buf, uint64(t.asn[id]))
+		buf = binary.AppendUvarint(buf, uint64(t.cc[id]))
 	}
 	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 }
@@ -231,11 +233,14 @@ func Decode(b []byte) (*Tree, error) {
 	r := &snapReader{b: body, off: len(snapMagic) + 16}
 	rest := uint64(len(body) - r.off)
 	// Every node takes ≥ 6 bytes, every org ≥ 2, every country 2.
-	if nNodes == 0 || uint64(nNodes-1)*6 > rest || nOrgs == 0 || uint64(nOrgs-1)*2 > rest ||
+	if nNodes == 0 || nNodes > maxNodes || uint64(nNodes-1)*6 > rest || nOrgs == 0 || uint64(nOrgs-1)*2 > rest ||
 		nCountries == 0 || nCountries > 26*26+1 {
 		return nil, r.fail("implausible counts: %d nodes, %d orgs, %d countries", nNodes, nOrgs, nCountries)
 	}
-	t := &Tree{orgs: make([]string, nOrgs), countries: make([]string, nCountries)}
+	t := &Tree{countries: make([]string, nCountries)}
+	// The names are checked where they lie, then copied into one string.
+	namesAt, total := r.off, 0
+	var prev []byte
 	for o := 1; o < int(nOrgs); o++ {
 		n, err := r.uv()
 		if err != nil {
@@ -244,16 +249,17 @@ func Decode(b []byte) (*Tree, error) {
 		if n == 0 || n > MaxOrgLen || n > uint64(len(body)-r.off) {
 			return nil, r.fail("organisation name length %d", n)
 		}
-		s := string(body[r.off : r.off+int(n)])
+		s := body[r.off : r.off+int(n)]
 		r.off += int(n)
-		if !utf8.ValidString(s) {
+		if !utf8.Valid(s) {
 			return nil, r.fail("organisation name not UTF-8")
 		}
-		if o > 1 && s <= t.orgs[o-1] {
+		if o > 1 && bytes.Compare(s, prev) <= 0 {
 			return nil, r.fail("organisation names not strictly ascending")
 		}
-		t.orgs[o] = s
+		prev, total = s, total+len(s)
 	}
+	t.setOrgNames(body[namesAt:r.off], int(nOrgs), total)
 	for c := 1; c < int(nCountries); c++ {
 		if len(body)-r.off < 2 {
 			return nil, r.fail("truncated country table")
@@ -271,16 +277,15 @@ func Decode(b []byte) (*Tree, error) {
 	if r.off != len(body) {
 		return nil, r.fail("%d trailing bytes", len(body)-r.off)
 	}
-	t.finish()
 	t.id = sha256.Sum256(b)
 	t.idOnce.Do(func() {})
+	t.finish()
 	return t, nil
 }
 
 func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
-	t.nodes = make([]nodeRec, nNodes)
-	t.nodes[0] = nodeRec{parent: None}
-	orgUsed := make([]bool, len(t.orgs))
+	t.alloc(int(nNodes))
+	orgUsed := make([]bool, t.NumOrgs())
 	ccUsed := make([]bool, len(t.countries))
 	var prev4, prev6 u128
 	// stack: the open chain of the previous node; lastClosed: the most
@@ -338,7 +343,7 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 		if err != nil {
 			return err
 		}
-		if org >= uint64(len(t.orgs)) {
+		if org >= uint64(t.NumOrgs()) {
 			return r.fail("node %d: organisation %d out of range", id, org)
 		}
 		nd.org = OrgID(org)
@@ -372,14 +377,14 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 			return r.fail("node %d: parent %d is not an open ancestor", id, nd.parent)
 		}
 		if nd.parent != Root {
-			p := &t.nodes[nd.parent]
-			if p.fam != nd.fam || nd.s.less(p.s) || p.e.less(nd.e) || (p.s == nd.s && p.e == nd.e) {
+			ps, pe := t.bounds(nd.parent)
+			if t.fam(nd.parent) != nd.fam || nd.s.less(ps) || pe.less(nd.e) || (ps == nd.s && pe == nd.e) {
 				return r.fail("node %d: not strictly inside its parent %d", id, nd.parent)
 			}
 		}
 		if prevSibling != None {
-			ps := &t.nodes[prevSibling]
-			if ps.fam == nd.fam && !ps.e.less(nd.s) {
+			_, pe := t.bounds(prevSibling)
+			if t.fam(prevSibling) == nd.fam && !pe.less(nd.s) {
 				return r.fail("node %d: overlaps its previous sibling %d", id, prevSibling)
 			}
 		}
@@ -387,7 +392,7 @@ func (t *Tree) decodeNodes(r *snapReader, nNodes uint32) error {
 			return r.fail("node %d: deeper than %d", id, MaxDepth)
 		}
 		nd.depth = uint8(len(stack))
-		t.nodes[id] = nd
+		t.put(NodeID(id), &nd)
 		stack = append(stack, NodeID(id))
 	}
 	for o := 1; o < len(orgUsed); o++ {

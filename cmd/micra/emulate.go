@@ -20,19 +20,7 @@ func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) e
 	if err != nil {
 		return fmt.Errorf("node: --emulate: %w", err)
 	}
-	tree := cfg.Hierarchy
-	if tree == nil {
-		if cfg.HierarchyFile != "" {
-			tree, err = hierarchy.ReadSnapshotFile(cfg.HierarchyFile)
-		} else {
-			tree, err = hierarchy.Default()
-		}
-		if err != nil {
-			return fmt.Errorf("node: --emulate: hierarchy: %w", err)
-		}
-		cfg.Hierarchy, cfg.HierarchyFile = tree, ""
-	}
-	w, err := spec.Build(ctx, tree)
+	w, err := emulatedWorld(ctx, cfg, spec)
 	if err != nil {
 		return fmt.Errorf("node: --emulate %s: %w", file, err)
 	}
@@ -52,4 +40,27 @@ func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) e
 	cfg.Measurer = pl
 	cfg.Overlay.ProbeGuard = pl.Guard
 	return nil
+}
+
+// emulatedWorld builds the world of spec: from the placement it carries
+// (what `micra testnet up` writes: no hierarchy or geolocation table
+// needed), else by placing it over cfg's hierarchy as the supervisor did.
+func emulatedWorld(ctx context.Context, cfg *node.Config, spec emu.Spec) (*emu.World, error) {
+	if spec.Placed() {
+		return spec.BuildPlaced()
+	}
+	tree := cfg.Hierarchy
+	if tree == nil {
+		var err error
+		if cfg.HierarchyFile != "" {
+			tree, err = hierarchy.ReadSnapshotFile(cfg.HierarchyFile)
+		} else {
+			tree, err = hierarchy.Default()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("hierarchy: %w", err)
+		}
+		cfg.Hierarchy, cfg.HierarchyFile = tree, ""
+	}
+	return spec.Build(ctx, tree)
 }

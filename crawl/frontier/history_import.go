@@ -1,6 +1,8 @@
 package frontier
 
 import (
+	"errors"
+
 	"github.com/dgraph-io/badger/v4"
 )
 
@@ -14,6 +16,12 @@ import (
 func (f *Frontier) ImportHistory(hs []History) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.importLocked(hs)
+}
+
+// importLocked is ImportHistory under f.mu: one transaction, or halves of
+// hs when that is too big for Badger's (each page stays in one).
+func (f *Frontier) importLocked(hs []History) (int, error) {
 	imported, scheduled := 0, 0
 	var added []Hash
 	err := f.update(func(txn *badger.Txn) error {
@@ -47,6 +55,14 @@ func (f *Frontier) ImportHistory(hs []History) (int, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, badger.ErrTxnTooBig) && len(hs) > 1 {
+		a, err := f.importLocked(hs[:len(hs)/2])
+		if err != nil {
+			return a, err
+		}
+		b, err := f.importLocked(hs[len(hs)/2:])
+		return a + b, err
+	}
 	if err != nil {
 		return 0, err
 	}

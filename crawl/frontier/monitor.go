@@ -101,6 +101,26 @@ func (f *Frontier) schedule(hashes []Hash, interval time.Duration) (int, error) 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.scheduleLocked(hashes, interval)
+}
+
+// scheduleLocked is schedule under f.mu: one transaction, or halves of the
+// batch when Badger refuses it as too big (long URLs).
+func (f *Frontier) scheduleLocked(hashes []Hash, interval time.Duration) (int, error) {
+	n, err := f.scheduleTxn(hashes, interval)
+	if errors.Is(err, badger.ErrTxnTooBig) && len(hashes) > 1 {
+		h := len(hashes) / 2
+		if n, err = f.scheduleLocked(hashes[:h], interval); err != nil {
+			return n, err
+		}
+		m, err := f.scheduleLocked(hashes[h:], interval)
+		return n + m, err
+	}
+	return n, err
+}
+
+// scheduleTxn is scheduleLocked's one transaction.
+func (f *Frontier) scheduleTxn(hashes []Hash, interval time.Duration) (int, error) {
 	n := 0
 	err := f.update(func(txn *badger.Txn) error {
 		n = 0

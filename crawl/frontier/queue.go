@@ -61,12 +61,28 @@ func (f *Frontier) Add(items []Item) (int, error) {
 	return total, nil
 }
 
-// addChunk is how many candidates one admission transaction takes.
+// addChunk is how many candidates one admission transaction takes at most.
 const addChunk = 1024
 
 // addLocked is Add's admission under f.mu, for candidates past the
-// in-memory seen check.
+// in-memory seen check: in one transaction, or in halves when Badger
+// refuses it as too big (long URLs: with OpenDB's 4 MiB memtables a
+// transaction holds 600 KiB, 1024 URLs of ~ 280 bytes).
 func (f *Frontier) addLocked(cand []Item, hashes []Hash) (int, error) {
+	n, err := f.addTxn(cand, hashes)
+	if errors.Is(err, badger.ErrTxnTooBig) && len(cand) > 1 {
+		h := len(cand) / 2
+		if n, err = f.addLocked(cand[:h], hashes[:h]); err != nil {
+			return n, err
+		}
+		m, err := f.addLocked(cand[h:], hashes[h:])
+		return n + m, err
+	}
+	return n, err
+}
+
+// addTxn is addLocked's one transaction.
+func (f *Frontier) addTxn(cand []Item, hashes []Hash) (int, error) {
 	added, admitted, rejected, readied := 0, 0, 0, 0
 	var newlySeen []Hash
 	err := f.update(func(txn *badger.Txn) error {

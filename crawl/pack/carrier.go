@@ -56,9 +56,16 @@ type Header struct {
 	RawBytes  int
 }
 
+// carrierWindow is the compression window of carriers: the default
+// payload bound (Options.MaxBytes), so a carrier compresses to the same
+// bytes as with zstd's default 8 MiB window (checked up to 1 MiB), while
+// the encoder keeps a 1.1 MiB history instead of 16 MiB.
+const carrierWindow = 1 << 20
+
 var (
 	encoderPool = sync.Pool{New: func() any {
-		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1))
+		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(carrierWindow), zstd.WithLowerEncoderMem(true))
 		if err != nil {
 			panic(err) // only bad options make NewWriter fail
 		}

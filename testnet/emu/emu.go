@@ -7,7 +7,11 @@
 // world's latency model to what it does on the wire.
 //
 // One Spec, written by `micra testnet up` to the testnet's directory, is
-// read by every node with its own peer index (Place):
+// read by every node with its own peer index (Place). The supervisor places
+// the world (Build: the simulator's placement over the hierarchy and the
+// geolocation table) and the Spec it writes carries that placement, so a
+// node rebuilds the same world from the file alone (BuildPlaced), without
+// the ≈ 20 MB geolocation table or a second placement:
 //   - fetches: Place is the fetcher's Emulator (each connect and each
 //     request/response waits the modelled round trip to the host) and its
 //     Resolver (synthetic names resolve to their loopback addresses);
@@ -29,10 +33,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/micra-crawler/micra/data/geo"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
@@ -55,14 +61,39 @@ type Spec struct {
 	// Hosts are the synthetic web's hosts: host i stands at the world's
 	// host i.
 	Hosts []Host `json:"hosts"`
+	// Places are the world's crawlers as Build placed them (empty until
+	// then); with the hosts' places they make the Spec placed (Placed).
+	Places []CrawlerPlace `json:"crawler_places,omitempty"`
 }
 
 // Host is one synthetic web host: its name, the loopback address it is
-// served on, and (for people reading the file) its place in the world.
+// served on, and its place in the world (Build sets Addr, Lat, Lon,
+// Nearest).
 type Host struct {
 	Name     string     `json:"name"`
 	Loopback netip.Addr `json:"loopback"`
 	Addr     netip.Addr `json:"addr,omitempty"`
+	// Lat, Lon are the host's position in the latency model; Nearest is
+	// its nearest crawler (lowest modelled mean RTT).
+	Lat     float64 `json:"lat,omitempty"`
+	Lon     float64 `json:"lon,omitempty"`
+	Nearest int     `json:"nearest,omitempty"`
+}
+
+// CrawlerPlace is one crawler of the world: the simulator's crawler (what
+// it states: id, address, position rounded to half a degree, capacity) and
+// its exact position in the latency model.
+type CrawlerPlace struct {
+	ID       string     `json:"id"`
+	Addr     netip.Addr `json:"addr"`
+	Capacity int        `json:"capacity"`
+	// StatedLat, StatedLon are the position the crawler states
+	// (delegation.Crawler); Lat, Lon its exact position in the model.
+	StatedLat float64 `json:"stated_lat"`
+	StatedLon float64 `json:"stated_lon"`
+	HasPos    bool    `json:"has_pos"`
+	Lat       float64 `json:"lat"`
+	Lon       float64 `json:"lon"`
 }
 
 // Load reads a Spec written by WriteFile.
@@ -118,8 +149,27 @@ func (s Spec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("host_dist %q: want %s or %s", s.HostDist, sim.HostsZipf, sim.HostsUniform))
 	}
+	if s.Placed() {
+		if len(s.Places) != s.Crawlers {
+			errs = append(errs, fmt.Errorf("crawler_places: %d, want one per crawler (%d)", len(s.Places), s.Crawlers))
+		}
+		for i, c := range s.Places {
+			if !c.Addr.IsValid() {
+				errs = append(errs, fmt.Errorf("crawler_places[%d]: no address", i))
+			}
+		}
+		for i, h := range s.Hosts {
+			if !h.Addr.IsValid() || h.Nearest < 0 || h.Nearest >= len(s.Places) {
+				errs = append(errs, fmt.Errorf("hosts[%d] (%s): no place in the world (addr %v, nearest %d)", i, h.Name, h.Addr, h.Nearest))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// Placed reports whether s carries the world's placement, as Build writes
+// it: every crawler's place, every host's place and nearest crawler.
+func (s Spec) Placed() bool { return len(s.Places) > 0 }
 
 // SimConfig is the simulator's configuration for the same world: `micra
 // sim` with it places the same crawlers and hosts and draws the same
@@ -142,18 +192,29 @@ func (s Spec) SimConfig(tree *hierarchy.Tree) (sim.Config, error) {
 	return cfg, err
 }
 
-// World is a Spec built: the simulator's world and the host tables.
+// World is a Spec built: the places of its crawlers and hosts, the latency
+// model between them, and the host tables.
 type World struct {
 	Spec Spec
-	Sim  *sim.World
+	// Sim is the simulator's world Build placed (nil for BuildPlaced's).
+	Sim *sim.World
+
+	model    *world.Model
+	crawlers []delegation.Crawler
+	crawlerE []world.Endpoint
+	hosts    []world.Endpoint
+	optimal  []int32
 
 	byLoopback map[netip.Addr]int
 	byAddr     map[netip.Addr]int
 	byName     map[string]int
 }
 
-// Build places the world (the simulator's NewWorld for SimConfig).
+// Build places the world (the simulator's NewWorld for SimConfig) and
+// writes the placement into the World's Spec (Placed), so that the Spec
+// WriteFile writes lets nodes rebuild the world with BuildPlaced.
 func (s Spec) Build(ctx context.Context, tree *hierarchy.Tree) (*World, error) {
+	s.Places, s.Hosts = nil, slices.Clone(s.Hosts)
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
@@ -165,21 +226,70 @@ func (s Spec) Build(ctx context.Context, tree *hierarchy.Tree) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &World{Spec: s, Sim: sw, byLoopback: map[netip.Addr]int{}, byAddr: map[netip.Addr]int{}, byName: map[string]int{}}
-	for i, h := range s.Hosts {
+	w := &World{Spec: s, Sim: sw, model: sw.Model, crawlers: sw.Crawlers, crawlerE: sw.CrawlerE, hosts: sw.Hosts, optimal: sw.Optimal}
+	for i, c := range sw.Crawlers {
+		e := &sw.CrawlerE[i]
+		w.Spec.Places = append(w.Spec.Places, CrawlerPlace{ID: string(c.ID), Addr: c.Addr, Capacity: c.Capacity,
+			StatedLat: c.Lat, StatedLon: c.Lon, HasPos: c.HasPos, Lat: e.Loc.Lat, Lon: e.Loc.Lon})
+	}
+	for i := range w.Spec.Hosts {
+		h := &w.Spec.Hosts[i]
+		h.Addr, h.Lat, h.Lon, h.Nearest = sw.Hosts[i].Addr, sw.Hosts[i].Loc.Lat, sw.Hosts[i].Loc.Lon, int(sw.Optimal[i])
+	}
+	return w, w.index()
+}
+
+// BuildPlaced rebuilds the world a placed Spec (Placed) carries, without
+// placing it again: no hierarchy and no geolocation table. The latency
+// model is SimConfig's; every endpoint stands where Build placed it, so
+// round trips, nearest crawlers and mapped addresses are Build's.
+func (s Spec) BuildPlaced() (*World, error) {
+	if !s.Placed() {
+		return nil, errors.New("emu: the world is not placed (no crawler_places): build it with Build")
+	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := s.SimConfig(nil)
+	if err != nil {
+		return nil, err
+	}
+	// an empty geolocation table: the model places nothing itself, every
+	// endpoint below is placed already
+	cfg.Geo = &geo.Table{}
+	m, err := sim.NewModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Spec: s, model: m}
+	for _, c := range s.Places {
+		w.crawlers = append(w.crawlers, delegation.Crawler{ID: delegation.CrawlerID(c.ID), Addr: c.Addr, Capacity: c.Capacity,
+			Lat: c.StatedLat, Lon: c.StatedLon, HasPos: c.HasPos})
+		w.crawlerE = append(w.crawlerE, m.EndpointAt(c.Addr, geo.Point{Lat: c.Lat, Lon: c.Lon}))
+	}
+	for _, h := range s.Hosts {
+		w.hosts = append(w.hosts, m.EndpointAt(h.Addr, geo.Point{Lat: h.Lat, Lon: h.Lon}))
+		w.optimal = append(w.optimal, int32(h.Nearest))
+	}
+	return w, w.index()
+}
+
+// index fills the host tables.
+func (w *World) index() error {
+	w.byLoopback, w.byAddr, w.byName = map[netip.Addr]int{}, map[netip.Addr]int{}, map[string]int{}
+	for i, h := range w.Spec.Hosts {
 		if _, dup := w.byLoopback[h.Loopback]; dup {
-			return nil, fmt.Errorf("emu: host %s: loopback address %v given twice (one address per host)", h.Name, h.Loopback)
+			return fmt.Errorf("emu: host %s: loopback address %v given twice (one address per host)", h.Name, h.Loopback)
 		}
 		w.byLoopback[h.Loopback] = i
-		w.byAddr[sw.Hosts[i].Addr] = i
+		w.byAddr[w.hosts[i].Addr] = i
 		w.byName[strings.ToLower(h.Name)] = i
-		w.Spec.Hosts[i].Addr = sw.Hosts[i].Addr
 	}
-	return w, nil
+	return nil
 }
 
 // Crawler is peer i's place: its address, position and capacity.
-func (w *World) Crawler(i int) delegation.Crawler { return w.Sim.Crawlers[i] }
+func (w *World) Crawler(i int) delegation.Crawler { return w.crawlers[i] }
 
 // HostOf returns the host index of a loopback or emulated address.
 func (w *World) HostOf(a netip.Addr) (int, bool) {
@@ -198,11 +308,11 @@ func (w *World) HostNamed(name string) (int, bool) {
 }
 
 // Optimal is the index of host i's nearest crawler (lowest mean RTT).
-func (w *World) Optimal(i int) int { return int(w.Sim.Optimal[i]) }
+func (w *World) Optimal(i int) int { return int(w.optimal[i]) }
 
 // MeanRTT is the modelled mean round trip between crawler c and host h.
 func (w *World) MeanRTT(c, h int) time.Duration {
-	return world.Duration(w.Sim.Model.MeanRTT(&w.Sim.CrawlerE[c], &w.Sim.Hosts[h]))
+	return world.Duration(w.model.MeanRTT(&w.crawlerE[c], &w.hosts[h]))
 }
 
 // Place is peer self's view of the world: its fetches' network, its
@@ -216,8 +326,8 @@ type Place struct {
 
 // At returns crawler self's place (0 ≤ self < Spec.Crawlers).
 func (w *World) At(self int) (*Place, error) {
-	if self < 0 || self >= len(w.Sim.Crawlers) {
-		return nil, fmt.Errorf("emu: peer %d: the world has crawlers 0…%d", self, len(w.Sim.Crawlers)-1)
+	if self < 0 || self >= len(w.crawlers) {
+		return nil, fmt.Errorf("emu: peer %d: the world has crawlers 0…%d", self, len(w.crawlers)-1)
 	}
 	return &Place{w: w, self: self, rng: rand.New(rand.NewPCG(w.Spec.Seed, 0x656d75+uint64(self)))}, nil
 }
@@ -229,7 +339,7 @@ func (p *Place) Self() delegation.Crawler { return p.w.Crawler(p.self) }
 func (p *Place) sample(h int) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return world.Duration(p.w.Sim.Model.SampleRTT(&p.w.Sim.CrawlerE[p.self], &p.w.Sim.Hosts[h], p.rng))
+	return world.Duration(p.w.model.SampleRTT(&p.w.crawlerE[p.self], &p.w.hosts[h], p.rng))
 }
 
 // RTT implements fetch.Emulator: a sampled round trip to the host served
@@ -246,7 +356,7 @@ func (p *Place) RTT(remote netip.Addr) time.Duration {
 // place in the world; other addresses stay as they are.
 func (p *Place) MapAddr(a netip.Addr) netip.Addr {
 	if i, ok := p.w.byLoopback[a.Unmap()]; ok {
-		return p.w.Sim.Hosts[i].Addr
+		return p.w.hosts[i].Addr
 	}
 	return a
 }

@@ -89,6 +89,60 @@ func TestWorldIsTheSimulatorsWorld(t *testing.T) {
 	if _, err := w.At(4); err == nil {
 		t.Fatal("peer 4 of a 4-crawler world accepted")
 	}
+
+	// A node rebuilds the same world from the placed Spec the supervisor
+	// writes, without placing it again.
+	p := filepath.Join(t.TempDir(), "world.json")
+	if err := w.Spec.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	placed, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !placed.Placed() || spec.Placed() {
+		t.Fatal("Build's Spec is placed, the one it was given is not")
+	}
+	pw, err := placed.BuildPlaced()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range spec.Hosts {
+		if pw.hosts[i] != sw.Hosts[i] || pw.Optimal(i) != int(sw.Optimal[i]) {
+			t.Fatalf("host %d: placed world %+v (nearest %d), sim %+v (nearest %d)", i, pw.hosts[i], pw.Optimal(i), sw.Hosts[i], sw.Optimal[i])
+		}
+	}
+	for c := range sw.Crawlers {
+		if pw.Crawler(c) != sw.Crawlers[c] || pw.crawlerE[c] != sw.CrawlerE[c] {
+			t.Fatalf("crawler %d: placed world %+v, sim %+v", c, pw.Crawler(c), sw.Crawlers[c])
+		}
+		for h := range spec.Hosts {
+			if pw.MeanRTT(c, h) != w.MeanRTT(c, h) {
+				t.Fatalf("crawler %d, host %d: mean RTT %v, built %v", c, h, pw.MeanRTT(c, h), w.MeanRTT(c, h))
+			}
+		}
+	}
+	pp, err := pw.At(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl2, _ := w.At(1)
+	for h := range spec.Hosts {
+		if a, b := pp.RTT(spec.Hosts[h].Loopback), pl2.RTT(spec.Hosts[h].Loopback); a != b {
+			t.Fatalf("host %d: sampled RTT %v in the placed world, %v in the built one", h, a, b)
+		}
+		if pp.MapAddr(spec.Hosts[h].Loopback) != sw.Hosts[h].Addr {
+			t.Fatalf("host %d maps to %v in the placed world", h, pp.MapAddr(spec.Hosts[h].Loopback))
+		}
+	}
+	if _, err := spec.BuildPlaced(); err == nil {
+		t.Fatal("BuildPlaced of an unplaced spec")
+	}
+	bad := placed
+	bad.Places = bad.Places[:2]
+	if _, err := bad.BuildPlaced(); err == nil || !strings.Contains(err.Error(), "crawler_places") {
+		t.Fatalf("BuildPlaced with 2 places for 4 crawlers: %v", err)
+	}
 }
 
 func TestSpecFileRoundTripAndErrors(t *testing.T) {
@@ -114,6 +168,35 @@ func TestSpecFileRoundTripAndErrors(t *testing.T) {
 	for _, want := range []string{"crawlers", "hosts: none", `latency "warp"`, `host_dist "pareto"`, p} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Load of a bad spec: %v, want it to name %q", err, want)
+		}
+	}
+}
+
+// TestPlacedWorldHubs: the placed world is the built one under the
+// hub-routed matrix too (endpoints attach to the same sites).
+func TestPlacedWorldHubs(t *testing.T) {
+	tree, err := hierarchy.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(40)
+	spec.Latency = "hubs"
+	w, err := spec.Build(context.Background(), tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := w.Spec.BuildPlaced()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := range spec.Hosts {
+		if pw.hosts[h] != w.hosts[h] {
+			t.Fatalf("host %d: placed %+v, built %+v", h, pw.hosts[h], w.hosts[h])
+		}
+		for c := range spec.Crawlers {
+			if pw.MeanRTT(c, h) != w.MeanRTT(c, h) {
+				t.Fatalf("crawler %d, host %d: mean RTT %v, built %v", c, h, pw.MeanRTT(c, h), w.MeanRTT(c, h))
+			}
 		}
 	}
 }

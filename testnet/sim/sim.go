@@ -251,6 +251,21 @@ func (w *World) floorOf(h int, c int32) (float64, bool) {
 	return w.floor[h*len(w.CrawlerE)+int(c)], true
 }
 
+// NewModel returns the latency model of cfg's world: world.New over cfg.Geo
+// with cfg.World (its seed defaulting to cfg.Seed), over cfg.Matrix when
+// set. NewWorld places its crawlers and hosts with it.
+func NewModel(cfg Config) (*world.Model, error) {
+	cfg = cfg.withDefaults()
+	model, err := world.New(cfg.Geo, cfg.World)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Matrix != nil {
+		model = model.WithMatrix(cfg.Matrix)
+	}
+	return model, nil
+}
+
 // NewWorld places crawlers and hosts for cfg and computes the optimal
 // crawler of every host.
 func NewWorld(cfg Config) (*World, error) { return NewWorldContext(context.Background(), cfg) }
@@ -272,12 +287,9 @@ func NewWorldContext(ctx context.Context, cfg Config) (*World, error) {
 		}
 		tree = t
 	}
-	model, err := world.New(cfg.Geo, cfg.World)
+	model, err := NewModel(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Matrix != nil {
-		model = model.WithMatrix(cfg.Matrix)
 	}
 	pl, err := newPlacer(tree, model)
 	if err != nil {
