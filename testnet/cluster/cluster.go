@@ -365,9 +365,6 @@ func (t *Testnet) Down() error {
 	return errors.Join(errs...)
 }
 
-// Kill ends node i at once (SIGKILL), as a crash would.
-func (t *Testnet) Kill(i int) { t.nodes[i].kill() }
-
 func processAlive(pid int) bool {
 	if pid <= 0 {
 		return false

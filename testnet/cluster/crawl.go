@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -323,15 +322,6 @@ func scrapeCounters(ctx context.Context, u string, names ...string) ([]float64, 
 		}
 	}
 	return sums, nil
-}
-
-// Crawlers lists the crawler IDs in node order.
-func (t *Testnet) Crawlers() []string {
-	out := make([]string, 0, len(t.State.Nodes))
-	for _, n := range t.State.Nodes {
-		out = append(out, n.PeerID)
-	}
-	return slices.Clip(out)
 }
 
 // SinkSample is what an indexer sees at the sink after a crawl: the first

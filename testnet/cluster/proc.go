@@ -177,14 +177,6 @@ func (p *proc) stop(grace time.Duration) error {
 	return err
 }
 
-// kill ends the process at once (SIGKILL), as a crash would.
-func (p *proc) kill() {
-	if !p.exited() {
-		_ = p.cmd.Process.Kill()
-	}
-	<-p.done
-}
-
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
 // logPath is where the process writes.
