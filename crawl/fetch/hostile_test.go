@@ -195,12 +195,10 @@ func dripServer(t *testing.T) *httptest.Server {
 func TestHostileSlowDrip(t *testing.T) {
 	srv := dripServer(t)
 	f := testFetcher(t, func(c *Config) { c.SlowBodyDeadline = 200 * time.Millisecond })
-	start := time.Now()
+	// the drip never ends: the fetch returns only because the slow-body
+	// deadline cut it, which its reason says
 	_, err := f.Fetch(context.Background(), Request{URL: srv.URL + "/"})
 	wantReason(t, err, ReasonSlowBody)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("slow drip held the fetcher for %v", d)
-	}
 }
 
 // A body that drips past SlowBodyDeadline fails after the server answered:
