@@ -237,6 +237,9 @@ func runTestnet(ctx context.Context, o *testnetOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := t.Simulate(ctx, r); err != nil {
+		return err
+	}
 	var sample *cluster.SinkSample
 	if o.show > 0 {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/node/sink"
+	"github.com/micra-crawler/micra/testnet/sim"
 )
 
 // Progress is one look at a running crawl.
@@ -68,7 +69,8 @@ type Result struct {
 	// of the capacity would give it.
 	PagesPerCrawler map[string]int `json:"pages_per_crawler"`
 	// SimOptimalPct and SimProbesPerURL are `micra sim`'s figures for the
-	// policy on the same world, over every host (Testnet.Crawl fills them).
+	// policy on the same world, over every host (Testnet.Simulate, or
+	// RunExperiment for every policy in one simulator run).
 	SimOptimalPct   float64 `json:"sim_optimal_pct"`
 	SimProbesPerURL float64 `json:"sim_probes_per_url"`
 	Complete        bool    `json:"complete"` // every page reached the sink before the deadline
@@ -151,14 +153,23 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		return nil, err
 	}
 	r.Complete, r.SeedsRejected = complete, rejected
-	simRes, err := Simulate(ctx, t.o, r.Hosts, []string{t.o.Policy})
-	if err != nil {
-		return nil, fmt.Errorf("the simulator on the same world: %w", err)
-	}
-	if s, ok := simRes[t.o.Policy]; ok {
-		r.SimOptimalPct, r.SimProbesPerURL = s.OptimalPctAll, s.ProbesPerURL
-	}
 	return r, nil
+}
+
+// Simulate fills r's simulator figures: `micra sim` on this testnet's
+// world for its policy.
+func (t *Testnet) Simulate(ctx context.Context, r *Result) error {
+	res, err := Simulate(ctx, t.o, r.Hosts, []string{r.Policy})
+	if err != nil {
+		return fmt.Errorf("the simulator on the same world: %w", err)
+	}
+	r.setSim(res[r.Policy])
+	return nil
+}
+
+// setSim copies the simulator's figures for r's policy.
+func (r *Result) setSim(s sim.Result) {
+	r.SimOptimalPct, r.SimProbesPerURL = s.OptimalPctAll, s.ProbesPerURL
 }
 
 // control is node n's control API client.

@@ -156,9 +156,9 @@ func simulate(ctx context.Context, o Options, ex *Experiment) error {
 		return err
 	}
 	for i := range ex.Rows {
-		if s, ok := res[ex.Rows[i].Policy]; ok {
-			ex.Rows[i].SimCostVsRandom = s.CostVsRandom
-		}
+		s := res[ex.Rows[i].Policy]
+		ex.Rows[i].setSim(s)
+		ex.Rows[i].SimCostVsRandom = s.CostVsRandom
 	}
 	return nil
 }
