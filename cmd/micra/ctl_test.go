@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -58,66 +55,10 @@ func TestControlCommands(t *testing.T) {
 	}))
 	defer web.Close()
 
-	cmd := exec.Command(os.Args[0], "node", "--data", data, "--testnet", "--listen", "/ip4/127.0.0.1/tcp/0",
+	p := startNode(t, "--data", data, "--testnet", "--listen", "/ip4/127.0.0.1/tcp/0",
 		"--crawler-addr", "1.1.1.1", "--api", "127.0.0.1:0", "--concurrency", "2")
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	listening := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
-				select {
-				case listening <- a:
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-		close(exited)
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("micra node did not stop on SIGINT\n%s", stderr.String())
-		}
-	}
-	defer stop()
-
+	listening, _, _ := p.ready(t) // (the control API serves from before the ready line)
 	apiFile := filepath.Join(data, node.APIFile)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(apiFile); err == nil {
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatalf("micra node exited:\n%s", stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 60 s:\n%s", apiFile, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
 	out, err := runMicra(t, "id", "--data", data, "--json")
 	if err != nil {
@@ -135,13 +76,9 @@ func TestControlCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, id.PeerID) || !strings.Contains(out, "crawler (capacity") {
 		t.Errorf("id: %v\n%s", err, out)
 	}
-	select { // the node prints its addresses before it runs
-	case a := <-listening:
-		if !strings.HasSuffix(a, "/p2p/"+id.PeerID) {
-			t.Errorf("micra node printed %s; micra id says peer %s", a, id.PeerID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("micra node printed no listen address")
+	// the node prints its addresses before it runs
+	if len(listening) == 0 || !strings.HasSuffix(listening[0], "/p2p/"+id.PeerID) {
+		t.Errorf("micra node printed %q; micra id says peer %s", listening, id.PeerID)
 	}
 
 	// $MICRA_API names the node when no flag does
@@ -162,12 +99,12 @@ func TestControlCommands(t *testing.T) {
 		t.Fatalf("seed: %v\n%s", err, out)
 	}
 	select {
-	case p := <-fetched:
-		if p != "/seeded.html" {
-			t.Errorf("the node fetched %s, want the seed", p)
+	case path := <-fetched:
+		if path != "/seeded.html" {
+			t.Errorf("the node fetched %s, want the seed", path)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the seed was not fetched in 60 s\n%s", stderr.String())
+		t.Fatalf("the seed was not fetched in 60 s\n%s", p.stderr)
 	}
 	seeds := filepath.Join(dir, "seeds.txt")
 	os.WriteFile(seeds, []byte("# again\n"+seed+"\n"), 0o644)
@@ -209,7 +146,7 @@ func TestControlCommands(t *testing.T) {
 		t.Errorf("owners --mine: %v\n%s", err, out)
 	}
 
-	stop()
+	p.signal(t, syscall.SIGINT)
 	if _, err := os.Stat(apiFile); !os.IsNotExist(err) {
 		t.Errorf("api file after the node stopped: %v", err)
 	}

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -12,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -109,54 +105,18 @@ func TestNodeHome(t *testing.T) {
 	if id == nil {
 		t.Fatalf("init printed no peer id:\n%s", out)
 	}
-	cmd := exec.Command(os.Args[0], "node", "--home", home, "--crawler-addr", "1.1.1.1", "--concurrency", "1")
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	p := startNode(t, "--home", home, "--crawler-addr", "1.1.1.1", "--concurrency", "1")
+	listening, _, _ := p.ready(t)
+	if len(listening) == 0 || !strings.HasSuffix(listening[0], "/p2p/"+id[1]) || !strings.Contains(listening[0], "/ip4/127.0.0.1/") {
+		t.Fatalf("micra node --home says %q; want a loopback address of peer %s (the home's key)", listening, id[1])
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	exited := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "/p2p/") {
-				select {
-				case addr <- sc.Text():
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-		close(exited)
-	}()
 	defer func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("micra node did not stop on SIGINT\n%s", stderr.String())
+		if code := p.signal(t, syscall.SIGINT); code != 130 {
+			t.Errorf("micra node --home exited %d on SIGINT, want 130\n%s", code, p.stderr)
 		}
 	}()
-	select {
-	case a := <-addr:
-		if !strings.HasSuffix(a, "/p2p/"+id[1]) || !strings.Contains(a, "/ip4/127.0.0.1/") {
-			t.Fatalf("micra node --home says %q; want a loopback address of peer %s (the home's key)", a, id[1])
-		}
-	case <-exited:
-		t.Fatalf("micra node --home exited:\n%s", stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("micra node --home printed no address in 60 s:\n%s", stderr.String())
-	}
-	for _, p := range []string{"state", "handoff"} {
-		if _, err := os.Stat(filepath.Join(home, "data", p)); err != nil {
+	for _, d := range []string{"state", "handoff"} {
+		if _, err := os.Stat(filepath.Join(home, "data", d)); err != nil {
 			t.Errorf("the home's data directory: %v", err)
 		}
 	}
