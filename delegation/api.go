@@ -34,6 +34,7 @@ package delegation
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"time"
 
@@ -69,7 +70,7 @@ type Record struct {
 	Subnet    hierarchy.NodeID
 	Snapshot  hierarchy.SnapshotID
 	Owner     CrawlerID
-	OwnerRTT  time.Duration
+	OwnerRTT  time.Duration // the owner's answer to a probe; 0: not measured (a prediction, a guess, a placement)
 	Probes    []ProbeResult // the probe results that decided it (variance heuristic)
 	Epoch     uint64        // bumped on every re-delegation of this subnet
 	DecidedBy CrawlerID
@@ -211,8 +212,9 @@ type Tree interface {
 
 // Compare is the Select order, the one total order every peer applies to
 // competing records of one subnet: the higher epoch wins, then the lower
-// owner RTT, then the lower owner ID, then the later time (an owner's
-// refresh supersedes its older copy), then the lower decider ID. It
+// owner RTT (a measured one before none), then the lower owner ID, then
+// the later time (an owner's refresh supersedes its older copy), then the
+// lower decider ID. It
 // returns a negative number when a wins, positive when b wins, and 0 when
 // the fields it reads tie — only two values one decider sealed for the
 // same subnet at the same instant; the overlay breaks that tie by the
@@ -222,7 +224,7 @@ func Compare(a, b Record) int {
 	case a.Epoch != b.Epoch:
 		return cmpBool(a.Epoch > b.Epoch)
 	case a.OwnerRTT != b.OwnerRTT:
-		return cmpBool(a.OwnerRTT < b.OwnerRTT)
+		return cmpBool(rttOrder(a.OwnerRTT) < rttOrder(b.OwnerRTT))
 	case a.Owner != b.Owner:
 		return cmpBool(a.Owner < b.Owner)
 	case !a.At.Equal(b.At):
@@ -231,6 +233,15 @@ func Compare(a, b Record) int {
 		return cmpBool(a.DecidedBy < b.DecidedBy)
 	}
 	return 0
+}
+
+// rttOrder ranks an owner RTT for Compare: a measured one before any
+// claim of none (0), so a prediction never beats a measurement.
+func rttOrder(d time.Duration) time.Duration {
+	if d == 0 {
+		return math.MaxInt64
+	}
+	return d
 }
 
 // cmpBool is -1 when a wins, else 1.

@@ -530,6 +530,11 @@ func TestUnprobedWinnerAddsNoProbe(t *testing.T) {
 		}
 		if d.Reason == ReasonPredicted {
 			blind++
+			// a prediction is not a measurement: the owner endorses only
+			// RTTs it answered, and refused the record when it carried one
+			if d.Record.OwnerRTT != 0 || d.OwnerRTT != 0 {
+				t.Fatalf("blind decision %v claims owner rtt %v", d, d.Record.OwnerRTT)
+			}
 		}
 		for _, r := range d.Record.Probes {
 			if !r.OK {

@@ -82,6 +82,14 @@ func TestCompareIsTheSelectOrder(t *testing.T) {
 	if Compare(base, base) != 0 || Better(base, base) {
 		t.Error("a record beats itself")
 	}
+	// 0 claims no measurement: any measured RTT beats it
+	unmeasured := base
+	unmeasured.OwnerRTT, unmeasured.Owner = 0, "a"
+	slow := base
+	slow.OwnerRTT, slow.Owner = time.Hour, "z"
+	if Compare(slow, unmeasured) >= 0 || !Better(slow, unmeasured) {
+		t.Errorf("an unmeasured record beats a measured one: Compare = %d", Compare(slow, unmeasured))
+	}
 }
 
 // TestBlockDelegatedOnClearMargin: S is a's, its later hosts are nearest b

@@ -384,7 +384,7 @@ func (e *engine) decideAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID
 		}
 	}
 	rec := Record{
-		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: measured(win),
 		Probes: probes, Epoch: prev.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(prev.Blocks, win.Crawler),
 	}
@@ -425,6 +425,17 @@ func (e *engine) hashed(ip netip.Addr, why Reason, d Decision) (Decision, error)
 	d.Owner, d.Reason = owner, why
 	d.Steps = append(d.Steps, Step{Kind: StepHash, Node: hierarchy.None, Note: why.String()})
 	return d, nil
+}
+
+// measured is r's RTT if the crawler answered a probe, else 0: a record's
+// OwnerRTT is a measurement its owner can check (it endorses only what it
+// answered the decider), never a prediction (micra's blind decisions) or
+// a guess (random, hash).
+func measured(r ProbeResult) time.Duration {
+	if !r.OK {
+		return 0
+	}
+	return r.RTT
 }
 
 // Join implements Policy: a joining crawler owns its own subnet.

@@ -116,7 +116,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	}
 	win, _ := answerOf(ranked, handTo)
 	nr := Record{
-		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: win.RTT,
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: measured(win),
 		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(rec.Blocks, win.Crawler),
 	}

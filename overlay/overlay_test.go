@@ -406,6 +406,14 @@ func TestEndorseRefusesForeignOrStaleRecords(t *testing.T) {
 	if _, err := a.endorse(ctx, b.ID(), m); StatusOf(err) != pb.Status_REFUSED {
 		t.Fatalf("implausible rtt endorsed: %v", err)
 	}
+	// A record that claims no measurement (a blind or random decision)
+	// is endorsed: there is nothing to check, and 0 is not a lie.
+	blind := lie
+	blind.OwnerRTT = 0
+	m, _ = toPB(blind)
+	if _, err := a.endorse(ctx, b.ID(), m); err != nil {
+		t.Fatalf("unmeasured record refused: %v", err)
+	}
 }
 
 func TestKeyFilePersistsIdentity(t *testing.T) {

@@ -147,8 +147,13 @@ func (l *probeLog) add(p peer.ID, target netip.Addr, rtt time.Duration) {
 
 // consistent reports whether rtt agrees with what this peer reported to p
 // for targets matching in(): true when nothing was reported (the record may
-// come from an older measurement), else true only if one sample matches.
+// come from an older measurement) or rtt is 0 (the record claims no
+// measurement: a decision without a probe of its owner), else true only
+// if one sample matches.
 func (l *probeLog) consistent(p peer.ID, in func(netip.Addr) bool, rtt time.Duration) bool {
+	if rtt == 0 {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	any := false
