@@ -90,7 +90,7 @@ type Config struct {
 // DefaultConfig is a volunteer's crawler node: overlay.DefaultConfig, the
 // engine's defaults, IPMicra delegation.
 func DefaultConfig() Config {
-	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "ipmicra"}
+	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "micra"}
 }
 
 // TestnetConfig is a crawler node for in-process loopback networks:

@@ -67,7 +67,7 @@ type Node struct {
 // the overlay peer (listening and bootstrapping). Run starts the work.
 func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	if cfg.Policy == "" {
-		cfg.Policy = "ipmicra"
+		cfg.Policy = "micra"
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

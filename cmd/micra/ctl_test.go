@@ -68,7 +68,7 @@ func TestControlCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &id); err != nil {
 		t.Fatalf("id --json: %v\n%s", err, out)
 	}
-	if id.Role != "crawler" || id.CrawlerAddr != "1.1.1.1" || id.Policy != "ipmicra" || len(id.Addrs) == 0 ||
+	if id.Role != "crawler" || id.CrawlerAddr != "1.1.1.1" || id.Policy != "micra" || len(id.Addrs) == 0 ||
 		!strings.HasSuffix(id.Addrs[0], "/p2p/"+id.PeerID) {
 		t.Errorf("id %+v", id)
 	}
