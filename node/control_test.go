@@ -60,7 +60,7 @@ func TestControlAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.PeerID != nd.Peer().ID().String() || id.Role != "crawler" || id.Policy != "micra" ||
+	if id.PeerID != nd.Peer().ID().String() || id.Role != "crawler" || id.Policy != nd.cfg.Policy ||
 		id.Hierarchy != nd.Tree().ID().String() || id.CrawlerAddr != c.emu.crawler[0].String() ||
 		id.Capacity != nd.cfg.Overlay.Capacity || id.Version.Go == "" || len(id.Version.Protocols) == 0 {
 		t.Errorf("id %+v", id)
