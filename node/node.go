@@ -50,7 +50,8 @@ type Node struct {
 	recv *deliveries
 
 	rerouted prometheus.Counter
-	dead     chan death // owners declared dead, for the ledger
+	load     prometheus.Gauge // pages taken on over the last day (reportLoad)
+	dead     chan death       // owners declared dead, for the ledger
 
 	opened time.Time     // when the overlay peer started hearing members
 	ready  chan struct{} // closed once Run has joined (Ready)
@@ -158,8 +159,12 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.router.ledger = n.recordHandoff
 		n.rerouted = prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_rerouted_urls_total",
 			Help: "URLs handed to an owner that died, routed again to the new owners."})
-		if err := n.reg.Register(n.rerouted); err != nil {
-			return n, fmt.Errorf("node: register metrics: %w", err)
+		n.load = prometheus.NewGauge(prometheus.GaugeOpts{Name: "micra_node_load_pages",
+			Help: "Pages this crawler took on over the last day (URLs its frontier admitted): the load its heartbeats advertise against its capacity."})
+		for _, c := range []prometheus.Collector{n.rerouted, n.load} {
+			if err := n.reg.Register(c); err != nil {
+				return n, fmt.Errorf("node: register metrics: %w", err)
+			}
 		}
 		n.dead = make(chan death, 64)
 		n.peer.Members().OnChange(func(ev overlay.MemberEvent) {
@@ -295,6 +300,7 @@ func (n *Node) Run(ctx context.Context) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	wg.Go(func() { n.rerouteLoop(rctx, n.dead) })
+	wg.Go(func() { n.reportLoad(rctx) })
 	if len(n.cfg.Seeds) > 0 {
 		if err := n.waitFormed(ctx); err != nil {
 			return nil // ctx ended

@@ -26,6 +26,7 @@ type testnetOptions struct {
 	dir, policy, latency, hostDist, sites, rtt string
 	peers, hosts, pages                        int
 	seed                                       uint64
+	capacity                                   float64
 	sink, json                                 bool
 	show                                       int
 	experiment                                 string
@@ -49,6 +50,7 @@ func (o *testnetOptions) flags(cmd *cobra.Command, up bool) {
 	f.StringVar(&o.hostDist, "host-dist", "zipf", "hosts' addresses: zipf (clustered in hosting subnets) or uniform")
 	f.StringVar(&o.sites, "sites", "", "measured matrix: sites CSV (with --world matrix)")
 	f.StringVar(&o.rtt, "rtt", "", "measured matrix: RTT CSV (with --world matrix)")
+	f.Float64Var(&o.capacity, "capacity-factor", 2, "each crawler's capacity: this many times its even share of the web's pages")
 	f.StringArrayVar(&o.nodeFlags, "node-flag", nil, "pass this flag to every `micra node` (repeatable; e.g. --node-flag=--balance=release)")
 }
 
@@ -63,6 +65,7 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	}
 	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
+	c.World.CapacityFactor = o.capacity
 	c.Web.Seed, c.Web.Hosts, c.Web.PagesPerHost = o.seed, o.hosts, o.pages
 	if o.peers < 1 || o.peers > 100 {
 		return c, fmt.Errorf("testnet: --peers %d: want 1 to 100", o.peers)
@@ -294,6 +297,7 @@ func printResult(w io.Writer, r *cluster.Result) {
 	fmt.Fprintf(tw, "overlap at the sink\t%d records; %d pages fetched twice at the web\n", r.Overlap, r.DuplicateFetches)
 	fmt.Fprintf(tw, "hosts at their nearest crawler\t%.1f %% (mean excess RTT %.1f ms; simulator, same world: %.1f %%)\n", r.OptimalPct, r.ExcessRTTMs, r.SimOptimalPct)
 	fmt.Fprintf(tw, "probes per host\t%.2f (%d probes; simulator: %.2f per URL)\n", r.ProbesPerHost, r.Probes, r.SimProbesPerURL)
+	fmt.Fprintf(tw, "busiest crawler\t%.0f %% of its capacity (%d crawlers above theirs)\n", r.MaxLoadPct, r.OverCapacity)
 	fmt.Fprintf(tw, "crawl makespan\t%.1f s\n", r.MakespanS)
 	fmt.Fprintf(tw, "Σ download time\t%.1f s\n", r.DownloadS)
 	fmt.Fprintf(tw, "peak RSS\tnode %.0f MB (the largest of %d), sink %.0f MB\n", r.NodePeakRSSMB, r.Peers, r.SinkPeakRSSMB)

@@ -188,6 +188,11 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	if t.World, err = spec.Build(ctx, tree); err != nil {
 		return t, fmt.Errorf("cluster: world: %w", err)
 	}
+	for i := range t.World.Spec.Places {
+		// the simulator's capacity counts hosts (one decision each); a
+		// node's counts pages (every URL its frontier takes on)
+		t.World.Spec.Places[i].Capacity *= o.Web.PagesPerHost
+	}
 	worldFile := filepath.Join(o.Dir, "world.json")
 	if err := t.World.Spec.WriteFile(worldFile); err != nil {
 		return t, err

@@ -65,9 +65,12 @@ type Result struct {
 	BytesFetched int64 `json:"bytes_fetched"`
 	BytesToSink  int64 `json:"bytes_to_sink"`
 
-	// MaxLoadPct is the busiest crawler's pages over the pages its share
-	// of the capacity would give it.
+	// PagesPerCrawler counts the pages each crawler delivered; MaxLoadPct
+	// is the busiest crawler's pages over its capacity (the world's, in
+	// pages), OverCapacity the crawlers that took on more than theirs.
 	PagesPerCrawler map[string]int `json:"pages_per_crawler"`
+	MaxLoadPct      float64        `json:"max_load_pct"`
+	OverCapacity    int            `json:"over_capacity"`
 	// SimOptimalPct and SimProbesPerURL are `micra sim`'s figures for the
 	// policy on the same world, over every host (Testnet.Simulate, or
 	// RunExperiment for every policy in one simulator run).
@@ -262,6 +265,17 @@ func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
 		r.SinkPeakRSSMB = peakRSSMB(t.sink.pid())
 	}
 	r.Pages = len(pages)
+	for id, n := range r.PagesPerCrawler {
+		i, ok := idx[id]
+		if !ok || i >= len(t.World.Spec.Places) || t.World.Spec.Places[i].Capacity <= 0 {
+			continue
+		}
+		c := t.World.Spec.Places[i].Capacity
+		r.MaxLoadPct = max(r.MaxLoadPct, 100*float64(n)/float64(c))
+		if n > c {
+			r.OverCapacity++
+		}
+	}
 	r.CoveragePct = 100 * float64(r.Pages) / float64(max(1, r.TotalPages))
 	if !lastFetch.IsZero() {
 		r.MakespanS = lastFetch.Sub(start).Seconds()

@@ -58,6 +58,9 @@ type Spec struct {
 	Latency string `json:"latency,omitempty"`
 	Sites   string `json:"sites,omitempty"`
 	RTT     string `json:"rtt,omitempty"`
+	// CapacityFactor sets each crawler's capacity to this many times its
+	// even share of the hosts (the simulator's; 0: its default, 2).
+	CapacityFactor float64 `json:"capacity_factor,omitempty"`
 	// Hosts are the synthetic web's hosts: host i stands at the world's
 	// host i.
 	Hosts []Host `json:"hosts"`
@@ -182,6 +185,9 @@ func (s Spec) SimConfig(tree *hierarchy.Tree) (sim.Config, error) {
 		cfg.HostDist = sim.HostsZipf
 	}
 	cfg.Train = -1
+	if s.CapacityFactor > 0 {
+		cfg.CapacityFactor = s.CapacityFactor
+	}
 	var err error
 	switch s.Latency {
 	case "hubs":
