@@ -196,3 +196,47 @@ func TestHandoffFailuresDoNotUseTransientRetries(t *testing.T) {
 			hits()["/"], st.HandedOff, st.ByReason)
 	}
 }
+
+// timeoutRouteRouter owns 127.0.0.1; its first `fails` routings of other
+// hosts time out inside the router (a DHT lookup on a slow network).
+type timeoutRouteRouter struct {
+	fails  int32
+	n      atomic.Int32
+	handed atomic.Int32
+}
+
+func (r *timeoutRouteRouter) Route(_ context.Context, u *url.URL, _ netip.Addr) (Route, error) {
+	if u.Hostname() == "127.0.0.1" {
+		return Route{Mine: true}, nil
+	}
+	if r.n.Add(1) <= r.fails {
+		return Route{}, fmt.Errorf("overlay: dht get /micra/deleg/7: %w", context.DeadlineExceeded)
+	}
+	return Route{Owner: "other"}, nil
+}
+func (r *timeoutRouteRouter) Handoff(_ context.Context, rs []Routed) error {
+	r.handed.Add(int32(len(rs)))
+	return nil
+}
+func (*timeoutRouteRouter) NeedsIP() bool { return false }
+
+// A link whose routing timed out inside the router is not dropped as a bad
+// link: the page is visited again and the link handed to its owner then.
+func TestLinkRoutingTimeoutKeepsTheLink(t *testing.T) {
+	srv, hits := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<title>page</title><a href="http://foreign.test/x">x</a>`)
+	})
+	rt := &timeoutRouteRouter{fails: 1}
+	eng := runToIdle(t, Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Router: rt, Fetch: revisitFetch(),
+		RetryDelay: 10 * time.Millisecond, Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	st := eng.Stats()
+	if rt.handed.Load() != 1 || st.BadLinks != 0 {
+		t.Fatalf("link handed off %d times, bad links %d (page fetched %d times): want the timed-out link routed again and handed off",
+			rt.handed.Load(), st.BadLinks, hits()["/"])
+	}
+}

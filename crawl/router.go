@@ -2,6 +2,7 @@ package crawl
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"net/url"
 	"time"
@@ -87,3 +88,12 @@ func (LocalRouter) Route(context.Context, *url.URL, netip.Addr) (Route, error) {
 }
 func (LocalRouter) Handoff(context.Context, []Routed) error { return nil }
 func (LocalRouter) NeedsIP() bool                           { return false }
+
+// TransientRouteError reports whether a Route error may pass by itself: a
+// deadline or cancellation inside the router (a DHT lookup or a round of
+// probes that ran out of time on a slow network) rather than an answer
+// about the URL. A URL whose routing failed so must be routed again later,
+// not dropped.
+func TransientRouteError(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}

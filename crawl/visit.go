@@ -445,7 +445,7 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 			defer cancel()
 			r, err := e.route(rctx, u)
 			if err != nil {
-				if rctx.Err() != nil || ctx.Err() != nil {
+				if rctx.Err() != nil || ctx.Err() != nil || TransientRouteError(err) {
 					return err
 				}
 				e.log.Debug("redirect target's owner unknown, not admitted", "url", s, "err", err)
@@ -648,9 +648,10 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 			}
 			r, err := e.route(rctx, u)
 			if err != nil {
-				if rctx.Err() != nil || ctx.Err() != nil {
-					// out of time, or stopping (the overlay may be closing):
-					// the page stays queued, its links come next time
+				if rctx.Err() != nil || ctx.Err() != nil || TransientRouteError(err) {
+					// out of time, stopping (the overlay may be closing),
+					// or a lookup that timed out inside the router: the
+					// page stays queued, its links come next time
 					return err
 				}
 				e.st.badLinks.Add(1)

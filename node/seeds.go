@@ -25,8 +25,12 @@ type SeedResult struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// seedRouters bounds the seeds routed at once (RouteSeeds).
-const seedRouters = 32
+// seedRouters bounds the seeds routed at once (RouteSeeds); seedAttempts
+// bounds the routings of one seed whose lookups time out.
+const (
+	seedRouters  = 32
+	seedAttempts = 3
+)
 
 // Seed statuses.
 const (
@@ -100,12 +104,20 @@ func (n *Node) routeSeedBatch(ctx context.Context, norm *urlnorm.Normalizer, see
 		}
 		res[i].Normalized = u.String()
 		g.Go(func() error {
-			a, err := n.router.lookup(ctx, u.Hostname())
-			if err == nil {
-				routes[i], err = n.router.Route(ctx, u, a)
+			// a lookup that timed out in the router (a slow network, a
+			// DHT still filling) is tried again: a seed is rejected for
+			// what it is, not for the network's weather
+			for attempt := 1; ; attempt++ {
+				a, err := n.router.lookup(ctx, u.Hostname())
+				if err == nil {
+					routes[i], err = n.router.Route(ctx, u, a)
+				}
+				errs[i] = err
+				if err == nil || attempt == seedAttempts || ctx.Err() != nil || !crawl.TransientRouteError(err) {
+					return nil
+				}
+				n.log.Debug("seed routing timed out; trying again", "seed", s, "attempt", attempt, "err", err)
 			}
-			errs[i] = err
-			return nil
 		})
 	}
 	_ = g.Wait()
