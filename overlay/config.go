@@ -85,6 +85,10 @@ type Config struct {
 	ProbePort   uint16
 	// Seed drives the delegation policy's random choices (0: from the peer id).
 	Seed uint64
+	// WireDelay, if set, is the emulated round trip to a peer listening at
+	// an address (0: none): connections this peer dials over TCP pay it
+	// (a testnet's emulated world; see delay.go).
+	WireDelay func(remote netip.Addr) time.Duration
 
 	// Request deadlines.
 	RequestTimeout time.Duration

@@ -217,11 +217,15 @@ func NewHost(cfg Config) (host.Host, error) {
 		libp2p.ListenAddrs(listen...),
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
-		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.ResourceManager(rm),
 		libp2p.ConnectionManager(cm),
 		libp2p.Ping(true),
 		libp2p.UserAgent("micra/overlay"),
+	}
+	if cfg.WireDelay != nil {
+		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport, tcp.WithDialerForAddr(wireDialer(cfg.WireDelay))))
+	} else {
+		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport))
 	}
 	hasQUIC := false
 	for _, a := range listen {
