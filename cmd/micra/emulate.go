@@ -14,7 +14,8 @@ import (
 
 // applyEmulation places cfg's node at peer i of the world in file: its
 // address, position and capacity, its fetches' latency and names, its
-// address mapper and its prober.
+// address mapper, its prober, and the round trips of the connections it
+// dials to other peers.
 func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) error {
 	spec, err := emu.Load(file)
 	if err != nil {
@@ -39,6 +40,7 @@ func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) e
 	cfg.AddrMapper = pl.MapAddr
 	cfg.Measurer = pl
 	cfg.Overlay.ProbeGuard = pl.Guard
+	cfg.Overlay.WireDelay = pl.WireRTT
 	return nil
 }
 

@@ -26,7 +26,7 @@ type testnetOptions struct {
 	dir, policy, latency, hostDist, sites, rtt string
 	peers, hosts, pages                        int
 	seed                                       uint64
-	capacity                                   float64
+	capacity, wireScale                        float64
 	sink, json                                 bool
 	show                                       int
 	experiment                                 string
@@ -50,6 +50,7 @@ func (o *testnetOptions) flags(cmd *cobra.Command, up bool) {
 	f.StringVar(&o.hostDist, "host-dist", "zipf", "hosts' addresses: zipf (clustered in hosting subnets) or uniform")
 	f.StringVar(&o.sites, "sites", "", "measured matrix: sites CSV (with --world matrix)")
 	f.StringVar(&o.rtt, "rtt", "", "measured matrix: RTT CSV (with --world matrix)")
+	f.Float64Var(&o.wireScale, "wire-scale", 1, "round trips between peers on the wire: this many times the world's (0: none)")
 	f.Float64Var(&o.capacity, "capacity-factor", 2, "each crawler's capacity: this many times its even share of the web's pages")
 	f.StringArrayVar(&o.nodeFlags, "node-flag", nil, "pass this flag to every `micra node` (repeatable; e.g. --node-flag=--balance=release)")
 }
@@ -65,7 +66,10 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	}
 	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
-	c.World.CapacityFactor = o.capacity
+	c.World.CapacityFactor, c.World.WireScale = o.capacity, o.wireScale
+	if o.wireScale < 0 {
+		return c, fmt.Errorf("testnet: --wire-scale %v: want 0 (no delay) or more", o.wireScale)
+	}
 	c.Web.Seed, c.Web.Hosts, c.Web.PagesPerHost = o.seed, o.hosts, o.pages
 	if o.peers < 1 || o.peers > 100 {
 		return c, fmt.Errorf("testnet: --peers %d: want 1 to 100", o.peers)

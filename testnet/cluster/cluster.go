@@ -261,10 +261,12 @@ func (t *Testnet) startSink(ctx context.Context) error {
 // init --testnet does (the identity key is created on the first start): the
 // node reads its config.toml, not the user's ~/.micra (and start keeps the
 // shell's MICRA_<KEY> variables from it).
-func writeHome(home string) error {
+func writeHome(home string, i int) error {
 	var b strings.Builder
 	b.WriteString("# a node of micra testnet (the testnet's flags override this file)\n")
-	f := node.File{DataDir: "data", Testnet: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}}
+	// each peer on a loopback address of its own: the emulated wire knows
+	// peers by their addresses (emu.Place.WireRTT)
+	f := node.File{DataDir: "data", Testnet: true, Listen: []string{"/ip4/" + emu.PeerLoopback(i).String() + "/tcp/0"}}
 	if err := node.WriteTOML(&b, f); err != nil {
 		return err
 	}
@@ -279,7 +281,7 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		return err
 	}
 	data := filepath.Join(home, "data")
-	if err := writeHome(home); err != nil {
+	if err := writeHome(home, i); err != nil {
 		return err
 	}
 	args := []string{"node", "--home", home,

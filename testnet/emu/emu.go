@@ -58,6 +58,9 @@ type Spec struct {
 	Latency string `json:"latency,omitempty"`
 	Sites   string `json:"sites,omitempty"`
 	RTT     string `json:"rtt,omitempty"`
+	// WireScale multiplies the modelled round trips between peers on
+	// their connections (Place.WireRTT): 1 as modelled, 0 none.
+	WireScale float64 `json:"wire_scale,omitempty"`
 	// CapacityFactor sets each crawler's capacity to this many times its
 	// even share of the hosts (the simulator's; 0: its default, 2).
 	CapacityFactor float64 `json:"capacity_factor,omitempty"`
@@ -356,6 +359,36 @@ func (p *Place) RTT(remote netip.Addr) time.Duration {
 		return 0
 	}
 	return p.sample(h)
+}
+
+// PeerLoopback is the loopback address testnet peer i listens on; the
+// emulated wire (WireRTT) knows the peers by it. The synthetic web's hosts
+// are served from 127.77/16.
+func PeerLoopback(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 88, byte(i / 250), byte(i%250 + 1)})
+}
+
+// peerAt is the index of the peer listening at a (PeerLoopback).
+func (w *World) peerAt(a netip.Addr) (int, bool) {
+	a = a.Unmap()
+	b := a.As4()
+	if !a.Is4() || b[0] != 127 || b[1] != 88 || b[3] == 0 || b[3] > 250 {
+		return 0, false
+	}
+	i := int(b[2])*250 + int(b[3]) - 1
+	return i, i < len(w.crawlers)
+}
+
+// WireRTT implements overlay.Config.WireDelay: the modelled mean round trip
+// between this place and the peer listening at remote, times the Spec's
+// WireScale (0 for itself and for addresses that are not a peer's: the
+// sink).
+func (p *Place) WireRTT(remote netip.Addr) time.Duration {
+	j, ok := p.w.peerAt(remote)
+	if !ok || j == p.self {
+		return 0
+	}
+	return time.Duration(p.w.Spec.WireScale * float64(world.Duration(p.w.model.MeanRTT(&p.w.crawlerE[p.self], &p.w.crawlerE[j]))))
 }
 
 // MapAddr implements node.AddrMapper: a host's loopback address becomes its

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/sim"
+	"github.com/micra-crawler/micra/testnet/world"
 )
 
 func testSpec(n int) Spec {
@@ -198,5 +200,50 @@ func TestPlacedWorldHubs(t *testing.T) {
 				t.Fatalf("crawler %d, host %d: mean RTT %v, built %v", c, h, pw.MeanRTT(c, h), w.MeanRTT(c, h))
 			}
 		}
+	}
+}
+
+// Peers know each other on the wire by their loopback addresses: the round
+// trip between two peers is the model's between their places, the same
+// both ways; a peer's own address and the sink's cost nothing.
+func TestWireRTTBetweenPeers(t *testing.T) {
+	tree, err := hierarchy.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec(20)
+	spec.WireScale = 1
+	w, err := spec.Build(context.Background(), tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, _ := w.At(0)
+	p2, _ := w.At(2)
+	rtt := p0.WireRTT(PeerLoopback(2))
+	if rtt <= 0 || rtt != p2.WireRTT(PeerLoopback(0)) {
+		t.Fatalf("0→2 %v, 2→0 %v: want the same positive round trip", rtt, p2.WireRTT(PeerLoopback(0)))
+	}
+	want := world.Duration(w.model.MeanRTT(&w.crawlerE[0], &w.crawlerE[2]))
+	if rtt != want {
+		t.Errorf("0→2 %v, the model's mean %v", rtt, want)
+	}
+	for _, a := range []netip.Addr{PeerLoopback(0), PeerLoopback(spec.Crawlers), netip.MustParseAddr("127.0.0.1"), spec.Hosts[0].Loopback} {
+		if d := p0.WireRTT(a); d != 0 {
+			t.Errorf("WireRTT(%v) = %v: want 0 (itself, no such peer, the sink, a web host)", a, d)
+		}
+	}
+	w.Spec.WireScale = 0.25
+	if d := p0.WireRTT(PeerLoopback(2)); d != time.Duration(0.25*float64(rtt)) {
+		t.Errorf("at wire scale 0.25: %v, want a quarter of %v", d, rtt)
+	}
+	w.Spec.WireScale = 0
+	if d := p0.WireRTT(PeerLoopback(2)); d != 0 {
+		t.Errorf("at wire scale 0: %v, want no delay", d)
+	}
+	if PeerLoopback(251) != netip.MustParseAddr("127.88.1.2") {
+		t.Errorf("peer 251 at %v", PeerLoopback(251))
+	}
+	if i, ok := w.peerAt(PeerLoopback(3)); !ok || i != 3 {
+		t.Errorf("peerAt(PeerLoopback(3)) = %d, %v", i, ok)
 	}
 }
