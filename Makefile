@@ -28,10 +28,11 @@ bench:
 # The main job: a testnet of 12 crawler nodes and an index sink (real processes on loopback) in an
 # emulated world crawls a synthetic web of 200 hosts; prints the results beside the simulator's
 # figures for the same world, the first records of a subscription and a search, then stops it.
+# Round trips between peers at a quarter of the world's (docs/testnet.md: latency between peers).
 RUN_DIR ?= $(CURDIR)/.testnet
 run: build
 	rm -rf $(RUN_DIR)
-	./$(BIN) testnet run --dir $(RUN_DIR) -n 12 --hosts 200 --pages-per-host 10
+	./$(BIN) testnet run --dir $(RUN_DIR) -n 12 --hosts 200 --pages-per-host 10 --wire-scale 0.25
 
 # Rebuild the embedded IP hierarchy (data/hierarchy/default.snap.zst); fetches its range data with npm.
 snapshot:
