@@ -34,8 +34,8 @@ const maxPushMsg = 8<<20 + 1<<10
 // and it must be the carrier's crawler.
 type Server struct {
 	Store *Store
-	// Admit, if set, may refuse a sender before anything else is read of
-	// its carrier. An error is answered NOT_MEMBER with the error as the
+	// Admit, if set, may refuse a sender before its carrier is decoded.
+	// An error is answered NOT_MEMBER with the error as the
 	// reason, and the sender keeps the carrier and sends it again later
 	// (it may not be a member yet, or the sink may not have heard it yet);
 	// a *RefusedError is answered with its own status and reason.
