@@ -82,8 +82,8 @@ type LightMember struct {
 }
 
 // JoinMembership starts a light member on h (the caller keeps h): it
-// connects to the bootstrap peers, joins micra/membership/1 and heartbeats
-// until Close.
+// joins micra/membership/1, connects to the bootstrap peers (in the
+// background: it returns at once) and heartbeats until Close.
 func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMember, error) {
 	d := DefaultConfig()
 	if cfg.HeartbeatInterval == 0 {
@@ -153,7 +153,6 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 	l.psCancel = psCancel
 	var lctx context.Context
 	lctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	l.connect(lctx, boot)
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.listen(lctx) }()
 	go func() { defer l.wg.Done(); l.beat(lctx) }()
@@ -189,6 +188,7 @@ func (l *LightMember) beat(ctx context.Context) {
 	defer sweep.Stop()
 	upkeep := time.NewTicker(l.cfg.FailureTimeout)
 	defer upkeep.Stop()
+	l.connect(ctx, l.boot)
 	l.publish(ctx)
 	for {
 		select {

@@ -231,7 +231,8 @@ func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheu
 	snap, nodes := tree.ID(), tree.Len()
 	tree = nil
 	debug.FreeOSMemory() // (the decoded tree's ≈ 50 MB back to the system at once)
-	loopback := true // a sink on loopback only is a testnet's: no colocation penalty
+	// a sink on loopback only is a testnet's: no colocation penalty
+	loopback := true
 	for _, a := range h.Addrs() {
 		loopback = loopback && manet.IsIPLoopback(a)
 	}
