@@ -31,7 +31,7 @@ import (
 type Config struct {
 	// DataDir holds everything the node keeps: identity.key, state/ (the
 	// crawler's Badger store: frontier, page history, outbox), handoff/
-	// (the overlay's hand-off spool) and carriers/ (the default receiver).
+	// (the overlay's hand-off spool).
 	DataDir string
 
 	// Crawler is the crawler role: fetch the subnets delegated to this
@@ -45,10 +45,13 @@ type Config struct {
 	// Crawl configures the engine. StateDir/DB, Router, Receiver (unless
 	// set), CrawlerID, Logger and Registerer are set by the node.
 	Crawl crawl.Config
-	// Sink is the index sink's multiaddr with /p2p/<id>: the crawler
-	// delivers its carriers to it over /micra/carrier/1 (node/sink) rather
-	// than into DataDir/carriers. Its carriers name the crawler by this
-	// node's peer id, the identity the sink checks.
+	// Sink is the index sink's multiaddr with /p2p/<id>, or /p2p/<id>
+	// alone (its addresses then come from its heartbeats): the crawler
+	// delivers its carriers to it over /micra/carrier/1 (node/sink). Empty,
+	// and no Crawl.Receiver (the carriers setting): to the sink the network
+	// announces (a live member whose heartbeats carry the sink role;
+	// carriers wait in the outbox while none is). Its carriers name the
+	// crawler by this node's peer id, the identity the sink checks.
 	Sink string
 	// Seeds are routed at Run once the membership has formed (SeedWait):
 	// queued here when this crawler owns them, else handed to their

@@ -342,7 +342,13 @@ type HandoffStatus struct {
 
 // SinkStatus is where the carriers go and how the last delivery went.
 type SinkStatus struct {
-	Addr        string `json:"addr,omitempty"`         // the index sink (Config.Sink)
+	// Source is where the carriers go: config (the sink setting),
+	// network (the sink the network announces) or files.
+	Source string `json:"source"`
+	// Addr is the index sink: Config.Sink, or the one found on the
+	// network (its first advertised address with /p2p/<id>); empty while
+	// none is announced (the carriers wait in the outbox).
+	Addr        string `json:"addr,omitempty"`
 	CarriersDir string `json:"carriers_dir,omitempty"` // files instead of a sink
 	// Connected: a libp2p connection to the sink is open now.
 	Connected    bool       `json:"connected"`
@@ -385,12 +391,22 @@ func (n *Node) Status() StatusInfo {
 		CarriersSealed: st.CarriersSealed, CarriersDelivered: st.CarriersDelivered, DeliveryErrors: st.DeliveryErrors}
 	s.CaughtUp = s.CaughtUp && f.Queued == 0 && f.ActiveHosts == 0 && !f.RevisitsDue &&
 		st.PendingRecords == 0 && st.PendingCarriers == 0
-	sk := &SinkStatus{Addr: n.cfg.Sink}
+	sk := &SinkStatus{Source: "files"}
 	if fs, ok := n.recv.Receiver.(pack.FileSink); ok {
 		sk.CarriersDir = fs.Dir
 	}
-	if n.sinkClient != nil {
-		sk.Connected = n.peer.Host().Network().Connectedness(n.sinkClient.Sink.ID) == network.Connected
+	if f := n.finder; f != nil {
+		sk.Source = f.source()
+		if ai, ok := f.target(); ok {
+			sk.Addr = n.cfg.Sink
+			if sk.Addr == "" {
+				sk.Addr = "/p2p/" + ai.ID.String()
+				if len(ai.Addrs) > 0 {
+					sk.Addr = ai.Addrs[0].String() + sk.Addr
+				}
+			}
+			sk.Connected = n.peer.Host().Network().Connectedness(ai.ID) == network.Connected
+		}
 	}
 	ds := n.recv.state()
 	sk.Delivered, sk.Failed = ds.ok, ds.failed
@@ -425,6 +441,7 @@ type PeerInfo struct {
 	Position    *Position `json:"position,omitempty"`
 	Capacity    int       `json:"capacity"`       // pages per day; 0: not a crawler
 	Load        *uint32   `json:"load,omitempty"` // advertised load, pages per day (not for self)
+	Sink        bool      `json:"sink,omitempty"` // it announces itself as the index sink
 	// LastHeard is when its last heartbeat was accepted; SilenceMs how
 	// long ago (neither for self).
 	LastHeard *time.Time `json:"last_heard,omitempty"`
@@ -451,7 +468,7 @@ func (n *Node) Peers() []PeerInfo {
 	out := []PeerInfo{self}
 	now := time.Now()
 	for _, m := range n.peer.Members().Snapshot() {
-		p := PeerInfo{PeerID: m.Peer.String(), State: "alive", Addrs: p2pAddrs(m.Addrs, m.Peer),
+		p := PeerInfo{PeerID: m.Peer.String(), State: "alive", Addrs: p2pAddrs(m.Addrs, m.Peer), Sink: m.Sink,
 			Connected: h.Network().Connectedness(m.Peer) == network.Connected, Capacity: m.Crawler.Capacity}
 		interval := m.Interval
 		if interval <= 0 {

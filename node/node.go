@@ -27,10 +27,8 @@ import (
 
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
-	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
-	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -44,8 +42,9 @@ type Node struct {
 	eng    *crawl.Engine // nil without the crawler role
 	router *Router
 	peer   *overlay.Peer
-	// sinkClient delivers the carriers when a sink is configured.
-	sinkClient *sink.Client
+	// finder delivers the carriers to the index sink, configured or
+	// announced on the network (nil: files, or no crawler role).
+	finder *sinkFinder
 	// recv is the engine's receiver, with its deliveries' outcome (status).
 	recv *deliveries
 
@@ -118,15 +117,15 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 			}
 			cc.CrawlerID = id.String()
 		}
-		if cfg.Sink != "" {
-			info, _ := peer.AddrInfoFromString(cfg.Sink) // (Validate parsed it)
-			// the host comes with the overlay peer, opened below, before
-			// the engine runs
-			n.sinkClient = &sink.Client{Sink: *info}
-			cc.Receiver = n.sinkClient
-		}
 		if cc.Receiver == nil {
-			cc.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
+			// the sink setting's, else the one the network announces;
+			// the host and membership come with the overlay peer, opened
+			// below, before the engine runs
+			n.finder = &sinkFinder{log: n.log}
+			if cfg.Sink != "" {
+				n.finder.pinned, _ = peer.AddrInfoFromString(cfg.Sink) // (Validate parsed it)
+			}
+			cc.Receiver = n.finder
 		}
 		n.recv = &deliveries{Receiver: cc.Receiver}
 		cc.Receiver = n.recv
@@ -143,8 +142,8 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		return n, err
 	}
 	n.router.peer = n.peer
-	if n.sinkClient != nil {
-		n.sinkClient.Host = n.peer.Host()
+	if n.finder != nil {
+		n.finder.host, n.finder.members = n.peer.Host(), n.peer.Members()
 	}
 	if n.eng != nil {
 		// one resolver for routing and fetching: the engine's (its

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/fetch"
 	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
@@ -170,6 +172,10 @@ func (c *cluster) open(t *testing.T, i int, boot []string, seeded bool, mod ...f
 	if seeded {
 		cfg.Seeds = c.web.Seeds()
 	}
+	// carriers to files: with no sink configured or announced they would
+	// wait in the outbox, and each stop would wait ShutdownDrain for them
+	// (a test that delivers to a sink clears this)
+	cfg.Crawl.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
 	for _, m := range mod {
 		m(i, &cfg)
 	}

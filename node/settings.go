@@ -130,9 +130,9 @@ var Settings = []Setting{
 		Meaning: "fsync every commit of the crawl state (survives power loss; slower)"},
 
 	{Key: "sink", Group: "sink", Type: "string", Default: `""`, Example: `"/ip4/203.0.113.9/tcp/4010/p2p/12D3KooWJ6MqnVtvqV7b5bWxqbtqYuxMNwfrfNJXZ4F5bBAVLk1N"`,
-		Meaning: "the index sink to deliver carriers to: its multiaddr ending in /p2p/<peer id>, as `micra sink` prints it"},
+		Meaning: "the index sink to deliver carriers to: its multiaddr ending in /p2p/<peer id>, as `micra sink` prints it, or /p2p/<peer id> alone (addresses from its heartbeats); empty: the sink the network announces (carriers wait in the outbox while none is)"},
 	{Key: "carriers", Group: "sink", Type: "path", Default: `""`, Example: `"carriers"`,
-		Meaning: "without a sink: the directory carriers are written to (default data_dir/carriers)"},
+		Meaning: "write carriers to this directory instead of delivering them to a sink (offline crawls; excludes sink)"},
 	{Key: "ship_links", Group: "sink", Type: "bool", Default: `false`, Example: `true`,
 		Meaning: "records carry their pages' out-links"},
 }

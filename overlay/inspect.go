@@ -27,6 +27,13 @@ type MemberInfo struct {
 	LastSeen time.Time     // when its last heartbeat was accepted
 	Interval time.Duration // its heartbeat interval
 	Dead     bool          // declared dead (silent for the failure timeout)
+	Reason   string        // for Dead: ReasonLeft or ReasonFailed
+	Sink     bool          // it announces the index sink role
+}
+
+func (st *member) info(id peer.ID) MemberInfo {
+	return MemberInfo{Peer: id, Crawler: st.crawler, Load: st.load, Addrs: st.addrs,
+		LastSeen: st.lastSeen, Interval: st.interval, Dead: st.dead, Reason: st.reason, Sink: st.sink}
 }
 
 // Snapshot lists every member heard of since start, dead ones included
@@ -35,8 +42,7 @@ func (m *Members) Snapshot() []MemberInfo {
 	m.mu.RLock()
 	out := make([]MemberInfo, 0, len(m.byID))
 	for id, st := range m.byID {
-		out = append(out, MemberInfo{Peer: id, Crawler: st.crawler, Load: st.load, Addrs: st.addrs,
-			LastSeen: st.lastSeen, Interval: st.interval, Dead: st.dead})
+		out = append(out, st.info(id))
 	}
 	m.mu.RUnlock()
 	slices.SortFunc(out, func(a, b MemberInfo) int { return strings.Compare(string(a.Peer), string(b.Peer)) })

@@ -63,6 +63,7 @@ type member struct {
 	addrs    []ma.Multiaddr
 	dead     bool
 	reason   string // why dead: ReasonLeft or ReasonFailed
+	sink     bool   // it announces the index sink role (Heartbeat.sink)
 }
 
 // Why a member was declared dead (MemberEvent.Reason, the logs and
@@ -150,6 +151,35 @@ func (m *Members) Addrs(id peer.ID) []ma.Multiaddr {
 	return nil
 }
 
+// Sinks returns the live members that announce the index sink role
+// (Heartbeat.sink), sorted by peer id: a crawler given no sink delivers to
+// the first.
+func (m *Members) Sinks() []peer.ID {
+	m.mu.RLock()
+	var out []peer.ID
+	for id, st := range m.byID {
+		if st.sink && !st.dead {
+			out = append(out, id)
+		}
+	}
+	m.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// Member returns what the failure detector knows of id: ok is false for a
+// peer never heard of (IsPeerLive may still presume such a peer live
+// during the first failure timeout; Member does not).
+func (m *Members) Member(id peer.ID) (MemberInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st, ok := m.byID[id]
+	if !ok {
+		return MemberInfo{}, false
+	}
+	return st.info(id), true
+}
+
 // LoadOf returns the load a member advertised (pages per day).
 func (m *Members) LoadOf(id peer.ID) (uint32, bool) {
 	m.mu.RLock()
@@ -205,6 +235,9 @@ func (m *Members) formation() Formation {
 	defer m.mu.RUnlock()
 	f := Formation{Live: len(m.live), LastJoin: m.lastJoin}
 	for id, st := range m.byID {
+		if !st.dead && st.sink {
+			f.Live-- // the index sink is a member, but no node of the network
+		}
 		if !st.dead && st.crawler.Capacity > 0 && st.crawler.Addr.IsValid() {
 			f.Joining = append(f.Joining, id)
 		}
@@ -334,8 +367,9 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	if ev != nil {
 		m.lastJoin = now
 	}
-	changed := !ok || st.dead || st.crawler != c
+	changed := !ok || st.dead || st.crawler != c || st.sink != hb.Sink
 	st.crawler, st.lastSeen, st.seq, st.at, st.start, st.load, st.addrs = c, now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano, hb.Load, addrs
+	st.sink = hb.Sink
 	st.dead, st.reason = false, ""
 	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
@@ -483,19 +517,25 @@ func (p *Peer) nextHeartbeat(leaving bool) ([]byte, error) {
 
 // validateHeartbeat is the micra/membership/1 topic validator.
 func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	return checkHeartbeat(p.snap, p.tree.Len(), p.log, from, msg)
+}
+
+// checkHeartbeat validates a membership message for a peer on snapshot
+// snap (a tree of nodes nodes): a Peer's and a LightMember's validator.
+func checkHeartbeat(snap hierarchy.SnapshotID, nodes int, log *slog.Logger, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	hb, err := decodeHeartbeat(msg.Data)
 	if err != nil {
-		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
+		log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
 		return pubsub.ValidationReject
 	}
-	if string(hb.Snapshot) != string(p.snap[:]) {
+	if string(hb.Snapshot) != string(snap[:]) {
 		// A peer on another hierarchy snapshot is not a member of this
 		// delegation space; not malicious, so ignore rather than penalise
 		// (before the subnet count, which is of its snapshot's tree).
 		return pubsub.ValidationIgnore
 	}
-	if hb.Subnets > uint32(p.tree.Len()) {
-		p.log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", fmt.Sprintf("holds %d subnets of %d", hb.Subnets, p.tree.Len()))
+	if hb.Subnets > uint32(nodes) {
+		log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", fmt.Sprintf("holds %d subnets of %d", hb.Subnets, nodes))
 		return pubsub.ValidationReject
 	}
 	msg.ValidatorData = hb

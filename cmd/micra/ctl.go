@@ -302,11 +302,16 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 		switch {
 		case s.Addr != "":
 			where = s.Addr
+			if s.Source == "network" {
+				where += ", found on the network"
+			}
 			if s.Connected {
 				where += " (connected)"
 			} else {
 				where += " (not connected)"
 			}
+		case s.Source == "network":
+			where = "none announced on the network yet (carriers wait in the outbox)"
 		case s.CarriersDir != "":
 			where = "files in " + s.CarriersDir
 		default:
@@ -338,7 +343,10 @@ func printPeers(w io.Writer, ps []node.PeerInfo, now time.Time) {
 			heard = now.Sub(*p.LastHeard).Round(time.Millisecond).String() + " ago"
 		}
 		addr := p.CrawlerAddr
-		if addr == "" {
+		switch {
+		case p.Sink:
+			addr = "(index sink)"
+		case addr == "":
 			addr = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.PeerID, p.State, yesNo(p.Connected), addr, p.Capacity, load, heard)

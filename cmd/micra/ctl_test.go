@@ -124,7 +124,7 @@ func TestControlCommands(t *testing.T) {
 		t.Errorf("status %+v crawl %+v", st, st.Crawl)
 	}
 	out, err = runMicra(t, "status", "--data", data)
-	for _, want := range []string{"caught up", "frontier", "outbox", "hand-off", "sink", "files in"} {
+	for _, want := range []string{"caught up", "frontier", "outbox", "hand-off", "sink", "none announced on the network yet"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("status: %v; no %q in\n%s", err, want, out)
 		}

@@ -15,17 +15,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/micra-crawler/micra/crawl/pack"
+	hierarchydata "github.com/micra-crawler/micra/data/hierarchy"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/node/sink/export"
 	"github.com/micra-crawler/micra/node/sink/jetstream"
@@ -38,12 +42,19 @@ type sinkOptions struct {
 	data, httpAddr, stream, psk string
 	listen                      []string
 	noSync                      bool
+	// the network: peers to join through, its hierarchy snapshot, who may
+	// deliver (members, any), and whether crawlers are told of this sink
+	bootstrap       []string
+	hierarchy       string
+	admit           string
+	announce        bool
+	heartbeat, fail time.Duration
 }
 
 func init() {
 	o := &sinkOptions{}
 	cmd := &cobra.Command{
-		Use:   "sink --data DIR [--listen MULTIADDR] [--http ADDR]",
+		Use:   "sink --data DIR [--listen MULTIADDR] [--http ADDR] [--bootstrap MULTIADDR]",
 		Short: "run the index sink: crawlers deliver carriers over libp2p, indexers read the change log over HTTP",
 		Long: `Runs micra's index sink until interrupted. Crawlers deliver their carriers over
 the libp2p protocol /micra/carrier/1 (give each node --sink with the address printed
@@ -53,6 +64,14 @@ sequence number. Indexers read the log over HTTP (docs/sink.md):
   GET /v1/records?after=SEQ[&follow=true][&host=H|&suffix=DOMAIN][&keyword=K][&lang=L][&changed=true]
   GET /v1/events   (Server-Sent Events, resumable with Last-Event-ID)
   GET /v1/status   GET /v1/search?q=WORDS   GET /metrics
+
+The sink is a light member of the network (micra/membership/1 only): it follows
+the members' heartbeats and takes carriers only from live members (--admit
+members; others are answered NOT_MEMBER and keep their carriers), and it
+announces itself in its own heartbeats, so nodes with no sink setting find it
+and deliver here. --bootstrap joins the network through its peers; without it
+the sink hears the members that connect to it. Nodes and sink must share the
+hierarchy snapshot (--hierarchy, default the embedded one).
 
 --stream nats://HOST:PORT also publishes every record to a NATS JetStream stream
 (MICRA, subject micra.records, the record's sequence as the message id), for
@@ -69,6 +88,12 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
 	f.StringVar(&o.psk, "psk", "", "the network's pre-shared key file (a private network: only its nodes can connect and deliver)")
 	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
+	f.StringArrayVar(&o.bootstrap, "bootstrap", nil, "a peer of the network to join through, as a multiaddr ending in /p2p/<peer id> (repeatable)")
+	f.StringVar(&o.hierarchy, "hierarchy", "", "the IP hierarchy snapshot file the network's peers share (default: the embedded one)")
+	f.StringVar(&o.admit, "admit", "members", "who may deliver: members (live members of the network) or any (any peer that can connect: with --psk, or on loopback)")
+	f.BoolVar(&o.announce, "announce", true, "announce this sink to the network, so nodes with no sink setting deliver here")
+	f.DurationVar(&o.heartbeat, "heartbeat", 0, "membership heartbeat interval (default 1s, as a node's)")
+	f.DurationVar(&o.fail, "failure-timeout", 0, "a member silent this long is no longer admitted (default 5s, as a node's)")
 
 	imp := &cobra.Command{
 		Use:   "import --data DIR PATH…",
@@ -118,7 +143,18 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 		return fmt.Errorf("sink: %w", err)
 	}
 	defer h.Close()
-	(&sink.Server{Store: store, Logger: slog.Default()}).Register(h)
+	srvSink := &sink.Server{Store: store, Logger: slog.Default()}
+	lm, err := joinNetwork(ctx, h, o, reg)
+	if err != nil {
+		return err
+	}
+	if lm != nil {
+		defer lm.Close() // (its leave: the nodes stop delivering here at once)
+		if o.admit == "members" {
+			srvSink.Admit = sink.AdmitMembers(lm.Members())
+		}
+	}
+	srvSink.Register(h)
 	store.RegisterSubscribe(h, 30*time.Second)
 	// the full-text index, fed from the log in the background (delete
 	// DATA/search to rebuild it)
@@ -164,6 +200,53 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	c, _ := store.Counts()
 	slog.Info("sink stopping", "head", store.Head(), "records", c.Records, "pages", c.Pages, "carriers", c.Carriers, "overlap", c.Overlap)
 	return nil
+}
+
+// joinNetwork makes the sink a light member of the network (nil when it
+// neither admits members only nor announces itself).
+func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheus.Registerer) (*overlay.LightMember, error) {
+	switch o.admit {
+	case "members", "any":
+	default:
+		return nil, fmt.Errorf("sink: --admit %q: want members or any", o.admit)
+	}
+	if o.admit == "any" && !o.announce {
+		return nil, nil
+	}
+	// the sink needs the snapshot's id and size only: the tree is decoded
+	// here (not hierarchy.Default, which keeps it) and left to the GC
+	var tree *hierarchy.Tree
+	var err error
+	switch {
+	case o.hierarchy != "":
+		tree, err = hierarchy.ReadSnapshotFile(o.hierarchy)
+	case len(hierarchydata.DefaultSnapshot) == 0:
+		err = errors.New("this binary has no embedded snapshot: give --hierarchy")
+	default:
+		tree, err = hierarchy.DecodeFile(hierarchydata.DefaultSnapshot)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sink: hierarchy: %w", err)
+	}
+	snap, nodes := tree.ID(), tree.Len()
+	tree = nil
+	debug.FreeOSMemory() // (the decoded tree's ≈ 50 MB back to the system at once)
+	// a sink on loopback only is a testnet's: no colocation penalty
+	loopback := true
+	for _, a := range h.Addrs() {
+		loopback = loopback && manet.IsIPLoopback(a)
+	}
+	lm, err := overlay.JoinMembership(ctx, h, overlay.LightConfig{Snapshot: snap, Nodes: nodes, Sink: o.announce,
+		Bootstrap: o.bootstrap, HeartbeatInterval: o.heartbeat, FailureTimeout: o.fail, LoopbackTestnet: loopback,
+		Logger: slog.Default(), Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("sink: %w", err)
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "micra", Subsystem: "sink", Name: "members_live",
+		Help: "Live members of the network the sink hears (it admits carriers from these when --admit members)."},
+		func() float64 { return float64(lm.Members().Count() - 1) }))
+	slog.Info("sink: member of the network", "snapshot", snap.String(), "bootstrap", len(o.bootstrap), "admit", o.admit, "announce", o.announce)
+	return lm, nil
 }
 
 // sinkImport commits carrier files; one line per refused file on errw.

@@ -21,7 +21,9 @@ import (
 // ProtoCarrier is the libp2p protocol crawlers deliver carriers on.
 const ProtoCarrier protocol.ID = "/micra/carrier/1"
 
-const wireVersion = 1
+// wireVersion is the minor version of the messages this side sends: 2
+// since NOT_MEMBER (a sender of version 1 is answered UNAVAILABLE instead).
+const wireVersion = 2
 
 // maxPushMsg bounds a push message: the largest carrier the sink takes by
 // default plus the framing.
@@ -32,7 +34,11 @@ const maxPushMsg = 8<<20 + 1<<10
 // and it must be the carrier's crawler.
 type Server struct {
 	Store *Store
-	// Admit, if set, may refuse a sender (not a member of the network).
+	// Admit, if set, may refuse a sender before its carrier is decoded.
+	// An error is answered NOT_MEMBER with the error as the
+	// reason, and the sender keeps the carrier and sends it again later
+	// (it may not be a member yet, or the sink may not have heard it yet);
+	// a *RefusedError is answered with its own status and reason.
 	Admit func(peer.ID) error
 	// Timeout bounds each read and write of a push (default 30 s).
 	Timeout time.Duration
@@ -79,8 +85,17 @@ func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
 	}
 	if s.Admit != nil {
 		if err := s.Admit(from); err != nil {
-			s.Store.countRefusal(pb.Status_REFUSED)
-			return nack(pb.Status_REFUSED, err.Error())
+			re, ok := err.(*RefusedError)
+			if !ok {
+				re = &RefusedError{Status: pb.Status_NOT_MEMBER, Reason: err.Error()}
+			}
+			s.Store.countRefusal(re.Status)
+			if re.Status == pb.Status_NOT_MEMBER && req.Version < 2 {
+				// a sender that predates NOT_MEMBER would keep the
+				// carrier aside: it is told to send it later
+				return nack(pb.Status_UNAVAILABLE, re.Reason)
+			}
+			return nack(re.Status, re.Reason)
 		}
 	}
 	select {
@@ -103,8 +118,9 @@ func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
 // Client delivers carriers to a sink over ProtoCarrier: the pack.Receiver a
 // crawler's outbox pushes to. A carrier is acknowledged only once the sink
 // committed it; a refusal that cannot pass (malformed, too large, wrong
-// sender, not admitted) wraps pack.ErrRejected, so the outbox keeps it
-// aside, and any other failure is retried by the outbox.
+// sender, refused) wraps pack.ErrRejected, so the outbox keeps it aside,
+// and any other failure (busy, not a member yet, unreachable) is retried
+// by the outbox.
 type Client struct {
 	Host host.Host
 	Sink peer.AddrInfo

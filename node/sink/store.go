@@ -132,7 +132,7 @@ func (e *RefusedError) Error() string {
 
 // Permanent reports whether resending the same carrier cannot help.
 func (e *RefusedError) Permanent() bool {
-	return e.Status != pb.Status_UNAVAILABLE && e.Status != pb.Status_INTERNAL
+	return e.Status != pb.Status_UNAVAILABLE && e.Status != pb.Status_INTERNAL && e.Status != pb.Status_NOT_MEMBER
 }
 
 func refused(st pb.Status, format string, a ...any) error {

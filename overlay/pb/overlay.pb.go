@@ -1433,7 +1433,12 @@ type Heartbeat struct {
 	// A clean stop: the sender is leaving, and every peer declares it dead at
 	// once (reason "left") instead of after the failure timeout. It names no
 	// peer: what leaves is the message's author, whose key signed it.
-	Leaving       bool `protobuf:"varint,15,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,15,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// The sender is the network's index sink (node/sink), not a crawler: it
+	// takes carriers on /micra/carrier/1 at its listen_addrs. Crawlers given
+	// no sink deliver to the live member announcing it (the lowest peer id
+	// if several do).
+	Sink          bool `protobuf:"varint,16,opt,name=sink,proto3" json:"sink,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1569,6 +1574,13 @@ func (x *Heartbeat) GetStartUnixNano() int64 {
 func (x *Heartbeat) GetLeaving() bool {
 	if x != nil {
 		return x.Leaving
+	}
+	return false
+}
+
+func (x *Heartbeat) GetSink() bool {
+	if x != nil {
+		return x.Sink
 	}
 	return false
 }
@@ -1782,7 +1794,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x05pages\x18\x04 \x03(\v2\x18.micra.overlay.PageStateR\x05pages\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"\xa5\x03\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xb9\x03\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1801,7 +1813,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x03lat\x18\f \x01(\x01R\x03lat\x12\x10\n" +
 	"\x03lon\x18\r \x01(\x01R\x03lon\x12&\n" +
 	"\x0fstart_unix_nano\x18\x0e \x01(\x03R\rstartUnixNano\x12\x18\n" +
-	"\aleaving\x18\x0f \x01(\bR\aleaving\"\xa0\x02\n" +
+	"\aleaving\x18\x0f \x01(\bR\aleaving\x12\x12\n" +
+	"\x04sink\x18\x10 \x01(\bR\x04sink\"\xa0\x02\n" +
 	"\x10CalibrationEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.micra.overlay.CalibrationKindR\x04kind\x12\x16\n" +

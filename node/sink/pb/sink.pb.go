@@ -40,6 +40,11 @@ const (
 	Status_REFUSED      Status = 4 // the sender may not deliver here (not admitted)
 	Status_UNAVAILABLE  Status = 5 // the sink is behind or stopping: keep it, send it later
 	Status_INTERNAL     Status = 6 // the sink failed to store it: send it later
+	// The sender is not a live member of the network, or not yet one to the
+	// sink (its heartbeats not heard yet): keep it, send it later. Answered
+	// to pushes of version 2 and later; an older sender, which would keep
+	// an unknown status aside, gets UNAVAILABLE with the same reason.
+	Status_NOT_MEMBER Status = 7
 )
 
 // Enum value maps for Status.
@@ -52,6 +57,7 @@ var (
 		4: "REFUSED",
 		5: "UNAVAILABLE",
 		6: "INTERNAL",
+		7: "NOT_MEMBER",
 	}
 	Status_value = map[string]int32{
 		"OK":           0,
@@ -61,6 +67,7 @@ var (
 		"REFUSED":      4,
 		"UNAVAILABLE":  5,
 		"INTERNAL":     6,
+		"NOT_MEMBER":   7,
 	}
 )
 
@@ -94,7 +101,7 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 // CarrierPush delivers one sealed carrier (crawl/pack's encoding, as is).
 type CarrierPush struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // 2: the sender knows NOT_MEMBER
 	Carrier       []byte                 `protobuf:"bytes,2,opt,name=carrier,proto3" json:"carrier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -148,7 +155,7 @@ func (x *CarrierPush) GetCarrier() []byte {
 // committed (or were already: the sink is idempotent by crawler id and
 // carrier sequence). Any other status is a NACK with a reason the sender
 // logs; MALFORMED, TOO_LARGE, WRONG_SENDER and REFUSED will not pass by
-// themselves, UNAVAILABLE and INTERNAL may.
+// themselves, UNAVAILABLE, INTERNAL and NOT_MEMBER may.
 type CarrierAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -438,7 +445,7 @@ const file_sink_proto_rawDesc = "" +
 	"\vRecordFrame\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06record\x18\x02 \x01(\fR\x06record\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error*l\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error*|\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\r\n" +
@@ -446,7 +453,9 @@ const file_sink_proto_rawDesc = "" +
 	"\fWRONG_SENDER\x10\x03\x12\v\n" +
 	"\aREFUSED\x10\x04\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x05\x12\f\n" +
-	"\bINTERNAL\x10\x06B-Z+github.com/micra-crawler/micra/node/sink/pbb\x06proto3"
+	"\bINTERNAL\x10\x06\x12\x0e\n" +
+	"\n" +
+	"NOT_MEMBER\x10\aB-Z+github.com/micra-crawler/micra/node/sink/pbb\x06proto3"
 
 var (
 	file_sink_proto_rawDescOnce sync.Once
