@@ -200,16 +200,19 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	fmt.Fprintf(o.Log, "world: %d crawlers and %d hosts placed (seed %d, %s hosts, %s latency); synthetic web on port %d\n",
 		o.Peers, len(spec.Hosts), spec.Seed, or(spec.HostDist, "zipf"), or(spec.Latency, "formula"), t.Web.Port())
 
-	if o.Sink {
-		if err := t.startSink(ctx); err != nil {
-			return t, err
-		}
-	}
-	// The first node is the others' bootstrap peer; the rest start together.
+	// The first node is the others' bootstrap peer and the sink's; the
+	// rest start together. No node is told the sink: they find it on the
+	// network (it announces itself in its membership heartbeats), and it
+	// admits the members it hears.
 	if err := t.startNode(ctx, 0, worldFile, nil); err != nil {
 		return t, err
 	}
 	boot := t.State.Nodes[0].Addrs
+	if o.Sink {
+		if err := t.startSink(ctx, boot); err != nil {
+			return t, err
+		}
+	}
 	errs := make([]error, o.Peers)
 	var wg sync.WaitGroup
 	for i := 1; i < o.Peers; i++ {
@@ -230,13 +233,17 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	return t, nil
 }
 
-func (t *Testnet) startSink(ctx context.Context) error {
+func (t *Testnet) startSink(ctx context.Context, boot []string) error {
 	dir, err := mkdir(t.o.Dir, "sink")
 	if err != nil {
 		return err
 	}
-	p, err := start("sink", t.o.Binary, filepath.Join(dir, "sink.log"), "sink", "--data", filepath.Join(dir, "data"),
-		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--no-sync")
+	args := []string{"sink", "--data", filepath.Join(dir, "data"),
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--no-sync"}
+	for _, b := range boot {
+		args = append(args, "--bootstrap", b)
+	}
+	p, err := start("sink", t.o.Binary, filepath.Join(dir, "sink.log"), args...)
 	if err != nil {
 		return err
 	}
@@ -288,9 +295,6 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		"--emulate", worldFile, "--emulate-peer", fmt.Sprint(i), "--policy", t.o.Policy}
 	for _, b := range boot {
 		args = append(args, "--bootstrap", b)
-	}
-	if t.State.Sink != nil {
-		args = append(args, "--sink", t.State.Sink.Addr)
 	}
 	args = append(args, t.o.NodeArgs...)
 	p, err := start(fmt.Sprintf("node %d", i), t.o.Binary, filepath.Join(home, "node.log"), args...)
