@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"time"
 
+	libp2pmetrics "github.com/libp2p/go-libp2p/core/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/micra-crawler/micra/overlay/pb"
@@ -85,6 +87,10 @@ type Config struct {
 	ProbePort   uint16
 	// Seed drives the delegation policy's random choices (0: from the peer id).
 	Seed uint64
+	// Bandwidth, if set, counts the bytes of every stream by protocol and
+	// peer (libp2p's bandwidth reporter): the overlay's own cost, for
+	// benchmarks and metrics.
+	Bandwidth *libp2pmetrics.BandwidthCounter
 	// WireDelay, if set, is the emulated round trip to a peer listening at
 	// an address (0: none): connections this peer dials over TCP pay it
 	// (a testnet's emulated world; see delay.go).

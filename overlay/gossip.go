@@ -227,7 +227,81 @@ func decodeCalibration(data []byte) (*pb.CalibrationEvent, error) {
 type gossipTracer struct {
 	rejected *prometheus.CounterVec
 	w        atomic.Pointer[sentWatch]
+	traffic  gossipTraffic
 }
+
+// GossipTraffic is what gossipsub carried for one topic ("control": the
+// IHAVE/IWANT/GRAFT/PRUNE/IDONTWANT of every topic), both ways: messages
+// and their bytes as encoded in the RPCs, every copy to or from a peer
+// counted (each peer of the mesh a message is forwarded to, each duplicate
+// received).
+type GossipTraffic struct {
+	MsgsIn, MsgsOut   uint64
+	BytesIn, BytesOut uint64
+}
+
+// gossipTraffic counts GossipTraffic per topic without a lock per message
+// (topics are few: the map is written when a topic is first seen).
+type gossipTraffic struct {
+	mu sync.RWMutex
+	by map[string]*topicCounters
+}
+
+type topicCounters struct{ msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64 }
+
+func (g *gossipTraffic) of(topic string) *topicCounters {
+	g.mu.RLock()
+	c := g.by[topic]
+	g.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.by == nil {
+		g.by = make(map[string]*topicCounters)
+	}
+	if c = g.by[topic]; c == nil {
+		c = &topicCounters{}
+		g.by[topic] = c
+	}
+	return c
+}
+
+func (g *gossipTraffic) count(rpc *pubsub.RPC, in bool) {
+	for _, m := range rpc.GetPublish() {
+		c := g.of(m.GetTopic())
+		if in {
+			c.msgsIn.Add(1)
+			c.bytesIn.Add(uint64(proto.Size(m)))
+		} else {
+			c.msgsOut.Add(1)
+			c.bytesOut.Add(uint64(proto.Size(m)))
+		}
+	}
+	if ctl := rpc.GetControl(); ctl != nil {
+		c := g.of("control")
+		if in {
+			c.bytesIn.Add(uint64(proto.Size(ctl)))
+		} else {
+			c.bytesOut.Add(uint64(proto.Size(ctl)))
+		}
+	}
+}
+
+func (g *gossipTraffic) snapshot() map[string]GossipTraffic {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	out := make(map[string]GossipTraffic, len(g.by))
+	for t, c := range g.by {
+		out[t] = GossipTraffic{MsgsIn: c.msgsIn.Load(), MsgsOut: c.msgsOut.Load(), BytesIn: c.bytesIn.Load(), BytesOut: c.bytesOut.Load()}
+	}
+	return out
+}
+
+// GossipTraffic returns what gossipsub carried per topic since the peer
+// opened (the pubsub tracer's count, not an estimate).
+func (p *Peer) GossipTraffic() map[string]GossipTraffic { return p.tracer.traffic.snapshot() }
 
 func newGossipTracer(m *metrics) *gossipTracer { return &gossipTracer{rejected: m.gossipRejected} }
 
@@ -258,6 +332,7 @@ func (w *sentWatch) peers() []peer.ID {
 }
 
 func (t *gossipTracer) SendRPC(rpc *pubsub.RPC, p peer.ID) {
+	t.traffic.count(rpc, false)
 	w := t.w.Load()
 	if w == nil {
 		return
@@ -286,6 +361,6 @@ func (t *gossipTracer) ValidateMessage(*pubsub.Message)          {}
 func (t *gossipTracer) DeliverMessage(*pubsub.Message)           {}
 func (t *gossipTracer) DuplicateMessage(*pubsub.Message)         {}
 func (t *gossipTracer) ThrottlePeer(peer.ID)                     {}
-func (t *gossipTracer) RecvRPC(*pubsub.RPC)                      {}
+func (t *gossipTracer) RecvRPC(rpc *pubsub.RPC)                  { t.traffic.count(rpc, true) }
 func (t *gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
 func (t *gossipTracer) UndeliverableMessage(*pubsub.Message)     {}

@@ -222,6 +222,9 @@ func NewHost(cfg Config) (host.Host, error) {
 		libp2p.Ping(true),
 		libp2p.UserAgent("micra/overlay"),
 	}
+	if cfg.Bandwidth != nil {
+		opts = append(opts, libp2p.BandwidthReporter(cfg.Bandwidth))
+	}
 	if cfg.WireDelay != nil {
 		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport, tcp.WithDialerForAddr(wireDialer(cfg.WireDelay))))
 	} else {
