@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	libp2pmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay"
@@ -53,6 +54,9 @@ type OverlayOptions struct {
 	Heartbeat, FailureTimeout time.Duration
 	// CPUProfile, when set, receives a CPU profile of the overlay phases.
 	CPUProfile io.Writer
+
+	// bandwidth[i], when set, counts peer i's streams (RunOverlayCost).
+	bandwidth []*libp2pmetrics.BandwidthCounter
 }
 
 // QualityRow is one policy's delegation quality over the simulator's host
@@ -607,6 +611,9 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		cfg.Lat, cfg.Lon, cfg.HasPos = c.Lat, c.Lon, c.HasPos
 		cfg.ProbeGuard = guard
 		cfg.Seed = o.Seed*1000 + uint64(i) + 1
+		if i < len(o.bandwidth) {
+			cfg.Bandwidth = o.bandwidth[i]
+		}
 		brng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
 		for _, j := range brng.Perm(len(boot))[:min(4, len(boot))] {
 			cfg.Bootstrap = append(cfg.Bootstrap, boot[j])

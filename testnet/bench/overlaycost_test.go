@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+)
+
+// Two small idle networks: every peer receives the others' heartbeats,
+// gossip bytes are counted by topic and by protocol, a killed peer is
+// declared dead by all the others, and the growth fit has two sizes to
+// work on.
+func TestRunOverlayCostSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two overlays")
+	}
+	rep, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{3, 6}, Window: 2 * time.Second,
+		Heartbeat: 200 * time.Millisecond, FailureTimeout: time.Second, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 {
+		t.Fatalf("%d rows", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		m := r.ByTopic["micra/membership/1"]
+		if m.MsgsIn <= 0 || m.BytesIn < 100*m.MsgsIn {
+			t.Errorf("%d peers: membership %+v: want heartbeats received, each over 100 bytes", r.Peers, m)
+		}
+		if r.ByProtocol["gossipsub"] < m.BytesIn {
+			t.Errorf("%d peers: gossipsub streams carried %.0f B/s, less than the membership messages in them (%.0f)", r.Peers, r.ByProtocol["gossipsub"], m.BytesIn)
+		}
+		if r.FailureDetectedBy != r.Peers-1 {
+			t.Errorf("%d peers: the killed peer declared dead by %d", r.Peers, r.FailureDetectedBy)
+		}
+	}
+	if math.IsNaN(rep.Exponent) || math.IsNaN(rep.PerAddedPeer) {
+		t.Errorf("growth not fitted: %v, %v", rep.Exponent, rep.PerAddedPeer)
+	}
+	if _, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{2}}); err == nil {
+		t.Error("a 2-peer network accepted")
+	}
+}
+
+func TestFitGrowth(t *testing.T) {
+	rows := []OverlayCostRow{{Peers: 10, InBps: 100}, {Peers: 20, InBps: 200}, {Peers: 40, InBps: 400}}
+	b, slope := fitGrowth(rows)
+	if math.Abs(b-1) > 1e-9 || math.Abs(slope-10) > 1e-9 {
+		t.Errorf("linear costs: exponent %v, slope %v; want 1 and 10", b, slope)
+	}
+	rows = []OverlayCostRow{{Peers: 10, InBps: 50}, {Peers: 100, InBps: 50}}
+	if b, _ := fitGrowth(rows); math.Abs(b) > 1e-9 {
+		t.Errorf("constant costs: exponent %v", b)
+	}
+}
