@@ -29,7 +29,7 @@ type testnetOptions struct {
 	capacity, wireScale                        float64
 	sink, json                                 bool
 	show                                       int
-	experiment                                 string
+	experiment, report                         string
 	policies, nodeFlags                        []string
 	timeout                                    time.Duration
 }
@@ -125,6 +125,7 @@ Traffic between the nodes themselves is not delayed.`,
 	runCmd.Flags().BoolVar(&run.json, "json", false, "print the result as JSON")
 	runCmd.Flags().StringVar(&run.experiment, "experiment", "", "paper: crawl the same web once per delegation policy (--policies) on fresh testnets and print the paper's table beside the simulator's figures")
 	runCmd.Flags().StringSliceVar(&run.policies, "policies", cluster.PaperPolicies, "with --experiment: the policies, in order")
+	runCmd.Flags().StringVar(&run.report, "report", "", "with --experiment: the report's directory (SVG figures, index.html, experiment.json; default DIR/report)")
 	runCmd.Flags().IntVar(&run.show, "show", 3, "then show this many records of a subscription and a search at the sink (0: none)")
 	runCmd.Flags().DurationVar(&run.timeout, "timeout", 10*time.Minute, "give up on a crawl after this long")
 
@@ -334,10 +335,19 @@ func runExperiment(ctx context.Context, co cluster.Options, o *testnetOptions) e
 	if err != nil {
 		return err
 	}
+	dir := o.report
+	if dir == "" {
+		dir = filepath.Join(co.Dir, "report")
+	}
+	if _, err := cluster.WriteReport(dir, ex, "micra "+strings.Join(os.Args[1:], " ")); err != nil {
+		return err
+	}
 	if o.json {
+		fmt.Fprintf(os.Stderr, "report: %s\n", filepath.Join(dir, "index.html"))
 		return writeJSON(os.Stdout, ex)
 	}
 	printExperiment(os.Stdout, ex)
+	fmt.Fprintf(os.Stdout, "\nreport: %s (figures as SVG, the data in experiment.json)\n", filepath.Join(dir, "index.html"))
 	return nil
 }
 
