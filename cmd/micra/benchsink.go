@@ -51,6 +51,7 @@ whole log from cursor 0 over HTTP NDJSON.`,
 			fmt.Printf("sink ingest: %d records in %d carriers from %d crawlers, sync %v\n", r.Records, r.Carriers, max(o.Crawlers, 4), r.Sync)
 			fmt.Printf("  micra sink over /micra/carrier/1   %10.0f records/s\n", r.IngestPerSec)
 			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
+			fmt.Printf("  the same + each page's state       %10.0f records/s   sink = %.0f %% of it (the sink's data model)\n", r.BadgerStatePerSec, 100*r.IngestShareState)
 			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
 			if o.Search {
 				fmt.Printf("search index (Bleve, fed from the log while ingesting)\n")
