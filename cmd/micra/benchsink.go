@@ -50,6 +50,9 @@ whole log from cursor 0 over HTTP NDJSON.`,
 			}
 			fmt.Printf("sink ingest: %d records in %d carriers from %d crawlers, sync %v\n", r.Records, r.Carriers, max(o.Crawlers, 4), r.Sync)
 			fmt.Printf("  micra sink over /micra/carrier/1   %10.0f records/s\n", r.IngestPerSec)
+			if o.Rate > 0 {
+				fmt.Printf("  (paced at %.0f records/s: the references below are not what the sink could take)\n", o.Rate)
+			}
 			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
 			fmt.Printf("  the same + each page's state       %10.0f records/s   sink = %.0f %% of it (the sink's data model)\n", r.BadgerStatePerSec, 100*r.IngestShareState)
 			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
@@ -67,6 +70,7 @@ whole log from cursor 0 over HTTP NDJSON.`,
 	f.IntVar(&o.Crawlers, "crawlers", 4, "crawler hosts pushing at once")
 	f.IntVar(&o.Carriers, "carriers", 50, "carriers per crawler")
 	f.IntVar(&o.PerCarrier, "per-carrier", 1000, "records per carrier")
+	f.Float64Var(&o.Rate, "rate", 0, "offer this many records/s in all (0: as fast as the sink takes them)")
 	f.BoolVar(&o.NoSync, "no-sync", false, "no fsync per commit (sink and reference alike)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
 	f.BoolVar(&o.Search, "search", false, "run the full-text index beside the ingest: its lag and query latency")

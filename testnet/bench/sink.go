@@ -36,6 +36,9 @@ type SinkOptions struct {
 	// Search runs the full-text index beside the ingest and measures its
 	// lag and its queries.
 	Search bool
+	// Rate, if positive, paces the pushers to this many records/s in all
+	// (the index's lag is read at an offered rate, not at the fastest).
+	Rate float64
 }
 
 // SinkResult is what RunSink measured, each figure beside its reference
@@ -162,7 +165,20 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	for _, l := range loads {
 		client := &sink.Client{Host: l.host, Sink: info, Timeout: time.Minute}
 		wg.Go(func() {
-			for _, c := range l.carriers {
+			for k, c := range l.carriers {
+				if o.Rate > 0 {
+					// paced: this crawler's share of the offered rate,
+					// carrier k due at k carriers' worth of records
+					due := start.Add(time.Duration(float64(k*o.PerCarrier*o.Crawlers) / o.Rate * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-ctx.Done():
+							errs <- ctx.Err()
+							return
+						}
+					}
+				}
 				if err := client.Deliver(ctx, c); err != nil {
 					errs <- err
 					return

@@ -23,3 +23,17 @@ func TestRunSinkSmall(t *testing.T) {
 		}
 	}
 }
+
+// Paced, the pushers offer no more than the rate asked: the last carrier
+// is not sent before its due time (a bound a slow machine only makes
+// safer).
+func TestRunSinkPaced(t *testing.T) {
+	const rate = 2000.0
+	r, err := RunSink(context.Background(), SinkOptions{Crawlers: 2, Carriers: 4, PerCarrier: 50, NoSync: true, Dir: t.TempDir(), Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := rate * 4 / 3; r.IngestPerSec > limit {
+		t.Errorf("paced at %v records/s, ingested %.0f/s: above the %.0f the schedule allows", rate, r.IngestPerSec, limit)
+	}
+}
