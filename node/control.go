@@ -175,7 +175,6 @@ func (n *Node) controlHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	// the web console (docs/console.md), behind the same guards
 	mux.Handle("GET "+console.Prefix, n.consoleHandler())
-	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
