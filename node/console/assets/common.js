@@ -20,13 +20,22 @@ const micra = (() => {
     if (s < 3600) return Math.round(s / 60) + " min ago";
     return Math.round(s / 3600) + " h ago";
   };
-  // a stable colour per peer id (FNV-1a → hue)
+  // colours: the crawlers a page knows get a palette of distinct colours in
+  // the order of their peer ids (assign), so every page of this node gives
+  // a crawler the same colour; anyone else a hue hashed from its id
+  const palette = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
+    "#9c755f", "#1f3b73", "#8cd17d", "#d37295", "#499894", "#b6992d", "#86bcb6", "#f1ce63"];
+  const assigned = new Map();
+  const assign = (ids) => {
+    assigned.clear();
+    [...ids].sort().forEach((id, i) => { if (i < palette.length) assigned.set(id, palette[i]); });
+  };
   const colour = (id) => {
     if (!id) return "#9aa3ad";
+    if (assigned.has(id)) return assigned.get(id);
     let h = 2166136261;
     for (let i = 0; i < id.length; i++) { h ^= id.charCodeAt(i); h = Math.imul(h, 16777619); }
-    const hue = (h >>> 0) % 360, light = 38 + ((h >>> 9) % 3) * 8;
-    return `hsl(${hue}, 70%, ${light}%)`;
+    return `hsl(${(h >>> 0) % 360}, 65%, 45%)`;
   };
   // rows fills a <tbody> with one row per item, each a list of cells
   const rows = (tbody, items, cells) => {
@@ -66,5 +75,5 @@ const micra = (() => {
     });
     tick();
   };
-  return { $, el, short, num, ago, colour, rows, poll };
+  return { $, el, short, num, ago, colour, assign, rows, poll };
 })();

@@ -4,7 +4,7 @@
 // /console/network.json every 3 s.
 "use strict";
 (async () => {
-  const { $, el, short, num, colour, rows, poll } = micra;
+  const { $, el, short, num, colour, assign, rows, poll } = micra;
   const NS = "http://www.w3.org/2000/svg";
   const svgEl = (tag, attrs) => {
     const e = document.createElementNS(NS, tag);
@@ -41,6 +41,7 @@
     const peers = v.peers || [], owners = v.owners || [], places = v.places || [];
     const live = (p) => p.state === "self" || p.state === "alive";
     const crawlers = peers.filter((p) => p.capacity > 0);
+    assign(crawlers.map((p) => p.peer_id));
     // per owner: subnets and blocks
     const subnets = new Map(), blocks = new Map();
     for (const o of owners) {
@@ -88,7 +89,7 @@
     }
     gCrawlers.replaceChildren(...marks);
     const noPos = crawlers.filter((p) => !p.position).length;
-    $("#unplaced").textContent = [noPos ? `${noPos} crawlers advertise no position` : "", unplaced ? `${unplaced} subnets without a country position` : ""].filter(Boolean).join("; ");
+    $("#unplaced").textContent = [noPos ? `crawlers without a position: ${noPos}` : "", unplaced ? `subnets without a country position (not drawn): ${unplaced}` : ""].filter(Boolean).join("; ");
 
     const state = (s) => peers.filter((p) => p.state === s).length;
     const liveCrawlers = crawlers.filter(live);

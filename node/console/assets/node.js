@@ -3,7 +3,7 @@
 // POST /v1/seeds.
 "use strict";
 (() => {
-  const { $, el, short, num, ago, colour, rows, poll } = micra;
+  const { $, el, short, num, ago, colour, assign, rows, poll } = micra;
   // kv fills a two-column table: a heading and its value (text or a node)
   const kv = (tbody, pairs) => tbody.replaceChildren(...pairs.filter((p) => p).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
@@ -24,6 +24,7 @@
 
   const render = (v) => {
     const id = v.id, s = v.status, at = Date.parse(v.at) / 1000;
+    assign((v.peers || []).filter((p) => p.capacity > 0).map((p) => p.peer_id));
     const me = el("span", {}, el("span", { class: "swatch", style: `background:${colour(id.peer_id)}` }), el("code", { text: id.peer_id }));
     kv($("#ident"), [
       ["peer id", me],
