@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests get a generous timeout; the whole suite must stay well under 15 minutes.
 TESTFLAGS ?= -timeout 12m
 
-.PHONY: all build test race bench run snapshot geo lint fmt clean overlay-proto sink-proto
+.PHONY: all build test race bench run snapshot geo lint fmt clean overlay-proto sink-proto console-assets
 
 all: build
 
@@ -41,6 +41,11 @@ snapshot:
 # Rebuild data/geo (simulator geolocation) from DB-IP City Lite via npm; see data/geo/README.md.
 geo:
 	GO=$(GO) sh data/geo/build.sh
+
+# Rebuild the web console's vendored libraries (node/console/assets/vendor: d3-geo, topojson-client,
+# world-atlas, uPlot) with npm at the exact versions of node/console/npm's lock file; the output is committed.
+console-assets:
+	sh node/console/build.sh
 
 # micra against Colly v2.3.0 on the loopback synthetic web, same run (docs/fetching.md).
 bench-crawl: build

@@ -27,6 +27,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node/console"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -172,6 +173,8 @@ func (n *Node) controlHandler() http.Handler {
 	mux.HandleFunc("GET /v1/owners", n.serveOwners)
 	mux.HandleFunc("POST /v1/seeds", n.serveSeeds)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	// the web console (docs/console.md), behind the same guards
+	mux.Handle("GET "+console.Prefix, n.consoleHandler())
 	if n.cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -223,6 +223,17 @@ func TestControlAPI(t *testing.T) {
 		t.Errorf("same-origin POST (text seeds): %d, want 200", code)
 	}
 
+	// the web console: its pages and their JSON behind the same guards
+	if code, body := get(cl.URL(), "/console/node.json"); code != 200 || !strings.Contains(body, `"peer_id": "`+id.PeerID+`"`) {
+		t.Errorf("/console/node.json: %d %.200s", code, body)
+	}
+	if code, body := get(cl.URL(), "/console/network"); code != 200 || !strings.Contains(body, "<html") {
+		t.Errorf("/console/network: %d %.200s", code, body)
+	}
+	if code, _ := get(cl.URL(), "/console/", "Host", "attacker.example:80"); code != http.StatusForbidden {
+		t.Errorf("console with a foreign Host: %d, want 403", code)
+	}
+
 	c.halt(t, 0)
 	if _, err := os.Stat(apiFile); !os.IsNotExist(err) {
 		t.Errorf("api file after Run returned: %v", err)

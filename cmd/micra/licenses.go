@@ -8,6 +8,7 @@ import (
 	"github.com/micra-crawler/micra/data/geo"
 	hierarchydata "github.com/micra-crawler/micra/data/hierarchy"
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/node/console"
 	"github.com/spf13/cobra"
 )
 
@@ -76,6 +77,16 @@ func embeddedDatasets() []embeddedData {
 		source:      "Google Dataset Publishing Language, canonical countries.csv (github.com/google/dspl); nine entries it lacks from gavinr/world-countries-centroids, mledoze/countries and IGN",
 		licence:     "BSD 3-clause (the google/dspl repository's LICENSE); MIT (gavinr); ODbL 1.0 (mledoze)",
 		attribution: delegation.CentroidsLicence(),
+	})
+	// the web console's vendored libraries and map (ISC, MIT; the map's
+	// Natural Earth data is public domain); --full prints their licences
+	ds = append(ds, embeddedData{
+		name:        "web console libraries and map (node/console/assets/vendor)",
+		what:        "d3-geo, d3-array, topojson-client, uPlot and world-atlas's Natural Earth countries, served by a node's control API under /console/",
+		source:      "npm, exact versions in node/console/npm/package-lock.json (make console-assets)",
+		licence:     "ISC (d3-array, d3-geo, topojson-client, world-atlas); MIT (uPlot, parts of d3-geo); Natural Earth: public domain",
+		attribution: console.Attribution(),
+		texts:       console.Licences(),
 	})
 	return ds
 }

@@ -198,6 +198,9 @@ func printTestnet(w io.Writer, s cluster.State) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%.1f,%.1f\t%s\t%s\n", n.Index, shortID(n.PeerID), n.Place, n.Lat, n.Lon, n.API, n.Log)
 	}
 	tw.Flush()
+	if len(s.Nodes) > 0 && s.Nodes[0].API != "" {
+		fmt.Fprintf(w, "web console: %s/console/network (each node's API serves its own: API/console/)\n", s.Nodes[0].API)
+	}
 	if s.Sink != nil {
 		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP)
 	}

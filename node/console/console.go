@@ -1,0 +1,175 @@
+// Package console is the node's web console: a node page (identity, peers,
+// subnets owned, crawl progress, add seeds) and a network page (a world
+// map of the crawlers and the subnets each crawls), served by the node's
+// local control API under /console/ behind the API's own guards
+// (loopback hosts only, no cross-origin POST). docs/console.md.
+//
+// The pages are static files embedded in the binary (assets/, with the
+// vendored libraries in assets/vendor: `make console-assets`); they read
+// the JSON this package serves beside them (/console/node.json,
+// /console/network.json), which the node composes from its control API's
+// own answers (Views), and add seeds through POST /v1/seeds. Nothing runs
+// while no page is open: the pages poll.
+package console
+
+import (
+	"bytes"
+	"compress/gzip"
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Prefix is where the console is mounted on the control API.
+const Prefix = "/console/"
+
+// Views answers each page's JSON: the page's data as scripts read it
+// (GET /console/node.json, /console/network.json, or the page itself with
+// ?format=json or Accept: application/json).
+type Views struct {
+	Node    func(r *http.Request) any
+	Network func(r *http.Request) any
+}
+
+// pages maps a page's path (after Prefix) to its HTML file and its view.
+var pages = map[string]string{"": "node.html", "node": "node.html", "network": "network.html"}
+
+// Handler serves the console under Prefix (it expects the full request
+// path, as a mux pattern "GET /console/" passes it).
+func Handler(v Views) http.Handler {
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	h := &handler{views: v, static: static, gz: map[string]*gzEntry{}}
+	return h
+}
+
+type handler struct {
+	views  Views
+	static fs.FS
+
+	mu sync.Mutex
+	gz map[string]*gzEntry // compressed assets, made on first request
+}
+
+type gzEntry struct {
+	once sync.Once
+	b    []byte
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	hd := w.Header()
+	// the pages load only their own files and talk only to this origin;
+	// no frame may hold them (the seed button is a state change)
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	if name, ok := strings.CutSuffix(p, ".json"); ok {
+		if view := h.view(name); view != nil {
+			writeJSON(w, view(r))
+			return
+		}
+	}
+	if file, ok := pages[p]; ok {
+		if wantsJSON(r) {
+			writeJSON(w, h.view(path.Base(strings.TrimSuffix(file, ".html")))(r))
+			return
+		}
+		hd.Add("Vary", "Accept")
+		h.serveFile(w, r, file, "no-cache")
+		return
+	}
+	if strings.HasPrefix(p, "assets/") {
+		h.serveFile(w, r, strings.TrimPrefix(p, "assets/"), "max-age=300")
+		return
+	}
+	http.NotFound(w, r)
+}
+
+func (h *handler) view(name string) func(*http.Request) any {
+	switch name {
+	case "node":
+		return h.views.Node
+	case "network":
+		return h.views.Network
+	}
+	return nil
+}
+
+// wantsJSON: ?format=json, or an Accept header that prefers JSON to HTML.
+func wantsJSON(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "json"
+	}
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "application/json") && !strings.Contains(a, "text/html")
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// serveFile answers an embedded file, gzip-compressed when the client
+// takes it (compressed once, on its first request).
+func (h *handler) serveFile(w http.ResponseWriter, r *http.Request, name, cache string) {
+	if name == "" || strings.Contains(name, "..") {
+		http.NotFound(w, r)
+		return
+	}
+	b, err := fs.ReadFile(h.static, name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	hd := w.Header()
+	ct := mime.TypeByExtension(path.Ext(name))
+	if ct == "" || strings.HasPrefix(name, "vendor/LICENSE") || path.Base(name) == "VERSIONS" {
+		ct = "text/plain; charset=utf-8"
+	}
+	hd.Set("Content-Type", ct)
+	hd.Set("Cache-Control", cache)
+	hd.Add("Vary", "Accept-Encoding")
+	if len(b) > 1024 && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		b = h.gzipped(name, b)
+		hd.Set("Content-Encoding", "gzip")
+	}
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b)) // embedded: no modification time
+}
+
+func (h *handler) gzipped(name string, raw []byte) []byte {
+	h.mu.Lock()
+	e := h.gz[name]
+	if e == nil {
+		e = &gzEntry{}
+		h.gz[name] = e
+	}
+	h.mu.Unlock()
+	e.once.Do(func() {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(raw)
+		_ = zw.Close()
+		e.b = buf.Bytes()
+	})
+	return e.b
+}
