@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +29,7 @@ type testnetOptions struct {
 	capacity, wireScale                        float64
 	sink, json                                 bool
 	show                                       int
-	experiment, report, publicIP               string
+	experiment, report                         string
 	policies, nodeFlags                        []string
 	timeout                                    time.Duration
 }
@@ -51,7 +50,6 @@ func (o *testnetOptions) flags(cmd *cobra.Command, up bool) {
 	f.StringVar(&o.hostDist, "host-dist", "zipf", "hosts' addresses: zipf (clustered in hosting subnets) or uniform")
 	f.StringVar(&o.sites, "sites", "", "measured matrix: sites CSV (with --world matrix)")
 	f.StringVar(&o.rtt, "rtt", "", "measured matrix: RTT CSV (with --world matrix)")
-	f.StringVar(&o.publicIP, "public-ip", "", "an address of this machine that others reach: nodes listen on it too, and DIR/join.toml configures a node joining from another machine")
 	f.Float64Var(&o.wireScale, "wire-scale", 1, "round trips between peers on the wire: this many times the world's (0: none)")
 	f.Float64Var(&o.capacity, "capacity-factor", 2, "each crawler's capacity: this many times its even share of the web's pages")
 	f.StringArrayVar(&o.nodeFlags, "node-flag", nil, "pass this flag to every `micra node` (repeatable; e.g. --node-flag=--balance=release)")
@@ -69,13 +67,6 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
 	c.World.CapacityFactor, c.World.WireScale = o.capacity, o.wireScale
-	if o.publicIP != "" {
-		ip, err := netip.ParseAddr(o.publicIP)
-		if err != nil || ip.IsUnspecified() {
-			return c, fmt.Errorf("testnet: --public-ip %q: want one address of this machine's (e.g. 192.168.1.20)", o.publicIP)
-		}
-		c.PublicIP = ip
-	}
 	if o.wireScale < 0 {
 		return c, fmt.Errorf("testnet: --wire-scale %v: want 0 (no delay) or more", o.wireScale)
 	}
@@ -209,11 +200,6 @@ func printTestnet(w io.Writer, s cluster.State) {
 	}
 	if len(s.Nodes) > 0 && len(s.Nodes[0].Addrs) > 0 {
 		fmt.Fprintf(w, "join it from this machine: micra node --testnet --data-dir DIR --bootstrap %s\n", s.Nodes[0].Addrs[0])
-	}
-	if s.Join != "" {
-		fmt.Fprintf(w, "join it from another machine: the config in %s (micra init --home H; replace H/config.toml with it; micra node --home H)\n", s.Join)
-	} else {
-		fmt.Fprintln(w, "(to let other machines join, start it with --public-ip and an address of this machine's they reach)")
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,10 +44,6 @@ type Options struct {
 	Web synthweb.Config
 	// NodeArgs are extra flags for every `micra node`.
 	NodeArgs []string
-	// PublicIP, if valid, is an address of this machine's that other
-	// machines reach: every node listens on it too, and Up writes
-	// DIR/join.toml, the config of a node joining from elsewhere.
-	PublicIP netip.Addr
 	// Tree is the hierarchy the world is placed on (nil: the embedded one).
 	Tree *hierarchy.Tree
 	// Log receives one line per step (nil: discarded).
@@ -89,8 +84,6 @@ type State struct {
 	Seeds      string      `json:"seeds"` // the synthetic web's home pages, one per line
 	Sink       *SinkState  `json:"sink,omitempty"`
 	Nodes      []NodeState `json:"nodes"`
-	// Join is DIR/join.toml, written when Options.PublicIP is set.
-	Join string `json:"join,omitempty"`
 }
 
 // SinkState is the sink's addresses.
@@ -233,11 +226,6 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return t, err
 	}
-	if o.PublicIP.IsValid() {
-		if t.State.Join, err = t.writeJoin(); err != nil {
-			return t, err
-		}
-	}
 	if err := t.writeState(); err != nil {
 		return t, err
 	}
@@ -280,15 +268,12 @@ func (t *Testnet) startSink(ctx context.Context, boot []string) error {
 // init --testnet does (the identity key is created on the first start): the
 // node reads its config.toml, not the user's ~/.micra (and start keeps the
 // shell's MICRA_<KEY> variables from it).
-func writeHome(home string, i int, public netip.Addr) error {
+func writeHome(home string, i int) error {
 	var b strings.Builder
 	b.WriteString("# a node of micra testnet (the testnet's flags override this file)\n")
 	// each peer on a loopback address of its own: the emulated wire knows
 	// peers by their addresses (emu.Place.WireRTT)
 	f := node.File{DataDir: "data", Testnet: true, Listen: []string{"/ip4/" + emu.PeerLoopback(i).String() + "/tcp/0"}}
-	if public.IsValid() {
-		f.Listen = append(f.Listen, multiaddrOf(public)+"/tcp/0")
-	}
 	if err := node.WriteTOML(&b, f); err != nil {
 		return err
 	}
@@ -303,7 +288,7 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		return err
 	}
 	data := filepath.Join(home, "data")
-	if err := writeHome(home, i, t.o.PublicIP); err != nil {
+	if err := writeHome(home, i); err != nil {
 		return err
 	}
 	args := []string{"node", "--home", home,
@@ -407,47 +392,4 @@ func or(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func multiaddrOf(a netip.Addr) string {
-	if a.Is4() || a.Is4In6() {
-		return "/ip4/" + a.Unmap().String()
-	}
-	return "/ip6/" + a.String()
-}
-
-// writeJoin writes DIR/join.toml: the config of a node that joins this
-// testnet from another machine, bootstrapping from every node's address on
-// Options.PublicIP. Such a node stands at its own place, not in the
-// emulated world, and finds the sink on the network as the others do.
-func (t *Testnet) writeJoin() (string, error) {
-	prefix := multiaddrOf(t.o.PublicIP) + "/"
-	var boot []string
-	for _, n := range t.State.Nodes {
-		for _, a := range n.Addrs {
-			if strings.HasPrefix(a, prefix) {
-				boot = append(boot, a)
-			}
-		}
-	}
-	if len(boot) == 0 {
-		return "", fmt.Errorf("cluster: no node listens on %v (its logs: %s)", t.o.PublicIP, filepath.Join(t.o.Dir, "nodes"))
-	}
-	// an overlay peer, not a crawler: the testnet's web is served on the
-	// testnet machine's loopback and its world's hosts are real addresses
-	// that a crawler elsewhere would probe and fetch for real
-	crawler := false
-	f := node.File{DataDir: "data", Crawler: &crawler, Listen: []string{"/ip4/0.0.0.0/tcp/4001"}, Bootstrap: boot}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Join the micra testnet of %s from another machine:\n", t.o.Dir)
-	b.WriteString("#   micra init --home H, replace H/config.toml with this file, then: micra node --home H\n")
-	b.WriteString("# The node joins the overlay as a peer that does not crawl (crawler = false): membership,\n")
-	b.WriteString("# gossip, the DHT, and `micra peers`/`micra owners` from there. The testnet's web and emulated\n")
-	b.WriteString("# world stay on the testnet's machine. A non-testnet node keeps its DHT to public addresses:\n")
-	b.WriteString("# over a private network (192.168/16, 10/8) it hears the members but its DHT stays empty.\n")
-	if err := node.WriteTOML(&b, f); err != nil {
-		return "", err
-	}
-	file := filepath.Join(t.o.Dir, "join.toml")
-	return file, os.WriteFile(file, []byte(b.String()), 0o644)
 }
