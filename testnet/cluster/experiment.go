@@ -121,7 +121,7 @@ func Simulate(ctx context.Context, o Options, hosts int, policies []string) (map
 		}
 	}
 	spec := o.World
-	spec.Crawlers = o.Peers
+	spec.Crawlers = o.Peers + o.Spare // the world Up places
 	spec.Hosts = make([]emu.Host, hosts)
 	cfg, err := spec.SimConfig(tree)
 	if err != nil {
