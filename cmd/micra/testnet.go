@@ -350,7 +350,7 @@ func runExperiment(ctx context.Context, co cluster.Options, o *testnetOptions) e
 	if dir == "" {
 		dir = filepath.Join(co.Dir, "report")
 	}
-	if _, err := cluster.WriteReport(dir, ex, "micra "+strings.Join(os.Args[1:], " ")); err != nil {
+	if _, err := cluster.WriteReport(dir, ex, cluster.ShellQuote(append([]string{"micra"}, os.Args[1:]...))); err != nil {
 		return err
 	}
 	if o.json {
