@@ -147,9 +147,13 @@ func loadChart(file, title string, ex *Experiment) error {
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "crawlers, busiest first", "pages"
 	p.Y.Min = 0
 	for i, r := range ex.Rows {
-		loads := make([]int, 0, len(r.PagesPerCrawler))
+		loads := make([]int, 0, max(r.Peers, len(r.PagesPerCrawler)))
 		for _, n := range r.PagesPerCrawler {
 			loads = append(loads, n)
+		}
+		// the crawlers that delivered nothing are not in the map
+		for len(loads) < r.Peers {
+			loads = append(loads, 0)
 		}
 		sort.Sort(sort.Reverse(sort.IntSlice(loads)))
 		pts := make(plotter.XYs, len(loads))
@@ -195,8 +199,8 @@ delegation policy, each on a fresh testnet; the simulator's figures are for the 
 <tr><th>policies</th><td>{{range $i, $r := .Ex.Rows}}{{if $i}}, {{end}}{{$r.Policy}}{{end}}</td></tr></table>
 <p>Reproduce: <code>{{.Command}}</code> · the data: <a href="experiment.json">experiment.json</a> (what <code>--json</code> prints)</p>
 <h2>The table</h2>
-<table><tr><th>policy</th><th>at nearest %</th><th>(sim)</th><th>probes/host</th><th>(sim)</th><th>makespan s</th><th>× random</th><th>Σ download s</th><th>× random</th><th>× optimal</th><th>coverage %</th><th>overlap</th><th>fetched twice</th><th>to sink %</th></tr>
-{{range .Ex.Rows}}<tr><td>{{.Policy}}</td><td>{{printf "%.1f" .OptimalPct}}</td><td>{{printf "%.1f" .SimOptimalPct}}</td><td>{{printf "%.2f" .ProbesPerHost}}</td><td>{{printf "%.2f" .SimProbesPerURL}}</td><td>{{printf "%.1f" .MakespanS}}</td><td>{{printf "%.2f" .MakespanVsRandom}}</td><td>{{printf "%.1f" .DownloadS}}</td><td>{{printf "%.2f" .DownloadVsRandom}}</td><td>{{printf "%.2f" .DownloadVsOptimal}}</td><td>{{printf "%.1f" .CoveragePct}}</td><td>{{.Overlap}}</td><td>{{.DuplicateFetches}}</td><td>{{printf "%.1f" (pct .BytesToSink .BytesFetched)}}</td></tr>
+<table><tr><th>policy</th><th>at nearest %</th><th>(sim)</th><th>probes/host</th><th>(sim)</th><th>makespan s</th><th>× random</th><th>Σ download s</th><th>× random</th><th>(sim)</th><th>× optimal</th><th>coverage %</th><th>overlap</th><th>fetched twice</th><th>to sink %</th></tr>
+{{range .Ex.Rows}}<tr><td>{{.Policy}}</td><td>{{printf "%.1f" .OptimalPct}}</td><td>{{printf "%.1f" .SimOptimalPct}}</td><td>{{printf "%.2f" .ProbesPerHost}}</td><td>{{printf "%.2f" .SimProbesPerURL}}</td><td>{{printf "%.1f" .MakespanS}}</td><td>{{printf "%.2f" .MakespanVsRandom}}</td><td>{{printf "%.1f" .DownloadS}}</td><td>{{printf "%.2f" .DownloadVsRandom}}</td><td>{{printf "%.2f" .SimCostVsRandom}}</td><td>{{printf "%.2f" .DownloadVsOptimal}}</td><td>{{printf "%.1f" .CoveragePct}}</td><td>{{.Overlap}}</td><td>{{.DuplicateFetches}}</td><td>{{printf "%.1f" (pct .BytesToSink .BytesFetched)}}</td></tr>
 {{end}}</table>
 <h2>Figures</h2>
 <table id="figures"><tr><th>figure</th><th>the papers' equivalent</th><th>file</th></tr>

@@ -22,6 +22,9 @@ func sampleExperiment() *Experiment {
 			OptimalPct: float64(10 + 25*i), SimOptimalPct: float64(12 + 25*i), ProbesPerHost: float64(i), SimProbesPerURL: float64(i) * 0.8,
 			MakespanS: 60 - float64(10*i), DownloadS: 400 - float64(90*i), BytesFetched: 1000000, BytesToSink: 15000,
 			PagesPerCrawler: map[string]int{"a": 100 - 10*i, "b": 60, "c": 40 + 10*i}}
+		if pol == "micra" { // a crawler that delivered nothing is not in the map
+			r.PagesPerCrawler = map[string]int{"a": 140, "b": 60}
+		}
 		ex.Rows = append(ex.Rows, Row{Result: r, MakespanVsRandom: r.MakespanS / 60, DownloadVsRandom: r.DownloadS / 400, SimCostVsRandom: 1 - 0.2*float64(i)})
 	}
 	return ex
@@ -131,6 +134,24 @@ func TestWriteReport(t *testing.T) {
 				}
 			}
 		}
+		if f.File == "load.svg" {
+			// one line per policy, a point per crawler (those that
+			// delivered nothing too)
+			for k, r := range ex.Rows {
+				c := palette[k].(color.RGBA)
+				stroke := fmt.Sprintf("stroke:#%02X%02X%02X", c.R, c.G, c.B)
+				var line string
+				for _, l := range strings.Split(string(svg), "\n") {
+					if strings.Contains(l, stroke) {
+						line = l
+						break
+					}
+				}
+				if n := strings.Count(line, "L") + 1; n != r.Peers {
+					t.Errorf("load.svg, %s: %d points, want one per crawler (%d): %s", r.Policy, n, r.Peers, line)
+				}
+			}
+		}
 		if f.Paper == "" || f.Caption == "" {
 			t.Errorf("%s: no caption or paper figure", f.File)
 		}
@@ -150,7 +171,7 @@ func TestWriteReport(t *testing.T) {
 		"<tr><th>crawler nodes</th><td>3</td></tr>", "<tr><th>hosts (pages)</th><td>20 (200)</td></tr>",
 		"<tr><th>seed</th><td>1</td></tr>", "<tr><th>world: latency model</th><td>formula</td></tr>",
 		"<td>random, hash, micra, optimal</td>",
-		"<td>micra</td><td>60.0</td><td>62.0</td>", `href="experiment.json"`,
+		"<td>micra</td><td>60.0</td><td>62.0</td>", "<td>0.55</td><td>0.60</td><td>", // Σ download: × random, (sim), `href="experiment.json"`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("index.html lacks %q", want)
