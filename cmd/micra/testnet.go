@@ -24,7 +24,7 @@ import (
 
 type testnetOptions struct {
 	dir, policy, latency, hostDist, sites, rtt string
-	peers, hosts, pages                        int
+	peers, hosts, pages, spare                 int
 	seed                                       uint64
 	capacity, wireScale                        float64
 	sink, json                                 bool
@@ -64,7 +64,7 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	if err != nil {
 		return cluster.Options{}, err
 	}
-	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
+	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
 	c.World.CapacityFactor, c.World.WireScale = o.capacity, o.wireScale
 	if o.wireScale < 0 {
@@ -73,6 +73,9 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	c.Web.Seed, c.Web.Hosts, c.Web.PagesPerHost = o.seed, o.hosts, o.pages
 	if o.peers < 1 || o.peers > 100 {
 		return c, fmt.Errorf("testnet: --peers %d: want 1 to 100", o.peers)
+	}
+	if o.spare < 0 || o.peers+o.spare > 100 {
+		return c, fmt.Errorf("testnet: --spare %d: want 0 or more, with at most 100 places in all", o.spare)
 	}
 	return c, nil
 }
@@ -113,6 +116,7 @@ Traffic between the nodes themselves is not delayed.`,
 		},
 	}
 	up.flags(upCmd, true)
+	upCmd.Flags().IntVar(&up.spare, "spare", 0, "places the world keeps for crawlers that join later (DIR/join.toml names the first); the world is then `micra sim`'s for N+spare crawlers")
 
 	run := &testnetOptions{}
 	runCmd := &cobra.Command{
@@ -198,9 +202,16 @@ func printTestnet(w io.Writer, s cluster.State) {
 	if len(s.Nodes) > 0 && s.Seeds != "" {
 		fmt.Fprintf(w, "crawl the synthetic web: micra seed --api %s --file %s\n", s.Nodes[len(s.Nodes)-1].API, s.Seeds)
 	}
-	if len(s.Nodes) > 0 && len(s.Nodes[0].Addrs) > 0 {
-		fmt.Fprintf(w, "join it from this machine: micra node --testnet --data-dir DIR --bootstrap %s\n", s.Nodes[0].Addrs[0])
+	if s.Join == "" {
+		return
 	}
+	// the snippet as written (status shows the file up wrote)
+	b, err := os.ReadFile(s.Join)
+	if err != nil {
+		fmt.Fprintf(w, "join: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "\njoin the testnet with this configuration (%s):\n\n%s", s.Join, b)
 }
 
 func shortID(id string) string {
@@ -342,7 +353,7 @@ func runExperiment(ctx context.Context, co cluster.Options, o *testnetOptions) e
 	if dir == "" {
 		dir = filepath.Join(co.Dir, "report")
 	}
-	if _, err := cluster.WriteReport(dir, ex, "micra "+strings.Join(os.Args[1:], " ")); err != nil {
+	if _, err := cluster.WriteReport(dir, ex, cluster.ShellQuote(append([]string{"micra"}, os.Args[1:]...))); err != nil {
 		return err
 	}
 	if o.json {

@@ -2,13 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/BurntSushi/toml"
+
+	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/testnet/cluster"
 )
 
@@ -56,4 +65,144 @@ func TestTestnetRun(t *testing.T) {
 		t.Errorf("testnet.json left behind: %v", err)
 	}
 	t.Logf("%+v\n%s", r.Result, stderr.String())
+}
+
+// TestTestnetUpJoin joins a running testnet as a user would: `micra testnet
+// up --spare 1` prints join.toml, a node started with the command its
+// comments give becomes a live crawler of the network, and `down` removes
+// the file, whose addresses are the run's.
+func TestTestnetUpJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a testnet")
+	}
+	dir := filepath.Join(t.TempDir(), "tn")
+	up := exec.Command(os.Args[0], "testnet", "up", "--dir", dir, "-n", "2", "--spare", "1", "--hosts", "6", "--pages-per-host", "2")
+	up.Env = append(os.Environ(), mainEnv+"=1")
+	var upOut, upErr syncBuffer
+	up.Stdout, up.Stderr = &upOut, &upErr
+	up.WaitDelay = 10 * time.Second // its output is read until every process holding it exits
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	upP := watch(up)
+	t.Cleanup(func() { upP.stop(t) })
+
+	// up prints the join configuration once the testnet is up
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(upOut.String(), "bootstrap = [") {
+		select {
+		case <-upP.exited:
+			t.Fatalf("testnet up exited: %v\n%s", upP.err, upErr.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no join configuration printed\n%s\n%s", upOut.String(), upErr.String())
+		}
+	}
+	st, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "join.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(upOut.String(), string(b)) {
+		t.Errorf("up printed another configuration than join.toml's:\n%s", upOut.String())
+	}
+	var jf struct {
+		Bootstrap []string `toml:"bootstrap"`
+		Sink      string   `toml:"sink"`
+	}
+	if _, err := toml.Decode(string(b), &jf); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, n := range st.Nodes {
+		want = append(want, n.Addrs...)
+	}
+	if !slices.Equal(jf.Bootstrap, want) || st.Sink == nil || jf.Sink != st.Sink.Addr {
+		t.Errorf("join.toml: bootstrap %q sink %s; the testnet's nodes %q, sink %+v", jf.Bootstrap, jf.Sink, want, st.Sink)
+	}
+
+	// the command its comments give, as they give it
+	var args []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "#     micra node "); ok {
+			args = append([]string{"node"}, strings.Fields(rest)...)
+		}
+	}
+	if !slices.Contains(args, "--emulate-peer") {
+		t.Fatalf("no command with a spare place in join.toml:\n%s", b)
+	}
+	joiner := exec.Command(os.Args[0], args...)
+	joiner.Env = append(os.Environ(), mainEnv+"=1")
+	var jOut syncBuffer
+	joiner.Stdout, joiner.Stderr = &jOut, &jOut
+	joiner.WaitDelay = 10 * time.Second
+	if err := joiner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	jP := watch(joiner)
+	t.Cleanup(func() { jP.stop(t) })
+
+	// every node counts it among the live crawlers
+	for _, n := range st.Nodes {
+		c, err := node.NewControlClient(n.API)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			s, err := c.Status(context.Background())
+			if err == nil && s.CrawlersLive == 3 {
+				break
+			}
+			if time.Now().After(deadline.Add(time.Minute)) {
+				t.Fatalf("node %d: status %+v, %v: want 3 live crawlers\njoiner:\n%s", n.Index, s, err, jOut.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	jP.stop(t)
+	down := exec.Command(os.Args[0], "testnet", "down", "--dir", dir)
+	down.Env = append(os.Environ(), mainEnv+"=1")
+	if out, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("testnet down: %v\n%s", err, out)
+	}
+	select {
+	case <-upP.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("testnet up still running after down")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "join.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("join.toml left behind: %v", err)
+	}
+}
+
+// watched is a process a test started and stops once, however often asked.
+type watched struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when it has exited; err is then its exit
+	err    error
+	once   sync.Once
+}
+
+func watch(c *exec.Cmd) *watched {
+	w := &watched{cmd: c, exited: make(chan struct{})}
+	go func() { w.err = c.Wait(); close(w.exited) }()
+	return w
+}
+
+// stop sends SIGTERM and waits for the exit (SIGKILL after 90 s).
+func (w *watched) stop(t *testing.T) {
+	w.once.Do(func() {
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-w.exited:
+		case <-time.After(90 * time.Second):
+			_ = w.cmd.Process.Kill()
+			<-w.exited
+			t.Errorf("%s did not stop on SIGTERM", w.cmd.Args[1:3])
+		}
+	})
 }

@@ -34,6 +34,11 @@ type Options struct {
 	Dir    string // the testnet's directory (created)
 	Binary string // the micra binary every process runs
 	Peers  int    // crawler nodes (default 12)
+	// Spare places the world keeps for crawlers that join later (`micra
+	// testnet up --spare`; DIR/join.toml names the first): the world is
+	// then the simulator's for Peers+Spare crawlers, and a crawl's scores
+	// count the spare places among the crawlers a host may be nearest to.
+	Spare  int
 	Sink   bool   // start an index sink; crawlers deliver to it
 	Policy string // delegation policy of every node (default micra)
 	// World is the emulated world; Crawlers and Hosts are filled in from
@@ -81,7 +86,11 @@ type State struct {
 	Supervisor int         `json:"supervisor_pid"` // the process that runs the testnet (`micra testnet up`)
 	Policy     string      `json:"policy"`
 	WebPort    int         `json:"web_port"`
-	Seeds      string      `json:"seeds"` // the synthetic web's home pages, one per line
+	Seeds      string      `json:"seeds"`               // the synthetic web's home pages, one per line
+	World      string      `json:"world"`               // world.json, the emulated world every node reads
+	Places     int         `json:"places"`              // the world's crawler places: the nodes', then the spare ones
+	Join       string      `json:"join"`                // join.toml: the configuration of a node that joins (JoinConfig)
+	NodeArgs   []string    `json:"node_args,omitempty"` // the extra flags every node runs with (Options.NodeArgs)
 	Sink       *SinkState  `json:"sink,omitempty"`
 	Nodes      []NodeState `json:"nodes"`
 }
@@ -175,7 +184,10 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	t.State.Seeds = seeds
 
 	spec := o.World
-	spec.Crawlers, spec.Hosts = o.Peers, nil
+	if o.Spare < 0 {
+		return t, fmt.Errorf("cluster: Spare %d: want 0 or more", o.Spare)
+	}
+	spec.Crawlers, spec.Hosts = o.Peers+o.Spare, nil
 	for i, name := range t.Web.Hosts() {
 		spec.Hosts = append(spec.Hosts, emu.Host{Name: name, Loopback: t.Web.HostIP(i)})
 	}
@@ -197,8 +209,9 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	if err := t.World.Spec.WriteFile(worldFile); err != nil {
 		return t, err
 	}
+	t.State.World, t.State.Places = worldFile, spec.Crawlers
 	fmt.Fprintf(o.Log, "world: %d crawlers and %d hosts placed (seed %d, %s hosts, %s latency); synthetic web on port %d\n",
-		o.Peers, len(spec.Hosts), spec.Seed, or(spec.HostDist, "zipf"), or(spec.Latency, "formula"), t.Web.Port())
+		spec.Crawlers, len(spec.Hosts), spec.Seed, or(spec.HostDist, "zipf"), or(spec.Latency, "formula"), t.Web.Port())
 
 	// The first node is the others' bootstrap peer and the sink's; the
 	// rest start together. No node is told the sink: they find it on the
@@ -224,6 +237,9 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		return t, err
+	}
+	if err := t.writeJoin(); err != nil {
 		return t, err
 	}
 	if err := t.writeState(); err != nil {
@@ -344,7 +360,8 @@ func (t *Testnet) writeState() error {
 }
 
 // Down stops the nodes (SIGTERM: each announces it leaves and flushes its
-// state), then the sink and the synthetic web, and removes testnet.json.
+// state), then the sink and the synthetic web, and removes testnet.json and
+// join.toml.
 func (t *Testnet) Down() error {
 	var errs []error
 	t.down.Do(func() {
@@ -369,8 +386,14 @@ func (t *Testnet) Down() error {
 		if t.Web != nil {
 			errs = append(errs, t.Web.Close())
 		}
-		if err := os.Remove(StateFile(t.o.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		// join.toml names addresses nobody listens on any more
+		for _, f := range []string{t.State.Join, StateFile(t.o.Dir)} {
+			if f == "" {
+				continue
+			}
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	})
 	return errors.Join(errs...)

@@ -41,7 +41,9 @@ type Experiment struct {
 	Seed     uint64 `json:"seed"`
 	Latency  string `json:"latency"`
 	HostDist string `json:"host_dist"`
-	Rows     []Row  `json:"policies"`
+	// WireScale is the round trips between peers over the world's.
+	WireScale float64 `json:"wire_scale"`
+	Rows      []Row   `json:"policies"`
 }
 
 // RunExperiment crawls the same synthetic web in the same world once per
@@ -52,7 +54,8 @@ func RunExperiment(ctx context.Context, o Options, policies []string, timeout ti
 	if len(policies) == 0 {
 		policies = PaperPolicies
 	}
-	ex := &Experiment{Peers: o.Peers, Seed: o.World.Seed, Latency: or(o.World.Latency, "formula"), HostDist: or(o.World.HostDist, "zipf")}
+	ex := &Experiment{Peers: o.Peers, Seed: o.World.Seed, Latency: or(o.World.Latency, "formula"), HostDist: or(o.World.HostDist, "zipf"),
+		WireScale: o.World.WireScale}
 	base := o.Dir
 	for _, pol := range policies {
 		po := o
@@ -121,7 +124,7 @@ func Simulate(ctx context.Context, o Options, hosts int, policies []string) (map
 		}
 	}
 	spec := o.World
-	spec.Crawlers = o.Peers
+	spec.Crawlers = o.Peers + o.Spare // the world Up places
 	spec.Hosts = make([]emu.Host, hosts)
 	cfg, err := spec.SimConfig(tree)
 	if err != nil {
