@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,6 +60,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 		return err
 	}
 	cfg.Logger = slog.Default()
+	if limit := cfg.ProcessMemoryLimit(os.Getenv("GOMEMLIMIT")); limit > 0 {
+		debug.SetMemoryLimit(limit) // the memory_limit setting (docs/node.md, "Memory")
+	}
 	// the pages every subcommand's package initialisers touched; the node
 	// faults back those it uses (trim_linux.go)
 	if _, err := releaseStartupPages(); err != nil {
