@@ -305,7 +305,7 @@ func TestOldRedirectMarkScheduledOnSourceRevisit(t *testing.T) {
 // on it (registered later, cleaned up first).
 func openDB(t *testing.T) *badger.DB {
 	t.Helper()
-	db, err := frontier.OpenDB(t.TempDir(), frontier.DBOptions{CacheMB: 8, Logger: quiet})
+	db, err := frontier.OpenDB(t.TempDir(), frontier.DBOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ type nodeRec struct {
 //
 // Memory: the nodes are parallel arrays of small integers (24 bytes an
 // IPv4 node, 32 an IPv6 one, no pointers), the organisation names one
-// string, and the lookup index 8 bytes per IPv4 interval and 12 per IPv6
-// one. What only some callers use (subtree ends, children, nodes per
+// string, and a bucket index of 256 KiB per family that lookups start
+// from. What only some callers use (subtree ends, children, nodes per
 // organisation) is built on first use.
 type Tree struct {
 	// Nodes, indexed by NodeID (Root's entries are zero, its parent None).
@@ -70,37 +70,22 @@ type Tree struct {
 	orgOff    []uint32 // nodes of org o: orgList[orgOff[o]:orgOff[o+1]]
 	orgList   []NodeID
 
-	// Lookup index: the address space of each family cut into elementary
-	// intervals; seg*Node is the deepest node covering each, tagged with
-	// unaryTag when that node holds a single address (SmallestNonUnary then
-	// answers its parent). idx*[p] is the interval holding the first address
-	// whose top 16 bits are p (idx*[65536] = last interval).
-	seg4Start []uint32
-	seg4Node  []uint32
-	idx4      []uint32
-	// IPv6 interval starts: the high 64 bits; the low 64 bits are 0 but at
-	// the few intervals seg6Lo lists (boundaries inside a /64).
-	seg6Hi   []uint64
-	seg6Lo   sparse64
-	seg6Node []uint32
-	idx6     []uint32
-	// Dense IPv6 buckets (2001::/16, 2a00::/16, …) get a second level on
-	// the next 12 bits: sub6[sub6Off[p]-1+k] is the interval holding the
-	// first address of sub-bucket k of bucket p (sub6Off[p] = 0: none).
-	sub6Off []uint32
-	sub6    []uint32
+	// Lookup: nodes are in address order, so the smallest node holding an
+	// address is the last node of its family starting at or before it, or
+	// an ancestor of that node (walk up while it ends before the address).
+	// The searches start from a bucket index: bkt4[p] is the number of
+	// IPv4 nodes starting before the address p<<16, bkt6[p] that of IPv6
+	// nodes starting before p<<112 (65,537 entries each; nil on small
+	// trees, which search all their nodes).
+	bkt4, bkt6 []uint32
 
 	idOnce sync.Once
 	id     SnapshotID
 }
 
-// unaryTag marks a lookup-index entry whose node holds one address; node
-// IDs stay below it (maxNodes).
-const unaryTag = 1 << 31
-
 // maxNodes bounds the nodes of a tree (far beyond any registry data: the
 // default has 582,398).
-const maxNodes = unaryTag
+const maxNodes = 1 << 31
 
 // sparse64 maps a few of many indexes to non-zero uint64 values (0 for the
 // rest): a bit per index and the values in index order.
@@ -129,13 +114,9 @@ func (m *sparse64) add(i uint32, v uint64, n int) {
 	m.vals = append(m.vals, v)
 }
 
-// directIndexMin is the number of elementary intervals from which a family
-// gets its direct top-bits index (a variable so tests can force either path).
+// directIndexMin is the number of nodes from which a family gets its
+// bucket index (a variable so tests can force either path).
 var directIndexMin = 256
-
-// dense6 is the number of intervals from which an IPv6 /16 bucket gets its
-// second index level.
-var dense6 = 64
 
 // alloc makes room for n nodes (Root included) and sets Root.
 func (t *Tree) alloc(n int) {
@@ -250,7 +231,7 @@ func (t *Tree) finish() {
 	for _, d := range t.depth {
 		t.height = max(t.height, int(d))
 	}
-	t.buildIndex()
+	t.buildBuckets()
 }
 
 // subtrees builds the subtree ends on first use: in preorder a node's
@@ -314,208 +295,154 @@ func (t *Tree) orgLists() {
 	})
 }
 
-// sweep collects the elementary intervals of one family: starts and the
-// deepest node of each, merged as they are emitted in address order.
-type sweep struct {
-	n   int
-	s4  []uint32 // IPv4 starts
-	hi  []uint64 // IPv6 starts
-	lo  []uint64
-	own []NodeID
+// buildBuckets builds each family's bucket index (buckets of the top 16
+// bits of the start address).
+func (t *Tree) buildBuckets() {
+	t.bkt4, t.bkt6 = nil, nil
+	if n4 := int(t.first6) - 1; n4 > directIndexMin {
+		t.bkt4 = buckets(n4, func(i int) uint32 { return t.s32[1+i] >> 16 })
+	}
+	if n6 := len(t.parent) - int(t.first6); n6 > directIndexMin {
+		t.bkt6 = buckets(n6, func(i int) uint32 { return t.s32[int(t.first6)+i] >> 16 })
+	}
 }
 
-func (w *sweep) start(i int) u128 {
-	if w.s4 != nil {
-		return u128{0, uint64(w.s4[i])}
+// buckets counts, for every p of 0..65536, the n keys (ascending) below p.
+func buckets(n int, key func(int) uint32) []uint32 {
+	b := make([]uint32, 65537)
+	i := 0
+	for p := range uint32(65537) {
+		for i < n && key(i) < p {
+			i++
+		}
+		b[p] = uint32(i)
 	}
-	return u128{w.hi[i], w.lo[i]}
+	return b
+}
+
+// search returns how many of the n keys (ascending) are ≤ x, given that
+// those below lo are and those from hi on are not.
+func search(lo, hi int, le func(int) bool) int {
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if le(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// lookup4 returns the smallest IPv4 node holding x, Root if none does.
+func (t *Tree) lookup4(x uint32) NodeID {
+	lo, hi := 0, int(t.first6)-1
+	if t.bkt4 != nil {
+		lo, hi = int(t.bkt4[x>>16]), int(t.bkt4[x>>16+1])
+	}
+	s := t.s32[1:t.first6]
+	id := NodeID(search(lo, hi, func(i int) bool { return s[i] <= x }))
+	for id != Root && t.e32[id] < x {
+		id = t.parent[id]
+	}
+	return id
+}
+
+// lookup6 returns the smallest IPv6 node holding x, Root if none does.
+func (t *Tree) lookup6(x u128) NodeID {
+	f := int(t.first6)
+	lo, hi := 0, len(t.parent)-f
+	if t.bkt6 != nil {
+		p := x.hi >> 48
+		lo, hi = int(t.bkt6[p]), int(t.bkt6[p+1])
+	}
+	k := search(lo, hi, func(i int) bool {
+		h := uint64(t.s32[f+i])<<32 | uint64(t.s6[i])
+		return h < x.hi || (h == x.hi && t.sLo.get(uint32(i)) <= x.lo)
+	})
+	if k == 0 {
+		return Root
+	}
+	id := NodeID(f + k - 1)
+	for id != Root {
+		if _, e := t.bounds(id); !e.less(x) {
+			break
+		}
+		id = t.parent[id]
+	}
+	return id
+}
+
+// lookup returns the smallest node holding ip (Root if none does).
+func (t *Tree) lookup(ip netip.Addr) NodeID {
+	f, x, ok := fromAddr(ip)
+	switch {
+	case !ok:
+		return Root
+	case f == fam4:
+		return t.lookup4(uint32(x.lo))
+	}
+	return t.lookup6(x)
+}
+
+// sweep counts the elementary intervals of one family, merged as they are
+// emitted in address order: it keeps the last interval's start and the
+// owners (deepest nodes) of the last two.
+type sweep struct {
+	n    int
+	last u128 // start of the last interval
+	own  [2]NodeID
+	// below: the last interval starts below every start still to come (it
+	// was merged back into), so none can replace its owner
+	below bool
 }
 
 func (w *sweep) emit(s u128, o NodeID) {
-	last := w.n - 1
-	if last >= 0 && w.start(last) == s {
-		w.own[last] = o
-		if last > 0 && w.own[last-1] == o {
-			w.n--
+	if w.n > 0 && !w.below && w.last == s {
+		w.own[1] = o
+		if w.n > 1 && w.own[0] == o {
+			w.n-- // the interval before it runs on
+			w.below = true
 		}
 		return
 	}
-	if last >= 0 && w.own[last] == o {
+	if w.n > 0 && w.own[1] == o {
 		return
 	}
-	if w.s4 != nil {
-		w.s4[w.n] = uint32(s.lo)
-	} else {
-		w.hi[w.n], w.lo[w.n] = s.hi, s.lo
-	}
-	w.own[w.n] = o
+	w.own[0], w.own[1] = w.own[1], o
+	w.last, w.below = s, false
 	w.n++
 }
 
-// buildIndex cuts each family into elementary intervals by a preorder
-// sweep.
-func (t *Tree) buildIndex() {
-	n := len(t.parent)
-	tag := func(o NodeID) uint32 {
-		if o != Root {
-			if s, e := t.bounds(o); s == e {
-				return uint32(o) | unaryTag
-			}
-		}
-		return uint32(o)
+// segments counts a family's elementary intervals: the pieces of the
+// address space whose smallest enclosing node is one node.
+func (t *Tree) segments(f uint8) int {
+	first, last := 1, int(t.first6)
+	if f == fam6 {
+		first, last = int(t.first6), len(t.parent)
 	}
-	for _, f := range []uint8{fam4, fam6} {
-		// A family's nodes are one contiguous ID block; every node adds at
-		// most two interval starts.
-		first, last := 1, int(t.first6)
-		if f == fam6 {
-			first, last = int(t.first6), n
-		}
-		size := 2*(last-first) + 1
-		w := &sweep{own: make([]NodeID, size)}
-		if f == fam4 {
-			w.s4 = make([]uint32, size)
-		} else {
-			w.hi, w.lo = make([]uint64, size), make([]uint64, size)
-		}
-		w.emit(u128{}, Root)
-		stack := []NodeID{Root}
-		ends := []u128{{}}
-		for id := first; id < last; id++ {
-			s, e := t.bounds(NodeID(id))
-			for len(stack) > 1 && ends[len(ends)-1].less(s) {
-				end := ends[len(ends)-1]
-				stack, ends = stack[:len(stack)-1], ends[:len(ends)-1]
-				w.emit(end.add1(), stack[len(stack)-1])
-			}
-			w.emit(s, NodeID(id))
-			stack, ends = append(stack, NodeID(id)), append(ends, e)
-		}
-		for len(stack) > 1 {
+	w := &sweep{}
+	w.emit(u128{}, Root)
+	stack := []NodeID{Root}
+	ends := []u128{{}}
+	for id := first; id < last; id++ {
+		s, e := t.bounds(NodeID(id))
+		for len(stack) > 1 && ends[len(ends)-1].less(s) {
 			end := ends[len(ends)-1]
 			stack, ends = stack[:len(stack)-1], ends[:len(ends)-1]
-			if end != famMax(f) { // else every remaining ancestor ends there too
-				w.emit(end.add1(), stack[len(stack)-1])
-			}
+			w.emit(end.add1(), stack[len(stack)-1])
 		}
-		own := make([]uint32, w.n)
-		for i, o := range w.own[:w.n] {
-			own[i] = tag(o)
-		}
-		// Small trees (tests, simulations) skip the direct indexes: a binary
-		// search over a few intervals is as fast and costs no 512 KiB of tables.
-		if f == fam4 {
-			t.seg4Start, t.seg4Node = slices.Clone(w.s4[:w.n]), own
-			t.idx4 = nil
-			if w.n > directIndexMin {
-				t.buildIdx4(t.seg4Start)
-			}
-			continue
-		}
-		t.seg6Hi, t.seg6Node, t.seg6Lo = slices.Clone(w.hi[:w.n]), own, sparse64{}
-		for i, lo := range w.lo[:w.n] {
-			if lo != 0 {
-				t.seg6Lo.add(uint32(i), lo, w.n)
-			}
-		}
-		t.idx6, t.sub6Off, t.sub6 = nil, nil, nil
-		if w.n > directIndexMin {
-			t.buildIdx6(w.hi[:w.n], w.lo[:w.n])
+		w.emit(s, NodeID(id))
+		stack, ends = append(stack, NodeID(id)), append(ends, e)
+	}
+	for len(stack) > 1 {
+		end := ends[len(ends)-1]
+		stack, ends = stack[:len(stack)-1], ends[:len(ends)-1]
+		if end != famMax(f) { // else every remaining ancestor ends there too
+			w.emit(end.add1(), stack[len(stack)-1])
 		}
 	}
-}
-
-func (t *Tree) buildIdx4(starts4 []uint32) {
-	t.idx4 = make([]uint32, 65537)
-	j := 0
-	for p := 0; p < 65536; p++ {
-		a := uint32(p) << 16
-		for j+1 < len(starts4) && starts4[j+1] <= a {
-			j++
-		}
-		t.idx4[p] = uint32(j)
-	}
-	t.idx4[65536] = uint32(len(starts4) - 1)
-}
-
-func (t *Tree) buildIdx6(hi6, lo6 []uint64) {
-	// a (low half 0) is at or after start j
-	atOrAfter := func(a uint64, j int) bool { return hi6[j] < a || (hi6[j] == a && lo6[j] == 0) }
-	t.idx6 = make([]uint32, 65537)
-	j := 0
-	for p := 0; p < 65536; p++ {
-		a := uint64(p) << 48
-		for j+1 < len(hi6) && atOrAfter(a, j+1) {
-			j++
-		}
-		t.idx6[p] = uint32(j)
-	}
-	t.idx6[65536] = uint32(len(hi6) - 1)
-	t.sub6Off = make([]uint32, 65536)
-	var sub6 []uint32
-	for p := 0; p < 65536; p++ {
-		lo, hi := int(t.idx6[p]), int(t.idx6[p+1])
-		if hi-lo <= dense6 {
-			continue
-		}
-		t.sub6Off[p] = uint32(len(sub6)) + 1
-		j := lo
-		for k := 0; k < 4096; k++ {
-			a := uint64(p)<<48 | uint64(k)<<36
-			for j+1 <= hi && atOrAfter(a, j+1) {
-				j++
-			}
-			sub6 = append(sub6, uint32(j))
-		}
-		sub6 = append(sub6, uint32(hi))
-	}
-	t.sub6 = slices.Clip(sub6)
-}
-
-// seg4 returns the elementary interval holding x.
-func (t *Tree) seg4(x uint32) int {
-	lo, hi := 0, len(t.seg4Start)-1
-	if t.idx4 != nil {
-		p := x >> 16
-		lo, hi = int(t.idx4[p]), int(t.idx4[p+1])
-	}
-	// invariant: starts[lo] <= x; answer in [lo, hi]
-	for lo < hi {
-		m := int(uint(lo+hi+1) >> 1)
-		if t.seg4Start[m] <= x {
-			lo = m
-		} else {
-			hi = m - 1
-		}
-	}
-	return lo
-}
-
-func (t *Tree) seg6(x u128) int {
-	lo, hi := 0, len(t.seg6Hi)-1
-	if t.idx6 != nil {
-		p := x.hi >> 48
-		lo, hi = int(t.idx6[p]), int(t.idx6[p+1])
-		if o := t.sub6Off[p]; o != 0 {
-			k := int(o-1) + int(x.hi>>36&0xfff)
-			lo, hi = int(t.sub6[k]), int(t.sub6[k+1])
-		}
-	}
-	// invariant: start[lo] <= x; answer in [lo, hi]
-	for lo < hi {
-		m := int(uint(lo+hi+1) >> 1)
-		if t.seg6Hi[m] <= x.hi {
-			lo = m
-		} else {
-			hi = m - 1
-		}
-	}
-	// lo is the last interval whose start's high half is ≤ x's; one inside
-	// x's /64 may still start above x (interval 0 starts at ::)
-	for t.seg6Hi[lo] == x.hi && t.seg6Lo.get(uint32(lo)) > x.lo {
-		lo--
-	}
-	return lo
+	return w.n
 }
 
 // Len returns the number of nodes, Root included; IDs are 0..Len()-1.
@@ -546,34 +473,18 @@ func (t *Tree) Node(id NodeID) Node {
 }
 
 // Lookup returns the smallest node containing ip (Root if none does).
-func (t *Tree) Lookup(ip netip.Addr) NodeID {
-	f, x, ok := fromAddr(ip)
-	switch {
-	case !ok:
-		return Root
-	case f == fam4:
-		return NodeID(t.seg4Node[t.seg4(uint32(x.lo))] &^ unaryTag)
-	}
-	return NodeID(t.seg6Node[t.seg6(x)] &^ unaryTag)
-}
+func (t *Tree) Lookup(ip netip.Addr) NodeID { return t.lookup(ip) }
 
 // SmallestNonUnary returns the smallest node containing ip that holds more
 // than one address: Lookup, but a single-address node yields its parent.
 func (t *Tree) SmallestNonUnary(ip netip.Addr) NodeID {
-	f, x, ok := fromAddr(ip)
-	var o uint32
-	switch {
-	case !ok:
-		return Root
-	case f == fam4:
-		o = t.seg4Node[t.seg4(uint32(x.lo))]
-	default:
-		o = t.seg6Node[t.seg6(x)]
+	id := t.lookup(ip)
+	if id != Root {
+		if s, e := t.bounds(id); s == e {
+			return t.parent[id]
+		}
 	}
-	if o&unaryTag != 0 {
-		return t.parent[o&^unaryTag]
-	}
-	return NodeID(o)
+	return id
 }
 
 // Parent returns the parent of id, None for Root.
@@ -680,9 +591,10 @@ func (t *Tree) PerLevel() []int {
 	return out
 }
 
-// Segments returns the number of elementary intervals of the lookup index
-// (IPv4, IPv6).
-func (t *Tree) Segments() (v4, v6 int) { return len(t.seg4Start), len(t.seg6Hi) }
+// Segments returns the number of elementary intervals (IPv4, IPv6): the
+// pieces of the address space whose smallest enclosing node is one node.
+// It sweeps the tree on every call.
+func (t *Tree) Segments() (v4, v6 int) { return t.segments(fam4), t.segments(fam6) }
 
 // Ranges returns every node but Root as a Range, in ID order. Building a
 // tree from them reproduces t exactly (same snapshot id).

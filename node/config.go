@@ -80,6 +80,12 @@ type Config struct {
 
 	// MetricsAddr, if set, serves /metrics for this node's registry while Run runs.
 	MetricsAddr string
+	// MemoryLimit is the soft limit of the Go runtime's memory in bytes
+	// that `micra node` sets for its process (runtime/debug.SetMemoryLimit;
+	// Open does not set it: it is the process's, not one node's): 0 means
+	// the default (ProcessMemoryLimit); NoMemoryLimit sets none (the
+	// memory_limit setting, docs/node.md).
+	MemoryLimit int64
 	// ControlConfig: the local control API (ControlAddr, default
 	// 127.0.0.1:0; "off" disables it), served while Run runs (control.go).
 	ControlConfig
@@ -213,8 +219,9 @@ type File struct {
 	Balance     string   `json:"balance,omitempty"` // off (default), release, second-best
 	Hierarchy   string   `json:"hierarchy,omitempty"`
 	Metrics     string   `json:"metrics,omitempty"`
-	API         string   `json:"api,omitempty"`   // control API host:port (default 127.0.0.1:0; "off")
-	Pprof       bool     `json:"pprof,omitempty"` // /debug/pprof/ on the control API
+	API         string   `json:"api,omitempty"`          // control API host:port (default 127.0.0.1:0; "off")
+	Pprof       bool     `json:"pprof,omitempty"`        // /debug/pprof/ on the control API
+	MemoryLimit string   `json:"memory_limit,omitempty"` // soft limit of the runtime's memory ("96MiB", "off")
 
 	Seeds        []string `json:"seeds,omitempty"`
 	SeedsFile    string   `json:"seeds_file,omitempty"`   // one URL a line, added to Seeds
@@ -336,6 +343,13 @@ func (f File) Config() (Config, error) {
 	c.HierarchyFile = f.Hierarchy
 	c.MetricsAddr = f.Metrics
 	c.ControlAddr, c.Pprof = controlAddrSetting(f.API), f.Pprof
+	if f.MemoryLimit != "" {
+		n, err := ParseMemoryLimit(f.MemoryLimit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf(" memory_limit: %w", err))
+		}
+		c.MemoryLimit = n
+	}
 	seeds, err := f.allSeeds()
 	if err != nil {
 		errs = append(errs, err)

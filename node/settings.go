@@ -86,6 +86,8 @@ var Settings = []Setting{
 		Meaning: "serve /debug/pprof/ on the control API"},
 	{Key: "metrics", Group: "node", Type: "string", Default: `""`, Example: `"127.0.0.1:9102"`,
 		Meaning: "serve Prometheus /metrics on this host:port (e.g. 127.0.0.1:9102); empty: off"},
+	{Key: "memory_limit", Group: "node", Type: "string", Default: `""`, Example: `"128MiB"`, check: checkMemoryLimit,
+		Meaning: "soft limit of the Go runtime's memory (runtime/debug.SetMemoryLimit; B, KiB, MiB, GiB): the collector works harder as the heap nears it; \"off\": none; empty: GOMEMLIMIT if set, else 192MiB (testnet: 56MiB)"},
 
 	{Key: "listen", Group: "overlay", Type: "list", Default: `["/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"]`, Example: `["/ip4/0.0.0.0/tcp/4002", "/ip6/::/tcp/4002"]`,
 		Meaning: "the multiaddrs the peer listens on (testnet: [\"/ip4/127.0.0.1/tcp/0\"], and loopback only)"},

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	hierarchydata "github.com/micra-crawler/micra/data/hierarchy"
 	"github.com/micra-crawler/micra/node"
 )
 
@@ -57,6 +60,14 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 		return err
 	}
 	cfg.Logger = slog.Default()
+	if limit := cfg.ProcessMemoryLimit(os.Getenv("GOMEMLIMIT")); limit > 0 {
+		debug.SetMemoryLimit(limit) // the memory_limit setting (docs/node.md, "Memory")
+	}
+	// the pages every subcommand's package initialisers touched; the node
+	// faults back those it uses (trim_linux.go)
+	if _, err := releaseStartupPages(); err != nil {
+		cfg.Logger.Debug("releasing the startup pages", "err", err)
+	}
 	ctx := cmd.Context()
 	if o.emulate != "" {
 		if !cfg.Overlay.LoopbackTestnet {
@@ -66,9 +77,16 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 			return err
 		}
 	}
+	embedded := cfg.Hierarchy == nil && cfg.HierarchyFile == ""
 	n, err := node.Open(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if embedded {
+		// decoded: the compressed snapshot's 4.4 MB are never read again
+		if _, err := releaseStartupPages(hierarchydata.DefaultSnapshot); err != nil {
+			cfg.Logger.Debug("releasing the snapshot's pages", "err", err)
+		}
 	}
 	var addrs []string
 	for _, a := range n.Peer().Host().Addrs() {

@@ -159,7 +159,10 @@ func (l *language) cachedStem(w string) string {
 	s.RUnlock()
 	st := l.stem(w)
 	s.Lock()
-	if s.m == nil || len(s.m) >= stemCacheShardCap {
+	switch {
+	case s.m == nil: // grown as words arrive: most languages see few pages
+		s.m = map[string]string{}
+	case len(s.m) >= stemCacheShardCap:
 		s.m = make(map[string]string, stemCacheShardCap/4) // bounded: start over rather than grow
 	}
 	s.m[w] = st

@@ -51,7 +51,7 @@ func TestDamagedHostMetaRebuiltOnRecovery(t *testing.T) {
 	}
 	db.Close()
 
-	db, err := OpenDB(dir, DBOptions{CacheMB: 8})
+	db, err := OpenDB(dir, DBOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

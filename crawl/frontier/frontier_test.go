@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func open(t *testing.T, dir string, opt Options) (*badger.DB, *Frontier) {
 	t.Helper()
-	db, err := OpenDB(dir, DBOptions{CacheMB: 8})
+	db, err := OpenDB(dir, DBOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

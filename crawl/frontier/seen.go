@@ -78,7 +78,9 @@ type seenFront struct {
 
 func newSeenFront(size int) *seenFront {
 	g := max(size/2, 1)
-	return &seenFront{young: make(map[uint64]struct{}, min(g, 1<<16)), old: map[uint64]struct{}{}, genLimit: g}
+	// the maps grow as URLs arrive: a small crawl never pays for a large
+	// front (preallocating 64 Ki entries cost 2 MB on every testnet node)
+	return &seenFront{young: map[uint64]struct{}{}, old: map[uint64]struct{}{}, genLimit: g}
 }
 
 func (s *seenFront) has(h Hash) bool {
@@ -107,7 +109,7 @@ func (s *seenFront) add(h Hash) {
 	k := binary.LittleEndian.Uint64(h[:8])
 	s.mu.Lock()
 	if len(s.young) >= s.genLimit {
-		s.old, s.young = s.young, make(map[uint64]struct{}, min(s.genLimit, 1<<16))
+		s.old, s.young = s.young, make(map[uint64]struct{}, min(s.genLimit, 1<<16)) // a full generation: the next one will fill too
 	}
 	s.young[k] = struct{}{}
 	s.mu.Unlock()

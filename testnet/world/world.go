@@ -22,6 +22,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/micra-crawler/micra/data/geo"
@@ -119,8 +120,9 @@ func New(table *geo.Table, cfg Config) (*Model, error) {
 	m.logStretch = math.Log(cfg.StretchMedian)
 	m.sigmaLo = math.Max(0, (m.logStretch-math.Log(cfg.StretchP10))/z10)
 	m.sigmaHi = math.Max(0, (math.Log(cfg.StretchP90)-m.logStretch)/z10)
-	m.stretchQ = make([]float64, len(normalTable))
-	for i, z := range normalTable {
+	nt := normalTable()
+	m.stretchQ = make([]float64, len(nt))
+	for i, z := range nt {
 		m.stretchQ[i] = m.stretchFromNormal(z)
 	}
 	return m, nil
@@ -308,8 +310,10 @@ func mix(z uint64) uint64 {
 
 // normalTable holds the standard normal's inverse CDF at the midpoints of
 // 2^16 equal-probability cells; normal interpolates it (Erfinv per call
-// would dominate the cost of an RTT).
-var normalTable = func() []float64 {
+// would dominate the cost of an RTT). It is built on first use: every micra
+// process links this package, and only those with a world model need the
+// table (512 KiB and 65,536 Erfinv calls).
+var normalTable = sync.OnceValue(func() []float64 {
 	const n = 1 << 16
 	t := make([]float64, n+1)
 	for i := range n {
@@ -318,13 +322,14 @@ var normalTable = func() []float64 {
 	}
 	t[n] = t[n-1]
 	return t
-}()
+})
 
 // normal maps a hash to a standard normal deviate.
 func normal(h uint64) float64 {
 	i := h >> 48
 	f := float64((h>>16)&0xffffffff) / (1 << 32)
-	return normalTable[i] + f*(normalTable[i+1]-normalTable[i])
+	t := normalTable()
+	return t[i] + f*(t[i+1]-t[i])
 }
 
 // StretchQuantile is the u-quantile (0 < u < 1) of the distribution every
