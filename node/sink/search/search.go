@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"net/url"
 	"os"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis"
 	"github.com/blevesearch/bleve/v2/analysis/analyzer/custom"
 	"github.com/blevesearch/bleve/v2/analysis/analyzer/standard"
 	"github.com/blevesearch/bleve/v2/analysis/token/lowercase"
@@ -41,6 +41,8 @@ type Search struct {
 	idx     bleve.Index
 	log     *slog.Logger
 	indexed atomic.Uint64 // the last log sequence indexed
+	// the title field's analyzer, as the mapping names it
+	titleAnalyzer analysis.Analyzer
 }
 
 // termsAnalyzer splits the keywords field on spaces and lower-cases: the
@@ -71,7 +73,8 @@ func Open(store *sink.Store, dir string, logger *slog.Logger) (*Search, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
 	}
-	s := &Search{store: store, idx: idx, log: logger.With("component", "search")}
+	s := &Search{store: store, idx: idx, log: logger.With("component", "search"),
+		titleAnalyzer: idx.Mapping().AnalyzerNamed(idx.Mapping().AnalyzerNameForPath("title"))}
 	if v, err := idx.GetInternal([]byte(kCursor)); err == nil && len(v) > 0 {
 		n, err := strconv.ParseUint(string(v), 10, 64)
 		if err != nil {
@@ -83,6 +86,9 @@ func Open(store *sink.Store, dir string, logger *slog.Logger) (*Search, error) {
 	return s, nil
 }
 
+// searchMapping is the index's mapping: how each field is queried. The
+// documents are built by hand (buildDoc), indexing each field as it is
+// declared here.
 func searchMapping() *mapping.IndexMappingImpl {
 	m := bleve.NewIndexMapping()
 	if err := m.AddCustomAnalyzer(termsAnalyzer, map[string]any{
@@ -105,37 +111,17 @@ func searchMapping() *mapping.IndexMappingImpl {
 	title := lean(bleve.NewTextFieldMapping())
 	title.Analyzer = standard.Name
 	doc.AddFieldMappingsAt("title", title)
-	for _, f := range []string{"host", "lang"} { // (the URL is the document's id)
-		doc.AddFieldMappingsAt(f, lean(bleve.NewKeywordFieldMapping()))
-	}
+	host := lean(bleve.NewKeywordFieldMapping()) // (the URL is the document's id)
+	host.Store = false
+	doc.AddFieldMappingsAt("host", host)
+	lang := lean(bleve.NewKeywordFieldMapping())
+	lang.Index = false
+	doc.AddFieldMappingsAt("lang", lang)
 	seq := lean(bleve.NewNumericFieldMapping())
 	seq.Index = false
 	doc.AddFieldMappingsAt("seq", seq)
 	m.DefaultMapping = doc
 	return m
-}
-
-// searchDoc is what is indexed of a page.
-type searchDoc struct {
-	Host  string  `json:"host"`
-	Title string  `json:"title"`
-	Lang  string  `json:"lang"`
-	Terms string  `json:"terms"`
-	Seq   float64 `json:"seq"`
-}
-
-func docOf(e *sink.Entry) searchDoc {
-	r := &e.Record
-	var b strings.Builder
-	for _, k := range r.Keywords {
-		// 1 + log2(weight) copies: the crawler's weight counts, without
-		// a heavy term drowning every other
-		for range 1 + bits.Len32(k.Weight)/2 {
-			b.WriteString(k.Term)
-			b.WriteByte(' ')
-		}
-	}
-	return searchDoc{Host: hostOf(r.URL), Title: r.Title, Lang: r.Lang, Terms: b.String(), Seq: float64(e.Seq)}
 }
 
 // Indexed returns the last log sequence the index holds.
@@ -180,7 +166,7 @@ func (s *Search) index(es []sink.Entry, last uint64) error {
 				b.Delete(e.Record.URL) // the page asked not to be indexed
 				continue
 			}
-			if err := b.Index(e.Record.URL, docOf(e)); err != nil {
+			if err := b.IndexAdvanced(buildDoc(e, s.titleAnalyzer)); err != nil {
 				return err
 			}
 		}

@@ -3,13 +3,19 @@ package search
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/standard"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
@@ -124,5 +130,95 @@ func TestSearchDirWithoutIndexRebuilt(t *testing.T) {
 	defer stop()
 	if se.Indexed() != 0 {
 		t.Fatalf("indexed %d", se.Indexed())
+	}
+}
+
+// mappedDoc is what the index held before documents were built by hand:
+// a struct mapped by bleve through searchMapping, each keyword repeated
+// termCopies times in one string the micra_terms analyzer splits again.
+type mappedDoc struct {
+	Host  string  `json:"host"`
+	Title string  `json:"title"`
+	Lang  string  `json:"lang"`
+	Terms string  `json:"terms"`
+	Seq   float64 `json:"seq"`
+}
+
+func mappedDocOf(e *sink.Entry) mappedDoc {
+	r := &e.Record
+	var b strings.Builder
+	for _, k := range r.Keywords {
+		for range termCopies(k.Weight) {
+			b.WriteString(k.Term)
+			b.WriteByte(' ')
+		}
+	}
+	return mappedDoc{Host: hostOf(r.URL), Title: r.Title, Lang: r.Lang, Terms: b.String(), Seq: float64(e.Seq)}
+}
+
+// The hand-built documents rank as the mapped ones did: the same hits
+// with the same scores for one-word, two-word, title and host queries,
+// keywords in upper case or holding a space included.
+func TestHandBuiltDocumentsRankAsMapped(t *testing.T) {
+	var entries []sink.Entry
+	for i := range 300 {
+		kw := []pack.Keyword{{Term: fmt.Sprintf("w%d", i%17), Weight: uint32(1 + i%40)}, {Term: fmt.Sprintf("w%d", i%5), Weight: 3},
+			{Term: "common", Weight: uint32(1 + i%9)}}
+		switch i % 50 {
+		case 7:
+			kw = append(kw, pack.Keyword{Term: "Mixed", Weight: 12})
+		case 8:
+			kw = append(kw, pack.Keyword{Term: "two words", Weight: 20}, pack.Keyword{Term: "w3", Weight: 5}) // w3 twice
+		}
+		entries = append(entries, sink.Entry{Seq: uint64(i + 1), Record: pageRecord(fmt.Sprintf("http://h%d.example/p%d", i%7, i),
+			fmt.Sprintf("Page %d on topic w%d", i, i%11), pack.ChangeNew, kw...)})
+	}
+	open := func(hand bool) *Search {
+		idx, err := bleve.NewMemOnly(searchMapping())
+		if err != nil {
+			t.Fatal(err)
+		}
+		se := &Search{idx: idx, titleAnalyzer: idx.Mapping().AnalyzerNamed(standard.Name)}
+		b := idx.NewBatch()
+		for i := range entries {
+			if hand {
+				err = b.IndexAdvanced(buildDoc(&entries[i], se.titleAnalyzer))
+			} else {
+				err = b.Index(entries[i].Record.URL, mappedDocOf(&entries[i]))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := idx.Batch(b); err != nil {
+			t.Fatal(err)
+		}
+		return se
+	}
+	mapped, hand := open(false), open(true)
+	defer mapped.Close()
+	defer hand.Close()
+	for _, q := range []struct{ q, host string }{{"w3", ""}, {"common", ""}, {"w3 common", ""}, {"mixed", ""}, {"words", ""},
+		{"two", ""}, {"topic", ""}, {"page w4", ""}, {"w1", "h3.example"}, {"nothing", ""}} {
+		want, err := mapped.Query(q.q, q.host, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := hand.Query(q.q, q.host, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Total != want.Total || len(got.Hits) != len(want.Hits) {
+			t.Fatalf("%q on %q: %d hits, mapped %d", q.q, q.host, got.Total, want.Total)
+		}
+		for i := range want.Hits {
+			w, g := want.Hits[i], got.Hits[i]
+			if g.URL != w.URL || math.Abs(g.Score-w.Score) > 1e-9*w.Score || g.Title != w.Title || g.Lang != w.Lang || g.Seq != w.Seq {
+				t.Fatalf("%q on %q, hit %d: %+v, mapped %+v", q.q, q.host, i, g, w)
+			}
+		}
+		if q.q != "nothing" && want.Total == 0 {
+			t.Fatalf("%q: no hits, the comparison shows nothing", q.q)
+		}
 	}
 }
