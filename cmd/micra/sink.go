@@ -42,6 +42,7 @@ type sinkOptions struct {
 	data, httpAddr, stream, psk string
 	listen                      []string
 	noSync                      bool
+	searchShards                int
 	// the network: peers to join through, its hierarchy snapshot, who may
 	// deliver (members, any), and whether crawlers are told of this sink
 	bootstrap       []string
@@ -86,6 +87,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringArrayVar(&o.listen, "listen", []string{"/ip4/127.0.0.1/tcp/4002"}, "libp2p listen multiaddr (repeatable)")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
+	f.IntVar(&o.searchShards, "search-shards", 1, "split the full-text index into this many Bleve indexes, written in parallel (fixed when the index is made: delete DATA/search to change it)")
 	f.StringVar(&o.psk, "psk", "", "the network's pre-shared key file (a private network: only its nodes can connect and deliver)")
 	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
 	f.StringArrayVar(&o.bootstrap, "bootstrap", nil, "a peer of the network to join through, as a multiaddr ending in /p2p/<peer id> (repeatable)")
@@ -158,7 +160,7 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	store.RegisterSubscribe(h, 30*time.Second)
 	// the full-text index, fed from the log in the background (delete
 	// DATA/search to rebuild it)
-	idx, err := search.Open(store, filepath.Join(o.data, "search"), slog.Default())
+	idx, err := search.Open(store, filepath.Join(o.data, "search"), search.Options{Shards: o.searchShards, Logger: slog.Default()})
 	if err != nil {
 		return err
 	}

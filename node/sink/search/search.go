@@ -7,11 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,57 +36,166 @@ import (
 // by Run, never by ingest: a commit does not wait for it, and deleting its
 // directory rebuilds it from the log. One document per page (the URL is
 // its id; a later record replaces it, a gone page leaves). Pages are found
-// by their keywords — the crawlers' stemmed terms, each repeated by the
+// by their keywords — the crawlers' stemmed terms, each counted by the
 // logarithm of its weight, so the crawlers' ranking counts — and by their
 // titles.
+//
+// The index is split by URL into shards, each a Bleve index of its own
+// with its own writer, so that batches are built on several cores; a
+// query asks them together (bleve.IndexAlias).
 type Search struct {
-	store   *sink.Store
-	idx     bleve.Index
-	log     *slog.Logger
-	indexed atomic.Uint64 // the last log sequence indexed
+	store  *sink.Store
+	opt    Options
+	shards []*shard
+	query  bleve.Index // the shards together (the one shard, if one)
+	log    *slog.Logger
 	// the title field's analyzer, as the mapping names it
 	titleAnalyzer analysis.Analyzer
+}
+
+// shard is one Bleve index of the split, with its own cursor.
+type shard struct {
+	idx     bleve.Index
+	indexed atomic.Uint64 // the last log sequence it holds (searchable)
+}
+
+// Options tune the index. Zero values take the defaults.
+type Options struct {
+	// Shards is how many Bleve indexes the pages are split into by URL,
+	// written in parallel and searched together (default 1). An index
+	// on disk keeps the count it was made with.
+	Shards int
+	// MaxBatch bounds the records of one Bleve batch (default 5,000). A
+	// shard takes in one batch every record read while it was busy, up to
+	// this: small batches when the index keeps up (a short lag), large
+	// ones when it is behind (less work per record).
+	MaxBatch int
+	Logger   *slog.Logger
+}
+
+func (o *Options) defaults() {
+	o.Shards = max(o.Shards, 1)
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 5000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 }
 
 // termsAnalyzer splits the keywords field on spaces and lower-cases: the
 // terms are stemmed by the crawlers already.
 const termsAnalyzer = "micra_terms"
 
-// kCursor is the index's own record of the last sequence it indexed,
+// kCursor is a shard's own record of the last sequence it indexed,
 // written in the same batch as the documents.
 const kCursor = "micra_cursor"
 
+// scorchConfig is each shard's Bleve (scorch) configuration.
+//
+// unsafe_batch: a batch returns once it is searchable (introduced), not
+// once scorch has persisted it; the persister writes it in the background.
+// A crash loses the batches not persisted yet, and the shard's cursor,
+// persisted in the same snapshot, goes back with them: Run indexes them
+// again from the log, which holds every record. Waiting for each fsync
+// kept the index's writer idle for most of a batch.
+//
+// (A new map each time: bleve writes the index's path into it.)
+func scorchConfig() map[string]any { return map[string]any{"unsafe_batch": true} }
+
 // Open opens (or creates) the index in dir over the store's log.
-func Open(store *sink.Store, dir string, logger *slog.Logger) (*Search, error) {
-	if logger == nil {
-		logger = slog.Default()
+func Open(store *sink.Store, dir string, o Options) (*Search, error) {
+	o.defaults()
+	log := o.Logger.With("component", "search")
+	if _, err := os.Stat(filepath.Join(dir, "index_meta.json")); err == nil {
+		// one index in the directory itself: made before the split
+		log.Warn("search index of an earlier layout, rebuilt from the log", "dir", dir)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
+		}
 	}
-	idx, err := bleve.Open(dir)
+	n, err := shardCount(dir, o.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
+	}
+	if n != o.Shards {
+		log.Info("search index keeps its shard count (delete the directory to change it)", "dir", dir, "shards", n, "asked", o.Shards)
+	}
+	s := &Search{store: store, opt: o, log: log}
+	for i := range n {
+		idx, err := openShard(filepath.Join(dir, fmt.Sprintf("shard-%d", i)), log)
+		if err == nil {
+			s.shards = append(s.shards, &shard{idx: idx})
+			err = s.shards[i].loadCursor()
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
+		}
+	}
+	if n == 1 {
+		s.query = s.shards[0].idx
+	} else {
+		alias := make([]bleve.Index, n)
+		for i, sh := range s.shards {
+			alias[i] = sh.idx
+		}
+		s.query = bleve.NewIndexAlias(alias...)
+	}
+	m := s.shards[0].idx.Mapping()
+	s.titleAnalyzer = m.AnalyzerNamed(m.AnalyzerNameForPath("title"))
+	return s, nil
+}
+
+// shardCount is the shard count the file dir/shards records, written
+// with want if there is none: a shard whose directory is missing is
+// rebuilt, not dropped.
+func shardCount(dir string, want int) (int, error) {
+	f := filepath.Join(dir, "shards")
+	b, err := os.ReadFile(f)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return 0, err
+		}
+		return want, os.WriteFile(f, []byte(strconv.Itoa(want)+"\n"), 0o644)
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 || n > 1024 {
+		return 0, fmt.Errorf("damaged shard count %q in %s (delete the directory to rebuild the index)", b, f)
+	}
+	return n, nil
+}
+
+func openShard(dir string, log *slog.Logger) (bleve.Index, error) {
+	idx, err := bleve.OpenUsing(dir, scorchConfig())
 	if errors.Is(err, bleve.ErrorIndexMetaMissing) || errors.Is(err, bleve.ErrorIndexMetaCorrupt) {
 		// an index whose creation did not finish (a crash): it is derived
 		// data, rebuilt from the log
-		logger.Warn("search index unreadable, rebuilt from the log", "dir", dir, "err", err)
+		log.Warn("search index unreadable, rebuilt from the log", "dir", dir, "err", err)
 		if err = os.RemoveAll(dir); err == nil {
 			err = bleve.ErrorIndexPathDoesNotExist
 		}
 	}
 	if errors.Is(err, bleve.ErrorIndexPathDoesNotExist) {
-		idx, err = bleve.New(dir, searchMapping())
+		idx, err = bleve.NewUsing(dir, searchMapping(), bleve.Config.DefaultIndexType, bleve.Config.DefaultKVStore, scorchConfig())
 	}
+	return idx, err
+}
+
+func (sh *shard) loadCursor() error {
+	v, err := sh.idx.GetInternal([]byte(kCursor))
+	if err != nil || len(v) == 0 {
+		return err
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("sink: search index %s: %w", dir, err)
+		return fmt.Errorf("damaged cursor %q (delete the directory to rebuild it)", v)
 	}
-	s := &Search{store: store, idx: idx, log: logger.With("component", "search"),
-		titleAnalyzer: idx.Mapping().AnalyzerNamed(idx.Mapping().AnalyzerNameForPath("title"))}
-	if v, err := idx.GetInternal([]byte(kCursor)); err == nil && len(v) > 0 {
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		if err != nil {
-			idx.Close()
-			return nil, fmt.Errorf("sink: search index %s: damaged cursor %q (delete the directory to rebuild it)", dir, v)
-		}
-		s.indexed.Store(n)
-	}
-	return s, nil
+	sh.indexed.Store(n)
+	return nil
 }
 
 // searchMapping is the index's mapping: how each field is queried. The
@@ -124,15 +236,46 @@ func searchMapping() *mapping.IndexMappingImpl {
 	return m
 }
 
-// Indexed returns the last log sequence the index holds.
-func (s *Search) Indexed() uint64 { return s.indexed.Load() }
+// Indexed returns the last log sequence the index holds: every record
+// up to it is searchable.
+func (s *Search) Indexed() uint64 {
+	low := s.shards[0].indexed.Load()
+	for _, sh := range s.shards[1:] {
+		low = min(low, sh.indexed.Load())
+	}
+	return low
+}
 
-// Run feeds the index from the log until ctx ends: batches of up to 1,000
-// records, each with the cursor it reached.
+// part is what a shard is given of the records read: its pages' entries
+// and the last sequence read, which its cursor reaches once they are in.
+type part struct {
+	es   []*sink.Entry
+	last uint64
+}
+
+// Run feeds the index from the log until ctx ends. One goroutine reads
+// the log and hands each shard its pages; each shard indexes, in one
+// batch, all it was handed while it indexed the batch before.
 func (s *Search) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	ins := make([]chan part, len(s.shards))
+	for i := range s.shards {
+		ins[i] = make(chan part, 2)
+		wg.Go(func() { s.runShard(ctx, i, ins[i]) })
+	}
+	s.feed(ctx, ins)
+	for _, in := range ins {
+		close(in)
+	}
+	wg.Wait()
+}
+
+// feed reads the log after the lowest shard cursor and hands each shard
+// the entries of its pages that it does not hold yet.
+func (s *Search) feed(ctx context.Context, ins []chan part) {
+	cursor := s.Indexed()
 	for ctx.Err() == nil {
-		cursor := s.indexed.Load()
-		es, last, err := s.store.Read(cursor, 1000, sink.Filter{})
+		es, last, err := s.store.Read(cursor, s.opt.MaxBatch, sink.Filter{})
 		if err != nil {
 			s.log.Error("search: read the log", "after", cursor, "err", err)
 			if !sleepCtx(ctx, time.Second) {
@@ -140,24 +283,77 @@ func (s *Search) Run(ctx context.Context) {
 			}
 			continue
 		}
-		if last > cursor {
-			if err := s.index(es, last); err != nil {
-				s.log.Error("search: index", "after", cursor, "err", err)
-				if !sleepCtx(ctx, time.Second) {
-					return
-				}
-				continue
+		if last <= cursor {
+			if !s.store.Wait(ctx, cursor) {
+				return // (ctx ended, or the store stopped: no record will come)
 			}
 			continue
 		}
-		s.store.Wait(ctx, cursor)
+		parts := make([]part, len(s.shards))
+		for i := range es {
+			k := s.shardOf(es[i].Record.URL)
+			if es[i].Seq > s.shards[k].indexed.Load() {
+				parts[k].es = append(parts[k].es, &es[i])
+			}
+		}
+		for k := range parts {
+			parts[k].last = last
+			select {
+			case ins[k] <- parts[k]:
+			case <-ctx.Done():
+				return
+			}
+		}
+		cursor = last
 	}
 }
 
-func (s *Search) index(es []sink.Entry, last uint64) error {
-	b := s.idx.NewBatch()
-	for i := range es {
-		e := &es[i]
+func (s *Search) shardOf(url string) int {
+	if len(s.shards) == 1 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(url))
+	return int(h.Sum64() % uint64(len(s.shards)))
+}
+
+// runShard indexes what shard k is handed, all that waits at once (up to
+// MaxBatch records) in one batch. A batch that fails is tried again every
+// second.
+func (s *Search) runShard(ctx context.Context, k int, in <-chan part) {
+	sh := s.shards[k]
+	for p := range in {
+		es, last := p.es, p.last
+	more:
+		for len(es) < s.opt.MaxBatch {
+			select {
+			case q, ok := <-in:
+				if !ok {
+					break more
+				}
+				es, last = append(es, q.es...), q.last
+			default:
+				break more
+			}
+		}
+		for len(es) > 0 && ctx.Err() == nil {
+			err := s.index(sh, es, last)
+			if err == nil {
+				break
+			}
+			s.log.Error("search: index", "shard", k, "last", last, "err", err)
+			sleepCtx(ctx, time.Second)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		sh.indexed.Store(last)
+	}
+}
+
+func (s *Search) index(sh *shard, es []*sink.Entry, last uint64) error {
+	b := sh.idx.NewBatch()
+	for _, e := range es {
 		switch e.Record.Change {
 		case pack.ChangeGone:
 			b.Delete(e.Record.URL)
@@ -172,11 +368,7 @@ func (s *Search) index(es []sink.Entry, last uint64) error {
 		}
 	}
 	b.SetInternal([]byte(kCursor), []byte(strconv.FormatUint(last, 10)))
-	if err := s.idx.Batch(b); err != nil {
-		return err
-	}
-	s.indexed.Store(last)
-	return nil
+	return sh.idx.Batch(b)
 }
 
 // Query finds the pages matching every word of q (in their keywords,
@@ -209,7 +401,7 @@ func (s *Search) Query(q, host string, limit int) (sink.Results, error) {
 	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery(must), max(1, min(limit, 1000)), 0, false)
 	req.Fields = []string{"title", "lang", "seq"}
 	start := time.Now()
-	res, err := s.idx.Search(req)
+	res, err := s.query.Search(req)
 	if err != nil {
 		return sink.Results{}, err
 	}
@@ -226,8 +418,44 @@ func (s *Search) Query(q, host string, limit int) (sink.Results, error) {
 	return out, nil
 }
 
-// Close closes the index.
-func (s *Search) Close() error { return s.idx.Close() }
+// Close persists what the index holds and closes it (after Run has
+// returned): a clean stop loses no indexing work.
+func (s *Search) Close() error {
+	var errs []error
+	for i, sh := range s.shards {
+		if err := sh.flush(); err != nil {
+			errs = append(errs, fmt.Errorf("search: shard %d not persisted (it is indexed again from the log at the next start): %w", i, err))
+		}
+		errs = append(errs, sh.idx.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// flush writes the shard's cursor in a last batch and waits until scorch
+// has persisted it, and with it every batch before (unsafe_batch returns
+// before they are).
+func (sh *shard) flush() error {
+	persisted := make(chan error, 1)
+	b := sh.idx.NewBatch()
+	b.SetInternal([]byte(kCursor), []byte(strconv.FormatUint(sh.indexed.Load(), 10)))
+	b.SetPersistedCallback(func(err error) {
+		select {
+		case persisted <- err:
+		default:
+		}
+	})
+	if err := sh.idx.Batch(b); err != nil {
+		return err
+	}
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case err := <-persisted:
+		return err
+	case <-t.C:
+		return errors.New("scorch did not persist it within a minute")
+	}
+}
 
 func uniq(a, b string) []string {
 	if a == b {

@@ -8,7 +8,9 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +24,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-func runSearch(t *testing.T, s *sink.Store, dir string) (*Search, func()) {
+func runSearch(t *testing.T, s *sink.Store, dir string, shards int) (*Search, func()) {
 	t.Helper()
-	se, err := Open(s, dir, slog.New(slog.DiscardHandler))
+	se, err := Open(s, dir, Options{Shards: shards, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +59,14 @@ func pageRecord(url, title string, change pack.Change, kw ...pack.Keyword) pack.
 // The index follows the log: a query's words are stemmed as the crawlers
 // stem keywords ("headers" finds "header"), weights rank, titles count, a
 // later record of a page replaces it, a gone page leaves, and the index
-// rebuilt from the log answers the same.
+// rebuilt from the log answers the same; split into shards or not.
 func TestSearchFollowsTheLog(t *testing.T) {
+	for _, shards := range []int{1, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) { testSearchFollowsTheLog(t, shards) })
+	}
+}
+
+func testSearchFollowsTheLog(t *testing.T, shards int) {
 	dir := t.TempDir()
 	s, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "log"), NoSync: true})
 	if err != nil {
@@ -82,7 +90,7 @@ func TestSearchFollowsTheLog(t *testing.T) {
 	if _, err := s.Commit("c", pack.EncodeCarrier("c", 1, time.Now(), later).Data); err != nil {
 		t.Fatal(err)
 	}
-	se, stop := runSearch(t, s, filepath.Join(dir, "search"))
+	se, stop := runSearch(t, s, filepath.Join(dir, "search"), shards)
 	waitIndexed(t, se, s.Head())
 	check := func(label string, se *Search) {
 		t.Helper()
@@ -100,7 +108,7 @@ func TestSearchFollowsTheLog(t *testing.T) {
 	check("live", se)
 	stop()
 	// rebuilt from the log
-	se, stop = runSearch(t, s, filepath.Join(dir, "search-rebuilt"))
+	se, stop = runSearch(t, s, filepath.Join(dir, "search-rebuilt"), shards)
 	defer stop()
 	waitIndexed(t, se, s.Head())
 	check("rebuilt", se)
@@ -126,7 +134,7 @@ func TestSearchDirWithoutIndexRebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	se, stop := runSearch(t, s, t.TempDir()) // exists, empty
+	se, stop := runSearch(t, s, t.TempDir(), 2) // exists, empty
 	defer stop()
 	if se.Indexed() != 0 {
 		t.Fatalf("indexed %d", se.Indexed())
@@ -178,7 +186,7 @@ func TestHandBuiltDocumentsRankAsMapped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		se := &Search{idx: idx, titleAnalyzer: idx.Mapping().AnalyzerNamed(standard.Name)}
+		se := &Search{shards: []*shard{{idx: idx}}, query: idx, titleAnalyzer: idx.Mapping().AnalyzerNamed(standard.Name)}
 		b := idx.NewBatch()
 		for i := range entries {
 			if hand {
@@ -196,8 +204,8 @@ func TestHandBuiltDocumentsRankAsMapped(t *testing.T) {
 		return se
 	}
 	mapped, hand := open(false), open(true)
-	defer mapped.Close()
-	defer hand.Close()
+	defer mapped.query.Close() // (in memory: nothing to persist)
+	defer hand.query.Close()
 	for _, q := range []struct{ q, host string }{{"w3", ""}, {"common", ""}, {"w3 common", ""}, {"mixed", ""}, {"words", ""},
 		{"two", ""}, {"topic", ""}, {"page w4", ""}, {"w1", "h3.example"}, {"nothing", ""}} {
 		want, err := mapped.Query(q.q, q.host, 1000)
@@ -220,5 +228,145 @@ func TestHandBuiltDocumentsRankAsMapped(t *testing.T) {
 		if q.q != "nothing" && want.Total == 0 {
 			t.Fatalf("%q: no hits, the comparison shows nothing", q.q)
 		}
+	}
+}
+
+// commitPages commits n pages (page i has the keyword "k<i mod 10>" and
+// "all") from crawler c as carrier seq; change and a title prefix are
+// the same for all.
+func commitPages(t *testing.T, s *sink.Store, seq uint64, from, n int, change pack.Change, title string) {
+	t.Helper()
+	var recs []pack.Record
+	for i := from; i < from+n; i++ {
+		recs = append(recs, pageRecord(fmt.Sprintf("http://h%d.example/p%d", i%13, i), fmt.Sprintf("%s %d", title, i), change,
+			pack.Keyword{Term: fmt.Sprintf("k%d", i%10), Weight: 10}, pack.Keyword{Term: "all", Weight: 1}))
+	}
+	if _, err := s.Commit("c", pack.EncodeCarrier("c", seq, time.Now(), recs).Data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func docCounts(t *testing.T, se *Search) (total uint64, per []uint64) {
+	t.Helper()
+	for _, sh := range se.shards {
+		n, err := sh.idx.DocCount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		per = append(per, n)
+	}
+	return total, per
+}
+
+// Split into shards, every page is in exactly one of them, and a query
+// asks them all: a later record of a page replaces it in its shard, a
+// gone page leaves it.
+func TestShardsHoldEachPageOnce(t *testing.T) {
+	s, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commitPages(t, s, 0, 0, 300, pack.ChangeNew, "first")
+	se, stop := runSearch(t, s, t.TempDir(), 3)
+	defer stop()
+	waitIndexed(t, se, s.Head())
+	total, per := docCounts(t, se)
+	if total != 300 || slices.Contains(per, 0) {
+		t.Fatalf("%d documents, per shard %v: want 300, in every shard", total, per)
+	}
+	if res, err := se.Query("all", "", 1000); err != nil || res.Total != 300 || len(res.Hits) != 300 {
+		t.Fatalf("all → %d hits, %v", res.Total, err)
+	}
+	commitPages(t, s, 1, 0, 100, pack.ChangeChanged, "second") // pages 0-99 again
+	commitPages(t, s, 2, 100, 50, pack.ChangeGone, "")         // 100-149 gone
+	waitIndexed(t, se, s.Head())
+	if total, _ := docCounts(t, se); total != 250 {
+		t.Fatalf("%d documents after 100 changed and 50 gone, want 250", total)
+	}
+	res, err := se.Query("second", "", 1000)
+	if err != nil || res.Total != 100 {
+		t.Fatalf("second → %d hits, %v", res.Total, err)
+	}
+	if res, _ := se.Query("first", "", 1000); res.Total != 150 {
+		t.Fatalf("first → %d hits, want the 150 pages neither changed nor gone", res.Total)
+	}
+	if res, _ := se.Query("k3 all", "h3.example", 1000); res.Total == 0 {
+		t.Fatal("two words on one host: no hit")
+	}
+}
+
+// A restarted index resumes from its shards' cursors, where a clean stop
+// left them, and keeps the shard count it was made with; a shard lost (its directory deleted) is rebuilt
+// from the log while the others skip what they hold.
+func TestSearchResumesAcrossRestarts(t *testing.T) {
+	s, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := t.TempDir()
+	commitPages(t, s, 0, 0, 200, pack.ChangeNew, "page")
+	se, stop := runSearch(t, s, dir, 2)
+	waitIndexed(t, se, s.Head())
+	stop()
+
+	commitPages(t, s, 1, 200, 100, pack.ChangeNew, "page")
+	se, err = Open(s, dir, Options{Shards: 4, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(se.shards) != 2 || se.Indexed() != 200 {
+		t.Fatalf("reopened: %d shards at %d; want the 2 it was made with, at 200 (where it stopped)", len(se.shards), se.Indexed())
+	}
+	se.Close()
+	se, stop = runSearch(t, s, dir, 4)
+	waitIndexed(t, se, s.Head())
+	if total, _ := docCounts(t, se); total != 300 {
+		t.Fatalf("%d documents, want 300", total)
+	}
+	stop()
+
+	if err := os.RemoveAll(filepath.Join(dir, "shard-1")); err != nil {
+		t.Fatal(err)
+	}
+	se, stop = runSearch(t, s, dir, 2)
+	defer stop()
+	if se.Indexed() != 0 {
+		t.Fatalf("a shard rebuilt: indexed %d, want 0", se.Indexed())
+	}
+	waitIndexed(t, se, s.Head())
+	if total, _ := docCounts(t, se); total != 300 {
+		t.Fatalf("%d documents after a shard was rebuilt, want 300", total)
+	}
+	if res, _ := se.Query("all", "", 1000); res.Total != 300 {
+		t.Fatalf("all → %d hits", res.Total)
+	}
+}
+
+// An index of the layout before shards (one Bleve index in the directory
+// itself) is rebuilt from the log, not opened as a broken shard.
+func TestEarlierLayoutRebuilt(t *testing.T) {
+	s, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commitPages(t, s, 0, 0, 20, pack.ChangeNew, "page")
+	dir := t.TempDir()
+	old, err := bleve.New(filepath.Join(dir, "search"), searchMapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.SetInternal([]byte(kCursor), []byte("20")); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	se, stop := runSearch(t, s, filepath.Join(dir, "search"), 1)
+	defer stop()
+	waitIndexed(t, se, s.Head())
+	if res, _ := se.Query("all", "", 100); res.Total != 20 {
+		t.Fatalf("all → %d hits, want 20", res.Total)
 	}
 }
