@@ -8,11 +8,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +41,8 @@ type SinkOptions struct {
 	// Rate, if positive, paces the pushers to this many records/s in all
 	// (the index's lag is read at an offered rate, not at the fastest).
 	Rate float64
+	// SearchShards splits the full-text index (search.Options.Shards).
+	SearchShards int
 }
 
 // SinkResult is what RunSink measured, each figure beside its reference
@@ -64,18 +68,25 @@ type SinkResult struct {
 	// CatchUpPerSec: records/s a subscriber reads the whole log from
 	// cursor 0 over HTTP NDJSON.
 	CatchUpPerSec float64 `json:"catch_up_records_per_s"`
-	// With Search: how far behind the log the full-text index ran while
-	// ingesting (p95 and max of the time a record waited to be indexed,
-	// sampled every 20 ms), how long it took to catch up after the last
-	// commit, and the latency of one-word and two-word queries over the
-	// whole index.
-	SearchLagP95Ms    float64 `json:"search_lag_p95_ms,omitempty"`
-	SearchLagMaxMs    float64 `json:"search_lag_max_ms,omitempty"`
-	SearchCatchUpMs   float64 `json:"search_catch_up_ms,omitempty"`
-	SearchQueryP50Ms  float64 `json:"search_query_p50_ms,omitempty"`
-	SearchQueryP95Ms  float64 `json:"search_query_p95_ms,omitempty"`
-	SearchDocsIndexed uint64  `json:"search_indexed,omitempty"`
-	SearchIndexPerSec float64 `json:"search_index_records_per_s,omitempty"`
+	// With Search: each record's lag, from its commit to its being
+	// searchable (both read every 2 ms: the index's cursor is the lowest
+	// of its shards'), its p50, p95 and max; how long the index took to
+	// catch up after the last commit; its rate over the whole run; and the
+	// latency of queries over the whole index (SearchQueries: by kind).
+	SearchLagP50Ms    float64     `json:"search_lag_p50_ms,omitempty"`
+	SearchLagP95Ms    float64     `json:"search_lag_p95_ms,omitempty"`
+	SearchLagMaxMs    float64     `json:"search_lag_max_ms,omitempty"`
+	SearchCatchUpMs   float64     `json:"search_catch_up_ms,omitempty"`
+	SearchQueryP50Ms  float64     `json:"search_query_p50_ms,omitempty"`
+	SearchQueryP95Ms  float64     `json:"search_query_p95_ms,omitempty"`
+	SearchQueries     []QueryKind `json:"search_queries,omitempty"`
+	SearchDocsIndexed uint64      `json:"search_indexed,omitempty"`
+	SearchIndexPerSec float64     `json:"search_index_records_per_s,omitempty"`
+	SearchShards      int         `json:"search_shards,omitempty"`
+	// LoadAvg is the machine's 1-minute load average (/proc/loadavg) at
+	// the start and at the end of the run: other work on the machine
+	// slows every figure, the reference too.
+	LoadAvg [2]float64 `json:"load_avg,omitempty"`
 }
 
 // RunSink measures the sink's ingest and catch-up rates.
@@ -121,6 +132,8 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	}
 	total := o.Crawlers * o.Carriers * o.PerCarrier
 	res := &SinkResult{Records: total, Carriers: o.Crawlers * o.Carriers, Sync: !o.NoSync}
+	res.LoadAvg[0] = loadAvg()
+	defer func() { res.LoadAvg[1] = loadAvg() }()
 
 	// the reference: Badger batched writes of the same records
 	ref, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync, false)
@@ -149,9 +162,10 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	var idx *search.Search
 	var lagStop func() []time.Duration
 	if o.Search {
-		if idx, err = search.Open(store, filepath.Join(dir, "search"), quiet); err != nil {
+		if idx, err = search.Open(store, filepath.Join(dir, "search"), search.Options{Shards: o.SearchShards, Logger: quiet}); err != nil {
 			return nil, err
 		}
+		res.SearchShards = max(o.SearchShards, 1)
 		defer idx.Close()
 		ictx, stopIndex := context.WithCancel(ctx)
 		var iwg sync.WaitGroup
@@ -205,22 +219,12 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		}
 		res.SearchCatchUpMs = millis(time.Since(start) - ingest)
 		lags := lagStop() // (sampled until the index caught up)
-		res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.95), quantileMs(lags, 1)
+		res.SearchLagP50Ms, res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.5), quantileMs(lags, 0.95), quantileMs(lags, 1)
 		res.SearchIndexPerSec = float64(idx.Indexed()) / time.Since(start).Seconds()
 		res.SearchDocsIndexed = idx.Indexed()
-		var took []time.Duration
-		for i := range 200 {
-			q := fmt.Sprintf("term%d", (i*37)%5000)
-			if i%2 == 1 {
-				q += fmt.Sprintf(" term%d", (i*37+13)%5000)
-			}
-			t0 := time.Now()
-			if _, err := idx.Query(q, "", 10); err != nil {
-				return nil, err
-			}
-			took = append(took, time.Since(t0))
+		if res.SearchQueries, res.SearchQueryP50Ms, res.SearchQueryP95Ms, err = timeQueries(idx.Query, o.Crawlers*o.Carriers*o.PerCarrier); err != nil {
+			return nil, err
 		}
-		res.SearchQueryP50Ms, res.SearchQueryP95Ms = quantileMs(took, 0.5), quantileMs(took, 0.95)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -242,12 +246,85 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	return res, nil
 }
 
+// benchVocabulary is the number of distinct keywords of the bench's
+// pages, drawn Zipf-distributed (s 1.05, v 10): term0 is on about a third
+// of the pages, term50000 on a few in a million, as a web's vocabulary
+// has both frequent and rare words.
+const benchVocabulary = 100_000
+
+// benchKeywords are page n's 24 keywords, distinct, heaviest first.
 func benchKeywords(n int) []pack.Keyword {
-	kw := make([]pack.Keyword, 24)
-	for i := range kw {
-		kw[i] = pack.Keyword{Term: fmt.Sprintf("term%d", (n*7+i*13)%5000), Weight: uint32(40 - i)}
+	r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+	z := rand.NewZipf(r, 1.05, 10, benchVocabulary-1)
+	kw := make([]pack.Keyword, 0, 24)
+	seen := make(map[uint64]bool, 24)
+	for len(kw) < 24 {
+		t := z.Uint64()
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		kw = append(kw, pack.Keyword{Term: "term" + strconv.FormatUint(t, 10), Weight: uint32(40 - len(kw))})
 	}
 	return kw
+}
+
+// QueryKind is the latency of one kind of query.
+type QueryKind struct {
+	Kind    string  `json:"kind"`
+	Example string  `json:"example"`
+	Queries int     `json:"queries"`
+	P50Ms   float64 `json:"p50_ms"`
+	P95Ms   float64 `json:"p95_ms"`
+	// MeanHits is how many pages a query of this kind matched, on average.
+	MeanHits float64 `json:"mean_hits"`
+}
+
+// timeQueries runs 50 queries of each kind (top 10 hits each, after a
+// warm-up) and returns each kind's latency and all of them together.
+func timeQueries(query func(q, host string, limit int) (sink.Results, error), pages int) ([]QueryKind, float64, float64, error) {
+	r := rand.New(rand.NewPCG(7, 7))
+	frequent := func() string { return "term" + strconv.Itoa(r.IntN(10)) }
+	rare := func() string { return "term" + strconv.Itoa(20_000+r.IntN(benchVocabulary-20_000)) }
+	kinds := []struct {
+		kind string
+		q    func() string
+	}{
+		{"one word, frequent (term0-9, on 10-30 % of the pages)", frequent},
+		{"one word, rare (term20000 and past)", rare},
+		{"one word in every title (page)", func() string { return "page" }},
+		{"two words, both frequent", func() string { return frequent() + " " + frequent() }},
+		{"two words, frequent and rare", func() string { return frequent() + " " + rare() }},
+		{"two words, title and keyword", func() string { return "crawler " + frequent() }},
+	}
+	for range 20 { // warm-up
+		if _, err := query(frequent(), "", 10); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	var out []QueryKind
+	var all []time.Duration
+	for _, k := range kinds {
+		var took []time.Duration
+		hits := 0
+		qk := QueryKind{Kind: k.kind}
+		for range 50 {
+			q := k.q()
+			qk.Example = q
+			t0 := time.Now()
+			res, err := query(q, "", 10)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			took = append(took, time.Since(t0))
+			hits += int(res.Total)
+		}
+		qk.Queries, qk.MeanHits = len(took), float64(hits)/float64(len(took))
+		qk.P50Ms, qk.P95Ms = quantileMs(took, 0.5), quantileMs(took, 0.95)
+		out = append(out, qk)
+		all = append(all, took...)
+	}
+	return out, quantileMs(all, 0.5), quantileMs(all, 0.95), nil
 }
 
 // badgerReference writes every record of the carriers as a log entry with
@@ -305,6 +382,20 @@ func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (tim
 	return time.Since(start), nil
 }
 
+// loadAvg is the 1-minute load average, 0 where /proc/loadavg is not.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 func countStream(ctx context.Context, u string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -326,40 +417,63 @@ func countStream(ctx context.Context, u string) (int, error) {
 	return n, sc.Err()
 }
 
-// sampleLag samples every 20 ms how long the oldest record not yet
-// indexed has waited since it was committed; the returned function stops
-// it and returns the samples.
+// sampleLag reads the log's head and the index's cursor every 2 ms; the
+// returned function stops it and returns each record's lag: from the
+// first reading at which the head held it (committed) to the first at
+// which the index did (searchable).
 func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
 	type mark struct {
-		at   time.Time
-		head uint64
+		at            time.Time
+		head, indexed uint64
 	}
 	stop := make(chan struct{})
 	done := make(chan []time.Duration)
 	go func() {
 		var marks []mark
-		var lags []time.Duration
-		t := time.NewTicker(20 * time.Millisecond)
+		t := time.NewTicker(2 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
-				done <- lags
+				done <- recordLags(len(marks), func(i int) (time.Time, uint64, uint64) {
+					return marks[i].at, marks[i].head, marks[i].indexed
+				})
 				return
 			case now := <-t.C:
-				head, indexed := store.Head(), idx.Indexed()
-				marks = append(marks, mark{now, head})
-				if indexed >= head {
-					lags = append(lags, 0)
-					continue
-				}
-				// the first sample whose head held the oldest record not indexed
-				i := sort.Search(len(marks), func(i int) bool { return marks[i].head > indexed })
-				lags = append(lags, now.Sub(marks[i].at))
+				marks = append(marks, mark{now, store.Head(), idx.Indexed()})
 			}
 		}
 	}()
 	return func() []time.Duration { close(stop); return <-done }
+}
+
+// recordLags turns n readings (time, head, indexed; both counts never
+// decrease) into each record's lag, for the records the last reading's
+// index holds: the time from the first reading whose head held the
+// record to the first whose index did.
+func recordLags(n int, at func(i int) (time.Time, uint64, uint64)) []time.Duration {
+	if n == 0 {
+		return nil
+	}
+	_, _, last := at(n - 1)
+	lags := make([]time.Duration, 0, last)
+	c, x := 0, 0 // the first readings whose head, index, holds seq
+	for seq := uint64(1); seq <= last; seq++ {
+		for ; c < n; c++ {
+			if _, h, _ := at(c); h >= seq {
+				break
+			}
+		}
+		for ; x < n; x++ {
+			if _, _, i := at(x); i >= seq {
+				break
+			}
+		}
+		tc, _, _ := at(min(c, x))
+		tx, _, _ := at(x)
+		lags = append(lags, tx.Sub(tc))
+	}
+	return lags
 }
 
 // quantileMs is the q-quantile of durations, in milliseconds.
