@@ -26,6 +26,7 @@ import (
 	"github.com/blevesearch/bleve/v2/analysis/tokenizer/whitespace"
 	"github.com/blevesearch/bleve/v2/mapping"
 	"github.com/blevesearch/bleve/v2/search/query"
+	index "github.com/blevesearch/bleve_index_api"
 
 	"github.com/micra-crawler/micra/crawl/extract"
 	"github.com/micra-crawler/micra/crawl/pack"
@@ -379,33 +380,70 @@ func (s *Search) Query(q, host string, limit int) (sink.Results, error) {
 	if len(words) == 0 {
 		return sink.Results{}, errors.New("an empty query")
 	}
+	start := time.Now()
+	indexed := s.Indexed()
+	has, done, err := s.termChecker()
+	if err != nil {
+		return sink.Results{}, err
+	}
+	defer done()
+	none := sink.Results{Indexed: indexed}
+	// Each word is a disjunction: its lower-case and stemmed forms in the
+	// keywords, its tokens in the title at half weight. A form no page
+	// holds is left out: it matched nothing, yet every disjunction paid
+	// for it on each page it visited (a third of a frequent word's time).
 	var must []query.Query
 	for _, w := range words {
 		var alts []query.Query
 		for _, t := range uniq(strings.ToLower(w), extract.Stem("en", w)) {
-			tq := query.NewTermQuery(t)
-			tq.SetField("terms")
-			alts = append(alts, tq)
+			if has("terms", t) {
+				alts = append(alts, termQuery("terms", t, 1))
+			}
 		}
-		mq := query.NewMatchQuery(w)
-		mq.SetField("title")
-		mq.SetBoost(0.5)
-		alts = append(alts, mq)
-		must = append(must, query.NewDisjunctionQuery(alts))
+		// what a match query on the title made of w (its analyzer's tokens)
+		var title []query.Query
+		for _, tok := range s.titleAnalyzer.Analyze([]byte(w)) {
+			if t := string(tok.Term); has("title", t) {
+				title = append(title, termQuery("title", t, 0.5))
+			}
+		}
+		switch len(title) {
+		case 0:
+		case 1:
+			alts = append(alts, title[0])
+		default:
+			d := query.NewDisjunctionQuery(title)
+			d.SetMin(1)
+			d.SetBoost(0.5)
+			alts = append(alts, d)
+		}
+		switch len(alts) {
+		case 0:
+			return none, nil // no page holds the word
+		case 1:
+			must = append(must, alts[0])
+		default:
+			must = append(must, query.NewDisjunctionQuery(alts))
+		}
 	}
 	if host != "" {
-		hq := query.NewTermQuery(strings.ToLower(host))
-		hq.SetField("host")
-		must = append(must, hq)
+		h := strings.ToLower(host)
+		if !has("host", h) {
+			return none, nil
+		}
+		must = append(must, termQuery("host", h, 1))
 	}
-	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery(must), max(1, min(limit, 1000)), 0, false)
+	var qq query.Query = query.NewConjunctionQuery(must)
+	if len(must) == 1 {
+		qq = must[0]
+	}
+	req := bleve.NewSearchRequestOptions(qq, max(1, min(limit, 1000)), 0, false)
 	req.Fields = []string{"title", "lang", "seq"}
-	start := time.Now()
 	res, err := s.query.Search(req)
 	if err != nil {
 		return sink.Results{}, err
 	}
-	out := sink.Results{Total: res.Total, TookMs: float64(time.Since(start).Microseconds()) / 1000, Indexed: s.Indexed()}
+	out := sink.Results{Total: res.Total, TookMs: float64(time.Since(start).Microseconds()) / 1000, Indexed: indexed}
 	for _, h := range res.Hits {
 		hit := sink.Hit{URL: h.ID, Score: h.Score}
 		hit.Title, _ = h.Fields["title"].(string)
@@ -416,6 +454,53 @@ func (s *Search) Query(q, host string, limit int) (sink.Results, error) {
 		out.Hits = append(out.Hits, hit)
 	}
 	return out, nil
+}
+
+func termQuery(field, term string, boost float64) *query.TermQuery {
+	q := query.NewTermQuery(term)
+	q.SetField(field)
+	q.SetBoost(boost)
+	return q
+}
+
+// termChecker returns has, which reports whether any page of any shard
+// holds term in field (a dictionary look-up per segment), and done, which
+// releases the shards' snapshots it reads.
+func (s *Search) termChecker() (has func(field, term string) bool, done func(), err error) {
+	readers := make([]index.IndexReader, 0, len(s.shards))
+	done = func() {
+		for _, r := range readers {
+			r.Close()
+		}
+	}
+	for _, sh := range s.shards {
+		ix, err := sh.idx.Advanced()
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		r, err := ix.Reader()
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		readers = append(readers, r)
+	}
+	has = func(field, term string) bool {
+		for _, r := range readers {
+			tfr, err := r.TermFieldReader(context.Background(), []byte(term), field, false, false, false)
+			if err != nil {
+				return true // (not known: the query asks)
+			}
+			n := tfr.Count()
+			tfr.Close()
+			if n > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	return has, done, nil
 }
 
 // Close persists what the index holds and closes it (after Run has
