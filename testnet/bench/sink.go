@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -60,6 +61,12 @@ type SinkResult struct {
 	// commits are), no verification, no page index, no protocol.
 	BadgerPerSec float64 `json:"badger_batch_records_per_s"`
 	IngestShare  float64 `json:"ingest_share_of_badger"`
+	// The process's CPU time (user + system) per record during the
+	// reference's writes and during the ingest (the pushers' side of the
+	// protocol included): steadier than the rates when other work shares
+	// the machine.
+	BadgerCPUPerRecordUs float64 `json:"badger_batch_cpu_us_per_record"`
+	IngestCPUPerRecordUs float64 `json:"ingest_cpu_us_per_record"`
 	// BadgerStatePerSec: the same with each page's state written beside
 	// its log entry (the sink's data model); IngestShareState the sink's
 	// rate over it.
@@ -136,12 +143,13 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	defer func() { res.LoadAvg[1] = loadAvg() }()
 
 	// the reference: Badger batched writes of the same records
-	ref, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync, false)
+	ref, refCPU, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync, false)
 	if err != nil {
 		return nil, err
 	}
 	res.BadgerPerSec = float64(total) / ref.Seconds()
-	ref2, err := badgerReference(filepath.Join(dir, "reference-state"), all, !o.NoSync, true)
+	res.BadgerCPUPerRecordUs = float64(refCPU.Nanoseconds()) / 1e3 / float64(total)
+	ref2, _, err := badgerReference(filepath.Join(dir, "reference-state"), all, !o.NoSync, true)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +181,7 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		defer func() { stopIndex(); iwg.Wait() }()
 		lagStop = sampleLag(store, idx)
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	var wg sync.WaitGroup
 	errs := make(chan error, o.Crawlers)
 	for _, l := range loads {
@@ -201,7 +209,7 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		})
 	}
 	wg.Wait()
-	ingest := time.Since(start)
+	ingest, ingestCPU := time.Since(start), cpuTime()-cpu0
 	select {
 	case err := <-errs:
 		return nil, err
@@ -211,6 +219,7 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		return nil, fmt.Errorf("bench sink: %d records committed, want %d", store.Head(), total)
 	}
 	res.IngestPerSec = float64(total) / ingest.Seconds()
+	res.IngestCPUPerRecordUs = float64(ingestCPU.Nanoseconds()) / 1e3 / float64(total)
 	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
 	res.IngestShareState = res.IngestPerSec / res.BadgerStatePerSec
 	if idx != nil {
@@ -335,10 +344,10 @@ func timeQueries(query func(q, host string, limit int) (sink.Results, error), pa
 // by URL digest, a value the size of the sink's: the sequence and the
 // crawler's id), as the sink's data model does: the bound of a sink that
 // keeps the latest record and history of every page.
-func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (time.Duration, error) {
+func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (time.Duration, time.Duration, error) {
 	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(sync).WithMemTableSize(64 << 20).WithLogger(nil))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer db.Close()
 	// decoding is the sink's work too: done here before the clock, so the
@@ -348,7 +357,7 @@ func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (tim
 	for i, c := range cars {
 		_, recs, err := pack.Decode(c.Data)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		for j := range recs {
 			batches[i] = append(batches[i], recs[j].AppendBinary(nil))
@@ -359,27 +368,36 @@ func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (tim
 		}
 	}
 	seq := uint64(0)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for i, b := range batches {
 		wb := db.NewWriteBatch()
 		for j, v := range b {
 			seq++
 			if err := wb.Set(binary.BigEndian.AppendUint64([]byte("sl/"), seq), v); err != nil {
 				wb.Cancel()
-				return 0, err
+				return 0, 0, err
 			}
 			if withState {
 				if err := wb.Set(states[i][j][0], states[i][j][1]); err != nil {
 					wb.Cancel()
-					return 0, err
+					return 0, 0, err
 				}
 			}
 		}
 		if err := wb.Flush(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), cpuTime() - cpu0, nil
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // loadAvg is the 1-minute load average, 0 where /proc/loadavg is not.
