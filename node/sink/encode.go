@@ -10,13 +10,20 @@ import (
 	"github.com/micra-crawler/micra/crawl/pack"
 )
 
-const entryVersion = 1
+// Entry versions: 1 had no Prev (its pages' history is in their sp/
+// states); 2 links each entry to its page's previous one.
+const (
+	entryVersion1 = 1
+	entryVersion  = 2
+)
 
 var errDamaged = errors.New("damaged value")
 
-// encode: version, carrier id, ingest time (µs), overlap, record.
+// encode: version, carrier id, ingest time (µs), overlap, the page's
+// previous entry, record.
 func (e *Entry) encode() []byte {
-	b := binary.AppendUvarint(nil, entryVersion)
+	b := make([]byte, 0, 96+len(e.Carrier)+recordSizeHint(&e.Record))
+	b = binary.AppendUvarint(b, entryVersion)
 	b = appendString(b, e.Carrier)
 	b = binary.AppendVarint(b, e.IngestedAt.UnixMicro())
 	if e.Overlap {
@@ -24,21 +31,83 @@ func (e *Entry) encode() []byte {
 	} else {
 		b = append(b, 0)
 	}
+	b = binary.AppendUvarint(b, e.Prev)
 	return e.Record.AppendBinary(b)
+}
+
+// recordSizeHint is about the bytes of r's encoding.
+func recordSizeHint(r *pack.Record) int {
+	n := len(r.URL) + len(r.FinalURL) + len(r.ContentType) + len(r.Title) + len(r.Lang) + len(r.ETag) +
+		len(r.LastModified) + len(r.CrawlerID) + len(r.Error) + 96
+	for _, k := range r.Keywords {
+		n += len(k.Term) + 3
+	}
+	for _, l := range r.Links {
+		n += len(l) + 2
+	}
+	return n
 }
 
 func (e *Entry) decode(b []byte) error {
 	d := reader{b: b}
-	if d.uvarint() != entryVersion {
+	v := d.uvarint()
+	if v != entryVersion && v != entryVersion1 {
 		return errDamaged
 	}
 	e.Carrier = d.string()
 	e.IngestedAt = time.UnixMicro(d.varint()).UTC()
 	e.Overlap = d.byte() == 1
+	e.Prev = 0
+	if v >= entryVersion {
+		e.Prev = d.uvarint()
+	}
 	if d.err != nil {
 		return d.err
 	}
 	return e.Record.UnmarshalBinary(d.b)
+}
+
+// entryPrev reads an entry's link to its page's previous entry (linked
+// false: a version-1 entry, which has none) without decoding the record.
+func entryPrev(b []byte) (prev uint64, linked bool, err error) {
+	d := reader{b: b}
+	v := d.uvarint()
+	if v != entryVersion && v != entryVersion1 {
+		return 0, false, errDamaged
+	}
+	d.string()
+	d.varint()
+	d.byte()
+	if v >= entryVersion {
+		prev, linked = d.uvarint(), true
+	}
+	return prev, linked, d.err
+}
+
+// entryPage reads an entry's URL and crawler (the replay of the page
+// table) without decoding the rest of its record.
+func entryPage(b []byte) (url, crawler string, err error) {
+	d := reader{b: b}
+	v := d.uvarint()
+	if v != entryVersion && v != entryVersion1 {
+		return "", "", errDamaged
+	}
+	d.string()
+	d.varint()
+	d.byte()
+	if v >= entryVersion {
+		d.uvarint()
+	}
+	if d.err != nil {
+		return "", "", d.err
+	}
+	// the record, as pack encodes it: version, URL, … its crawler is the
+	// one the whole record says; decoding it is the sure way
+	var r pack.Record
+	if err := r.UnmarshalBinary(d.b); err != nil {
+		return "", "", err
+	}
+	return r.URL, r.CrawlerID, nil
 }
 
 // pageState is what the sink keeps per page beside the log: its recent

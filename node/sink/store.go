@@ -34,7 +34,8 @@ import (
 //
 //	sl/<seq8>                 change log                → Entry
 //	sc/<crawler>\x00<seq8>    carriers committed        → first seq (8), records (4), sha256 of the carrier
-//	sp/<sha256(url)[:16]>     per page                  → pageState
+//	sp/<sha256(url)[:16]>     per page (stores before the page table, read only) → pageState
+//	sm/pagesnap…              the page table's snapshot (pages.go)
 //	sk/<crawler>              per crawler               → CrawlerCounts
 //	sm/next                   next log sequence         → uint64
 //	sm/counts                 totals                    → Counts
@@ -59,10 +60,12 @@ type Options struct {
 	// crawler's default carrier).
 	MaxCarrierBytes int
 	MaxRawBytes     int
-	// History is how many recent changes are remembered per page (default 16).
+	// History is how many recent changes Page returns (default 16).
 	History    int
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+
+	snapshotEvery uint64 // records between page-table snapshots (default snapshotEvery; tests)
 }
 
 func (o *Options) defaults() {
@@ -77,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.snapshotEvery == 0 {
+		o.snapshotEvery = snapshotEvery
 	}
 }
 
@@ -109,7 +115,10 @@ type Entry struct {
 	IngestedAt time.Time
 	// Overlap: the page was delivered before by another crawler.
 	Overlap bool
-	Record  pack.Record
+	// Prev is the page's previous entry in the log (0: its first, or an
+	// entry committed before the log linked them).
+	Prev   uint64
+	Record pack.Record
 }
 
 // Ack is the outcome of a committed carrier.
@@ -155,7 +164,8 @@ type Store struct {
 	next     uint64     // next log sequence (the first record is 1)
 	counts   Counts
 	crawlers map[string]*CrawlerCounts
-	pages    *pageFilter // under mu
+	pages    *pageTable // every page's state, under mu (pages.go)
+	snapAt   uint64     // the log sequence of the page table's last snapshot
 
 	// committed is closed and replaced at every commit: readers waiting
 	// for records past the head (Wait) wake up.
@@ -196,7 +206,7 @@ func Open(opt Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if s.pages, err = loadPageFilter(db, int(s.counts.Pages)); err != nil {
+	if err := s.loadPages(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sink: open %s: %w", opt.Dir, err)
 	}
@@ -205,12 +215,86 @@ func Open(opt Options) (*Store, error) {
 }
 
 // Close closes the database once a commit under way is done; waiting
-// readers are woken first.
+// readers are woken first. The page table is saved, so the next open
+// does not replay the log.
 func (s *Store) Close() error {
 	s.Stop()
 	s.mu.Lock() // (a commit under way finishes first)
 	defer s.mu.Unlock()
+	if head := s.next - 1; head != s.snapAt {
+		if err := s.pages.snapshot(s.db, head); err != nil {
+			s.log.Warn("sink: page table not saved; the next start replays the log", "err", err)
+		}
+	}
 	return s.db.Close()
+}
+
+// loadPages builds the page table: the last snapshot, else the per-page
+// states of a store written before the table, else nothing; then the log
+// entries past it. It saves a snapshot if it replayed any.
+func (s *Store) loadPages() error {
+	head := s.next - 1
+	t, cursor, found, err := loadPageSnapshot(s.db)
+	if err != nil {
+		return err
+	}
+	if !found {
+		// before the table, every commit wrote its pages' states: they
+		// hold the whole log (the snapshot below is written before any
+		// commit of this open)
+		var legacy bool
+		if t, legacy, err = loadLegacyPages(s.db); err != nil {
+			return err
+		}
+		if legacy {
+			cursor = head
+		}
+	}
+	if cursor > head {
+		return fmt.Errorf("page snapshot at %d, past the log's head %d", cursor, head)
+	}
+	replayed := 0
+	if cursor < head {
+		pending := map[pageID]*pageUpdate{}
+		err := s.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: pLog, PrefetchValues: true, PrefetchSize: 256})
+			defer it.Close()
+			for it.Seek(logKey(cursor + 1)); it.Valid(); it.Next() {
+				seq := binary.BigEndian.Uint64(it.Item().Key()[len(pLog):])
+				if seq > head {
+					break
+				}
+				var url, crawler string
+				if err := it.Item().Value(func(v []byte) (err error) {
+					url, crawler, err = entryPage(v)
+					return err
+				}); err != nil {
+					return fmt.Errorf("log entry %d: %w", seq, err)
+				}
+				t.record(pending, pageIDOf(url), t.intern(crawler), seq)
+				if replayed++; len(pending) >= 1<<16 {
+					t.apply(pending)
+					clear(pending)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("page table: %w", err)
+		}
+		t.apply(pending)
+	}
+	s.pages, s.snapAt = t, cursor
+	if !found || cursor != head {
+		if replayed > 0 {
+			s.log.Info("sink: page table rebuilt from the log", "from", cursor, "to", head, "records", replayed)
+		}
+		if err := t.snapshot(s.db, head); err != nil {
+			return err
+		}
+		s.snapAt = head
+	}
+	return nil
 }
 
 // Stop wakes every reader waiting for new records (Wait returns false),
@@ -394,9 +478,11 @@ func (s *Store) commitGroup(group []*prepared) error {
 	var results []outcome
 	var counts Counts
 	var crawlers map[string]CrawlerCounts
+	var pages map[pageID]*pageUpdate // the group's page states, the table's once durable
 	next := s.next
 	err := s.db.Update(func(txn *badger.Txn) error {
 		results, counts, crawlers, next = make([]outcome, len(group)), s.counts, map[string]CrawlerCounts{}, s.next
+		pages = map[pageID]*pageUpdate{}
 		for gi, p := range group {
 			ck := carrierKey(p.h.CrawlerID, p.h.Seq)
 			if it, err := txn.Get(ck); err == nil {
@@ -431,20 +517,18 @@ func (s *Store) commitGroup(group []*prepared) error {
 				}
 			}
 			results[gi].ack = Ack{First: next, Records: len(p.recs)}
+			c := s.pages.intern(p.h.CrawlerID)
 			for i := range p.recs {
 				r := &p.recs[i]
-				overlap, isNew, err := s.updatePage(txn, r.URL, p.h.CrawlerID, next)
-				if err != nil {
-					return err
-				}
-				if isNew {
+				prev, overlap := s.pages.record(pages, pageIDOf(r.URL), c, next)
+				if prev == 0 {
 					counts.Pages++
 				}
 				if overlap {
 					counts.Overlap++
 					cc.Overlap++
 				}
-				e := Entry{Seq: next, Carrier: p.id, IngestedAt: now, Overlap: overlap, Record: *r}
+				e := Entry{Seq: next, Carrier: p.id, IngestedAt: now, Overlap: overlap, Prev: prev, Record: *r}
 				if err := txn.Set(logKey(next), e.encode()); err != nil {
 					return err
 				}
@@ -493,12 +577,14 @@ func (s *Store) commitGroup(group []*prepared) error {
 		return err
 	}
 	s.next, s.counts = next, counts
-	if s.pages.full() {
-		f, err := loadPageFilter(s.db, 2*int(s.counts.Pages))
-		if err != nil {
-			s.log.Warn("sink: page filter not grown, reads will not be skipped as often", "err", err)
+	s.pages.apply(pages)
+	if head := next - 1; head-s.snapAt >= s.opt.snapshotEvery {
+		// (under the commit lock: ~50 ms per million pages, once per
+		// million records, so that a crash replays at most that many)
+		if err := s.pages.snapshot(s.db, head); err != nil {
+			s.log.Warn("sink: page table not saved; a restart after a crash replays more of the log", "err", err)
 		} else {
-			s.pages = f
+			s.snapAt = head
 		}
 	}
 	for id, cc := range crawlers {
@@ -525,37 +611,6 @@ func (s *Store) wake() {
 		s.committed = make(chan struct{})
 	}
 	s.nmu.Unlock()
-}
-
-// updatePage records seq as the page's latest change and reports whether
-// another crawler delivered the page before (overlap) and whether the page
-// is new to the sink.
-func (s *Store) updatePage(txn *badger.Txn, url, crawler string, seq uint64) (overlap, isNew bool, err error) {
-	k := pageKey(url)
-	var ps pageState
-	var it *badger.Item
-	err = badger.ErrKeyNotFound
-	if s.pages.mayContain(k) {
-		it, err = txn.Get(k)
-	}
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-		isNew = true
-	case err != nil:
-		return false, false, err
-	default:
-		if err := it.Value(func(v []byte) error { return ps.decode(v) }); err != nil {
-			return false, false, err
-		}
-	}
-	if !isNew && !ps.hasCrawler(crawler) {
-		overlap = true
-	}
-	ps.add(crawler, seq, s.opt.History)
-	if isNew {
-		s.pages.add(k)
-	}
-	return overlap, isNew, txn.Set(k, ps.encode())
 }
 
 // Head returns the sequence of the last committed record (0: none).
