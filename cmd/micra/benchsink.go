@@ -62,7 +62,6 @@ rate (--rate 20000), then the latency of six kinds of query over the whole index
 				fmt.Printf("  (paced at %.0f records/s: the references below are not what the sink could take)\n", o.Rate)
 			}
 			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
-			fmt.Printf("  the same + each page's state       %10.0f records/s   sink = %.0f %% of it (the sink's data model)\n", r.BadgerStatePerSec, 100*r.IngestShareState)
 			fmt.Printf("  CPU per record (the process's)     sink %.1f µs (pushers' side included), Badger WriteBatch %.1f µs\n", r.IngestCPUPerRecordUs, r.BadgerCPUPerRecordUs)
 			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
 			if o.Search {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -67,11 +66,6 @@ type SinkResult struct {
 	// the machine.
 	BadgerCPUPerRecordUs float64 `json:"badger_batch_cpu_us_per_record"`
 	IngestCPUPerRecordUs float64 `json:"ingest_cpu_us_per_record"`
-	// BadgerStatePerSec: the same with each page's state written beside
-	// its log entry (the sink's data model); IngestShareState the sink's
-	// rate over it.
-	BadgerStatePerSec float64 `json:"badger_batch_with_state_records_per_s"`
-	IngestShareState  float64 `json:"ingest_share_of_badger_with_state"`
 	// CatchUpPerSec: records/s a subscriber reads the whole log from
 	// cursor 0 over HTTP NDJSON.
 	CatchUpPerSec float64 `json:"catch_up_records_per_s"`
@@ -143,17 +137,12 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	defer func() { res.LoadAvg[1] = loadAvg() }()
 
 	// the reference: Badger batched writes of the same records
-	ref, refCPU, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync, false)
+	ref, refCPU, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync)
 	if err != nil {
 		return nil, err
 	}
 	res.BadgerPerSec = float64(total) / ref.Seconds()
 	res.BadgerCPUPerRecordUs = float64(refCPU.Nanoseconds()) / 1e3 / float64(total)
-	ref2, _, err := badgerReference(filepath.Join(dir, "reference-state"), all, !o.NoSync, true)
-	if err != nil {
-		return nil, err
-	}
-	res.BadgerStatePerSec = float64(total) / ref2.Seconds()
 
 	store, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "sink"), NoSync: o.NoSync, Logger: quiet})
 	if err != nil {
@@ -221,7 +210,6 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	res.IngestPerSec = float64(total) / ingest.Seconds()
 	res.IngestCPUPerRecordUs = float64(ingestCPU.Nanoseconds()) / 1e3 / float64(total)
 	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
-	res.IngestShareState = res.IngestPerSec / res.BadgerStatePerSec
 	if idx != nil {
 		for idx.Indexed() < store.Head() && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
@@ -339,12 +327,9 @@ func timeQueries(query func(q, host string, limit int) (sink.Results, error), pa
 // badgerReference writes every record of the carriers as a log entry with
 // Badger WriteBatch, one batch per carrier, each flushed (and synced when
 // sync) before the next: the local limit the sink's commits are held to.
-//
-// withState also writes each page's state beside its log entry (its key
-// by URL digest, a value the size of the sink's: the sequence and the
-// crawler's id), as the sink's data model does: the bound of a sink that
-// keeps the latest record and history of every page.
-func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (time.Duration, time.Duration, error) {
+// (The sink, too, writes one value per record: each page's state is in
+// memory, node/sink/pages.go.) It returns the writes' wall and CPU time.
+func badgerReference(dir string, cars []pack.Carrier, sync bool) (time.Duration, time.Duration, error) {
 	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(sync).WithMemTableSize(64 << 20).WithLogger(nil))
 	if err != nil {
 		return 0, 0, err
@@ -353,7 +338,6 @@ func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (tim
 	// decoding is the sink's work too: done here before the clock, so the
 	// reference is the writes alone
 	batches := make([][][]byte, len(cars))
-	states := make([][][2][]byte, len(cars))
 	for i, c := range cars {
 		_, recs, err := pack.Decode(c.Data)
 		if err != nil {
@@ -361,27 +345,17 @@ func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (tim
 		}
 		for j := range recs {
 			batches[i] = append(batches[i], recs[j].AppendBinary(nil))
-			if withState {
-				sum := sha256.Sum256([]byte(recs[j].URL))
-				states[i] = append(states[i], [2][]byte{append([]byte("sp/"), sum[:16]...), append(make([]byte, 10), c.CrawlerID...)})
-			}
 		}
 	}
 	seq := uint64(0)
 	start, cpu0 := time.Now(), cpuTime()
-	for i, b := range batches {
+	for _, b := range batches {
 		wb := db.NewWriteBatch()
-		for j, v := range b {
+		for _, v := range b {
 			seq++
 			if err := wb.Set(binary.BigEndian.AppendUint64([]byte("sl/"), seq), v); err != nil {
 				wb.Cancel()
 				return 0, 0, err
-			}
-			if withState {
-				if err := wb.Set(states[i][j][0], states[i][j][1]); err != nil {
-					wb.Cancel()
-					return 0, 0, err
-				}
 			}
 		}
 		if err := wb.Flush(); err != nil {

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// A tiny run measures every figure it reports: the sink's ingest, both
-// Badger references (log entries alone, and with each page's state) and
-// the catch-up, each from the records it really moved.
+// A tiny run measures every figure it reports: the sink's ingest, the
+// Badger reference and the catch-up, each from the records it really
+// moved, and the CPU each took.
 func TestRunSinkSmall(t *testing.T) {
 	r, err := RunSink(context.Background(), SinkOptions{Crawlers: 2, Carriers: 3, PerCarrier: 20, NoSync: true, Dir: t.TempDir()})
 	if err != nil {
@@ -17,8 +17,8 @@ func TestRunSinkSmall(t *testing.T) {
 	if r.Records != 2*3*20 || r.Carriers != 6 {
 		t.Fatalf("records %d, carriers %d", r.Records, r.Carriers)
 	}
-	for name, v := range map[string]float64{"ingest": r.IngestPerSec, "badger": r.BadgerPerSec, "badger with state": r.BadgerStatePerSec,
-		"share": r.IngestShare, "share with state": r.IngestShareState, "catch-up": r.CatchUpPerSec} {
+	for name, v := range map[string]float64{"ingest": r.IngestPerSec, "badger": r.BadgerPerSec, "share": r.IngestShare,
+		"catch-up": r.CatchUpPerSec, "ingest CPU": r.IngestCPUPerRecordUs, "badger CPU": r.BadgerCPUPerRecordUs} {
 		if !(v > 0) {
 			t.Errorf("%s = %v: not measured", name, v)
 		}
