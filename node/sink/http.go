@@ -29,9 +29,12 @@ func StreamEntry(e *Entry) StreamRecord {
 
 // Status is the sink's status document (GET /v1/status).
 type Status struct {
-	Head     uint64          `json:"head"` // sequence of the last committed record
-	Counts   Counts          `json:"counts"`
-	Crawlers []CrawlerCounts `json:"crawlers"`
+	Head uint64 `json:"head"` // sequence of the last committed record
+	// SearchIndexed is the last sequence the full-text index holds, when
+	// the sink runs one (Head minus it: the index's backlog).
+	SearchIndexed *uint64         `json:"search_indexed,omitempty"`
+	Counts        Counts          `json:"counts"`
+	Crawlers      []CrawlerCounts `json:"crawlers"`
 }
 
 // Handler serves the sink's HTTP API:
@@ -49,6 +52,8 @@ type Status struct {
 // Searcher answers full-text queries over the log (node/sink/search).
 type Searcher interface {
 	Query(q, host string, limit int) (Results, error)
+	// Indexed is the last log sequence the index holds.
+	Indexed() uint64
 }
 
 // Hit is one search result.
@@ -78,10 +83,15 @@ func Handler(s *Store, search Searcher, metrics http.Handler) http.Handler {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		c, cr := s.Counts()
 		sort.Slice(cr, func(i, j int) bool { return cr[i].Crawler < cr[j].Crawler })
+		st := Status{Head: s.Head(), Counts: c, Crawlers: cr}
+		if search != nil {
+			n := search.Indexed()
+			st.SearchIndexed = &n
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(Status{Head: s.Head(), Counts: c, Crawlers: cr})
+		_ = enc.Encode(st)
 	})
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)

@@ -124,6 +124,14 @@ func testSearchFollowsTheLog(t *testing.T, shards int) {
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || res.Total != 1 || res.Indexed != s.Head() {
 		t.Fatalf("GET /v1/search: %+v, %v", res, err)
 	}
+	// the status says how far the index has read
+	c, err := sink.NewHTTPClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Status(context.Background()); err != nil || st.SearchIndexed == nil || *st.SearchIndexed != s.Head() {
+		t.Fatalf("GET /v1/status: %+v, %v; want search_indexed %d", st, err, s.Head())
+	}
 }
 
 // An index directory left empty or damaged (a crash while it was created)
