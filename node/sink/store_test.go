@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -394,5 +395,56 @@ func TestStoreBeforePageTable(t *testing.T) {
 	wantPage(t, s, a, []uint64{4, 3, 1}, "c1", "c2")
 	if c, _ := s.Counts(); c.Pages != 2 || c.Overlap != 1 {
 		t.Fatalf("counts after a crash %+v", c)
+	}
+}
+
+// An entry decodes as it was encoded: its carrier id kept as a sequence
+// when it is its crawler's (the sink's entries), as the id otherwise;
+// entries of version 1 (the id, no link) still decode.
+func TestEntryEncoding(t *testing.T) {
+	r := pack.Record{URL: "http://a.example/", Status: 200, Change: pack.ChangeNew, CrawlerID: "12D3KooWabc", FetchedAt: time.Unix(1_800_000_000, 0).UTC(),
+		Keywords: []pack.Keyword{{Term: "alpha", Weight: 3}}}
+	at := time.Unix(1_800_000_100, 0).UTC()
+	for _, carrier := range []string{pack.Carrier{CrawlerID: r.CrawlerID, Seq: 42}.ID(), "someone-else-00000000000000000042", "12D3KooWabc-42"} {
+		e := Entry{Carrier: carrier, IngestedAt: at, Overlap: true, Prev: 7, Record: r}
+		var got Entry
+		if err := got.decode(e.encode()); err != nil {
+			t.Fatal(err)
+		}
+		got.Seq = e.Seq
+		if got.Carrier != carrier || !got.IngestedAt.Equal(at) || !got.Overlap || got.Prev != 7 || got.Record.URL != r.URL || got.Record.Keywords[0] != r.Keywords[0] {
+			t.Fatalf("carrier %q: decoded %+v", carrier, got)
+		}
+	}
+	if n := len((&Entry{Carrier: pack.Carrier{CrawlerID: r.CrawlerID, Seq: 42}.ID(), Record: r}).encode()); n > len(r.AppendBinary(nil))+16 {
+		t.Fatalf("an entry of %d bytes for a record of %d: the carrier id is not kept as its sequence", n, len(r.AppendBinary(nil)))
+	}
+	v1 := binary.AppendUvarint(nil, entryVersion1)
+	v1 = appendString(v1, "c1-00000000000000000003")
+	v1 = binary.AppendVarint(v1, at.UnixMicro())
+	v1 = append(v1, 0)
+	var got Entry
+	if err := got.decode(r.AppendBinary(v1)); err != nil || got.Carrier != "c1-00000000000000000003" || got.Prev != 0 || got.Record.URL != r.URL {
+		t.Fatalf("version 1: %+v, %v", got, err)
+	}
+}
+
+// The largest carrier the sink takes (10,000 records, 4 MiB of them) is
+// one transaction.
+func TestLargestCarrierCommits(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	recs := make([]pack.Record, pack.MaxCarrierRecords)
+	pad := strings.Repeat("x", (4<<20)/pack.MaxCarrierRecords-100)
+	for i := range recs {
+		recs[i] = pack.Record{URL: fmt.Sprintf("http://h.example/%d", i), Status: 200, Change: pack.ChangeNew, Title: pad}
+	}
+	car := pack.EncodeCarrier("c1", 0, time.Now(), recs)
+	h, _, _ := pack.DecodeHeader(car.Data)
+	if h.RawBytes > 4<<20 || h.RawBytes < 4<<20-200_000 {
+		t.Fatalf("a carrier of %d raw bytes: not the largest", h.RawBytes)
+	}
+	if a, err := s.Commit("c1", car.Data); err != nil || a.Records != pack.MaxCarrierRecords {
+		t.Fatalf("%+v, %v", a, err)
 	}
 }
