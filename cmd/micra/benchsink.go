@@ -16,7 +16,7 @@ import (
 
 func init() {
 	var o bench.SinkOptions
-	var asJSON bool
+	var asJSON, sinkProcess bool
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "sink",
@@ -32,7 +32,13 @@ whole log from cursor 0 over HTTP NDJSON.
 from its commit to its being searchable (p50, p95, max), best paced at an offered
 rate (--rate 20000), then the latency of six kinds of query over the whole index
 (one and two words, frequent and rare: the pages' keywords are drawn from a
-100,000-word Zipf vocabulary).`,
+100,000-word Zipf vocabulary).
+
+--sink-process runs the sink as a micra sink process of its own, with its index:
+the bench reads its progress, search and log over HTTP as an indexer would, and
+prints its own peak memory (VmHWM), where the in-process run can only print the
+bench's (every carrier of the run, the crawler hosts, the reference's store). At
+1,000,000 records: micra bench sink --sink-process --carriers 250 (minutes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cpuProfile != "" {
@@ -45,6 +51,13 @@ rate (--rate 20000), then the latency of six kinds of query over the whole index
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if sinkProcess {
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.SinkProcess = bin
 			}
 			r, err := bench.RunSink(cmd.Context(), o)
 			if err != nil {
@@ -64,7 +77,11 @@ rate (--rate 20000), then the latency of six kinds of query over the whole index
 			fmt.Printf("  Badger WriteBatch (reference)      %10.0f records/s   sink = %.0f %% of it\n", r.BadgerPerSec, 100*r.IngestShare)
 			fmt.Printf("  CPU per record (the process's)     sink %.1f µs (pushers' side included), Badger WriteBatch %.1f µs\n", r.IngestCPUPerRecordUs, r.BadgerCPUPerRecordUs)
 			fmt.Printf("  catch-up from cursor 0 (NDJSON)    %10.0f records/s\n", r.CatchUpPerSec)
-			if o.Search {
+			fmt.Printf("  peak RSS                           %10.0f MB of %s\n", r.PeakRSSMB, r.RSSOf)
+			if r.PeakAnonMB > 0 {
+				fmt.Printf("    of which at most %.0f MB anonymous (heap, memtables), %.0f MB file-backed (mapped tables and logs)\n", r.PeakAnonMB, r.PeakFileMB)
+			}
+			if r.SearchShards > 0 {
 				fmt.Printf("search index (Bleve, %d shard(s), fed from the log while ingesting)\n", r.SearchShards)
 				fmt.Printf("  indexing                           %10.0f records/s; caught up %.0f ms after the last commit\n",
 					r.SearchIndexPerSec, r.SearchCatchUpMs)
@@ -75,6 +92,7 @@ rate (--rate 20000), then the latency of six kinds of query over the whole index
 					fmt.Printf("    %-55s p50 %7.2f ms  p95 %7.2f ms  %9.0f hits  e.g. %q\n", k.Kind, k.P50Ms, k.P95Ms, k.MeanHits, k.Example)
 				}
 			}
+			fmt.Printf("(%.0f s in all)\n", r.ElapsedS)
 			return nil
 		},
 	}
@@ -87,6 +105,7 @@ rate (--rate 20000), then the latency of six kinds of query over the whole index
 	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
 	f.BoolVar(&o.Search, "search", false, "run the full-text index beside the ingest: its lag and query latency")
 	f.IntVar(&o.SearchShards, "search-shards", 1, "with --search: split the index into this many Bleve indexes, written in parallel")
+	f.BoolVar(&sinkProcess, "sink-process", false, "run the sink as a micra sink process of its own (with its index: implies --search), so its peak memory is its own")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	benchParentCmd().AddCommand(cmd)

@@ -201,8 +201,9 @@ func Open(opt Options) (*Store, error) {
 		WithValueThreshold(valueThreshold).
 		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
-		WithBlockCacheSize(48 << 20).
-		WithIndexCacheSize(16 << 20).
+		// the tree's blocks hold keys and value pointers only
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(8 << 20).
 		WithNumCompactors(2).
 		// commits are serialised by Store.mu: no transaction can conflict
 		WithDetectConflicts(false).

@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,11 +18,9 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
-	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -43,6 +39,12 @@ type SinkOptions struct {
 	Rate float64
 	// SearchShards splits the full-text index (search.Options.Shards).
 	SearchShards int
+	// SinkProcess, if set, is the micra binary to run the sink as a
+	// process of its own (`micra sink`, with its full-text index): its
+	// peak memory is then the sink's alone, and the bench reads its
+	// progress, search and log over HTTP.
+	SinkProcess string
+	SinkEnv     []string // more environment for it (tests)
 }
 
 // SinkResult is what RunSink measured, each figure beside its reference
@@ -88,11 +90,25 @@ type SinkResult struct {
 	// the start and at the end of the run: other work on the machine
 	// slows every figure, the reference too.
 	LoadAvg [2]float64 `json:"load_avg,omitempty"`
+	// PeakRSSMB is the peak resident memory (VmHWM) of the sink's
+	// process: with SinkProcess a `micra sink` of its own; else the
+	// bench's, which also holds every carrier of the run, the crawler
+	// hosts and the reference's store (RSSOf says which).
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	RSSOf     string  `json:"rss_of"`
+	// With SinkProcess, the most anonymous (heap, Badger's memtables) and
+	// file-backed (mapped tables and logs, reclaimable) resident memory
+	// seen, read every 100 ms.
+	PeakAnonMB float64 `json:"peak_anon_mb,omitempty"`
+	PeakFileMB float64 `json:"peak_file_mb,omitempty"`
+	// ElapsedS is the whole run's wall time, carriers made to catch-up.
+	ElapsedS float64 `json:"elapsed_s"`
 }
 
 // RunSink measures the sink's ingest and catch-up rates.
 func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	o.Crawlers, o.Carriers, o.PerCarrier = cmp.Or(o.Crawlers, 4), cmp.Or(o.Carriers, 50), cmp.Or(o.PerCarrier, 1000)
+	began := time.Now()
 	dir := o.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "micra-bench-sink-")
@@ -102,7 +118,6 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	quiet := slog.New(slog.DiscardHandler)
 	// the carriers, made before any clock starts
 	type crawlerLoad struct {
 		host     host.Host
@@ -144,33 +159,34 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	res.BadgerPerSec = float64(total) / ref.Seconds()
 	res.BadgerCPUPerRecordUs = float64(refCPU.Nanoseconds()) / 1e3 / float64(total)
 
-	store, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "sink"), NoSync: o.NoSync, Logger: quiet})
+	var target sinkTarget
+	if o.SinkProcess != "" {
+		o.Search = true // (micra sink always runs its index)
+		target, err = startChild(ctx, o.SinkProcess, filepath.Join(dir, "sink-process"), o)
+		res.RSSOf = "a micra sink process of its own"
+	} else {
+		target, err = startInProcess(ctx, dir, o)
+		res.RSSOf = "the bench's process: the sink, every carrier of the run, the crawler hosts, the reference's store"
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
-	sh, err := overlay.NewHost(overlay.TestnetConfig())
-	if err != nil {
-		return nil, err
-	}
-	defer sh.Close()
-	(&sink.Server{Store: store, Logger: quiet}).Register(sh)
-	info := peer.AddrInfo{ID: sh.ID(), Addrs: sh.Addrs()}
-	var idx *search.Search
+	defer func() {
+		if target != nil {
+			target.close()
+		}
+	}()
+	info := target.addr()
 	var lagStop func() []time.Duration
 	if o.Search {
-		if idx, err = search.Open(store, filepath.Join(dir, "search"), search.Options{Shards: o.SearchShards, Logger: quiet}); err != nil {
-			return nil, err
-		}
 		res.SearchShards = max(o.SearchShards, 1)
-		defer idx.Close()
-		ictx, stopIndex := context.WithCancel(ctx)
-		var iwg sync.WaitGroup
-		iwg.Go(func() { idx.Run(ictx) })
-		defer func() { stopIndex(); iwg.Wait() }()
-		lagStop = sampleLag(store, idx)
+		every := 2 * time.Millisecond
+		if o.SinkProcess != "" {
+			every = 5 * time.Millisecond // (over HTTP)
+		}
+		lagStop = sampleLag(target, every)
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, sinkCPU0 := time.Now(), cpuTime(), target.cpu()
 	var wg sync.WaitGroup
 	errs := make(chan error, o.Crawlers)
 	for _, l := range loads {
@@ -198,41 +214,42 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		})
 	}
 	wg.Wait()
-	ingest, ingestCPU := time.Since(start), cpuTime()-cpu0
+	ingest, ingestCPU := time.Since(start), cpuTime()-cpu0+target.cpu()-sinkCPU0
 	select {
 	case err := <-errs:
 		return nil, err
 	default:
 	}
-	if store.Head() != uint64(total) {
-		return nil, fmt.Errorf("bench sink: %d records committed, want %d", store.Head(), total)
+	head, _, err := target.progress()
+	if err != nil {
+		return nil, err
+	}
+	if head != uint64(total) {
+		return nil, fmt.Errorf("bench sink: %d records committed, want %d", head, total)
 	}
 	res.IngestPerSec = float64(total) / ingest.Seconds()
 	res.IngestCPUPerRecordUs = float64(ingestCPU.Nanoseconds()) / 1e3 / float64(total)
 	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
-	if idx != nil {
-		for idx.Indexed() < store.Head() && ctx.Err() == nil {
+	if o.Search {
+		var indexed uint64
+		for indexed < head && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
+			if _, indexed, err = target.progress(); err != nil {
+				return nil, err
+			}
 		}
 		res.SearchCatchUpMs = millis(time.Since(start) - ingest)
 		lags := lagStop() // (sampled until the index caught up)
 		res.SearchLagP50Ms, res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.5), quantileMs(lags, 0.95), quantileMs(lags, 1)
-		res.SearchIndexPerSec = float64(idx.Indexed()) / time.Since(start).Seconds()
-		res.SearchDocsIndexed = idx.Indexed()
-		if res.SearchQueries, res.SearchQueryP50Ms, res.SearchQueryP95Ms, err = timeQueries(idx.Query, o.Crawlers*o.Carriers*o.PerCarrier); err != nil {
+		res.SearchIndexPerSec = float64(indexed) / time.Since(start).Seconds()
+		res.SearchDocsIndexed = indexed
+		if res.SearchQueries, res.SearchQueryP50Ms, res.SearchQueryP95Ms, err = timeQueries(target.query, total); err != nil {
 			return nil, err
 		}
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: sink.Handler(store, nil, nil), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	defer srv.Close()
 	start = time.Now()
-	n, err := countStream(ctx, "http://"+ln.Addr().String()+"/v1/records?after=0")
+	n, err := countStream(ctx, target.httpURL()+"/v1/records?after=0")
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +257,12 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		return nil, fmt.Errorf("bench sink: catch-up read %d records, want %d", n, total)
 	}
 	res.CatchUpPerSec = float64(n) / time.Since(start).Seconds()
-	return res, nil
+	res.PeakRSSMB = float64(target.peakRSS()) / (1 << 20)
+	anon, file := target.peakAnonFile()
+	res.PeakAnonMB, res.PeakFileMB = float64(anon)/(1<<20), float64(file)/(1<<20)
+	err, target = target.close(), nil
+	res.ElapsedS = time.Since(began).Seconds()
+	return res, err
 }
 
 // benchVocabulary is the number of distinct keywords of the bench's
@@ -409,11 +431,11 @@ func countStream(ctx context.Context, u string) (int, error) {
 	return n, sc.Err()
 }
 
-// sampleLag reads the log's head and the index's cursor every 2 ms; the
-// returned function stops it and returns each record's lag: from the
+// sampleLag reads the log's head and the index's cursor every interval;
+// the returned function stops it and returns each record's lag: from the
 // first reading at which the head held it (committed) to the first at
 // which the index did (searchable).
-func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
+func sampleLag(t sinkTarget, every time.Duration) func() []time.Duration {
 	type mark struct {
 		at            time.Time
 		head, indexed uint64
@@ -422,8 +444,8 @@ func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
 	done := make(chan []time.Duration)
 	go func() {
 		var marks []mark
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
@@ -431,8 +453,10 @@ func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
 					return marks[i].at, marks[i].head, marks[i].indexed
 				})
 				return
-			case now := <-t.C:
-				marks = append(marks, mark{now, store.Head(), idx.Indexed()})
+			case now := <-tick.C:
+				if head, indexed, err := t.progress(); err == nil {
+					marks = append(marks, mark{now, head, indexed})
+				}
 			}
 		}
 	}()
