@@ -104,7 +104,7 @@ bench's (every carrier of the run, the crawler hosts, the reference's store). At
 	f.BoolVar(&o.NoSync, "no-sync", false, "no fsync per commit (sink and reference alike)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the stores (default: a temporary one, removed)")
 	f.BoolVar(&o.Search, "search", false, "run the full-text index beside the ingest: its lag and query latency")
-	f.IntVar(&o.SearchShards, "search-shards", 1, "with --search: split the index into this many Bleve indexes, written in parallel")
+	f.IntVar(&o.SearchShards, "search-shards", 2, "with --search: split the index into this many Bleve indexes, written in parallel and searched together")
 	f.BoolVar(&sinkProcess, "sink-process", false, "run the sink as a micra sink process of its own (with its index: implies --search), so its peak memory is its own")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")

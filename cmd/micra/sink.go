@@ -89,7 +89,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
 	f.StringVar(&o.memoryLimit, "memory-limit", "384MiB", "soft limit of the Go heap (runtime/debug.SetMemoryLimit; GOMEMLIMIT wins if set): the collector works harder near it rather than let the heap double; 0 for none")
-	f.IntVar(&o.searchShards, "search-shards", 1, "split the full-text index into this many Bleve indexes, written in parallel (fixed when the index is made: delete DATA/search to change it)")
+	f.IntVar(&o.searchShards, "search-shards", 2, "split the full-text index into this many Bleve indexes, written in parallel and searched together (fixed when the index is made: delete DATA/search to change it)")
 	f.StringVar(&o.psk, "psk", "", "the network's pre-shared key file (a private network: only its nodes can connect and deliver)")
 	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
 	f.StringArrayVar(&o.bootstrap, "bootstrap", nil, "a peer of the network to join through, as a multiaddr ending in /p2p/<peer id> (repeatable)")
