@@ -360,11 +360,14 @@ func (s *Store) Page(url string) (PageInfo, bool, error) {
 	p := PageInfo{URL: url, Latest: slot.latest, Crawlers: crawlers}
 	err := s.db.View(func(txn *badger.Txn) error {
 		for seq := slot.latest; seq > 0 && len(p.History) < s.opt.History; {
-			p.History = append(p.History, seq)
 			it, err := txn.Get(logKey(seq))
+			if errors.Is(err, badger.ErrKeyNotFound) && seq < s.Start() {
+				return nil // (dropped by the retention: the history ends there)
+			}
 			if err != nil {
 				return fmt.Errorf("log entry %d: %w", seq, err)
 			}
+			p.History = append(p.History, seq)
 			var linked bool
 			if err := it.Value(func(v []byte) (err error) {
 				seq, linked, err = entryPrev(v)

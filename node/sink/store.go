@@ -65,7 +65,9 @@ type Options struct {
 	MaxCarrierBytes int
 	MaxRawBytes     int
 	// History is how many recent changes Page returns (default 16).
-	History    int
+	History int
+	// Retain bounds the log by age or size (Trim; zero: keep everything).
+	Retain     Retention
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 
@@ -170,6 +172,11 @@ type Store struct {
 	crawlers map[string]*CrawlerCounts
 	pages    *pageTable // every page's state, under mu (pages.go)
 	snapAt   uint64     // the log sequence of the page table's last snapshot
+	// the log's start, its entries' bytes and the first entry not
+	// deleted yet (retain.go), under mu
+	start, deletedTo uint64
+	logBytes         int64
+	trimMu           sync.Mutex // one Trim at a time
 
 	// committed is closed and replaced at every commit: readers waiting
 	// for records past the head (Wait) wake up.
@@ -217,6 +224,10 @@ func Open(opt Options) (*Store, error) {
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if err := s.loadRetain(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sink: open %s: %w", opt.Dir, err)
 	}
 	if err := s.loadPages(); err != nil {
 		db.Close()
@@ -491,10 +502,11 @@ func (s *Store) commitGroup(group []*prepared) error {
 	var counts Counts
 	var crawlers map[string]CrawlerCounts
 	var pages map[pageID]*pageUpdate // the group's page states, the table's once durable
+	var addBytes int64               // the group's entries' bytes
 	next := s.next
 	err := s.db.Update(func(txn *badger.Txn) error {
 		results, counts, crawlers, next = make([]outcome, len(group)), s.counts, map[string]CrawlerCounts{}, s.next
-		pages = map[pageID]*pageUpdate{}
+		pages, addBytes = map[pageID]*pageUpdate{}, 0
 		for gi, p := range group {
 			ck := carrierKey(p.h.CrawlerID, p.h.Seq)
 			if it, err := txn.Get(ck); err == nil {
@@ -541,7 +553,9 @@ func (s *Store) commitGroup(group []*prepared) error {
 					cc.Overlap++
 				}
 				e := Entry{Seq: next, Carrier: p.id, IngestedAt: now, Overlap: overlap, Prev: prev, Record: *r}
-				if err := txn.Set(logKey(next), e.encode()); err != nil {
+				v := e.encode()
+				addBytes += int64(len(v))
+				if err := txn.Set(logKey(next), v); err != nil {
 					return err
 				}
 				next++
@@ -566,6 +580,9 @@ func (s *Store) commitGroup(group []*prepared) error {
 		if err := txn.Set(kNext, binary.BigEndian.AppendUint64(nil, next)); err != nil {
 			return err
 		}
+		if err := txn.Set(kRetain, encodeRetain(s.start, s.logBytes+addBytes, s.deletedTo)); err != nil {
+			return err
+		}
 		return txn.Set(kCounts, counts.encode())
 	})
 	if errors.Is(err, badger.ErrTxnTooBig) && len(group) > 1 {
@@ -588,7 +605,7 @@ func (s *Store) commitGroup(group []*prepared) error {
 	if err != nil {
 		return err
 	}
-	s.next, s.counts = next, counts
+	s.next, s.counts, s.logBytes = next, counts, s.logBytes+addBytes
 	s.pages.apply(pages)
 	if head := next - 1; head-s.snapAt >= s.opt.snapshotEvery {
 		// (under the commit lock: ~50 ms per million pages, once per
@@ -660,9 +677,15 @@ const scanLimit = 10_000
 
 // Read returns up to limit entries after the sequence after that pass f,
 // in order, and the last sequence it looked at (the cursor to continue
-// from: entries f refused are passed over, not returned again).
+// from: entries f refused are passed over, not returned again). A cursor
+// whose next record the retention dropped is a *BeforeStartError.
 func (s *Store) Read(after uint64, limit int, f Filter) ([]Entry, uint64, error) {
-	head := s.Head()
+	s.mu.Lock()
+	head, start := s.next-1, s.start
+	s.mu.Unlock()
+	if after+1 < start {
+		return nil, after, &BeforeStartError{Cursor: after, Start: start}
+	}
 	var out []Entry
 	last := after
 	err := s.db.View(func(txn *badger.Txn) error {

@@ -283,6 +283,20 @@ func (s *Search) feed(ctx context.Context, ins []chan part) {
 	cursor := s.Indexed()
 	for ctx.Err() == nil {
 		es, last, err := s.store.Read(cursor, s.opt.MaxBatch, sink.Filter{})
+		var bs *sink.BeforeStartError
+		if errors.As(err, &bs) {
+			// the log's retention dropped records the index had not
+			// read: it goes on from the log's start (the pages of the
+			// records dropped are not indexed)
+			s.log.Warn("search: records dropped by the log's retention before they were indexed", "after", cursor, "start", bs.Start)
+			cursor = bs.Start - 1
+			for _, sh := range s.shards {
+				if sh.indexed.Load() < cursor {
+					sh.indexed.Store(cursor)
+				}
+			}
+			continue
+		}
 		if err != nil {
 			s.log.Error("search: read the log", "after", cursor, "err", err)
 			if !sleepCtx(ctx, time.Second) {

@@ -378,3 +378,27 @@ func TestEarlierLayoutRebuilt(t *testing.T) {
 		t.Fatalf("all → %d hits, want 20", res.Total)
 	}
 }
+
+// An index behind the log's start (its retention dropped records the
+// index had not read) goes on from the start rather than stopping.
+func TestSearchBehindTheLogsStart(t *testing.T) {
+	s, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true, Retain: sink.Retention{Age: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commitPages(t, s, 0, 0, 200, pack.ChangeNew, "old")
+	if _, err := s.Trim(time.Now().Add(2 * time.Hour)); err != nil || s.Start() != 201 {
+		t.Fatalf("start %d, %v", s.Start(), err)
+	}
+	commitPages(t, s, 1, 200, 50, pack.ChangeNew, "new")
+	se, stop := runSearch(t, s, t.TempDir(), 2)
+	defer stop()
+	waitIndexed(t, se, s.Head())
+	if res, _ := se.Query("new", "", 100); res.Total != 50 {
+		t.Fatalf("new → %d hits, want the 50 pages after the start", res.Total)
+	}
+	if total, _ := docCounts(t, se); total != 50 {
+		t.Fatalf("%d documents", total)
+	}
+}
