@@ -94,7 +94,7 @@ func (o *Options) defaults() {
 
 // Counts are the store's totals.
 type Counts struct {
-	Records    int64 `json:"records"`    // in the change log
+	Records    int64 `json:"records"`    // committed to the change log (it holds those from Start on)
 	Pages      int64 `json:"pages"`      // distinct URLs
 	Carriers   int64 `json:"carriers"`   // committed
 	Duplicates int64 `json:"duplicates"` // carriers delivered again, acknowledged without a change
