@@ -25,9 +25,16 @@ var errDamaged = errors.New("damaged value")
 // id is the record's crawler's (pack.Carrier.ID: always, for the sink's
 // entries), else 0 and the id: 2 bytes instead of ~75 in every entry.
 func (e *Entry) encode() []byte {
+	seq, ok := carrierSeq(e.Carrier, e.Record.CrawlerID)
+	return e.encodeCarrier(seq, ok)
+}
+
+// encodeCarrier is encode with the carrier's sequence known (ok: e.Carrier
+// is e.Record.CrawlerID's carrier seq), as a commit knows it.
+func (e *Entry) encodeCarrier(seq uint64, ok bool) []byte {
 	b := make([]byte, 0, 32+recordSizeHint(&e.Record))
 	b = binary.AppendUvarint(b, entryVersion)
-	if seq, ok := carrierSeq(e.Carrier, e.Record.CrawlerID); ok {
+	if ok {
 		b = binary.AppendUvarint(b, seq+1)
 	} else {
 		b = binary.AppendUvarint(b, 0)

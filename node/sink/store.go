@@ -553,7 +553,7 @@ func (s *Store) commitGroup(group []*prepared) error {
 					cc.Overlap++
 				}
 				e := Entry{Seq: next, Carrier: p.id, IngestedAt: now, Overlap: overlap, Prev: prev, Record: *r}
-				v := e.encode()
+				v := e.encodeCarrier(p.h.Seq, r.CrawlerID == p.h.CrawlerID) // (prepare made it so)
 				addBytes += int64(len(v))
 				if err := txn.Set(logKey(next), v); err != nil {
 					return err
