@@ -42,6 +42,9 @@ type sinkOptions struct {
 	data, httpAddr, stream, psk string
 	listen                      []string
 	noSync                      bool
+	searchShards                int
+	memoryLimit                 string
+	retain                      string
 	// the network: peers to join through, its hierarchy snapshot, who may
 	// deliver (members, any), and whether crawlers are told of this sink
 	bootstrap       []string
@@ -86,6 +89,9 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringArrayVar(&o.listen, "listen", []string{"/ip4/127.0.0.1/tcp/4002"}, "libp2p listen multiaddr (repeatable)")
 	f.StringVar(&o.httpAddr, "http", "127.0.0.1:8090", "HTTP address of the streams, status and /metrics")
 	f.BoolVar(&o.noSync, "no-sync", false, "do not fsync each commit (an acknowledged carrier then survives a crash, not a power loss)")
+	f.StringVar(&o.retain, "retain", "", "bound the change log by age (720h, 30d) and/or size of its entries (50GiB), comma-separated: older records are dropped from its start every minute, and a subscriber behind it is told so (410 Gone: \"cursor N is before the log's start M\")")
+	f.StringVar(&o.memoryLimit, "memory-limit", "384MiB", "soft limit of the Go heap (runtime/debug.SetMemoryLimit; GOMEMLIMIT wins if set): the collector works harder near it rather than let the heap double; 0 for none")
+	f.IntVar(&o.searchShards, "search-shards", 2, "split the full-text index into this many Bleve indexes, written in parallel and searched together (fixed when the index is made: delete DATA/search to change it)")
 	f.StringVar(&o.psk, "psk", "", "the network's pre-shared key file (a private network: only its nodes can connect and deliver)")
 	f.StringVar(&o.stream, "stream", "", "also publish every record to NATS JetStream at this URL (nats://HOST:PORT; stream MICRA, subject micra.records)")
 	f.StringArrayVar(&o.bootstrap, "bootstrap", nil, "a peer of the network to join through, as a multiaddr ending in /p2p/<peer id> (repeatable)")
@@ -115,14 +121,109 @@ exclusively).`,
 	rootCmd.AddCommand(cmd)
 }
 
+// setMemoryLimit sets the Go heap's soft limit from --memory-limit
+// ("384MiB", "1GiB", "0" for none), unless GOMEMLIMIT set one. The heap's
+// live part at 1,000,000 records is ~250 MB (the page table, Badger's
+// memtables and caches, the index's batches); with the collector's
+// default the heap grew to twice that.
+func setMemoryLimit(s string) error {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	n, err := parseBytes(s)
+	if err != nil {
+		return fmt.Errorf("sink: --memory-limit %q: %w", s, err)
+	}
+	if n > 0 {
+		debug.SetMemoryLimit(n)
+	}
+	return nil
+}
+
+// parseBytes reads a size: a number of bytes with an optional KiB, MiB,
+// GiB (or KB, MB, GB: also powers of 1024) suffix.
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("want a size such as 384MiB, 1GiB or 0")
+	}
+	return n * mult, nil
+}
+
 func openSinkStore(data string, noSync bool, reg prometheus.Registerer) (*sink.Store, error) {
+	return openSinkStoreRetaining(data, noSync, reg, sink.Retention{})
+}
+
+func openSinkStoreRetaining(data string, noSync bool, reg prometheus.Registerer, retain sink.Retention) (*sink.Store, error) {
 	if data == "" {
 		return nil, errors.New("sink: --data DIR is required")
 	}
-	return sink.Open(sink.Options{Dir: filepath.Join(data, "log"), NoSync: noSync, Logger: slog.Default(), Registerer: reg})
+	return sink.Open(sink.Options{Dir: filepath.Join(data, "log"), NoSync: noSync, Logger: slog.Default(), Registerer: reg, Retain: retain})
+}
+
+// parseRetention reads --retain: an age (a Go duration, or days: "30d"),
+// a size ("50GiB"), or both, comma-separated.
+func parseRetention(s string) (sink.Retention, error) {
+	var r sink.Retention
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "":
+		case strings.HasSuffix(part, "B"):
+			n, err := parseBytes(part)
+			if err != nil || n == 0 {
+				return r, fmt.Errorf("--retain %q: want a size such as 50GiB", part)
+			}
+			r.Bytes = n
+		case strings.HasSuffix(part, "d"):
+			days, err := strconv.ParseFloat(strings.TrimSuffix(part, "d"), 64)
+			if err != nil || days <= 0 {
+				return r, fmt.Errorf("--retain %q: want an age such as 30d or 720h", part)
+			}
+			r.Age = time.Duration(days * 24 * float64(time.Hour))
+		default:
+			d, err := time.ParseDuration(part)
+			if err != nil || d <= 0 {
+				return r, fmt.Errorf("--retain %q: want an age such as 30d or 720h, or a size such as 50GiB", part)
+			}
+			r.Age = d
+		}
+	}
+	return r, nil
+}
+
+// trimLoop applies the log's retention now and every minute until ctx
+// ends.
+func trimLoop(ctx context.Context, store *sink.Store) {
+	for {
+		if n, err := store.Trim(time.Now()); err != nil {
+			slog.Warn("sink: retention", "err", err)
+		} else if n > 0 {
+			slog.Info("sink: retention dropped records from the log's start", "records", n, "start", store.Start())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Minute):
+		}
+	}
 }
 
 func runSink(ctx context.Context, o *sinkOptions) error {
+	if err := setMemoryLimit(o.memoryLimit); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	// the HTTP address first: a taken port is an error before anything opens
@@ -131,11 +232,21 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 		return fmt.Errorf("sink: --http: %w", err)
 	}
 	defer ln.Close()
-	store, err := openSinkStore(o.data, o.noSync, reg)
+	retain, err := parseRetention(o.retain)
+	if err != nil {
+		return fmt.Errorf("sink: %w", err)
+	}
+	store, err := openSinkStoreRetaining(o.data, o.noSync, reg, retain)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	if retain != (sink.Retention{}) {
+		tctx, stopTrim := context.WithCancel(ctx)
+		trimDone := make(chan struct{})
+		go func() { defer close(trimDone); trimLoop(tctx, store) }()
+		defer func() { stopTrim(); <-trimDone }()
+	}
 	hc := overlay.DefaultConfig()
 	hc.KeyFile, hc.ListenAddrs, hc.PSKFile = filepath.Join(o.data, "identity.key"), o.listen, o.psk
 	h, err := overlay.NewHost(hc)
@@ -158,7 +269,7 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 	store.RegisterSubscribe(h, 30*time.Second)
 	// the full-text index, fed from the log in the background (delete
 	// DATA/search to rebuild it)
-	idx, err := search.Open(store, filepath.Join(o.data, "search"), slog.Default())
+	idx, err := search.Open(store, filepath.Join(o.data, "search"), search.Options{Shards: o.searchShards, Logger: slog.Default()})
 	if err != nil {
 		return err
 	}
@@ -382,6 +493,9 @@ func runSubscribe(ctx context.Context, w io.Writer, o *subscribeOptions) error {
 				return nil
 			}
 			return err
+		}
+		if bs := (*sink.BeforeStartError)(nil); errors.As(err, &bs) {
+			return err // (reconnecting would not help: the records are gone)
 		}
 		if err != nil {
 			slog.Warn("subscribe: stream ended, reconnecting", "after", cursor, "err", err)

@@ -29,9 +29,15 @@ func StreamEntry(e *Entry) StreamRecord {
 
 // Status is the sink's status document (GET /v1/status).
 type Status struct {
-	Head     uint64          `json:"head"` // sequence of the last committed record
-	Counts   Counts          `json:"counts"`
-	Crawlers []CrawlerCounts `json:"crawlers"`
+	Head uint64 `json:"head"` // sequence of the last committed record
+	// Start is the first sequence the log holds: 1, unless its retention
+	// dropped records (a cursor before Start-1 is answered 410 Gone).
+	Start uint64 `json:"start"`
+	// SearchIndexed is the last sequence the full-text index holds, when
+	// the sink runs one (Head minus it: the index's backlog).
+	SearchIndexed *uint64         `json:"search_indexed,omitempty"`
+	Counts        Counts          `json:"counts"`
+	Crawlers      []CrawlerCounts `json:"crawlers"`
 }
 
 // Handler serves the sink's HTTP API:
@@ -49,6 +55,8 @@ type Status struct {
 // Searcher answers full-text queries over the log (node/sink/search).
 type Searcher interface {
 	Query(q, host string, limit int) (Results, error)
+	// Indexed is the last log sequence the index holds.
+	Indexed() uint64
 }
 
 // Hit is one search result.
@@ -78,10 +86,15 @@ func Handler(s *Store, search Searcher, metrics http.Handler) http.Handler {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		c, cr := s.Counts()
 		sort.Slice(cr, func(i, j int) bool { return cr[i].Crawler < cr[j].Crawler })
+		st := Status{Head: s.Head(), Start: s.Start(), Counts: c, Crawlers: cr}
+		if search != nil {
+			n := search.Indexed()
+			st.SearchIndexed = &n
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(Status{Head: s.Head(), Counts: c, Crawlers: cr})
+		_ = enc.Encode(st)
 	})
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
@@ -144,6 +157,11 @@ func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
 	sq, err := parseQuery(r, sse)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if start := s.Start(); sq.after+1 < start {
+		// told plainly, not skipped: the reader decides where to resume
+		http.Error(w, (&BeforeStartError{Cursor: sq.after, Start: start}).Error(), http.StatusGone)
 		return
 	}
 	if sse {

@@ -53,13 +53,17 @@ func (c *HTTPClient) get(ctx context.Context, path string, q url.Values) (io.Rea
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		if bs, ok := ParseBeforeStart(string(msg)); ok && resp.StatusCode == http.StatusGone {
+			return nil, fmt.Errorf("GET %s: %w", path, bs)
+		}
 		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	return resp.Body, nil
 }
 
 // Records streams the change log after the cursor: fn gets each record's
-// sequence number and its JSON line (a StreamRecord). limit 0 means no
+// sequence number and its JSON line (a StreamRecord). A cursor whose next
+// record the sink's retention dropped is a *BeforeStartError. limit 0 means no
 // limit; with follow the stream stays open for new records until ctx ends
 // or the connection drops. It returns how many records fn took; fn's
 // error stops the stream and is returned.
@@ -100,6 +104,9 @@ func (c *HTTPClient) Records(ctx context.Context, after uint64, limit int, follo
 			return n, fmt.Errorf("unreadable record after %d: %w", cursor, err)
 		}
 		if head.Error != "" {
+			if bs, ok := ParseBeforeStart(head.Error); ok {
+				return n, fmt.Errorf("the sink: %w", bs) // (the retention passed the stream)
+			}
 			return n, fmt.Errorf("the sink: %s", head.Error)
 		}
 		if head.Seq == 0 {

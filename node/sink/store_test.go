@@ -1,11 +1,16 @@
 package sink
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink/pb"
@@ -254,25 +259,192 @@ func TestOverlapAcrossRestart(t *testing.T) {
 	}
 }
 
-// The page filter never forgets a key, and grows.
-func TestPageFilter(t *testing.T) {
-	f := newPageFilter(10)
-	var fp int
-	for i := range 3 * minFilterKey / 2 {
-		k := pageKey(fmt.Sprintf("http://h/%d", i))
-		if i%2 == 0 {
-			f.add(k)
+func commitOK(t *testing.T, s *Store, crawler string, seq uint64, from, n int) {
+	t.Helper()
+	if _, err := s.Commit(crawler, carrier(crawler, seq, from, n)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantPage(t *testing.T, s *Store, url string, history []uint64, crawlers ...string) {
+	t.Helper()
+	p, ok, err := s.Page(url)
+	if err != nil || !ok || !slices.Equal(p.History, history) || !slices.Equal(p.Crawlers, crawlers) || p.Latest != history[0] {
+		t.Fatalf("page %s: %+v, %v, %v; want history %v, crawlers %v", url, p, ok, err, history, crawlers)
+	}
+}
+
+// Per page the sink keeps its latest records, newest first and bounded,
+// and the crawlers that delivered it; each entry links to its page's
+// previous one.
+func TestPageHistoryAndCrawlers(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), NoSync: true, History: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p0 := "http://h0.example/p0"
+	for seq := range uint64(4) { // page 0 is sequence 1, 3, 5, 7 (two pages a carrier)
+		commitOK(t, s, "c1", seq, 0, 2)
+	}
+	commitOK(t, s, "c2", 0, 0, 1) // 9
+	wantPage(t, s, p0, []uint64{9, 7, 5}, "c1", "c2")
+	wantPage(t, s, "http://h1.example/p1", []uint64{8, 6, 4}, "c1")
+	if _, ok, err := s.Page("http://h0.example/nowhere"); ok || err != nil {
+		t.Fatalf("an unknown page: %v, %v", ok, err)
+	}
+	es, _, err := s.Read(6, 10, Filter{})
+	if err != nil || len(es) != 3 || es[0].Prev != 5 || es[1].Prev != 6 || es[2].Prev != 7 || !es[2].Overlap || es[0].Overlap {
+		t.Fatalf("entries 7-9: %+v, %v", es, err)
+	}
+	if es, _, _ := s.Read(0, 1, Filter{}); es[0].Prev != 0 {
+		t.Fatalf("a page's first entry links to %d", es[0].Prev)
+	}
+}
+
+// crash closes the store's database without what a clean Close saves.
+func crash(s *Store) {
+	s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.db.Close()
+}
+
+// After a crash the page table is its last snapshot plus the log past it:
+// overlap, page counts and histories are as if nothing had happened,
+// whether the snapshot was taken at the open or every few records.
+func TestPageTableAfterCrash(t *testing.T) {
+	for _, every := range []uint64{snapshotEvery, 7} {
+		t.Run(fmt.Sprintf("snapshot every %d records", every), func(t *testing.T) {
+			dir := t.TempDir()
+			open := func() *Store {
+				s, err := Open(Options{Dir: dir, NoSync: true, snapshotEvery: every})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			s := open()
+			commitOK(t, s, "c1", 0, 0, 3)
+			commitOK(t, s, "c1", 1, 0, 5)
+			commitOK(t, s, "c2", 0, 3, 3)
+			crash(s)
+			s = open()
+			defer s.Close()
+			if c, _ := s.Counts(); c.Pages != 6 || c.Overlap != 2 {
+				t.Fatalf("counts after the crash: %+v", c)
+			}
+			commitOK(t, s, "c3", 0, 0, 6) // every page again: all overlap
+			if c, _ := s.Counts(); c.Pages != 6 || c.Overlap != 8 {
+				t.Fatalf("counts: %+v", c)
+			}
+			wantPage(t, s, "http://h0.example/p3", []uint64{15, 9, 7}, "c1", "c2", "c3")
+			wantPage(t, s, "http://h2.example/p5", []uint64{17, 11}, "c2", "c3")
+		})
+	}
+}
+
+// A store written before the page table (its entries unlinked, every
+// page's state an sp/ key) is read as it was: its pages, their crawlers
+// and their histories, the older part from the sp/ states.
+func TestStoreBeforePageTable(t *testing.T) {
+	dir := t.TempDir()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := "http://h0.example/a", "http://h1.example/b"
+	err = db.Update(func(txn *badger.Txn) error {
+		for seq, rec := range map[uint64]struct{ url, crawler string }{1: {a, "c1"}, 2: {b, "c1"}, 3: {a, "c1"}} {
+			v := binary.AppendUvarint(nil, entryVersion1)
+			v = appendString(v, "c1-00000000000000000000")
+			v = binary.AppendVarint(v, time.Unix(1_800_000_000, 0).UnixMicro())
+			v = append(v, 0)
+			r := pack.Record{URL: rec.url, Status: 200, Change: pack.ChangeNew, CrawlerID: rec.crawler, FetchedAt: time.Unix(1_800_000_000, 0)}
+			if err := txn.Set(logKey(seq), r.AppendBinary(v)); err != nil {
+				return err
+			}
 		}
-		if i%2 == 1 && f.mayContain(k) {
-			fp++
+		for url, ps := range map[string]pageState{a: {history: []uint64{1, 3}, crawlers: []string{"c1"}}, b: {history: []uint64{2}, crawlers: []string{"c1"}}} {
+			if err := txn.Set(pageKey(url), ps.encode()); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(kNext, binary.BigEndian.AppendUint64(nil, 4)); err != nil {
+			return err
+		}
+		return txn.Set(kCounts, Counts{Records: 3, Pages: 2, Carriers: 1}.encode())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openStore(t, dir)
+	if _, err := s.Commit("c2", pack.EncodeCarrier("c2", 1, time.Now(), []pack.Record{{URL: a, Status: 200, Change: pack.ChangeChanged}}).Data); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Counts(); c.Pages != 2 || c.Overlap != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	wantPage(t, s, a, []uint64{4, 3, 1}, "c1", "c2")
+	wantPage(t, s, b, []uint64{2}, "c1")
+	crash(s) // the snapshot of the open holds the pages before the crawler c2
+	s = openStore(t, dir)
+	defer s.Close()
+	wantPage(t, s, a, []uint64{4, 3, 1}, "c1", "c2")
+	if c, _ := s.Counts(); c.Pages != 2 || c.Overlap != 1 {
+		t.Fatalf("counts after a crash %+v", c)
+	}
+}
+
+// An entry decodes as it was encoded: its carrier id kept as a sequence
+// when it is its crawler's (the sink's entries), as the id otherwise;
+// entries of version 1 (the id, no link) still decode.
+func TestEntryEncoding(t *testing.T) {
+	r := pack.Record{URL: "http://a.example/", Status: 200, Change: pack.ChangeNew, CrawlerID: "12D3KooWabc", FetchedAt: time.Unix(1_800_000_000, 0).UTC(),
+		Keywords: []pack.Keyword{{Term: "alpha", Weight: 3}}}
+	at := time.Unix(1_800_000_100, 0).UTC()
+	for _, carrier := range []string{pack.Carrier{CrawlerID: r.CrawlerID, Seq: 42}.ID(), "someone-else-00000000000000000042", "12D3KooWabc-42"} {
+		e := Entry{Carrier: carrier, IngestedAt: at, Overlap: true, Prev: 7, Record: r}
+		var got Entry
+		if err := got.decode(e.encode()); err != nil {
+			t.Fatal(err)
+		}
+		got.Seq = e.Seq
+		if got.Carrier != carrier || !got.IngestedAt.Equal(at) || !got.Overlap || got.Prev != 7 || got.Record.URL != r.URL || got.Record.Keywords[0] != r.Keywords[0] {
+			t.Fatalf("carrier %q: decoded %+v", carrier, got)
 		}
 	}
-	for i := 0; i < 3*minFilterKey/2; i += 2 {
-		if !f.mayContain(pageKey(fmt.Sprintf("http://h/%d", i))) {
-			t.Fatalf("key %d forgotten", i)
-		}
+	if n := len((&Entry{Carrier: pack.Carrier{CrawlerID: r.CrawlerID, Seq: 42}.ID(), Record: r}).encode()); n > len(r.AppendBinary(nil))+16 {
+		t.Fatalf("an entry of %d bytes for a record of %d: the carrier id is not kept as its sequence", n, len(r.AppendBinary(nil)))
 	}
-	if rate := float64(fp) / float64(3*minFilterKey/4); rate > 0.01 {
-		t.Fatalf("false positives %.4f", rate)
+	v1 := binary.AppendUvarint(nil, entryVersion1)
+	v1 = appendString(v1, "c1-00000000000000000003")
+	v1 = binary.AppendVarint(v1, at.UnixMicro())
+	v1 = append(v1, 0)
+	var got Entry
+	if err := got.decode(r.AppendBinary(v1)); err != nil || got.Carrier != "c1-00000000000000000003" || got.Prev != 0 || got.Record.URL != r.URL {
+		t.Fatalf("version 1: %+v, %v", got, err)
+	}
+}
+
+// The largest carrier the sink takes (10,000 records, 4 MiB of them) is
+// one transaction.
+func TestLargestCarrierCommits(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	defer s.Close()
+	recs := make([]pack.Record, pack.MaxCarrierRecords)
+	pad := strings.Repeat("x", (4<<20)/pack.MaxCarrierRecords-100)
+	for i := range recs {
+		recs[i] = pack.Record{URL: fmt.Sprintf("http://h.example/%d", i), Status: 200, Change: pack.ChangeNew, Title: pad}
+	}
+	car := pack.EncodeCarrier("c1", 0, time.Now(), recs)
+	h, _, _ := pack.DecodeHeader(car.Data)
+	if h.RawBytes > 4<<20 || h.RawBytes < 4<<20-200_000 {
+		t.Fatalf("a carrier of %d raw bytes: not the largest", h.RawBytes)
+	}
+	if a, err := s.Commit("c1", car.Data); err != nil || a.Records != pack.MaxCarrierRecords {
+		t.Fatalf("%+v, %v", a, err)
 	}
 }

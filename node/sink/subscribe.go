@@ -159,6 +159,9 @@ func (s *Subscription) Next(idle time.Duration) (uint64, []byte, error) {
 			return 0, nil, err
 		}
 		if fr.Error != "" {
+			if bs, ok := ParseBeforeStart(fr.Error); ok {
+				return 0, nil, fmt.Errorf("sink: subscription ended: %w", bs)
+			}
 			return 0, nil, fmt.Errorf("sink: subscription ended: %s", fr.Error)
 		}
 		if fr.Seq == 0 {

@@ -4,25 +4,23 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
-	"net"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
-	"github.com/micra-crawler/micra/node/sink/search"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -39,6 +37,14 @@ type SinkOptions struct {
 	// Rate, if positive, paces the pushers to this many records/s in all
 	// (the index's lag is read at an offered rate, not at the fastest).
 	Rate float64
+	// SearchShards splits the full-text index (search.Options.Shards).
+	SearchShards int
+	// SinkProcess, if set, is the micra binary to run the sink as a
+	// process of its own (`micra sink`, with its full-text index): its
+	// peak memory is then the sink's alone, and the bench reads its
+	// progress, search and log over HTTP.
+	SinkProcess string
+	SinkEnv     []string // more environment for it (tests)
 }
 
 // SinkResult is what RunSink measured, each figure beside its reference
@@ -56,31 +62,53 @@ type SinkResult struct {
 	// commits are), no verification, no page index, no protocol.
 	BadgerPerSec float64 `json:"badger_batch_records_per_s"`
 	IngestShare  float64 `json:"ingest_share_of_badger"`
-	// BadgerStatePerSec: the same with each page's state written beside
-	// its log entry (the sink's data model); IngestShareState the sink's
-	// rate over it.
-	BadgerStatePerSec float64 `json:"badger_batch_with_state_records_per_s"`
-	IngestShareState  float64 `json:"ingest_share_of_badger_with_state"`
+	// The process's CPU time (user + system) per record during the
+	// reference's writes and during the ingest (the pushers' side of the
+	// protocol included): steadier than the rates when other work shares
+	// the machine.
+	BadgerCPUPerRecordUs float64 `json:"badger_batch_cpu_us_per_record"`
+	IngestCPUPerRecordUs float64 `json:"ingest_cpu_us_per_record"`
 	// CatchUpPerSec: records/s a subscriber reads the whole log from
 	// cursor 0 over HTTP NDJSON.
 	CatchUpPerSec float64 `json:"catch_up_records_per_s"`
-	// With Search: how far behind the log the full-text index ran while
-	// ingesting (p95 and max of the time a record waited to be indexed,
-	// sampled every 20 ms), how long it took to catch up after the last
-	// commit, and the latency of one-word and two-word queries over the
-	// whole index.
-	SearchLagP95Ms    float64 `json:"search_lag_p95_ms,omitempty"`
-	SearchLagMaxMs    float64 `json:"search_lag_max_ms,omitempty"`
-	SearchCatchUpMs   float64 `json:"search_catch_up_ms,omitempty"`
-	SearchQueryP50Ms  float64 `json:"search_query_p50_ms,omitempty"`
-	SearchQueryP95Ms  float64 `json:"search_query_p95_ms,omitempty"`
-	SearchDocsIndexed uint64  `json:"search_indexed,omitempty"`
-	SearchIndexPerSec float64 `json:"search_index_records_per_s,omitempty"`
+	// With Search: each record's lag, from its commit to its being
+	// searchable (both read every 2 ms: the index's cursor is the lowest
+	// of its shards'), its p50, p95 and max; how long the index took to
+	// catch up after the last commit; its rate over the whole run; and the
+	// latency of queries over the whole index (SearchQueries: by kind).
+	SearchLagP50Ms    float64     `json:"search_lag_p50_ms,omitempty"`
+	SearchLagP95Ms    float64     `json:"search_lag_p95_ms,omitempty"`
+	SearchLagMaxMs    float64     `json:"search_lag_max_ms,omitempty"`
+	SearchCatchUpMs   float64     `json:"search_catch_up_ms,omitempty"`
+	SearchQueryP50Ms  float64     `json:"search_query_p50_ms,omitempty"`
+	SearchQueryP95Ms  float64     `json:"search_query_p95_ms,omitempty"`
+	SearchQueries     []QueryKind `json:"search_queries,omitempty"`
+	SearchDocsIndexed uint64      `json:"search_indexed,omitempty"`
+	SearchIndexPerSec float64     `json:"search_index_records_per_s,omitempty"`
+	SearchShards      int         `json:"search_shards,omitempty"`
+	// LoadAvg is the machine's 1-minute load average (/proc/loadavg) at
+	// the start and at the end of the run: other work on the machine
+	// slows every figure, the reference too.
+	LoadAvg [2]float64 `json:"load_avg,omitempty"`
+	// PeakRSSMB is the peak resident memory (VmHWM) of the sink's
+	// process: with SinkProcess a `micra sink` of its own; else the
+	// bench's, which also holds every carrier of the run, the crawler
+	// hosts and the reference's store (RSSOf says which).
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	RSSOf     string  `json:"rss_of"`
+	// With SinkProcess, the most anonymous (heap, Badger's memtables) and
+	// file-backed (mapped tables and logs, reclaimable) resident memory
+	// seen, read every 100 ms.
+	PeakAnonMB float64 `json:"peak_anon_mb,omitempty"`
+	PeakFileMB float64 `json:"peak_file_mb,omitempty"`
+	// ElapsedS is the whole run's wall time, carriers made to catch-up.
+	ElapsedS float64 `json:"elapsed_s"`
 }
 
 // RunSink measures the sink's ingest and catch-up rates.
 func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	o.Crawlers, o.Carriers, o.PerCarrier = cmp.Or(o.Crawlers, 4), cmp.Or(o.Carriers, 50), cmp.Or(o.PerCarrier, 1000)
+	began := time.Now()
 	dir := o.Dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "micra-bench-sink-")
@@ -90,7 +118,6 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	quiet := slog.New(slog.DiscardHandler)
 	// the carriers, made before any clock starts
 	type crawlerLoad struct {
 		host     host.Host
@@ -121,45 +148,45 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 	}
 	total := o.Crawlers * o.Carriers * o.PerCarrier
 	res := &SinkResult{Records: total, Carriers: o.Crawlers * o.Carriers, Sync: !o.NoSync}
+	res.LoadAvg[0] = loadAvg()
+	defer func() { res.LoadAvg[1] = loadAvg() }()
 
 	// the reference: Badger batched writes of the same records
-	ref, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync, false)
+	ref, refCPU, err := badgerReference(filepath.Join(dir, "reference"), all, !o.NoSync)
 	if err != nil {
 		return nil, err
 	}
 	res.BadgerPerSec = float64(total) / ref.Seconds()
-	ref2, err := badgerReference(filepath.Join(dir, "reference-state"), all, !o.NoSync, true)
-	if err != nil {
-		return nil, err
-	}
-	res.BadgerStatePerSec = float64(total) / ref2.Seconds()
+	res.BadgerCPUPerRecordUs = float64(refCPU.Nanoseconds()) / 1e3 / float64(total)
 
-	store, err := sink.Open(sink.Options{Dir: filepath.Join(dir, "sink"), NoSync: o.NoSync, Logger: quiet})
+	var target sinkTarget
+	if o.SinkProcess != "" {
+		o.Search = true // (micra sink always runs its index)
+		target, err = startChild(ctx, o.SinkProcess, filepath.Join(dir, "sink-process"), o)
+		res.RSSOf = "a micra sink process of its own"
+	} else {
+		target, err = startInProcess(ctx, dir, o)
+		res.RSSOf = "the bench's process: the sink, every carrier of the run, the crawler hosts, the reference's store"
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
-	sh, err := overlay.NewHost(overlay.TestnetConfig())
-	if err != nil {
-		return nil, err
-	}
-	defer sh.Close()
-	(&sink.Server{Store: store, Logger: quiet}).Register(sh)
-	info := peer.AddrInfo{ID: sh.ID(), Addrs: sh.Addrs()}
-	var idx *search.Search
+	defer func() {
+		if target != nil {
+			target.close()
+		}
+	}()
+	info := target.addr()
 	var lagStop func() []time.Duration
 	if o.Search {
-		if idx, err = search.Open(store, filepath.Join(dir, "search"), quiet); err != nil {
-			return nil, err
+		res.SearchShards = max(o.SearchShards, 1)
+		every := 2 * time.Millisecond
+		if o.SinkProcess != "" {
+			every = 5 * time.Millisecond // (over HTTP)
 		}
-		defer idx.Close()
-		ictx, stopIndex := context.WithCancel(ctx)
-		var iwg sync.WaitGroup
-		iwg.Go(func() { idx.Run(ictx) })
-		defer func() { stopIndex(); iwg.Wait() }()
-		lagStop = sampleLag(store, idx)
+		lagStop = sampleLag(target, every)
 	}
-	start := time.Now()
+	start, cpu0, sinkCPU0 := time.Now(), cpuTime(), target.cpu()
 	var wg sync.WaitGroup
 	errs := make(chan error, o.Crawlers)
 	for _, l := range loads {
@@ -187,51 +214,42 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		})
 	}
 	wg.Wait()
-	ingest := time.Since(start)
+	ingest, ingestCPU := time.Since(start), cpuTime()-cpu0+target.cpu()-sinkCPU0
 	select {
 	case err := <-errs:
 		return nil, err
 	default:
 	}
-	if store.Head() != uint64(total) {
-		return nil, fmt.Errorf("bench sink: %d records committed, want %d", store.Head(), total)
-	}
-	res.IngestPerSec = float64(total) / ingest.Seconds()
-	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
-	res.IngestShareState = res.IngestPerSec / res.BadgerStatePerSec
-	if idx != nil {
-		for idx.Indexed() < store.Head() && ctx.Err() == nil {
-			time.Sleep(5 * time.Millisecond)
-		}
-		res.SearchCatchUpMs = millis(time.Since(start) - ingest)
-		lags := lagStop() // (sampled until the index caught up)
-		res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.95), quantileMs(lags, 1)
-		res.SearchIndexPerSec = float64(idx.Indexed()) / time.Since(start).Seconds()
-		res.SearchDocsIndexed = idx.Indexed()
-		var took []time.Duration
-		for i := range 200 {
-			q := fmt.Sprintf("term%d", (i*37)%5000)
-			if i%2 == 1 {
-				q += fmt.Sprintf(" term%d", (i*37+13)%5000)
-			}
-			t0 := time.Now()
-			if _, err := idx.Query(q, "", 10); err != nil {
-				return nil, err
-			}
-			took = append(took, time.Since(t0))
-		}
-		res.SearchQueryP50Ms, res.SearchQueryP95Ms = quantileMs(took, 0.5), quantileMs(took, 0.95)
-	}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	head, _, err := target.progress()
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: sink.Handler(store, nil, nil), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	defer srv.Close()
+	if head != uint64(total) {
+		return nil, fmt.Errorf("bench sink: %d records committed, want %d", head, total)
+	}
+	res.IngestPerSec = float64(total) / ingest.Seconds()
+	res.IngestCPUPerRecordUs = float64(ingestCPU.Nanoseconds()) / 1e3 / float64(total)
+	res.IngestShare = res.IngestPerSec / res.BadgerPerSec
+	if o.Search {
+		var indexed uint64
+		for indexed < head && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+			if _, indexed, err = target.progress(); err != nil {
+				return nil, err
+			}
+		}
+		res.SearchCatchUpMs = millis(time.Since(start) - ingest)
+		lags := lagStop() // (sampled until the index caught up)
+		res.SearchLagP50Ms, res.SearchLagP95Ms, res.SearchLagMaxMs = quantileMs(lags, 0.5), quantileMs(lags, 0.95), quantileMs(lags, 1)
+		res.SearchIndexPerSec = float64(indexed) / time.Since(start).Seconds()
+		res.SearchDocsIndexed = indexed
+		if res.SearchQueries, res.SearchQueryP50Ms, res.SearchQueryP95Ms, err = timeQueries(target.query, total); err != nil {
+			return nil, err
+		}
+	}
+
 	start = time.Now()
-	n, err := countStream(ctx, "http://"+ln.Addr().String()+"/v1/records?after=0")
+	n, err := countStream(ctx, target.httpURL()+"/v1/records?after=0")
 	if err != nil {
 		return nil, err
 	}
@@ -239,70 +257,157 @@ func RunSink(ctx context.Context, o SinkOptions) (*SinkResult, error) {
 		return nil, fmt.Errorf("bench sink: catch-up read %d records, want %d", n, total)
 	}
 	res.CatchUpPerSec = float64(n) / time.Since(start).Seconds()
-	return res, nil
+	res.PeakRSSMB = float64(target.peakRSS()) / (1 << 20)
+	anon, file := target.peakAnonFile()
+	res.PeakAnonMB, res.PeakFileMB = float64(anon)/(1<<20), float64(file)/(1<<20)
+	err, target = target.close(), nil
+	res.ElapsedS = time.Since(began).Seconds()
+	return res, err
 }
 
+// benchVocabulary is the number of distinct keywords of the bench's
+// pages, drawn Zipf-distributed (s 1.05, v 10): term0 is on about a third
+// of the pages, term50000 on a few in a million, as a web's vocabulary
+// has both frequent and rare words.
+const benchVocabulary = 100_000
+
+// benchKeywords are page n's 24 keywords, distinct, heaviest first.
 func benchKeywords(n int) []pack.Keyword {
-	kw := make([]pack.Keyword, 24)
-	for i := range kw {
-		kw[i] = pack.Keyword{Term: fmt.Sprintf("term%d", (n*7+i*13)%5000), Weight: uint32(40 - i)}
+	r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+	z := rand.NewZipf(r, 1.05, 10, benchVocabulary-1)
+	kw := make([]pack.Keyword, 0, 24)
+	seen := make(map[uint64]bool, 24)
+	for len(kw) < 24 {
+		t := z.Uint64()
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		kw = append(kw, pack.Keyword{Term: "term" + strconv.FormatUint(t, 10), Weight: uint32(40 - len(kw))})
 	}
 	return kw
+}
+
+// QueryKind is the latency of one kind of query.
+type QueryKind struct {
+	Kind    string  `json:"kind"`
+	Example string  `json:"example"`
+	Queries int     `json:"queries"`
+	P50Ms   float64 `json:"p50_ms"`
+	P95Ms   float64 `json:"p95_ms"`
+	// MeanHits is how many pages a query of this kind matched, on average.
+	MeanHits float64 `json:"mean_hits"`
+}
+
+// timeQueries runs 50 queries of each kind (top 10 hits each, after a
+// warm-up) and returns each kind's latency and all of them together.
+func timeQueries(query func(q, host string, limit int) (sink.Results, error), pages int) ([]QueryKind, float64, float64, error) {
+	r := rand.New(rand.NewPCG(7, 7))
+	frequent := func() string { return "term" + strconv.Itoa(r.IntN(10)) }
+	rare := func() string { return "term" + strconv.Itoa(20_000+r.IntN(benchVocabulary-20_000)) }
+	kinds := []struct {
+		kind string
+		q    func() string
+	}{
+		{"one word, frequent (term0-9, on 10-30 % of the pages)", frequent},
+		{"one word, rare (term20000 and past)", rare},
+		{"one word in every title (page)", func() string { return "page" }},
+		{"two words, both frequent", func() string { return frequent() + " " + frequent() }},
+		{"two words, frequent and rare", func() string { return frequent() + " " + rare() }},
+		{"two words, title and keyword", func() string { return "crawler " + frequent() }},
+	}
+	for range 20 { // warm-up
+		if _, err := query(frequent(), "", 10); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	var out []QueryKind
+	var all []time.Duration
+	for _, k := range kinds {
+		var took []time.Duration
+		hits := 0
+		qk := QueryKind{Kind: k.kind}
+		for range 50 {
+			q := k.q()
+			qk.Example = q
+			t0 := time.Now()
+			res, err := query(q, "", 10)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			took = append(took, time.Since(t0))
+			hits += int(res.Total)
+		}
+		qk.Queries, qk.MeanHits = len(took), float64(hits)/float64(len(took))
+		qk.P50Ms, qk.P95Ms = quantileMs(took, 0.5), quantileMs(took, 0.95)
+		out = append(out, qk)
+		all = append(all, took...)
+	}
+	return out, quantileMs(all, 0.5), quantileMs(all, 0.95), nil
 }
 
 // badgerReference writes every record of the carriers as a log entry with
 // Badger WriteBatch, one batch per carrier, each flushed (and synced when
 // sync) before the next: the local limit the sink's commits are held to.
-//
-// withState also writes each page's state beside its log entry (its key
-// by URL digest, a value the size of the sink's: the sequence and the
-// crawler's id), as the sink's data model does: the bound of a sink that
-// keeps the latest record and history of every page.
-func badgerReference(dir string, cars []pack.Carrier, sync, withState bool) (time.Duration, error) {
+// (The sink, too, writes one value per record: each page's state is in
+// memory, node/sink/pages.go.) It returns the writes' wall and CPU time.
+func badgerReference(dir string, cars []pack.Carrier, sync bool) (time.Duration, time.Duration, error) {
 	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(sync).WithMemTableSize(64 << 20).WithLogger(nil))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer db.Close()
 	// decoding is the sink's work too: done here before the clock, so the
 	// reference is the writes alone
 	batches := make([][][]byte, len(cars))
-	states := make([][][2][]byte, len(cars))
 	for i, c := range cars {
 		_, recs, err := pack.Decode(c.Data)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		for j := range recs {
 			batches[i] = append(batches[i], recs[j].AppendBinary(nil))
-			if withState {
-				sum := sha256.Sum256([]byte(recs[j].URL))
-				states[i] = append(states[i], [2][]byte{append([]byte("sp/"), sum[:16]...), append(make([]byte, 10), c.CrawlerID...)})
-			}
 		}
 	}
 	seq := uint64(0)
-	start := time.Now()
-	for i, b := range batches {
+	start, cpu0 := time.Now(), cpuTime()
+	for _, b := range batches {
 		wb := db.NewWriteBatch()
-		for j, v := range b {
+		for _, v := range b {
 			seq++
 			if err := wb.Set(binary.BigEndian.AppendUint64([]byte("sl/"), seq), v); err != nil {
 				wb.Cancel()
-				return 0, err
-			}
-			if withState {
-				if err := wb.Set(states[i][j][0], states[i][j][1]); err != nil {
-					wb.Cancel()
-					return 0, err
-				}
+				return 0, 0, err
 			}
 		}
 		if err := wb.Flush(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), cpuTime() - cpu0, nil
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAvg is the 1-minute load average, 0 where /proc/loadavg is not.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func countStream(ctx context.Context, u string) (int, error) {
@@ -326,40 +431,65 @@ func countStream(ctx context.Context, u string) (int, error) {
 	return n, sc.Err()
 }
 
-// sampleLag samples every 20 ms how long the oldest record not yet
-// indexed has waited since it was committed; the returned function stops
-// it and returns the samples.
-func sampleLag(store *sink.Store, idx *search.Search) func() []time.Duration {
+// sampleLag reads the log's head and the index's cursor every interval;
+// the returned function stops it and returns each record's lag: from the
+// first reading at which the head held it (committed) to the first at
+// which the index did (searchable).
+func sampleLag(t sinkTarget, every time.Duration) func() []time.Duration {
 	type mark struct {
-		at   time.Time
-		head uint64
+		at            time.Time
+		head, indexed uint64
 	}
 	stop := make(chan struct{})
 	done := make(chan []time.Duration)
 	go func() {
 		var marks []mark
-		var lags []time.Duration
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
-				done <- lags
+				done <- recordLags(len(marks), func(i int) (time.Time, uint64, uint64) {
+					return marks[i].at, marks[i].head, marks[i].indexed
+				})
 				return
-			case now := <-t.C:
-				head, indexed := store.Head(), idx.Indexed()
-				marks = append(marks, mark{now, head})
-				if indexed >= head {
-					lags = append(lags, 0)
-					continue
+			case now := <-tick.C:
+				if head, indexed, err := t.progress(); err == nil {
+					marks = append(marks, mark{now, head, indexed})
 				}
-				// the first sample whose head held the oldest record not indexed
-				i := sort.Search(len(marks), func(i int) bool { return marks[i].head > indexed })
-				lags = append(lags, now.Sub(marks[i].at))
 			}
 		}
 	}()
 	return func() []time.Duration { close(stop); return <-done }
+}
+
+// recordLags turns n readings (time, head, indexed; both counts never
+// decrease) into each record's lag, for the records the last reading's
+// index holds: the time from the first reading whose head held the
+// record to the first whose index did.
+func recordLags(n int, at func(i int) (time.Time, uint64, uint64)) []time.Duration {
+	if n == 0 {
+		return nil
+	}
+	_, _, last := at(n - 1)
+	lags := make([]time.Duration, 0, last)
+	c, x := 0, 0 // the first readings whose head, index, holds seq
+	for seq := uint64(1); seq <= last; seq++ {
+		for ; c < n; c++ {
+			if _, h, _ := at(c); h >= seq {
+				break
+			}
+		}
+		for ; x < n; x++ {
+			if _, _, i := at(x); i >= seq {
+				break
+			}
+		}
+		tc, _, _ := at(min(c, x))
+		tx, _, _ := at(x)
+		lags = append(lags, tx.Sub(tc))
+	}
+	return lags
 }
 
 // quantileMs is the q-quantile of durations, in milliseconds.

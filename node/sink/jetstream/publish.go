@@ -101,6 +101,14 @@ func (p *Publisher) session(ctx context.Context) error {
 	p.Logger.Info("publishing the change log to JetStream", "stream", p.Stream, "after", cursor, "head", p.Store.Head())
 	for ctx.Err() == nil {
 		es, last, err := p.Store.Read(cursor, 1000, sink.Filter{})
+		var bs *sink.BeforeStartError
+		if errors.As(err, &bs) {
+			// the log's retention dropped records not published yet: the
+			// stream goes on from the log's start, without them
+			p.Logger.Warn("records dropped by the log's retention before they were published", "stream", p.Stream, "after", cursor, "start", bs.Start)
+			cursor = bs.Start - 1
+			continue
+		}
 		if err != nil {
 			return err
 		}
