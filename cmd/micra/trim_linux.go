@@ -23,9 +23,10 @@ import (
 // the node (measured, docs/testnet.md). A node that drops them faults back
 // in only the pages it uses.
 //
-// It is safe because the pages are clean copies of the file: a private
-// read-only file mapping cannot have been written, so MADV_DONTNEED only
-// unmaps its pages and the next access maps them again from the page
+// It is safe because the pages are clean copies of the file: a mapping
+// with private pages (written before it was made read-only, as a PIE
+// build's relocations are) is left alone, so MADV_DONTNEED only unmaps
+// pages and the next access maps them again from the page
 // cache, as after the kernel reclaimed them. data must be bytes nobody
 // writes (embedded files): their pages read back the file's bytes too;
 // slices outside the executable's file mappings are left alone.
@@ -34,30 +35,51 @@ func releaseStartupPages(data ...[]byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	f, err := os.Open("/proc/self/maps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return 0, err
 	}
 	type span struct{ lo, hi uintptr }
-	var spans, file []span // read-only mappings; all mappings of the executable
+	var spans, file []span // read-only mappings without private pages; all mappings of the executable
+	var cur *span          // the executable's read-only mapping whose fields are being read
+	keep := func() {
+		if cur != nil {
+			spans = append(spans, *cur)
+			cur = nil
+		}
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// address perms offset dev inode path
 		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 || fs[5] != exe {
+		if len(fs) >= 2 && fs[0] == "Anonymous:" {
+			// a page written since it was mapped (relocations of a PIE
+			// build's RELRO, say) is a private copy: dropping it would
+			// read the file's bytes back in its place
+			if fs[1] != "0" {
+				cur = nil
+			}
 			continue
 		}
+		// a mapping's first line: address perms offset dev inode path
 		lo, hi, ok := strings.Cut(fs[0], "-")
+		if !ok || len(fs) < 5 {
+			continue // another field of the mapping
+		}
 		a, err1 := strconv.ParseUint(lo, 16, 64)
 		b, err2 := strconv.ParseUint(hi, 16, 64)
-		if !ok || err1 != nil || err2 != nil {
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		keep()
+		if len(fs) < 6 || fs[5] != exe {
 			continue
 		}
 		file = append(file, span{uintptr(a), uintptr(b)})
 		if fs[1] == "r-xp" || fs[1] == "r--p" {
-			spans = append(spans, span{uintptr(a), uintptr(b)})
+			cur = &span{uintptr(a), uintptr(b)}
 		}
 	}
+	keep()
 	err = sc.Err()
 	f.Close()
 	if err != nil {
