@@ -484,6 +484,12 @@ func TestQueuedURLsFollowTheirSubnet(t *testing.T) {
 	if d, err := a.Peer().Delegate(ctx, at); err != nil || d.Owner != a.Peer().CrawlerID() {
 		t.Fatalf("host %d near node 0: delegated %v, %v", host, d, err)
 	}
+	// IPMicra's walk asks holders only: node 1 must be findable as one
+	// (its provider records are put in the background after Join)
+	waitFor(t, 10*time.Second, "node 0 to find node 1 among the holders", func() bool {
+		hs, err := a.Peer().Directory().HoldersUnder(ctx, hierarchy.Root)
+		return err == nil && slices.Contains(hs, b.Peer().CrawlerID())
+	})
 	var urls []string
 	for p := range web.Config().PagesPerHost {
 		urls = append(urls, web.PageURL(host, p))
