@@ -164,6 +164,8 @@ type Engine struct {
 	// right now: a URL several pages being processed link to is routed
 	// once (enqueueLinks).
 	routeClaims sync.Map
+	// busy counts the workers visiting each host (WaitHostsIdle).
+	busy *busyHosts
 }
 
 // New validates cfg, opens the state and builds the crawler.
@@ -218,7 +220,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Normalize != nil {
 		normOpts = *cfg.Normalize
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger.With("crawler", cfg.CrawlerID), router: cfg.Router,
+	e := &Engine{busy: newBusyHosts(), cfg: cfg, log: cfg.Logger.With("crawler", cfg.CrawlerID), router: cfg.Router,
 		norm: urlnorm.New(normOpts), scope: cfg.Scope}
 	ok := false
 	defer func() {
@@ -614,7 +616,10 @@ func (e *Engine) worker(ctx context.Context) {
 			e.idleWorkers.Add(-1)
 			continue
 		}
-		if parkUntil, backoff := e.crawlHost(ctx, host); !parkUntil.IsZero() {
+		e.busy.enter(host)
+		parkUntil, backoff := e.crawlHost(ctx, host)
+		e.busy.leave(host)
+		if !parkUntil.IsZero() {
 			e.park(host, parkUntil, backoff)
 			continue
 		}
@@ -701,6 +706,9 @@ func (e *Engine) crawlHost(ctx context.Context, host string) (time.Time, bool) {
 			}
 			if gone {
 				continue
+			}
+			if !rt.Wait.IsZero() && time.Now().Before(rt.Wait) {
+				return rt.Wait, false // the host rests; parked, its queue is read again from the head
 			}
 		}
 		if e.fetcher != nil {

@@ -29,6 +29,11 @@ type Route struct {
 	Subnet uint32
 	Block  netip.Prefix
 	Epoch  uint64
+	// Wait, when set by a Rechecker, says the URL is this crawler's but
+	// not to be fetched before then: the host's page history is still
+	// arriving from its previous owner, and a page in it must not be
+	// fetched a second time. The engine puts the host aside until then.
+	Wait time.Time
 }
 
 // Routed is a URL with its route: the unit of a hand-off.
