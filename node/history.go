@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"net/url"
 	"time"
@@ -127,4 +128,35 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return u.Hostname()
+}
+
+var _ overlay.PageFence = (*pageHistory)(nil)
+
+// Fence implements overlay.PageFence: it waits until the crawl engine is
+// visiting no host of subnet s (of block, when valid) that this crawler
+// does not own by its cached record. A worker takes a host before it
+// re-checks the host's first queued URL, so once the record that moved
+// the host is cached, every fetch of it decided before has ended (and its
+// page is in the history) and every later one is a hand-off instead.
+// Hosts are resolved once each.
+func (h *pageHistory) Fence(ctx context.Context, s hierarchy.NodeID, block netip.Prefix) error {
+	moved := map[string]bool{}
+	return h.eng.WaitHostsIdle(ctx, func(hostKey string) bool {
+		if m, ok := moved[hostKey]; ok {
+			return m
+		}
+		host := hostKey
+		if hn, _, err := net.SplitHostPort(hostKey); err == nil {
+			host = hn
+		}
+		a, err := h.router.addrOf(ctx, host)
+		if err != nil || h.router.tree.SmallestNonUnary(a) != s || (block.IsValid() && !block.Contains(a)) {
+			moved[hostKey] = false
+			return false
+		}
+		owner, ok := h.router.peer.CachedOwner(a)
+		m := !ok || owner != h.router.peer.CrawlerID()
+		moved[hostKey] = m
+		return m
+	})
 }

@@ -38,6 +38,7 @@ type owner interface {
 	CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool)
 	CachedRoute(ip netip.Addr) (delegation.CrawlerID, delegation.Record, bool)
 	CachedRecord(s hierarchy.NodeID) (delegation.Record, bool)
+	Arriving(ip netip.Addr) bool
 }
 
 var _ owner = (*overlay.Peer)(nil)
@@ -162,15 +163,27 @@ func (r *Router) Recheck(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.
 		return crawl.Route{}, fmt.Errorf("node: %s: no address to delegate by", u.Host)
 	}
 	a := r.mapAddr(ip)
+	var rt crawl.Route
 	if owner, rec, ok := r.peer.CachedRoute(a); ok {
-		return r.routeOf(ip, a, rec.Subnet, owner, rec.Epoch), nil
+		rt = r.routeOf(ip, a, rec.Subnet, owner, rec.Epoch)
+	} else {
+		d, err := r.peer.Delegate(ctx, a)
+		if err != nil {
+			return crawl.Route{}, fmt.Errorf("node: owner of %s: %w", u.Host, err)
+		}
+		rt = r.routeOf(ip, a, d.Subnet, d.Owner, d.Record.Epoch)
 	}
-	d, err := r.peer.Delegate(ctx, a)
-	if err != nil {
-		return crawl.Route{}, fmt.Errorf("node: owner of %s: %w", u.Host, err)
+	if rt.Mine && r.peer.Arriving(a) {
+		// the host's history is on its way from its previous owner: a
+		// page of it fetched now may be one that owner fetched already
+		rt.Wait = time.Now().Add(arrivalPoll)
 	}
-	return r.routeOf(ip, a, d.Subnet, d.Owner, d.Record.Epoch), nil
+	return rt, nil
 }
+
+// arrivalPoll is how long a host whose page history is still arriving
+// rests before its queue is re-checked.
+const arrivalPoll = 100 * time.Millisecond
 
 var _ crawl.Rechecker = (*Router)(nil)
 

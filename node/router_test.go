@@ -56,6 +56,8 @@ func (o *timingOwner) CachedOwner(ip netip.Addr) (delegation.CrawlerID, bool) {
 	}
 	return o.CrawlerID(), true
 }
+func (o *timingOwner) Arriving(netip.Addr) bool { return false }
+
 func (o *timingOwner) CachedRoute(ip netip.Addr) (delegation.CrawlerID, delegation.Record, bool) {
 	owner, ok := o.CachedOwner(ip)
 	return owner, delegation.Record{Subnet: o.subnet(ip), Owner: owner}, ok

@@ -241,14 +241,14 @@ func (d *Directory) mergeValue(s hierarchy.NodeID, val []byte) (delegation.Recor
 	if err != nil {
 		return delegation.Record{}, false, err
 	}
-	best, changed := d.merge(rec, sum)
+	best, changed := d.merge(rec, sum, val)
 	return best, changed, nil
 }
 
 // merge applies Select against the cached record for rec.Subnet. rec is
-// the caller's (validator.check returns a copy), sum its sealed value's
-// SHA-256.
-func (d *Directory) merge(rec delegation.Record, sum [32]byte) (delegation.Record, bool) {
+// the caller's (validator.check returns a copy), raw its sealed value and
+// sum that value's SHA-256.
+func (d *Directory) merge(rec delegation.Record, sum [32]byte, raw []byte) (delegation.Record, bool) {
 	d.intern(&rec)
 	// every verified record is evidence, whether or not it prevails
 	d.p.queueLearn(rec)
@@ -289,11 +289,11 @@ func (d *Directory) merge(rec delegation.Record, sum [32]byte) (delegation.Recor
 		d.p.members.subnets.Store(uint32(n))
 	}
 	if gained {
-		d.p.onGained(rec, prevOwner)
+		d.p.onGained(rec, prevOwner, raw)
 	}
 	if had {
 		for _, g := range blocksGained(old.rec, rec, self, d.p.members.IsLive) {
-			d.p.recoverFrom(g.Owner, rec.Subnet, g.Host)
+			d.p.recoverFrom(g.Owner, rec.Subnet, g.Host, raw)
 		}
 	}
 	return rec, true
@@ -418,7 +418,7 @@ func (d *Directory) put(ctx context.Context, s hierarchy.NodeID, val []byte, ann
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: own record rejected: %w", err)
 	}
-	best, _ := d.merge(mine, sum)
+	best, _ := d.merge(mine, sum, val)
 	if announce {
 		p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_DELEGATED, Subnet: uint32(s), Value: val})
 	}

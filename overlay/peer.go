@@ -66,15 +66,19 @@ type Peer struct {
 	validator RecordValidator
 	metrics   *metrics
 
-	dir       *Directory
-	members   *Members
-	prober    *Prober
-	handoff   *handoffQueue
-	probes    probeLog
-	sink      HandoffSink
-	pages     PageHistory
-	snapshots SnapshotStore
-	measurer  Measurer
+	dir     *Directory
+	members *Members
+	prober  *Prober
+	handoff *handoffQueue
+	probes  probeLog
+	sink    HandoffSink
+	pages   PageHistory
+	// arriving counts the page recoveries running, by subnet and block
+	// (Arriving)
+	arrivingMu sync.Mutex
+	arriving   map[arrivingKey]int
+	snapshots  SnapshotStore
+	measurer   Measurer
 
 	// polMu serialises the policy's computation; decide (decide.go) never
 	// holds it across network I/O. attempt is the attempt of the policy
@@ -669,7 +673,7 @@ func (p *Peer) runCalibration(ctx context.Context) {
 		s := hierarchy.NodeID(cd.ev.Subnet)
 		switch cd.ev.Kind {
 		case pb.CalibrationKind_DELEGATED:
-			p.dir.merge(*cd.rec, cd.sum)
+			p.dir.merge(*cd.rec, cd.sum, cd.ev.Value)
 			p.tryDrainLearn()
 		case pb.CalibrationKind_SLOW_PAGE, pb.CalibrationKind_RELEASED:
 			if msg.GetFrom() != p.h.ID() {
@@ -685,24 +689,28 @@ func (p *Peer) runCalibration(ctx context.Context) {
 	}
 }
 
-// onGained runs when this peer becomes the owner of rec.Subnet: announce it
-// as a holder (provider records) and, if a live previous owner had it, pull
-// its page history.
-func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID) {
+// onGained runs when this peer becomes the owner of rec.Subnet (raw: the
+// record's sealed value): announce it as a holder (provider records) and,
+// if a live previous owner had it, pull its page history.
+func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID, raw []byte) {
 	select {
 	case p.provideCh <- rec.Subnet:
 	default:
 		p.log.Warn("overlay: provide queue full; the reprovide loop will catch up", "subnet", rec.Subnet)
 	}
-	p.recoverFrom(prev, rec.Subnet, netip.Addr{})
+	p.recoverFrom(prev, rec.Subnet, netip.Addr{}, raw)
 }
 
 // recoverFrom pulls, in the background, the page history of subnet s —
 // only of host's block (delegation.BlockOf) when host is valid — from
 // prev, the crawler that crawled it, if prev is live and not this peer:
 // ownership of the subnet, or of the block (a block delegation made,
-// re-decided or dissolved), moved here from prev.
-func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host netip.Addr) {
+// re-decided or dissolved), moved here from prev. raw, the sealed record
+// that moved it, goes with the request: prev learns the move from it and
+// finishes its own fetches of those hosts before it answers. Until the
+// history is in (or the recovery failed), Arriving reports those hosts,
+// so this crawler does not fetch a page prev is sending.
+func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host netip.Addr, raw []byte) {
 	if prev == "" || prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
 		return
 	}
@@ -711,11 +719,15 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 		return
 	}
 	log := p.log.With("subnet", s, "from", prev)
+	var block netip.Prefix
 	if host.IsValid() {
-		log = log.With("block", delegation.BlockOf(host))
+		block = delegation.BlockOf(host)
+		log = log.With("block", block)
 	}
-	p.goBackground(func() {
-		n, err := p.recoverPages(p.ctx, from, s, host)
+	p.arrive(s, block, +1)
+	if !p.goBackground(func() {
+		defer p.arrive(s, block, -1)
+		n, err := p.recoverPagesWith(p.ctx, from, s, host, raw)
 		if err != nil {
 			if p.ctx.Err() == nil {
 				log.Warn("overlay: page recovery failed", "err", err)
@@ -723,7 +735,45 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 			return
 		}
 		log.Debug("overlay: pages received", "pages", n)
-	})
+	}) {
+		p.arrive(s, block, -1)
+	}
+}
+
+// arrive counts a recovery of subnet s (block, or the whole subnet when
+// block is not valid) starting (+1) or ending (-1).
+func (p *Peer) arrive(s hierarchy.NodeID, block netip.Prefix, delta int) {
+	p.arrivingMu.Lock()
+	defer p.arrivingMu.Unlock()
+	if p.arriving == nil {
+		p.arriving = make(map[arrivingKey]int)
+	}
+	k := arrivingKey{s, block}
+	if p.arriving[k] += delta; p.arriving[k] <= 0 {
+		delete(p.arriving, k)
+	}
+}
+
+type arrivingKey struct {
+	subnet hierarchy.NodeID
+	block  netip.Prefix // zero: the whole subnet
+}
+
+// Arriving reports whether the page history of the host at address a (as
+// delegation sees it) is still being received from its previous owner:
+// this peer owns it now, and a page of it fetched before the history is in
+// could be one the previous owner fetched already.
+func (p *Peer) Arriving(a netip.Addr) bool {
+	p.arrivingMu.Lock()
+	defer p.arrivingMu.Unlock()
+	if len(p.arriving) == 0 {
+		return false
+	}
+	s := p.tree.SmallestNonUnary(a)
+	if p.arriving[arrivingKey{s, netip.Prefix{}}] > 0 {
+		return true
+	}
+	return p.arriving[arrivingKey{s, delegation.BlockOf(a)}] > 0
 }
 
 // runMaintenance provides holder records for owned subnets, reprovides them

@@ -41,6 +41,23 @@ type PageHistory interface {
 	Import(ctx context.Context, s hierarchy.NodeID, pages []PageState) error
 }
 
+// PageFence is implemented by a PageHistory whose crawler can finish its
+// fetches of hosts it no longer owns: the old owner of a subnet calls it
+// before it sends the subnet's history (a recovery request that carries
+// the record of the move), so every page it fetched is in what it sends.
+type PageFence interface {
+	// Fence returns once no fetch is running of a host of subnet s (of
+	// block, when valid) that this crawler does not own by its cached
+	// record, or with ctx's error.
+	Fence(ctx context.Context, s hierarchy.NodeID, block netip.Prefix) error
+}
+
+// fenceWait bounds, in RequestTimeouts, how long a history waits for the
+// old owner's running fetches (Fence): past it the history goes as it
+// stands (a page fetched meanwhile may be fetched again: overlap, never a
+// loss).
+const fenceWait = 2
+
 func toPagePB(ps PageState) *pb.PageState {
 	m := &pb.PageState{Url: ps.URL, Etag: ps.ETag, LastModified: ps.LastModified, ContentHash: ps.ContentHash, HttpStatus: uint32(ps.HTTPStatus)}
 	if !ps.LastFetch.IsZero() {
@@ -114,6 +131,14 @@ func (p *Peer) handleRecover(s network.Stream) {
 		}
 		block = delegation.BlockOf(host)
 	}
+	moved := false
+	if len(req.Record) > 0 {
+		if err := p.learnMove(sub, req.BlockHost, req.Record, s.Conn().RemotePeer()); err != nil {
+			fail(pb.Status_BAD_REQUEST, err.Error())
+			return
+		}
+		moved = true
+	}
 	rt := p.cfg.RequestTimeout
 	st.setIdle(recoverBudget * rt) // writes: the budget only (see above)
 	ctx, cancel := context.WithTimeout(p.ctx, recoverBudget*rt)
@@ -151,6 +176,14 @@ func (p *Peer) handleRecover(s network.Stream) {
 			}
 		}
 	})
+	if f, ok := p.pages.(PageFence); ok && moved {
+		// (the keep-alives above run meanwhile)
+		fctx, fcancel := context.WithTimeout(ctx, fenceWait*rt)
+		if err := f.Fence(fctx, sub, block); err != nil && ctx.Err() == nil {
+			p.log.Debug("overlay: history sent with fetches of the moved hosts still running", "subnet", sub, "err", err)
+		}
+		fcancel()
+	}
 	frame := &pb.RecoverFrame{Version: wireVersion}
 	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
 		frame.Pages = append(frame.Pages, toPagePB(ps))
@@ -179,7 +212,7 @@ func (p *Peer) handleRecover(s network.Stream) {
 // nothing after an ownership change). It returns the pages received;
 // PageHistory.Import keeps those whose hosts this crawler owns.
 func (p *Peer) RecoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID) (int, error) {
-	return p.recoverPages(ctx, from, s, netip.Addr{})
+	return p.recoverPagesWith(ctx, from, s, netip.Addr{}, nil)
 }
 
 // RecoverBlock is RecoverPages for the block (delegation.BlockOf) of host
@@ -189,10 +222,13 @@ func (p *Peer) RecoverBlock(ctx context.Context, from peer.ID, s hierarchy.NodeI
 	if !host.IsValid() {
 		return 0, fmt.Errorf("%s: no block host", ProtoRecover)
 	}
-	return p.recoverPages(ctx, from, s, host)
+	return p.recoverPagesWith(ctx, from, s, host, nil)
 }
 
-func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr) (n int, err error) {
+// recoverPagesWith is RecoverPages (RecoverBlock with a valid blockHost);
+// record, if any, is the sealed record that moved the pages here, sent
+// along so that from learns the move and stops first (PageFence).
+func (p *Peer) recoverPagesWith(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr, record []byte) (n int, err error) {
 	if p.pages == nil {
 		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
 	}
@@ -219,7 +255,7 @@ func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeI
 		str.Close()
 	}()
 	st := newIdleStream(str, maxRecoverMsg, rt, end)
-	req := &pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:]}
+	req := &pb.RecoverRequest{Version: wireVersion, Subnet: uint32(s), Snapshot: p.snap[:], Record: record}
 	if blockHost.IsValid() {
 		req.BlockHost = blockHost.AsSlice()
 	}
@@ -254,4 +290,26 @@ func (p *Peer) recoverPages(ctx context.Context, from peer.ID, s hierarchy.NodeI
 			return n, nil
 		}
 	}
+}
+
+// learnMove verifies the record a recovery request carries and merges it
+// into the cache: it must be a valid record of subnet s that makes the
+// requester the crawler of s's hosts (of blockHost's block, when given).
+// A record older than the cached one changes nothing (Select keeps the
+// better), so a replayed one cannot move anything back.
+func (p *Peer) learnMove(s hierarchy.NodeID, blockHost []byte, raw []byte, requester peer.ID) error {
+	rec, sum, err := p.validator.check(DelegKey(s), raw)
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	crawler := rec.Owner
+	if len(blockHost) > 0 {
+		host, _ := netip.AddrFromSlice(blockHost) // checked by the caller
+		crawler = rec.OwnerOf(host, nil)
+	}
+	if string(crawler) != requester.String() {
+		return fmt.Errorf("record of subnet %d (epoch %d) does not name the requester as its crawler", s, rec.Epoch)
+	}
+	p.dir.merge(rec, sum, raw)
+	return nil
 }

@@ -1176,7 +1176,15 @@ type RecoverRequest struct {
 	// block (delegation.BlockOf: its /24 or /48) inside the subnet. A peer
 	// that predates it answers with the whole subnet; the importer keeps
 	// only the pages it owns.
-	BlockHost     []byte `protobuf:"bytes,4,opt,name=block_host,json=blockHost,proto3" json:"block_host,omitempty"`
+	BlockHost []byte `protobuf:"bytes,4,opt,name=block_host,json=blockHost,proto3" json:"block_host,omitempty"`
+	// record: the sealed delegation record (the DHT value) that makes the
+	// requester the owner of the subnet, or of block_host's block. The
+	// server learns the move from it before it scans: its own crawl of those
+	// hosts stops (queued URLs go to the requester) and the fetches already
+	// running finish first, so every page it fetched is in the history it
+	// sends and the requester fetches none of them again. Absent (older
+	// peers, or no record at hand): the history is sent as it stands.
+	Record        []byte `protobuf:"bytes,5,opt,name=record,proto3" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1235,6 +1243,13 @@ func (x *RecoverRequest) GetSnapshot() []byte {
 func (x *RecoverRequest) GetBlockHost() []byte {
 	if x != nil {
 		return x.BlockHost
+	}
+	return nil
+}
+
+func (x *RecoverRequest) GetRecord() []byte {
+	if x != nil {
+		return x.Record
 	}
 	return nil
 }
@@ -1773,13 +1788,14 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"}\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x95\x01\n" +
 	"\x0eRecoverRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\rR\x06subnet\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\fR\bsnapshot\x12\x1d\n" +
 	"\n" +
-	"block_host\x18\x04 \x01(\fR\tblockHost\"\xe6\x01\n" +
+	"block_host\x18\x04 \x01(\fR\tblockHost\x12\x16\n" +
+	"\x06record\x18\x05 \x01(\fR\x06record\"\xe6\x01\n" +
 	"\tPageState\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12#\n" +
