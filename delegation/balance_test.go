@@ -50,6 +50,44 @@ func TestBalanceRelease(t *testing.T) {
 	}
 }
 
+// TestBalanceHold: a delegation younger than BalanceHold is not moved by
+// load balancing (the full owner's subnet stays, so a new subnet goes to
+// the next best with room); once it is older, it is released as without
+// a hold. Time is the injected clock's.
+func TestBalanceHold(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []BalanceMode{BalanceRelease, BalanceSecondBest} {
+		t.Run(mode.String(), func(t *testing.T) {
+			w := newSmallWorld(t)
+			deps := w.deps(1)
+			clock := deps.Clock.(*FixedClock)
+			p := NewOptimal(deps, Config{Balance: mode, BalanceHold: time.Minute})
+			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+			cs[0].Capacity = 1
+			w.join(t, p, cs...)
+			first, _ := p.Delegate(ctx, ip("10.1.2.1")) // c1 takes 10.1.2.0/24
+			if first.Owner != "c1" {
+				t.Fatal(first)
+			}
+			clock.T = clock.T.Add(59 * time.Second)
+			// a second page of the held subnet: c1 is full, but it stays
+			d, _ := p.Delegate(ctx, ip("10.1.2.2"))
+			if d.Owner != "c1" || len(d.Moved) != 0 {
+				t.Fatalf("a delegation 59 s old moved under a 1 min hold: %v moved=%v", d, d.Moved)
+			}
+			d, _ = p.Delegate(ctx, ip("10.1.0.1")) // c1 best but full, its subnet held
+			if d.Owner == "c1" || len(d.Moved) != 0 {
+				t.Fatalf("new subnet with c1 full and its subnet held: %v moved=%v; want the next best, nothing moved", d, d.Moved)
+			}
+			clock.T = clock.T.Add(2 * time.Second)
+			d, _ = p.Delegate(ctx, ip("10.1.2.3")) // the hold is over
+			if len(d.Moved) != 1 || d.Moved[0].Subnet != first.Subnet || d.Moved[0].Owner == "c1" {
+				t.Fatalf("after the hold: %v moved=%v; want 10.1.2.0/24 moved off the full c1", d, d.Moved)
+			}
+		})
+	}
+}
+
 // busyDirectory refuses to publish the records of the subnets in busy
 // (another call is deciding them: ErrBusy).
 type busyDirectory struct {

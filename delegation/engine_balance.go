@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
 )
@@ -14,6 +15,12 @@ import (
 // Load balancing: room per crawler, the configured balancing of a
 // decision's winner, moving a cached owner without room, and releasing
 // subnets from a crawler over its capacity.
+
+// held reports whether rec was decided less than BalanceHold ago: load
+// balancing leaves it where it is.
+func (e *engine) held(rec Record) bool {
+	return e.c.BalanceHold > 0 && !rec.At.IsZero() && e.now().Sub(rec.At) < e.c.BalanceHold
+}
 
 func (e *engine) hasRoom(c CrawlerID, pages int) bool {
 	cr, ok := e.members()[c]
@@ -160,6 +167,12 @@ func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok 
 // records: no new probes.
 func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Record, d *Decision) error {
 	step := Step{Kind: StepBalance, Node: s}
+	if e.c.Balance == BalanceSecondBest && e.held(rec) {
+		// (the release option may still move the owner's other subnets)
+		step.Note = fmt.Sprintf("%s full, but the delegation stands: decided %v ago, held %v", rec.Owner, e.now().Sub(rec.At).Round(time.Millisecond), e.c.BalanceHold)
+		d.Steps = append(d.Steps, step)
+		return nil
+	}
 	if e.c.Balance == BalanceRelease {
 		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false)
 		if err != nil {
@@ -237,8 +250,8 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		if err != nil {
 			return 0, err
 		}
-		if !ok || rec.Owner != c || len(rec.Probes) < 2 {
-			continue // no next best known (placement or single probe)
+		if !ok || rec.Owner != c || len(rec.Probes) < 2 || e.held(rec) {
+			continue // no next best known (placement or single probe), or held
 		}
 		vs = append(vs, victim{rec, probeVariance(rec.Probes)})
 	}

@@ -95,6 +95,13 @@ type Config struct {
 	Micra MicraConfig
 	// Balance selects the load-balancing option. Default BalanceOff.
 	Balance BalanceMode
+	// BalanceHold is how long a delegation stands before load balancing
+	// may move it to another crawler (by its record's At, on Deps.Clock).
+	// A move is not free on an overlay: the new owner pulls the old one's
+	// page history and waits for it, and subnets moved on to a third
+	// crawler before that came in were crawled twice; a hold makes each
+	// move stick. New subnets still go to crawlers with room. Zero: none.
+	BalanceHold time.Duration
 	// RoomProbes caps the crawlers probed for room when no ranked or
 	// recorded alternative has any (load balancing's last resort): micra
 	// asks those it predicts nearest, other policies the holders nearest

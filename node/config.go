@@ -63,12 +63,16 @@ type Config struct {
 	// Policy is the delegation policy: ipmicra (default), micra, hash, random.
 	Policy string
 	// Balance is the load balancing this peer's decisions apply when the
-	// nearest crawler has no room (its advertised capacity reached): off
-	// (default), release (the paper's option (a), the better of the two in
-	// the simulator) or second-best. Off by default: on the testnet, release
-	// moved subnets under crawls in progress (pages fetched twice) and put
-	// 40 % of hosts at their nearest crawler instead of 84 % (docs/testnet.md).
+	// nearest crawler has no room (its advertised capacity reached): off,
+	// release (the paper's option (a)) or second-best (option (b), the
+	// default). On the testnet with moves fenced and held (BalanceHold),
+	// second-best kept every crawler under its capacity with nothing
+	// fetched twice and the makespan of no balancing; release moved more
+	// subnets farther away (docs/experiments/2026-11-testnet-log.md).
 	Balance delegation.BalanceMode
+	// BalanceHold is how long a delegation stands before load balancing may
+	// move it again (delegation.Config.BalanceHold); 0: no hold.
+	BalanceHold time.Duration
 	// Hierarchy is the IP hierarchy; nil: HierarchyFile, else the embedded default.
 	Hierarchy     *hierarchy.Tree
 	HierarchyFile string
@@ -99,7 +103,8 @@ type Config struct {
 // DefaultConfig is a volunteer's crawler node: overlay.DefaultConfig, the
 // engine's defaults, IPMicra delegation.
 func DefaultConfig() Config {
-	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "micra"}
+	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "micra",
+		Balance: delegation.BalanceSecondBest, BalanceHold: defaultBalanceHold}
 }
 
 // TestnetConfig is a crawler node for in-process loopback networks:
@@ -114,6 +119,11 @@ func TestnetConfig() Config {
 	c.Crawl.Fetch.AllowPrivate = true
 	return c
 }
+
+// defaultBalanceHold: a move costs a history transfer and a pause of the
+// subnet's crawl, and moving it on before that settled crawled pages
+// twice; a delegation that stood 10 minutes has been crawled from there.
+const defaultBalanceHold = 10 * time.Minute
 
 var policies = map[string]func(delegation.Deps, delegation.Config) delegation.Policy{
 	"ipmicra": delegation.NewIPMicra,
@@ -216,7 +226,8 @@ type File struct {
 	CrawlerAddr string   `json:"crawler_addr,omitempty"`
 	Capacity    int      `json:"capacity,omitempty"`
 	Policy      string   `json:"policy,omitempty"`
-	Balance     string   `json:"balance,omitempty"` // off (default), release, second-best
+	Balance     string   `json:"balance,omitempty"` // off, release, second-best (default)
+	BalanceHold string   `json:"balance_hold,omitempty"`
 	Hierarchy   string   `json:"hierarchy,omitempty"`
 	Metrics     string   `json:"metrics,omitempty"`
 	API         string   `json:"api,omitempty"`          // control API host:port (default 127.0.0.1:0; "off")
@@ -359,6 +370,7 @@ func (f File) Config() (Config, error) {
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP
 	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)
+	dur("balance_hold", f.BalanceHold, &c.BalanceHold)
 	if f.MaxDepth != 0 {
 		// on the default scope: a scope with only MaxDepth set would turn
 		// every other trap limit off (the zero scope means the default)

@@ -269,18 +269,22 @@ func (o blockedOwner) CachedRecord(s hierarchy.NodeID) (delegation.Record, bool)
 	return rec, ok
 }
 
-// Load balancing is off by default (see Config.Balance); the file's
-// balance key turns it on, and a misspelt mode is an error naming the key.
+// Load balancing is second-best by default, each move held 10 minutes
+// (see Config.Balance); the file's keys change both, and a misspelt mode
+// or hold is an error naming the key.
 func TestBalanceSetting(t *testing.T) {
-	if c := DefaultConfig(); c.Balance != delegation.BalanceOff {
-		t.Fatalf("default balance %v, want off", c.Balance)
+	if c := DefaultConfig(); c.Balance != delegation.BalanceSecondBest || c.BalanceHold != 10*time.Minute {
+		t.Fatalf("default balance %v held %v, want second-best held 10m", c.Balance, c.BalanceHold)
 	}
-	c, err := Parse([]byte(`{"data_dir": "d", "balance": "second-best"}`))
-	if err != nil || c.Balance != delegation.BalanceSecondBest {
-		t.Fatalf("balance second-best: %v %v", c.Balance, err)
+	c, err := Parse([]byte(`{"data_dir": "d", "balance": "release", "balance_hold": "0s"}`))
+	if err != nil || c.Balance != delegation.BalanceRelease || c.BalanceHold != 0 {
+		t.Fatalf("balance release, no hold: %v %v %v", c.Balance, c.BalanceHold, err)
 	}
 	if c, err = Parse([]byte(`{"data_dir": "d", "balance": "off"}`)); err != nil || c.Balance != delegation.BalanceOff {
 		t.Fatalf("balance off: %v %v", c.Balance, err)
+	}
+	if _, err = Parse([]byte(`{"data_dir": "d", "balance_hold": "soon"}`)); err == nil || !strings.Contains(err.Error(), "balance_hold") {
+		t.Fatalf("balance_hold soon: %v", err)
 	}
 	if _, err = Parse([]byte(`{"data_dir": "d", "balance": "fair"}`)); err == nil || !strings.Contains(err.Error(), "balance") {
 		t.Fatalf("balance fair: %v", err)

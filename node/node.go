@@ -177,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 			}
 		})
 	}
-	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{Balance: cfg.Balance})
+	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{Balance: cfg.Balance, BalanceHold: cfg.BalanceHold})
 	n.log = n.log.With("peer", n.peer.ID().String())
 	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
