@@ -210,6 +210,43 @@ type Tree interface {
 	Contains(id hierarchy.NodeID, ip netip.Addr) bool
 }
 
+// EpochSlack is how far a record's epoch may run ahead of its time in
+// milliseconds (EpochCeiling): deciders' clocks differ by up to a few
+// minutes (the overlay accepts records up to 5 minutes in its future), and a
+// subnet re-decided more than once in a millisecond counts up past its
+// clock.
+const EpochSlack = 10 * 60 * 1000
+
+// NextEpoch is the epoch of a record that replaces one of epoch prev and is
+// decided at: a hybrid logical clock, the later of prev+1 and at in
+// milliseconds since 1970 (prev+1 alone when at is zero: a simulation
+// without a clock). Epochs so stay at or below EpochCeiling(at), which
+// every peer checks, and a record cannot jump ahead of its honest
+// successors: with counters alone, an epoch of 2^64−1 won every comparison
+// until the record expired and wrapped its successor's to 0. A record whose
+// decider's clock ran ahead is passed by honest decisions once their clocks
+// reach it.
+func NextEpoch(prev uint64, at time.Time) uint64 {
+	if prev == math.MaxUint64 {
+		return prev // never valid (EpochCeiling); does not wrap
+	}
+	next := prev + 1
+	if ms := at.UnixMilli(); !at.IsZero() && ms > 0 && uint64(ms) > next {
+		next = uint64(ms)
+	}
+	return next
+}
+
+// EpochCeiling is the highest epoch a record decided at may carry: at in
+// milliseconds since 1970 (0 for the zero time) plus EpochSlack.
+func EpochCeiling(at time.Time) uint64 {
+	var ms uint64
+	if m := at.UnixMilli(); !at.IsZero() && m > 0 {
+		ms = uint64(m)
+	}
+	return ms + EpochSlack
+}
+
 // Compare is the Select order, the one total order every peer applies to
 // competing records of one subnet: the higher epoch wins, then the lower
 // owner RTT (a measured one before none), then the lower owner ID, then

@@ -270,7 +270,8 @@ func (e *engine) redecideBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		blocks = append(blocks, BlockDelegation{Host: ip, Owner: ranked[0].Crawler, OwnerRTT: ranked[0].RTT})
 	}
 	nr := rec
-	nr.Probes, nr.Blocks, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), blocks, rec.Epoch+1, e.c.Self, e.now()
+	nr.Probes, nr.Blocks, nr.DecidedBy, nr.At = okOnly(ranked), blocks, e.c.Self, e.now()
+	nr.Epoch = NextEpoch(rec.Epoch, nr.At)
 	if r, ok := answerOf(nr.Probes, rec.Owner); ok {
 		// the owner's answer now: what it endorses on the overlay (it
 		// checks the record's RTT against what it answered)
@@ -385,7 +386,7 @@ func (e *engine) decideAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID
 	}
 	rec := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: measured(win),
-		Probes: probes, Epoch: prev.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
+		Probes: probes, Epoch: NextEpoch(prev.Epoch, e.now()), DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(prev.Blocks, win.Crawler),
 	}
 	pub, err := e.publish(ctx, rec)
@@ -410,7 +411,7 @@ func (e *engine) decideAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID
 func (e *engine) publish(ctx context.Context, rec Record) (Record, error) {
 	pub, err := e.d.Dir.Publish(ctx, rec)
 	if err == nil && pub.Owner != rec.Owner && !e.live(pub.Owner) {
-		rec.Epoch = pub.Epoch + 1
+		rec.Epoch = NextEpoch(pub.Epoch, rec.At)
 		pub, err = e.d.Dir.Publish(ctx, rec)
 	}
 	return pub, err
@@ -463,7 +464,7 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 		return d, nil
 	}
 	place := Record{
-		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: rec.Epoch + 1, DecidedBy: c.ID, At: e.now(),
+		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: c.ID, Epoch: NextEpoch(rec.Epoch, e.now()), DecidedBy: c.ID, At: e.now(),
 		Probes: []ProbeResult{{Crawler: c.ID, OK: true}}, Blocks: e.carryBlocks(rec.Blocks, c.ID),
 	}
 	// a crawler owns the subnet it sits in, its own block included

@@ -202,7 +202,8 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 			}
 			if pick.OK {
 				nr := rec
-				nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, rec.Epoch+1, e.c.Self, e.now()
+				nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
+				nr.Epoch = NextEpoch(rec.Epoch, nr.At)
 				nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
 				nr.Probes = append(slices.Clone(rec.Probes), pick)
 				sortRanked(nr.Probes)
@@ -295,7 +296,8 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 	moved := 0
 	for _, mv := range plan {
 		nr := mv.rec
-		nr.Owner, nr.OwnerRTT, nr.Epoch, nr.DecidedBy, nr.At = mv.to.Crawler, mv.to.RTT, mv.rec.Epoch+1, e.c.Self, e.now()
+		nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = mv.to.Crawler, mv.to.RTT, e.c.Self, e.now()
+		nr.Epoch = NextEpoch(mv.rec.Epoch, nr.At)
 		nr.Blocks = e.carryBlocks(mv.rec.Blocks, mv.to.Crawler)
 		pub, err := e.d.Dir.Publish(ctx, nr)
 		if errors.Is(err, ErrBusy) {

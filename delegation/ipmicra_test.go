@@ -157,13 +157,13 @@ func TestDeadOwnerIsRedelegated(t *testing.T) {
 	w := newSmallWorld(t)
 	p := NewIPMicra(w.deps(1), Config{})
 	w.join(t, p, smallCrawlers...)
-	d, _ := p.Delegate(ctx, ip("10.1.2.7"))
-	if d.Owner != "c1" {
-		t.Fatal(d)
+	first, _ := p.Delegate(ctx, ip("10.1.2.7"))
+	if first.Owner != "c1" {
+		t.Fatal(first)
 	}
 	w.members.Remove("c1")
-	d, _ = p.Delegate(ctx, ip("10.1.2.7"))
-	if d.Owner != "c2" || d.Cached || d.Record.Epoch != 2 {
+	d, _ := p.Delegate(ctx, ip("10.1.2.7"))
+	if d.Owner != "c2" || d.Cached || d.Record.Epoch != first.Record.Epoch+1 {
 		t.Fatalf("dead owner must be replaced with a bumped epoch: %v (epoch %d)", d, d.Record.Epoch)
 	}
 }
@@ -206,7 +206,9 @@ func TestDeadOwnerOutbidWhenEpochUnknown(t *testing.T) {
 		p := NewIPMicra(deps, Config{})
 		w.join(t, p, smallCrawlers...)
 		s := w.tree.SmallestNonUnary(ip("10.1.2.7"))
-		w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: 7})
+		// an epoch past the clock's (NextEpoch would not outbid it by time)
+		dead := NextEpoch(0, deps.Clock.Now()) + 7
+		w.dir.Publish(ctx, Record{Subnet: s, Owner: "c1", Epoch: dead})
 		w.members.Remove("c1")
 		var d Decision
 		var err error
@@ -217,8 +219,8 @@ func TestDeadOwnerOutbidWhenEpochUnknown(t *testing.T) {
 		} else {
 			d, err = p.Delegate(ctx, ip("10.1.2.7"))
 		}
-		if err != nil || !w.members.IsLive(d.Owner) || d.Record.Epoch != 8 {
-			t.Fatalf("join=%v: must outbid the dead owner's epoch 7: %v (epoch %d) %v", join, d, d.Record.Epoch, err)
+		if err != nil || !w.members.IsLive(d.Owner) || d.Record.Epoch != dead+1 {
+			t.Fatalf("join=%v: must outbid the dead owner's epoch %d: %v (epoch %d) %v", join, dead, d, d.Record.Epoch, err)
 		}
 	}
 }

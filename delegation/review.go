@@ -117,7 +117,7 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	win, _ := answerOf(ranked, handTo)
 	nr := Record{
 		Subnet: s, Snapshot: e.d.Tree.ID(), Owner: win.Crawler, OwnerRTT: measured(win),
-		Probes: okOnly(ranked), Epoch: rec.Epoch + 1, DecidedBy: e.c.Self, At: e.now(),
+		Probes: okOnly(ranked), Epoch: NextEpoch(rec.Epoch, e.now()), DecidedBy: e.c.Self, At: e.now(),
 		Blocks: e.carryBlocks(rec.Blocks, win.Crawler),
 	}
 	pub, err := e.publish(ctx, nr) // (above a dead owner's record that wins)
@@ -138,7 +138,8 @@ func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 	win, _ := answerOf(ranked, to)
 	nr := rec
 	nr.Blocks = append(e.carryBlocks(rec.Blocks, rec.Owner), BlockDelegation{Host: ip, Owner: to, OwnerRTT: win.RTT})
-	nr.Probes, nr.Epoch, nr.DecidedBy, nr.At = okOnly(ranked), rec.Epoch+1, e.c.Self, e.now()
+	nr.Probes, nr.DecidedBy, nr.At = okOnly(ranked), e.c.Self, e.now()
+	nr.Epoch = NextEpoch(rec.Epoch, nr.At)
 	pub, err := e.publish(ctx, nr) // (above a dead owner's record that wins)
 	if err != nil {
 		return d, fmt.Errorf("delegation: publish subnet %d: %w", s, err)

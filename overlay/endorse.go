@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/record"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
@@ -86,6 +87,8 @@ func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d not in the hierarchy", rec.Subnet), nil
 	case time.Since(rec.At) > clockSkew || time.Until(rec.At) > clockSkew:
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("record time %v is not fresh", rec.At), nil
+	case rec.Epoch > delegation.EpochCeiling(rec.At):
+		return pb.Status_BAD_REQUEST, fmt.Sprintf("epoch %d is past its time's ceiling %d", rec.Epoch, delegation.EpochCeiling(rec.At)), nil
 	}
 	in := func(a netip.Addr) bool { return p.tree.Contains(rec.Subnet, a) }
 	if !p.probes.consistent(from, in, rec.OwnerRTT) {

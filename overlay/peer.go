@@ -828,7 +828,7 @@ func (p *Peer) runMaintenance(ctx context.Context) {
 					if len(live) == 0 {
 						live = nil
 					}
-					rec.Blocks, rec.Epoch = live, rec.Epoch+1
+					rec.Blocks, rec.Epoch = live, delegation.NextEpoch(rec.Epoch, time.Now())
 				}
 				val, err := p.republishValue(rec)
 				if err == nil {

@@ -115,7 +115,10 @@ func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
 		DecidedBy:  []byte(dec),
 		AtUnixNano: r.At.UnixNano(),
 	}
-	for _, p := range r.Probes {
+	for i, p := range r.Probes {
+		if slices.ContainsFunc(r.Probes[:i], func(q delegation.ProbeResult) bool { return q.Crawler == p.Crawler }) {
+			continue // one answer a crawler (fromPB refuses two): the first, the best ranked
+		}
 		id, err := peer.Decode(string(p.Crawler))
 		if err != nil {
 			return nil, fmt.Errorf("record probe crawler %q: %w", p.Crawler, err)
@@ -135,9 +138,15 @@ func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
 	return m, nil
 }
 
-// fromPB converts and checks the wire form (without signatures).
+// fromPB converts and checks the wire form (without signatures). Every
+// field it carries steers other peers' policies, so nothing is taken on
+// trust: fields this version does not know (bytes a signer's peers would
+// store and pass on unread) and a crawler probed twice are refused.
 func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
 	var r delegation.Record
+	if n := len(m.ProtoReflect().GetUnknown()); n > 0 {
+		return r, fmt.Errorf("%d bytes of fields this version does not know", n)
+	}
 	if len(m.Snapshot) != len(r.Snapshot) {
 		return r, fmt.Errorf("snapshot id has %d bytes, want %d", len(m.Snapshot), len(r.Snapshot))
 	}
@@ -173,7 +182,14 @@ func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
 		if p.RttNs < 0 || time.Duration(p.RttNs) > maxOwnerRTT {
 			return r, fmt.Errorf("probe %d rtt implausible", i)
 		}
-		r.Probes = append(r.Probes, delegation.ProbeResult{Crawler: delegation.CrawlerID(id.String()), RTT: time.Duration(p.RttNs), OK: p.Ok})
+		if len(p.ProtoReflect().GetUnknown()) > 0 {
+			return r, fmt.Errorf("probe %d: fields this version does not know", i)
+		}
+		c := delegation.CrawlerID(id.String())
+		if slices.ContainsFunc(r.Probes, func(q delegation.ProbeResult) bool { return q.Crawler == c }) {
+			return r, fmt.Errorf("probe %d: crawler %s probed twice", i, c)
+		}
+		r.Probes = append(r.Probes, delegation.ProbeResult{Crawler: c, RTT: time.Duration(p.RttNs), OK: p.Ok})
 	}
 	if len(m.Blocks) > delegation.MaxBlocks {
 		return r, fmt.Errorf("%d block delegations, limit %d", len(m.Blocks), delegation.MaxBlocks)
@@ -189,6 +205,9 @@ func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
 		}
 		if b.OwnerRttNs < 0 || time.Duration(b.OwnerRttNs) > maxOwnerRTT {
 			return r, fmt.Errorf("block %d owner rtt implausible", i)
+		}
+		if len(b.ProtoReflect().GetUnknown()) > 0 {
+			return r, fmt.Errorf("block %d: fields this version does not know", i)
 		}
 		bd := delegation.BlockDelegation{Host: host, Owner: delegation.CrawlerID(id.String()), OwnerRTT: time.Duration(b.OwnerRttNs)}
 		if bd.Owner == r.Owner {
@@ -244,6 +263,9 @@ func openRecord(value []byte) (delegation.Record, error) {
 	}
 	if !bytes.Equal(outer.PayloadType, decisionCodec) {
 		return zero, errors.New("decision envelope: wrong payload type")
+	}
+	if n := len(dp.ProtoReflect().GetUnknown()); n > 0 {
+		return zero, fmt.Errorf("decision: %d bytes of fields this version does not know", n)
 	}
 	var op ownerPayload
 	inner, err := record.ConsumeTypedEnvelope(dp.OwnerEnvelope, &op)
@@ -383,6 +405,11 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, [32
 	t := now()
 	if rec.At.After(t.Add(clockSkew)) {
 		return rec, sum, fmt.Errorf("micra validator: %s: record time %v is in the future", key, rec.At)
+	}
+	if c := delegation.EpochCeiling(rec.At); rec.Epoch > c {
+		// an epoch far ahead of its time would win over every honest
+		// successor (delegation.NextEpoch)
+		return rec, sum, fmt.Errorf("micra validator: %s: epoch %d is past its time's ceiling %d", key, rec.Epoch, c)
 	}
 	if v.MaxAge > 0 && rec.At.Before(t.Add(-v.MaxAge-clockSkew)) {
 		return rec, sum, fmt.Errorf("micra validator: %s: record from %v is older than %v", key, rec.At, v.MaxAge)
