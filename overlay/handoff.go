@@ -568,6 +568,16 @@ func (p *Peer) blockOwner(rec delegation.Record, ip netip.Addr) delegation.Crawl
 func (p *Peer) handleHandoff(s network.Stream) {
 	defer s.Close()
 	rt := p.cfg.RequestTimeout
+	if from := s.Conn().RemotePeer(); !p.isMember(from) {
+		// only members hand off: anyone else could fill this crawler's
+		// frontier and disk and steer its crawl. Refused before the
+		// message is read; an honest sender not heard of yet retries.
+		p.metrics.handoffsRefused.Inc()
+		st := newStream(s, maxHandoffMsg, rt)
+		_ = st.write(&pb.HandoffResponse{Version: wireVersion, Status: pb.Status_REFUSED,
+			Error: fmt.Sprintf("%s is not a live member of this network", shortID(from))})
+		return // (closed: the request is not read)
+	}
 	st := newIdleStream(s, maxHandoffMsg, rt, time.Now().Add(exchangeBudget(rt, maxHandoffMsg)))
 	var req pb.HandoffRequest
 	if err := st.read(&req); err != nil {
@@ -664,4 +674,17 @@ func urlBytes(urls []string) int {
 		n += len(u)
 	}
 	return n
+}
+
+// isMember reports whether id is a member this peer has heard from and not
+// declared dead (a peer never heard of is not one, however recently this
+// peer started).
+func (p *Peer) isMember(id peer.ID) bool {
+	if id == p.h.ID() {
+		return true
+	}
+	if _, known := p.members.Member(id); !known {
+		return false
+	}
+	return p.members.IsPeerLive(id)
 }

@@ -206,6 +206,7 @@ func rawHandoffStream(t *testing.T, p *Peer) (network.Stream, *bytes.Buffer, []*
 	t.Helper()
 	client := rawHost(t)
 	client.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
+	heardFrom(p, client.ID()) // only members hand off
 	batches := largeHandoff(2560, 1024)
 	var buf bytes.Buffer
 	if _, err := protodelim.MarshalTo(&buf, &pb.HandoffRequest{Version: wireVersion, BatchId: 9, Snapshot: p.snap[:], Batches: batches}); err != nil {

@@ -7,14 +7,14 @@ import (
 )
 
 type metrics struct {
-	dhtGet, dhtPut                                      prometheus.Histogram
-	probesSent, probesServed, endorsements, delegations prometheus.Counter
-	pagesRecovered, calibrationEvents                   prometheus.Counter
-	deaths                                              *prometheus.CounterVec // by reason: left, failed
-	gossipRejected                                      *prometheus.CounterVec // by topic and reason
-	learned, learnDropped                               prometheus.Counter
-	decisionAttempts                                    prometheus.Histogram
-	decisionInPlace, cachedRoutes                       prometheus.Counter
+	dhtGet, dhtPut                                                       prometheus.Histogram
+	probesSent, probesServed, endorsements, delegations, handoffsRefused prometheus.Counter
+	pagesRecovered, calibrationEvents                                    prometheus.Counter
+	deaths                                                               *prometheus.CounterVec // by reason: left, failed
+	gossipRejected                                                       *prometheus.CounterVec // by topic and reason
+	learned, learnDropped                                                prometheus.Counter
+	decisionAttempts                                                     prometheus.Histogram
+	decisionInPlace, cachedRoutes                                        prometheus.Counter
 }
 
 // newMetrics registers the overlay's metrics on reg (nil: unregistered),
@@ -29,6 +29,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		probesSent:        prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "probes_sent_total", Help: "Probe requests issued (one per crawler asked)."}),
 		probesServed:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "probes_served_total", Help: "Probe requests answered."}),
 		endorsements:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "endorsements_total", Help: "Owner countersignatures obtained."}),
+		handoffsRefused:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "handoffs_refused_total", Help: "Hand-off streams refused because their sender is not a live member."}),
 		delegations:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "delegations_total", Help: "Delegation decisions run by this peer."}),
 		pagesRecovered:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "pages_recovered_total", Help: "Page histories pulled from previous owners."}),
 		calibrationEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "calibration_events_total", Help: "Calibration events received."}),
@@ -47,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.pagesRecovered, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}
