@@ -71,8 +71,10 @@ type Peer struct {
 	prober  *Prober
 	handoff *handoffQueue
 	probes  probeLog
-	sink    HandoffSink
-	pages   PageHistory
+	// probeLimit bounds the probes each requester has this peer send
+	probeLimit probeLimiter
+	sink       HandoffSink
+	pages      PageHistory
 	// arriving counts the page recoveries running, by subnet and block
 	// (Arriving)
 	arrivingMu sync.Mutex

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 
 	"github.com/micra-crawler/micra/crawl/netguard"
 	"github.com/micra-crawler/micra/delegation"
@@ -209,7 +211,13 @@ func (p *Peer) handleProbe(s network.Stream) {
 		return
 	}
 	target, ok := netip.AddrFromSlice(req.Target)
+	from := s.Conn().RemotePeer()
 	switch {
+	case !p.isMember(from):
+		// a probe makes this peer send traffic: members only
+		resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("%s is not a live member of this network", shortID(from))
+	case !p.probeLimit.allow(from, time.Now()):
+		resp.Status, resp.Error = pb.Status_UNAVAILABLE, fmt.Sprintf("more than %d probes a second from %s", probeRate, shortID(from))
 	case !ok:
 		resp.Status, resp.Error = pb.Status_BAD_REQUEST, fmt.Sprintf("target of %d bytes is not an IP address", len(req.Target))
 	case req.Samples > 5:
@@ -218,6 +226,12 @@ func (p *Peer) handleProbe(s network.Stream) {
 		resp.Status, resp.Error = pb.Status_BAD_REQUEST, "port out of range"
 	case len(req.Url) > maxURLLen:
 		resp.Status, resp.Error = pb.Status_TOO_LARGE, "url too long"
+	case req.Port != 0 && req.Port != 80 && req.Port != 443 && req.Port != uint32(p.cfg.ProbePort):
+		// what every peer probes (its ProbePort, shared by a network's
+		// config, or HTTP's): not a port scanner for any port
+		resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("port %d is not one this network probes", req.Port)
+	case req.Url != "" && !probeURLAllowed(req.Url, target):
+		resp.Status, resp.Error = pb.Status_REFUSED, "a probe URL must be / or /robots.txt of the target address itself"
 	default:
 		timeout := min(time.Duration(req.TimeoutMs)*time.Millisecond, p.cfg.RequestTimeout)
 		if timeout <= 0 {
@@ -322,3 +336,50 @@ func (p *Peer) ProbeOne(ctx context.Context, c delegation.CrawlerID, t ProbeTarg
 
 var _ delegation.Prober = (*Prober)(nil)
 var _ = strconv.Itoa
+
+// probeURLAllowed: an HTTP probe asks for / or /robots.txt of the target
+// address itself, never a requester's host name or path (the prober would
+// carry someone else's request to a server).
+func probeURLAllowed(raw string, target netip.Addr) bool {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" || u.User != nil {
+		return false
+	}
+	h, err := netip.ParseAddr(u.Hostname())
+	if err != nil || h.Unmap() != target.Unmap() {
+		return false
+	}
+	return u.Path == "" || u.Path == "/" || u.Path == "/robots.txt"
+}
+
+// probeRate and probeBurst bound the probes one requester has this peer
+// send: a decision asks each candidate once, so honest deciders stay far
+// below, and a member cannot turn this peer into a fast scanner.
+const (
+	probeRate  = 100
+	probeBurst = 500
+)
+
+// probeLimiter is a token bucket per requester, forgotten when idle (the
+// table is cleared past maxProbeRequesters, which only lets a burst
+// through again).
+type probeLimiter struct {
+	mu sync.Mutex
+	m  map[peer.ID]*rate.Limiter
+}
+
+const maxProbeRequesters = 4096
+
+func (l *probeLimiter) allow(id peer.ID, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= maxProbeRequesters {
+		l.m = make(map[peer.ID]*rate.Limiter)
+	}
+	lim := l.m[id]
+	if lim == nil {
+		lim = rate.NewLimiter(probeRate, probeBurst)
+		l.m[id] = lim
+	}
+	return lim.AllowN(now, 1)
+}
