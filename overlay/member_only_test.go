@@ -2,12 +2,14 @@ package overlay
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
@@ -122,5 +124,47 @@ func TestProbeRateLimit(t *testing.T) {
 	}
 	if !l.allow(a, now.Add(time.Second/probeRate)) {
 		t.Fatal("the next token never came")
+	}
+}
+
+// A dead member is forgotten once silent for memberForget (issue 22: the
+// member table kept every identity ever announced), and a heartbeat of its
+// makes it a member again; a live one is kept however long. Time is the
+// sweep's.
+func TestDeadMembersForgotten(t *testing.T) {
+	self, gone, alive := newKeyed(t), newKeyed(t), newKeyed(t)
+	sid, _ := peer.Decode(string(self.id))
+	gid, _ := peer.Decode(string(gone.id))
+	aid, _ := peer.Decode(string(alive.id))
+	m := newMembers(sid, delegation.Crawler{ID: self.id}, 5*time.Second, slog.Default())
+	t0 := time.Now()
+	m.started = t0.Add(-time.Hour) // past the grace for peers never heard of
+	hb := func(seq uint64, at time.Time) *pb.Heartbeat {
+		return &pb.Heartbeat{Version: 1, Seq: seq, AtUnixNano: at.UnixNano(), StartUnixNano: t0.Add(-time.Minute).UnixNano(),
+			IntervalMs: 1000, Snapshot: make([]byte, 32)}
+	}
+	m.observe(gid, hb(1, t0), t0)
+	m.observe(aid, hb(1, t0), t0)
+	m.sweep(t0.Add(6 * time.Second))
+	if _, ok := m.Member(gid); !ok || m.IsLive(gone.id) {
+		t.Fatal("a member silent past the failure timeout is not kept as dead")
+	}
+	end := t0.Add(memberForget + time.Second)
+	for at := t0.Add(time.Second); !at.After(end); at = at.Add(time.Second) {
+		m.observe(aid, hb(uint64(at.Sub(t0)/time.Second)+1, at), at)
+	}
+	m.sweep(end)
+	if _, ok := m.Member(gid); ok {
+		t.Fatalf("a member dead for %v still in the table", memberForget)
+	}
+	if m.IsLive(gone.id) {
+		t.Fatal("a forgotten member is live")
+	}
+	if _, ok := m.Member(aid); !ok || !m.IsLive(alive.id) {
+		t.Fatal("a live member was forgotten")
+	}
+	m.observe(gid, hb(2, end), end)
+	if !m.IsLive(gone.id) {
+		t.Fatal("a forgotten member's new heartbeat does not make it a member again")
 	}
 }

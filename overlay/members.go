@@ -402,7 +402,12 @@ func (st *member) supersededBy(hb *pb.Heartbeat, timeout time.Duration) bool {
 	return hb.AtUnixNano > st.at && (hb.Seq > st.seq || hb.AtUnixNano-st.at >= int64(timeout))
 }
 
-// sweep declares dead every peer silent for longer than the timeout.
+// memberForget is how long a dead member stays in the table after its
+// last heartbeat: past twice the age at which its heartbeats are refused.
+const memberForget = 3 * clockSkew
+
+// sweep declares dead every peer silent for longer than the timeout, and
+// forgets those dead for memberForget.
 func (m *Members) sweep(now time.Time) {
 	var evs []MemberEvent
 	m.mu.Lock()
@@ -412,6 +417,16 @@ func (m *Members) sweep(now time.Time) {
 		if !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
 			st.dead, st.reason = true, ReasonFailed
 			evs = append(evs, MemberEvent{Peer: id, Dead: true, Reason: ReasonFailed, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
+		}
+	}
+	for id, st := range m.byID {
+		// a dead member silent this long is forgotten: the table would
+		// otherwise keep every identity ever announced (issue 22: 20,000
+		// from one connection). Heartbeats older than clockSkew are
+		// refused, so none of its can be replayed to revive it.
+		if st.dead && now.Sub(st.lastSeen) > memberForget {
+			delete(m.byID, id)
+			delete(m.byCID, delegation.CrawlerID(id.String()))
 		}
 	}
 	if len(evs) > 0 {
