@@ -26,7 +26,8 @@ type testnetOptions struct {
 	dir, policy, latency, hostDist, sites, rtt string
 	peers, hosts, pages, spare                 int
 	seed                                       uint64
-	capacity, wireScale                        float64
+	capacity, wireScale, killAt                float64
+	kill                                       int
 	sink, json                                 bool
 	show                                       int
 	experiment, report                         string
@@ -64,7 +65,14 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	if err != nil {
 		return cluster.Options{}, err
 	}
-	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr}
+	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr,
+		Kill: o.kill, KillAt: o.killAt}
+	if o.kill < 0 || o.kill > 0 && o.kill > o.peers-2 {
+		return c, fmt.Errorf("testnet: --kill %d: want 0 to %d (node 0 and the seeded node stay)", o.kill, max(0, o.peers-2))
+	}
+	if o.kill > 0 && (o.killAt <= 0 || o.killAt >= 1) {
+		return c, fmt.Errorf("testnet: --kill-at %v: want a fraction between 0 and 1", o.killAt)
+	}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
 	c.World.CapacityFactor, c.World.WireScale = o.capacity, o.wireScale
 	if o.wireScale < 0 {
@@ -132,6 +140,8 @@ Traffic between the nodes themselves is not delayed.`,
 	runCmd.Flags().StringVar(&run.report, "report", "", "with --experiment: the report's directory (SVG figures, index.html, experiment.json; default DIR/report)")
 	runCmd.Flags().IntVar(&run.show, "show", 3, "then show this many records of a subscription and a search at the sink (0: none)")
 	runCmd.Flags().DurationVar(&run.timeout, "timeout", 10*time.Minute, "give up on a crawl after this long")
+	runCmd.Flags().IntVar(&run.kill, "kill", 0, "crash faults: SIGKILL this many crawler nodes mid-crawl (never node 0, the bootstrap, nor the seeded node)")
+	runCmd.Flags().Float64Var(&run.killAt, "kill-at", 0.3, "with --kill: when this fraction of the web's pages has been fetched")
 
 	st := &testnetOptions{}
 	statusCmd := &cobra.Command{
@@ -313,7 +323,10 @@ func printResult(w io.Writer, r *cluster.Result) {
 	if len(r.SeedsRejected) > 0 {
 		fmt.Fprintf(tw, "seeds rejected\t%d (e.g. %s)\n", len(r.SeedsRejected), r.SeedsRejected[0])
 	}
-	fmt.Fprintf(tw, "overlap at the sink\t%d records; %d pages fetched twice at the web\n", r.Overlap, r.DuplicateFetches)
+	if len(r.Killed) > 0 {
+		fmt.Fprintf(tw, "crash faults\tnodes %v SIGKILLed with %d pages fetched\n", r.Killed, r.KilledAtPages)
+	}
+	fmt.Fprintf(tw, "overlap at the sink\t%d records; %d pages fetched twice at the web (%.1f %% of the pages)\n", r.Overlap, r.DuplicateFetches, 100*float64(r.DuplicateFetches)/float64(max(1, r.Pages)))
 	fmt.Fprintf(tw, "hosts at their nearest crawler\t%.1f %% (mean excess RTT %.1f ms; simulator, same world: %.1f %%)\n", r.OptimalPct, r.ExcessRTTMs, r.SimOptimalPct)
 	fmt.Fprintf(tw, "probes per host\t%.2f (%d probes; simulator: %.2f per URL)\n", r.ProbesPerHost, r.Probes, r.SimProbesPerURL)
 	fmt.Fprintf(tw, "busiest crawler\t%.0f %% of its capacity (%d crawlers above theirs)\n", r.MaxLoadPct, r.OverCapacity)

@@ -49,6 +49,14 @@ type Options struct {
 	Web synthweb.Config
 	// NodeArgs are extra flags for every `micra node`.
 	NodeArgs []string
+	// Kill is how many crawler nodes a crawl SIGKILLs once KillAt (a
+	// fraction, default 0.3) of the web's pages have been fetched: crash
+	// faults, measured at the sink (coverage, overlap) and the web (pages
+	// fetched twice). Nodes 1, 2, …
+	// are killed: node 0 (every node's bootstrap peer) and the seeded
+	// node are not.
+	Kill   int
+	KillAt float64
 	// Tree is the hierarchy the world is placed on (nil: the embedded one).
 	Tree *hierarchy.Tree
 	// Log receives one line per step (nil: discarded).
@@ -58,6 +66,9 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.Peers <= 0 {
 		o.Peers = 12
+	}
+	if o.KillAt <= 0 {
+		o.KillAt = 0.3
 	}
 	if o.Policy == "" {
 		o.Policy = "micra"
@@ -127,9 +138,10 @@ type Testnet struct {
 	World *emu.World
 	State State
 
-	sink  *proc
-	nodes []*proc
-	down  sync.Once
+	sink   *proc
+	nodes  []*proc
+	killed map[int]bool // nodes a crawl SIGKILLed (by index)
+	down   sync.Once
 }
 
 // StateFile is the path of a testnet directory's State.
@@ -367,9 +379,9 @@ func (t *Testnet) Down() error {
 	t.down.Do(func() {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for _, p := range t.nodes {
-			if p == nil {
-				continue
+		for i, p := range t.nodes {
+			if p == nil || t.killed[i] {
+				continue // (a node the crawl killed on purpose)
 			}
 			wg.Go(func() {
 				if err := p.stop(30 * time.Second); err != nil {

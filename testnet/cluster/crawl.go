@@ -80,6 +80,10 @@ type Result struct {
 	// SeedsRejected are the seeds the seeded node could not route, with
 	// the reason (URL: reason).
 	SeedsRejected []string `json:"seeds_rejected,omitempty"`
+	// Killed lists the nodes SIGKILLed mid-crawl (Options.Kill) and
+	// KilledAtPages the distinct pages fetched then.
+	Killed        []int `json:"killed,omitempty"`
+	KilledAtPages int64 `json:"killed_at_pages,omitempty"`
 
 	// NodePeakRSSMB is the largest peak resident set (VmHWM) of any node
 	// process, SinkPeakRSSMB the sink's, read when the crawl is complete.
@@ -121,12 +125,22 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	total := t.Web.TotalPages()
 	complete := false
 	var stable int
+	var killed []int
+	var killedAt int64
 	for {
 		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
 		if st, err := t.sinkClient().Status(ctx); err == nil {
 			p.AtSink = st.Counts.Pages
 		}
+		if t.o.Kill > 0 && killed == nil && float64(p.Fetched) >= t.o.KillAt*float64(total) {
+			// by pages fetched: the sink's count moves a carrier at a time
+			killed, killedAt = t.killNodes(last.Index), p.Fetched
+			fmt.Fprintf(t.o.Log, "killed nodes %v (SIGKILL) with %d of %d pages fetched, %d at the sink\n", killed, p.Fetched, total, p.AtSink)
+		}
 		for _, n := range t.State.Nodes {
+			if t.killed[n.Index] {
+				continue
+			}
 			if ns, err := t.control(n).Status(ctx); err == nil && ns.CaughtUp {
 				p.CaughtUp++
 			}
@@ -134,7 +148,7 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		if progress != nil {
 			progress(p)
 		}
-		if p.Fetched > 0 && p.AtSink >= p.Fetched && p.CaughtUp == len(t.State.Nodes) {
+		if p.Fetched > 0 && p.AtSink >= p.Fetched && p.CaughtUp == len(t.State.Nodes)-len(killed) {
 			// twice in a row: a hand-off in flight between two looks
 			// makes a node busy again
 			if stable++; stable >= 2 {
@@ -156,7 +170,30 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		return nil, err
 	}
 	r.Complete, r.SeedsRejected = complete, rejected
+	r.Killed, r.KilledAtPages = killed, killedAt
 	return r, nil
+}
+
+// killNodes SIGKILLs Options.Kill crawler nodes, 1, 2, … skipping node 0
+// (the bootstrap peer) and keep (the seeded node), and returns their
+// indexes.
+func (t *Testnet) killNodes(keep int) []int {
+	out := []int{}
+	if t.killed == nil {
+		t.killed = map[int]bool{}
+	}
+	for i := 1; i < len(t.nodes) && len(out) < t.o.Kill; i++ {
+		if i == keep {
+			continue
+		}
+		if err := t.nodes[i].cmd.Process.Kill(); err != nil {
+			fmt.Fprintf(t.o.Log, "kill node %d: %v\n", i, err)
+			continue
+		}
+		t.killed[i] = true
+		out = append(out, i)
+	}
+	return out
 }
 
 // Simulate fills r's simulator figures: `micra sim` on this testnet's
@@ -301,6 +338,9 @@ func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
 		r.ExcessRTTMs = float64(excess.Microseconds()) / 1000 / float64(len(hostOwner))
 	}
 	for _, n := range t.State.Nodes {
+		if t.killed[n.Index] {
+			continue // its counters died with it
+		}
 		m, err := scrapeCounters(ctx, n.API+"/metrics", "micra_overlay_probes_sent_total", "micra_outbox_carrier_bytes_total")
 		if err != nil {
 			return nil, fmt.Errorf("node %d metrics: %w", n.Index, err)
