@@ -108,21 +108,21 @@ func TestProbeScansNothing(t *testing.T) {
 
 // A requester gets probeBurst probes at once, then probeRate a second.
 func TestProbeRateLimit(t *testing.T) {
-	var l probeLimiter
+	var l peerLimiter
 	now := time.Unix(1_700_000_000, 0)
 	a, b := peer.ID("a"), peer.ID("b")
 	for i := range probeBurst {
-		if !l.allow(a, now) {
+		if !l.allow(a, probeRate, probeBurst, now) {
 			t.Fatalf("probe %d of a burst refused", i)
 		}
 	}
-	if l.allow(a, now) {
+	if l.allow(a, probeRate, probeBurst, now) {
 		t.Fatal("a probe past the burst allowed at the same instant")
 	}
-	if !l.allow(b, now) {
+	if !l.allow(b, probeRate, probeBurst, now) {
 		t.Fatal("another requester limited by the first")
 	}
-	if !l.allow(a, now.Add(time.Second/probeRate)) {
+	if !l.allow(a, probeRate, probeBurst, now.Add(time.Second/probeRate)) {
 		t.Fatal("the next token never came")
 	}
 }
@@ -167,4 +167,42 @@ func TestDeadMembersForgotten(t *testing.T) {
 	if !m.IsLive(gone.id) {
 		t.Fatal("a forgotten member's new heartbeat does not make it a member again")
 	}
+}
+
+// A member's flood of slow-page events (each empties a record from every
+// peer's cache) is applied up to the author's burst and rate, the rest
+// ignored and counted (issue 22: one member's flood emptied every cache).
+func TestCalibrationFloodBounded(t *testing.T) {
+	tn := newTestNet(t, 2, nil)
+	a, b := tn.peers[0], tn.peers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := counterValue(t, a.metrics.calibrationEvents)
+	start := time.Now()
+	const flood = 3 * calibrationBurst
+	for i := range flood {
+		b.Announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_RELEASED, Subnet: uint32(10 + i)})
+		time.Sleep(3 * time.Millisecond) // (gossipsub's queues drop a burst of hundreds)
+	}
+	limited := func() float64 {
+		return counterValue(t, a.metrics.gossipRejected.WithLabelValues(TopicCalibration, "rate_limited"))
+	}
+	// until the counts stop moving for half a second
+	last, still := -1.0, time.Now()
+	waitFor(t, 20*time.Second, func() bool {
+		n := counterValue(t, a.metrics.calibrationEvents) + limited()
+		if n != last {
+			last, still = n, time.Now()
+		}
+		return n-before > calibrationBurst && time.Since(still) > 500*time.Millisecond
+	})
+	took := time.Since(start)
+	applied := counterValue(t, a.metrics.calibrationEvents) - before
+	if max := calibrationBurst + calibrationRate*took.Seconds() + 1; applied > max {
+		t.Fatalf("%v of %d events applied in %v, want at most %.0f (burst %d, %d a second)", applied, flood, took, max, calibrationBurst, calibrationRate)
+	}
+	if limited() < flood/2 {
+		t.Fatalf("%v events counted as rate-limited of %d sent, %v applied: the flood did not arrive", limited(), flood, applied)
+	}
+	t.Logf("%v of %d applied in %v, %v ignored", applied, flood, took.Round(time.Millisecond), limited())
 }

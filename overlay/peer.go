@@ -71,10 +71,12 @@ type Peer struct {
 	prober  *Prober
 	handoff *handoffQueue
 	probes  probeLog
-	// probeLimit bounds the probes each requester has this peer send
-	probeLimit probeLimiter
-	sink       HandoffSink
-	pages      PageHistory
+	// probeLimit bounds the probes each requester has this peer send;
+	// calLimit the cache-emptying calibration events each author has this
+	// peer apply
+	probeLimit, calLimit peerLimiter
+	sink                 HandoffSink
+	pages                PageHistory
 	// arriving counts the page recoveries running, by subnet and block
 	// (Arriving)
 	arrivingMu sync.Mutex
@@ -622,6 +624,15 @@ func (p *Peer) OnCalibration(fn func(CalibrationNotice)) {
 	p.hookMu.Unlock()
 }
 
+// calibrationRate and calibrationBurst bound the slow-page and release
+// events one author has this peer apply: a crawler reports a subnet at
+// most once in 10 minutes (node's calibrationCooldown), so even one with
+// thousands of subnets stays far below.
+const (
+	calibrationRate  = 20
+	calibrationBurst = 200
+)
+
 type calData struct {
 	ev  *pb.CalibrationEvent
 	rec *delegation.Record
@@ -643,6 +654,12 @@ func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.
 	}
 	if !p.members.IsPeerLive(author) {
 		return pubsub.ValidationIgnore // not (or no longer) a member
+	}
+	if ev.Kind != pb.CalibrationKind_DELEGATED && author != p.h.ID() && !p.calLimit.allow(author, calibrationRate, calibrationBurst, time.Now()) {
+		// each such event empties a record from every peer's cache: one
+		// member's flood would empty them all (issue 22)
+		p.metrics.gossipRejected.WithLabelValues(TopicCalibration, "rate_limited").Inc()
+		return pubsub.ValidationIgnore
 	}
 	cd := &calData{ev: ev}
 	if ev.Kind == pb.CalibrationKind_DELEGATED {

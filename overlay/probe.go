@@ -216,7 +216,7 @@ func (p *Peer) handleProbe(s network.Stream) {
 	case !p.isMember(from):
 		// a probe makes this peer send traffic: members only
 		resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("%s is not a live member of this network", shortID(from))
-	case !p.probeLimit.allow(from, time.Now()):
+	case !p.probeLimit.allow(from, probeRate, probeBurst, time.Now()):
 		resp.Status, resp.Error = pb.Status_UNAVAILABLE, fmt.Sprintf("more than %d probes a second from %s", probeRate, shortID(from))
 	case !ok:
 		resp.Status, resp.Error = pb.Status_BAD_REQUEST, fmt.Sprintf("target of %d bytes is not an IP address", len(req.Target))
@@ -360,25 +360,26 @@ const (
 	probeBurst = 500
 )
 
-// probeLimiter is a token bucket per requester, forgotten when idle (the
-// table is cleared past maxProbeRequesters, which only lets a burst
-// through again).
-type probeLimiter struct {
+// peerLimiter is a token bucket per peer (a probe's requester, a
+// calibration event's author). The table is cleared past maxLimitedPeers,
+// which only lets each peer's burst through again.
+type peerLimiter struct {
 	mu sync.Mutex
 	m  map[peer.ID]*rate.Limiter
 }
 
-const maxProbeRequesters = 4096
+const maxLimitedPeers = 4096
 
-func (l *probeLimiter) allow(id peer.ID, now time.Time) bool {
+// allow takes a token of id's bucket (every r a second, burst b) at now.
+func (l *peerLimiter) allow(id peer.ID, r float64, b int, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.m == nil || len(l.m) >= maxProbeRequesters {
+	if l.m == nil || len(l.m) >= maxLimitedPeers {
 		l.m = make(map[peer.ID]*rate.Limiter)
 	}
 	lim := l.m[id]
 	if lim == nil {
-		lim = rate.NewLimiter(probeRate, probeBurst)
+		lim = rate.NewLimiter(rate.Limit(r), b)
 		l.m[id] = lim
 	}
 	return lim.AllowN(now, 1)
