@@ -103,15 +103,19 @@ type Config struct {
 // DefaultConfig is a volunteer's crawler node: overlay.DefaultConfig, the
 // engine's defaults, IPMicra delegation.
 func DefaultConfig() Config {
-	return Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "micra",
+	c := Config{Crawler: true, Overlay: overlay.DefaultConfig(), Policy: "micra",
 		Balance: delegation.BalanceSecondBest, BalanceHold: defaultBalanceHold}
+	// a volunteer's node on the Internet: peers' private and loopback
+	// addresses are neither kept nor dialled (the private_peers setting)
+	c.Overlay.PublicDHTFilters = true
+	return c
 }
 
 // TestnetConfig is a crawler node for in-process loopback networks:
 // overlay.TestnetConfig and a fetcher allowed to reach loopback hosts.
 func TestnetConfig() Config {
 	c := DefaultConfig()
-	c.Overlay = overlay.TestnetConfig()
+	c.Overlay = overlay.TestnetConfig() // (peers on loopback: no public filters)
 	// A node has a data directory: its hand-off spool is the durable one,
 	// without an fsync per commit (a testnet does not lose power).
 	c.Overlay.HandoffInMemory = false
@@ -216,23 +220,25 @@ func (c *Config) overlayDefaults(oc *overlay.Config) {
 // carriers, seeds_file: a new path field joins them in resolvePaths) are
 // relative to the file's directory.
 type File struct {
-	DataDir     string   `json:"data_dir"`
-	Crawler     *bool    `json:"crawler,omitempty"` // default true
-	Testnet     bool     `json:"testnet,omitempty"` // start from TestnetConfig (loopback)
-	Listen      []string `json:"listen,omitempty"`
-	Bootstrap   []string `json:"bootstrap,omitempty"`
-	KeyFile     string   `json:"key_file,omitempty"`
-	PSKFile     string   `json:"psk_file,omitempty"`
-	CrawlerAddr string   `json:"crawler_addr,omitempty"`
-	Capacity    int      `json:"capacity,omitempty"`
-	Policy      string   `json:"policy,omitempty"`
-	Balance     string   `json:"balance,omitempty"` // off, release, second-best (default)
-	BalanceHold string   `json:"balance_hold,omitempty"`
-	Hierarchy   string   `json:"hierarchy,omitempty"`
-	Metrics     string   `json:"metrics,omitempty"`
-	API         string   `json:"api,omitempty"`          // control API host:port (default 127.0.0.1:0; "off")
-	Pprof       bool     `json:"pprof,omitempty"`        // /debug/pprof/ on the control API
-	MemoryLimit string   `json:"memory_limit,omitempty"` // soft limit of the runtime's memory ("96MiB", "off")
+	DataDir string `json:"data_dir"`
+	Crawler *bool  `json:"crawler,omitempty"` // default true
+	Testnet bool   `json:"testnet,omitempty"` // start from TestnetConfig (loopback)
+	// PrivatePeers keeps peers' private addresses (overlay.Config.PublicDHTFilters off)
+	PrivatePeers bool     `json:"private_peers,omitempty"`
+	Listen       []string `json:"listen,omitempty"`
+	Bootstrap    []string `json:"bootstrap,omitempty"`
+	KeyFile      string   `json:"key_file,omitempty"`
+	PSKFile      string   `json:"psk_file,omitempty"`
+	CrawlerAddr  string   `json:"crawler_addr,omitempty"`
+	Capacity     int      `json:"capacity,omitempty"`
+	Policy       string   `json:"policy,omitempty"`
+	Balance      string   `json:"balance,omitempty"` // off, release, second-best (default)
+	BalanceHold  string   `json:"balance_hold,omitempty"`
+	Hierarchy    string   `json:"hierarchy,omitempty"`
+	Metrics      string   `json:"metrics,omitempty"`
+	API          string   `json:"api,omitempty"`          // control API host:port (default 127.0.0.1:0; "off")
+	Pprof        bool     `json:"pprof,omitempty"`        // /debug/pprof/ on the control API
+	MemoryLimit  string   `json:"memory_limit,omitempty"` // soft limit of the runtime's memory ("96MiB", "off")
 
 	Seeds        []string `json:"seeds,omitempty"`
 	SeedsFile    string   `json:"seeds_file,omitempty"`   // one URL a line, added to Seeds
@@ -370,6 +376,9 @@ func (f File) Config() (Config, error) {
 	c.Crawl.Concurrency = f.Concurrency
 	c.Crawl.Fetch.PerIPLimit = f.PerIP
 	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)
+	if f.PrivatePeers {
+		c.Overlay.PublicDHTFilters = false
+	}
 	dur("balance_hold", f.BalanceHold, &c.BalanceHold)
 	if f.MaxDepth != 0 {
 		// on the default scope: a scope with only MaxDepth set would turn

@@ -290,3 +290,21 @@ func TestBalanceSetting(t *testing.T) {
 		t.Fatalf("balance fair: %v", err)
 	}
 }
+
+// A volunteer's node keeps only peers' public addresses; a testnet, or a
+// network on a LAN (private_peers), keeps private ones too.
+func TestPrivatePeersSetting(t *testing.T) {
+	if !DefaultConfig().Overlay.PublicDHTFilters || TestnetConfig().Overlay.PublicDHTFilters {
+		t.Fatal("public address filters: want on by default, off on a testnet")
+	}
+	c, err := Parse([]byte(`{"data_dir": "d", "private_peers": true}`))
+	if err != nil || c.Overlay.PublicDHTFilters {
+		t.Fatalf("private_peers = true: filters %v, %v", c.Overlay.PublicDHTFilters, err)
+	}
+	if c, err = Parse([]byte(`{"data_dir": "d"}`)); err != nil || !c.Overlay.PublicDHTFilters {
+		t.Fatalf("default: filters %v, %v", c.Overlay.PublicDHTFilters, err)
+	}
+	if c, err = Parse([]byte(`{"data_dir": "d", "testnet": true}`)); err != nil || c.Overlay.PublicDHTFilters {
+		t.Fatalf("testnet: filters %v, %v", c.Overlay.PublicDHTFilters, err)
+	}
+}

@@ -99,6 +99,8 @@ var Settings = []Setting{
 		Meaning: "pages per day this crawler offers, advertised to the others"},
 	{Key: "policy", Group: "overlay", Type: "string", Default: `"micra"`, Example: `"ipmicra"`, check: checkPolicy,
 		Meaning: "delegation policy: micra (fewest probes for the same accuracy), ipmicra (the paper's), hash, random, optimal (probes every crawler: for experiments)"},
+	{Key: "private_peers", Group: "overlay", Type: "bool", Default: `false`, Example: `true`,
+		Meaning: "keep peers' private and loopback addresses (a network on a LAN); false: only public ones go into the DHT and are dialled, so no member can aim this node at its own network's services (testnet: true)"},
 	{Key: "balance", Group: "overlay", Type: "string", Default: `"second-best"`, Example: `"off"`, check: checkBalance,
 		Meaning: "when the nearest crawler is full: off, release (give the subnet up) or second-best"},
 	{Key: "balance_hold", Group: "overlay", Type: "duration", Default: `"10m"`, Example: `"1h"`, check: checkDuration,
