@@ -3,7 +3,7 @@
 // POST /v1/seeds.
 "use strict";
 (() => {
-  const { $, el, short, num, ago, colour, assign, rows, poll } = micra;
+  const { $, el, short, num, ago, colour, assign, rows, live } = micra;
   // kv fills a two-column table: a heading and its value (text or a node)
   const kv = (tbody, pairs) => tbody.replaceChildren(...pairs.filter((p) => p).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
@@ -100,5 +100,5 @@
     }
   });
 
-  poll("/console/node.json", 2000, render);
+  live("node", 2000, render);
 })();
