@@ -1,6 +1,7 @@
 // The node page: /console/node.json every 2 s (the control API's /v1/id,
-// /v1/status, /v1/peers and /v1/owners?mine=1 answers), seeds through
-// POST /v1/seeds.
+// /v1/status, /v1/peers and /v1/owners?mine=1 answers) by Server-Sent
+// Events or polling; seeds through POST /v1/seeds, pause and resume
+// through POST /v1/pause and /v1/resume.
 "use strict";
 (() => {
   const { $, el, short, num, ago, colour, assign, rows, live } = micra;
@@ -8,7 +9,7 @@
   const kv = (tbody, pairs) => tbody.replaceChildren(...pairs.filter((p) => p).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
   const samples = [[], [], []]; // time (s), pages/s, frontier queued
-  let last = null, plot = null;
+  let last = null, plot = null, paused = null;
 
   const chart = () => {
     const box = $("#chart");
@@ -43,7 +44,15 @@
     if (c) last = { at, pages: c.pages_fetched };
     const sink = k ? (k.addr ? el("span", {}, el("span", { class: k.connected ? "ok" : "warn", text: k.connected ? "connected " : "not connected " }), el("code", { text: k.addr })) :
       (k.carriers_dir ? "carriers to files: " + k.carriers_dir : el("span", { class: "warn", text: "none announced yet: carriers wait in the outbox" }))) : "–";
+    paused = !!s.paused;
+    if (c) {
+      $("#crawlctl").hidden = false;
+      $("#pausebtn").textContent = paused ? "Resume crawling" : "Pause crawling";
+      $("#pausebtn").className = paused ? "" : "pause";
+    }
     kv($("#progress"), [
+      c && ["crawling", el("span", { id: "crawlstate", class: paused ? "paused" : "ok",
+        text: paused ? `paused since ${new Date(s.paused_since).toLocaleTimeString()} (${ago(s.paused_since)}): no new fetches, queued URLs kept` : "running" })],
       ["caught up", el("span", { class: s.caught_up ? "ok" : "warn", text: s.caught_up ? "yes" : "no", id: "caughtup" })],
       ["members", `${num(s.members_live)} live (${num(s.crawlers_live)} crawlers), ${num(s.peers_connected)} connections`],
       ["owns", `${num(s.subnets_owned)} subnets, ${num(s.blocks_owned)} blocks`],
@@ -97,6 +106,30 @@
       rows($("#seedres"), [e.message], (m) => [el("span", { class: "err", text: m })]);
     } finally {
       $("#seedbtn").disabled = false;
+    }
+  });
+
+  // pause or resume the crawl (POST /v1/pause, /v1/resume); the answer
+  // shows at once, the next update confirms it
+  $("#pausebtn").addEventListener("click", async () => {
+    const btn = $("#pausebtn");
+    btn.disabled = true;
+    try {
+      const r = await fetch(paused ? "/v1/resume" : "/v1/pause", { method: "POST" });
+      const a = await r.json();
+      if (!r.ok || a.error) throw new Error(a.error || `${r.status}`);
+      paused = a.paused;
+      btn.textContent = paused ? "Resume crawling" : "Pause crawling";
+      btn.className = paused ? "" : "pause";
+      $("#pausemsg").className = "muted";
+      $("#pausemsg").textContent = (paused ? `paused: fetches in flight finish, ${num(a.queued)} URLs stay queued` : `resumed: ${num(a.queued)} URLs queued`) +
+        (a.warning ? " — " + a.warning : "");
+      $("#pausemsg").dataset.state = paused ? "paused" : "running";
+    } catch (e) {
+      $("#pausemsg").className = "err";
+      $("#pausemsg").textContent = e.message;
+    } finally {
+      btn.disabled = false;
     }
   });
 

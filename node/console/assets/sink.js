@@ -8,6 +8,8 @@
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
   const pct = (a, b) => (b > 0 ? (100 * a / b).toFixed(1) + " %" : "–");
   const span = (s) => (s < 60 ? s + " s" : s < 3600 ? s / 60 + " min" : s / 3600 + " h");
+  // a rate with two significant digits below 10 (0.0067, 2.4), whole above
+  const rateNum = (x) => (x === 0 ? 0 : x < 10 ? Number(x.toPrecision(2)) : Math.round(x));
   const samples = [[], [], []]; // time (s), records/s, index backlog
   let last = null, plot = null;
 
@@ -25,7 +27,7 @@
 
   const render = (v) => {
     const c = v.counts, at = Date.parse(v.at) / 1000;
-    rows($("#ingest"), v.ingest || [], (r) => [span(r.window_s), r.records, Number(r.per_s.toFixed(1))]);
+    rows($("#ingest"), v.ingest || [], (r) => [span(r.window_s), r.records, rateNum(r.per_s)]);
     kv($("#log"), [
       ["head", el("span", { id: "head", text: num(v.head) })],
       ["start", num(v.start) + (v.start > 1 ? " (older records dropped by retention)" : "")],
@@ -40,7 +42,7 @@
     last = { at, head: v.head };
     samples[0].push(at); samples[1].push(rate); samples[2].push(v.index_backlog == null ? null : v.index_backlog);
     if (samples[0].length > 300) samples.forEach((a) => a.shift());
-    if (!plot) chart(); else plot.setData(samples);
+    if (plot) plot.setData(samples); else if (samples[0].length > 1) chart(); // (one point draws no line)
     $("#rate").textContent = rate == null ? "" : `now ${rate.toFixed(1)}`;
     if (v.search_indexed != null) {
       const bar = el("progress", { max: String(Math.max(1, v.head)), value: String(v.search_indexed) });
