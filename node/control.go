@@ -325,6 +325,7 @@ type CrawlStatus struct {
 	Requests       int64            `json:"requests"`      // HTTP fetch attempts
 	PagesFetched   int64            `json:"pages_fetched"` // pages with a body
 	NotModified    int64            `json:"not_modified"`  // revisits answered 304
+	BytesFetched   int64            `json:"bytes_fetched"` // body bytes received on the wire (compressed as sent)
 	Errors         int64            `json:"errors"`        // failed visits
 	ErrorsByReason map[string]int64 `json:"errors_by_reason,omitempty"`
 	HandedOff      int64            `json:"urls_handed_off"` // discovered URLs handed to their owners
@@ -398,7 +399,7 @@ func (n *Node) Status() StatusInfo {
 		}
 	}
 	s.Frontier = f
-	s.Crawl = &CrawlStatus{Requests: st.Requests, PagesFetched: st.Fetched, NotModified: st.NotModified, Errors: st.Errors,
+	s.Crawl = &CrawlStatus{Requests: st.Requests, PagesFetched: st.Fetched, NotModified: st.NotModified, BytesFetched: st.WireBytes, Errors: st.Errors,
 		ErrorsByReason: st.ByReason, HandedOff: st.HandedOff, Withdrawn: st.Withdrawn}
 	s.Outbox = &OutboxStatus{PendingRecords: st.PendingRecords, PendingCarriers: st.PendingCarriers,
 		CarriersSealed: st.CarriersSealed, CarriersDelivered: st.CarriersDelivered, DeliveryErrors: st.DeliveryErrors}

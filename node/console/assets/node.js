@@ -8,6 +8,8 @@
   // kv fills a two-column table: a heading and its value (text or a node)
   const kv = (tbody, pairs) => tbody.replaceChildren(...pairs.filter((p) => p).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
+  const bytes = (n) => (n == null ? "–" : n < 1024 ? n + " B" : n < 1 << 20 ? (n / 1024).toFixed(1) + " KiB" :
+    n < 1 << 30 ? (n / 1048576).toFixed(1) + " MiB" : (n / 1073741824).toFixed(2) + " GiB");
   const samples = [[], [], []]; // time (s), pages/s, frontier queued
   let last = null, plot = null, paused = null;
 
@@ -57,6 +59,7 @@
       ["members", `${num(s.members_live)} live (${num(s.crawlers_live)} crawlers), ${num(s.peers_connected)} connections`],
       ["owns", `${num(s.subnets_owned)} subnets, ${num(s.blocks_owned)} blocks`],
       c && ["pages", el("span", { id: "pages", text: `${num(c.pages_fetched)} fetched, ${num(c.not_modified)} not modified, ${num(c.errors)} errors` })],
+      c && ["bytes", bytes(c.bytes_fetched) + " received"],
       c && ["rate", rate == null ? "…" : rate.toFixed(1) + " pages/s"],
       f && ["frontier", el("span", { id: "frontier", text: `${num(f.queued)} queued, ${num(f.seen)} seen, ${num(f.active_hosts)} hosts active, ${num(f.ready_hosts)} ready; ${num(f.revisits_scheduled)} revisits` })],
       o && ["outbox", `${num(o.pending_records)} records, ${num(o.pending_carriers)} carriers pending; ${num(o.carriers_delivered)} delivered, ${num(o.delivery_errors)} errors`],
