@@ -1,15 +1,18 @@
-// Package console is the node's web console: a node page (identity, peers,
-// subnets owned, crawl progress, add seeds) and a network page (a world
-// map of the crawlers and the subnets each crawls), served by the node's
-// local control API under /console/ behind the API's own guards
-// (loopback hosts only, no cross-origin POST). docs/console.md.
+// Package console is micra's web console: a node page (identity, peers,
+// subnets owned, crawl progress, add seeds, pause/resume) and a network
+// page (a world map of the crawlers and the subnets each crawls), served by
+// the node's local control API under /console/ behind the API's own guards
+// (loopback hosts only, no cross-origin POST); and a sink page (ingest,
+// log, index, search, readers) served by the index sink's HTTP API.
+// docs/console.md.
 //
 // The pages are static files embedded in the binary (assets/, with the
 // vendored libraries in assets/vendor: `make console-assets`); they read
 // the JSON this package serves beside them (/console/node.json,
-// /console/network.json), which the node composes from its control API's
-// own answers (Views), and add seeds through POST /v1/seeds. Nothing runs
-// while no page is open: the pages poll.
+// /console/network.json, /console/sink.json), which the server composes
+// from its own API's answers (Views), pushed as Server-Sent Events
+// (/console/PAGE.events) or polled; the node page adds seeds and pauses
+// the crawl through the control API. Nothing runs while no page is open.
 package console
 
 import (
