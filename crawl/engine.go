@@ -148,6 +148,7 @@ type Engine struct {
 	parked parkHeap // hosts resting (delay, 429/503 back-off), held until then
 
 	idleWorkers atomic.Int32
+	pause       pauseGate // Pause, Resume (pause.go)
 
 	robotsRetry retryCounter // per host: refusals for an unreachable robots.txt
 	robotsDown  sync.Map     // host → time.Time: its URLs are given up at once until then (robots.txt still down)
@@ -592,7 +593,7 @@ func (e *Engine) seedFiles(ctx context.Context) error {
 // worker takes one host at a time and crawls it breadth-first until its
 // queue is empty (UbiCrawler), then takes the next.
 func (e *Engine) worker(ctx context.Context) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && e.waitResumed(ctx) {
 		host, ok := e.takeParked()
 		if ok {
 			// Read the queue from its head again: the item that was refused is still there.
@@ -854,9 +855,12 @@ func (h *parkHeap) Pop() any {
 	return x
 }
 
-// waitWindow blocks while the crawler is outside its time windows; it
-// reports false when ctx ended.
+// waitWindow blocks while the crawl is paused or outside its time
+// windows; it reports false when ctx ended.
 func (e *Engine) waitWindow(ctx context.Context) bool {
+	if !e.waitResumed(ctx) { // (pause.go)
+		return false
+	}
 	for {
 		now := time.Now()
 		next := e.cfg.Windows.NextOpen(now)

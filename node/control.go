@@ -172,6 +172,8 @@ func (n *Node) controlHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/owners", n.serveOwners)
 	mux.HandleFunc("POST /v1/seeds", n.serveSeeds)
+	mux.HandleFunc("POST /v1/pause", n.servePause)
+	mux.HandleFunc("POST /v1/resume", n.serveResume)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	// the web console (docs/console.md), behind the same guards
 	mux.Handle("GET "+console.Prefix, n.consoleHandler())
@@ -286,12 +288,16 @@ type StatusInfo struct {
 	// and every carrier acknowledged) and so is the hand-off spool (every
 	// URL for another owner acknowledged). It turns false again when
 	// links, hand-offs or revisits arrive.
-	CaughtUp       bool `json:"caught_up"`
-	PeersConnected int  `json:"peers_connected"` // libp2p connections (members, the sink, DHT peers)
-	MembersLive    int  `json:"members_live"`    // live overlay members, this node included
-	CrawlersLive   int  `json:"crawlers_live"`   // live members that crawl
-	SubnetsOwned   int  `json:"subnets_owned"`   // cached records naming this node as owner
-	BlocksOwned    int  `json:"blocks_owned"`    // block delegations to this node in cached records
+	CaughtUp bool `json:"caught_up"`
+	// Paused: the crawl starts no new fetch until resumed (POST
+	// /v1/pause, /v1/resume); PausedSince is when it was paused.
+	Paused         bool       `json:"paused"`
+	PausedSince    *time.Time `json:"paused_since,omitempty"`
+	PeersConnected int        `json:"peers_connected"` // libp2p connections (members, the sink, DHT peers)
+	MembersLive    int        `json:"members_live"`    // live overlay members, this node included
+	CrawlersLive   int        `json:"crawlers_live"`   // live members that crawl
+	SubnetsOwned   int        `json:"subnets_owned"`   // cached records naming this node as owner
+	BlocksOwned    int        `json:"blocks_owned"`    // block delegations to this node in cached records
 
 	Frontier *FrontierStatus `json:"frontier"`
 	Crawl    *CrawlStatus    `json:"crawl"`
@@ -319,6 +325,7 @@ type CrawlStatus struct {
 	Requests       int64            `json:"requests"`      // HTTP fetch attempts
 	PagesFetched   int64            `json:"pages_fetched"` // pages with a body
 	NotModified    int64            `json:"not_modified"`  // revisits answered 304
+	BytesFetched   int64            `json:"bytes_fetched"` // body bytes received on the wire (compressed as sent)
 	Errors         int64            `json:"errors"`        // failed visits
 	ErrorsByReason map[string]int64 `json:"errors_by_reason,omitempty"`
 	HandedOff      int64            `json:"urls_handed_off"` // discovered URLs handed to their owners
@@ -378,6 +385,10 @@ func (n *Node) Status() StatusInfo {
 	if n.eng == nil {
 		return s
 	}
+	if ps := n.eng.Paused(); ps.Paused {
+		t := ps.Since
+		s.Paused, s.PausedSince = true, &t
+	}
 	st := n.eng.Stats()
 	f := &FrontierStatus{Queued: st.Queued, ActiveHosts: st.ActiveHosts, ReadyHosts: st.ReadyHosts, Seen: st.Seen,
 		Scheduled: st.Scheduled, Refused: st.Refused}
@@ -388,7 +399,7 @@ func (n *Node) Status() StatusInfo {
 		}
 	}
 	s.Frontier = f
-	s.Crawl = &CrawlStatus{Requests: st.Requests, PagesFetched: st.Fetched, NotModified: st.NotModified, Errors: st.Errors,
+	s.Crawl = &CrawlStatus{Requests: st.Requests, PagesFetched: st.Fetched, NotModified: st.NotModified, BytesFetched: st.WireBytes, Errors: st.Errors,
 		ErrorsByReason: st.ByReason, HandedOff: st.HandedOff, Withdrawn: st.Withdrawn}
 	s.Outbox = &OutboxStatus{PendingRecords: st.PendingRecords, PendingCarriers: st.PendingCarriers,
 		CarriersSealed: st.CarriersSealed, CarriersDelivered: st.CarriersDelivered, DeliveryErrors: st.DeliveryErrors}

@@ -112,6 +112,18 @@ func (c *ControlClient) Seed(ctx context.Context, urls []string) (SeedsInfo, err
 	return v, c.do(ctx, http.MethodPost, "/v1/seeds", body, "application/json", &v)
 }
 
+// Pause is POST /v1/pause: the crawl starts no new fetch until resumed.
+func (c *ControlClient) Pause(ctx context.Context) (PauseInfo, error) {
+	var v PauseInfo
+	return v, c.do(ctx, http.MethodPost, "/v1/pause", nil, "", &v)
+}
+
+// Resume is POST /v1/resume.
+func (c *ControlClient) Resume(ctx context.Context) (PauseInfo, error) {
+	var v PauseInfo
+	return v, c.do(ctx, http.MethodPost, "/v1/resume", nil, "", &v)
+}
+
 // APIError is an error answer of the control API.
 type APIError struct {
 	Code    int

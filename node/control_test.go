@@ -234,6 +234,52 @@ func TestControlAPI(t *testing.T) {
 		t.Errorf("console with a foreign Host: %d, want 403", code)
 	}
 
+	// pause and resume: behind the same guards; while paused a new seed
+	// stays queued (every worker waits at the engine's gate), resumed it
+	// is fetched; the pause is kept in DATA/paused for a restart
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, cl.URL()+"/v1/pause", nil)
+	req.Header.Set("Origin", "http://attacker.example")
+	if code, _ := do(t, req); code != http.StatusForbidden || nd.Engine().Paused().Paused {
+		t.Errorf("cross-origin pause: %d, paused %v; want 403 and running", code, nd.Engine().Paused().Paused)
+	}
+	p, err := cl.Pause(ctx)
+	if err != nil || !p.Paused || !p.Changed || p.Since == nil {
+		t.Fatalf("pause: %+v, %v", p, err)
+	}
+	if p, err := cl.Pause(ctx); err != nil || !p.Paused || p.Changed {
+		t.Errorf("pause again: %+v, %v; want paused, unchanged", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(nd.cfg.DataDir, PauseFile)); err != nil {
+		t.Errorf("pause file: %v", err)
+	}
+	extra := mine + "-while-paused"
+	if res, err := cl.Seed(ctx, []string{extra}); err != nil || res.Queued != 1 {
+		t.Fatalf("seed while paused: %+v, %v", res, err)
+	}
+	workers := nd.cfg.Crawl.Concurrency
+	waitFor(t, 30*time.Second, "every worker at the pause gate", func() bool { return nd.Engine().Paused().Held == workers })
+	st, err = cl.Status(ctx)
+	if err != nil || !st.Paused || st.PausedSince == nil || st.Frontier.Queued != 1 || st.CaughtUp {
+		t.Fatalf("status while paused: %+v, %v; want paused with the seed queued", st, err)
+	}
+	fetched := st.Crawl.Requests
+	if code, body := get(cl.URL(), "/console/node.json"); code != 200 || !strings.Contains(body, `"paused": true`) {
+		t.Errorf("/console/node.json while paused: %d %.200s", code, body)
+	}
+	if p, err := cl.Resume(ctx); err != nil || p.Paused || !p.Changed {
+		t.Fatalf("resume: %+v, %v", p, err)
+	}
+	if _, err := os.Stat(filepath.Join(nd.cfg.DataDir, PauseFile)); !os.IsNotExist(err) {
+		t.Errorf("pause file after resume: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the seed fetched after resume", func() bool {
+		st, err := cl.Status(ctx)
+		return err == nil && !st.Paused && st.Frontier.Queued == 0 && st.Crawl.Requests > fetched
+	})
+	if _, err := controlClient(t, c, 0).Resume(ctx); err != nil {
+		t.Errorf("resume a running crawl: %v", err)
+	}
+
 	c.halt(t, 0)
 	if _, err := os.Stat(apiFile); !os.IsNotExist(err) {
 		t.Errorf("api file after Run returned: %v", err)

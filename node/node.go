@@ -132,6 +132,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		if n.eng, err = crawl.New(cc); err != nil {
 			return n, err
 		}
+		n.restorePause()
 		svc.Sink = n.eng
 		svc.Pages = &pageHistory{eng: n.eng, router: n.router, monitor: cc.Monitor.Enabled, sleep: cc.Monitor.Sleep}
 	}

@@ -1,6 +1,6 @@
 package main
 
-// `micra id`, `status`, `peers`, `owners`, `seed`: a running node, asked
+// `micra id`, `status`, `peers`, `owners`, `seed`, `pause`, `resume`: a running node, asked
 // through its local control API (node.ControlClient; docs/node.md,
 // "Control API"). This file only parses flags and prints.
 
@@ -175,6 +175,33 @@ func init() {
 	cmd.Flags().BoolVar(&lookup, "lookup", false, "look the owners up in the overlay (and delegate undelegated subnets) instead of reading the cache")
 	cmd.Flags().BoolVar(&mine, "mine", false, "without addresses: only the records of this node's subnets and blocks")
 
+	pauseRun := func(pause bool) func(ctx context.Context, w io.Writer, c *node.ControlClient, o *ctlOptions, _ []string) error {
+		return func(ctx context.Context, w io.Writer, c *node.ControlClient, o *ctlOptions, _ []string) error {
+			call := c.Resume
+			if pause {
+				call = c.Pause
+			}
+			v, err := call(ctx)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return writeJSON(w, v)
+			}
+			printPause(w, v, time.Now())
+			return nil
+		}
+	}
+	ctlCommand("pause", "pause a running node's crawl: no new fetches, everything stays queued, until `micra resume`",
+		"Pauses a running crawler node's fetching: the fetches in flight finish, no new one\n"+
+			"starts, and every queued URL stays queued (seeds and hand-offs that arrive are\n"+
+			"queued too). The node stays a member of the network and keeps delivering its\n"+
+			"outbox. The pause survives a restart (DATA/paused) until `micra resume`."+ctlLong,
+		cobra.NoArgs, pauseRun(true))
+	ctlCommand("resume", "resume a paused node's crawl",
+		"Resumes a paused crawler node's fetching where it stopped."+ctlLong,
+		cobra.NoArgs, pauseRun(false))
+
 	var file string
 	cmd = ctlCommand("seed URL…", "add seeds to a running node: it queues those it owns and hands the others to their owners",
 		"Adds seeds to a running crawler node (any node of a network: each seed goes to the\ncrawler that owns its host). Prints each seed's fate: queued, known (seen\nalready), handed_off (to its owner) or rejected with the reason; exits 1 when any\nwas rejected. --file F reads one URL per line (# comments; - for stdin)."+ctlLong,
@@ -254,6 +281,24 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+func printPause(w io.Writer, v node.PauseInfo, now time.Time) {
+	switch {
+	case v.Paused && v.Changed:
+		fmt.Fprintf(w, "crawl paused: no new fetches (%d workers stopped, the others finish the fetch in hand); %s stay queued — `micra resume` continues\n",
+			v.HeldWorkers, plural(v.Queued, "URL"))
+	case v.Paused:
+		fmt.Fprintf(w, "crawl already paused since %s (%s ago); %s queued\n", v.Since.Local().Format(time.DateTime),
+			now.Sub(*v.Since).Round(time.Second), plural(v.Queued, "URL"))
+	case v.Changed:
+		fmt.Fprintf(w, "crawl resumed; %s queued\n", plural(v.Queued, "URL"))
+	default:
+		fmt.Fprintf(w, "crawl not paused; %s queued\n", plural(v.Queued, "URL"))
+	}
+	if v.Warning != "" {
+		fmt.Fprintln(w, "warning:", v.Warning)
+	}
+}
+
 func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	since := "-"
@@ -263,6 +308,10 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 	fmt.Fprintf(tw, "peer id\t%s\n", v.PeerID)
 	fmt.Fprintf(tw, "running since\t%s\n", since)
 	fmt.Fprintf(tw, "caught up\t%s\n", yesNo(v.CaughtUp))
+	if v.Paused && v.PausedSince != nil {
+		fmt.Fprintf(tw, "paused\tsince %s (%s ago): no new fetches until `micra resume`\n", v.PausedSince.Local().Format(time.DateTime),
+			now.Sub(*v.PausedSince).Round(time.Second))
+	}
 	fmt.Fprintf(tw, "peers\t%d connected; %s (%s), this node included\n", v.PeersConnected,
 		plural(int64(v.MembersLive), "live member"), plural(int64(v.CrawlersLive), "crawler"))
 	fmt.Fprintf(tw, "owns\t%s, %s\n", plural(int64(v.SubnetsOwned), "subnet"), plural(int64(v.BlocksOwned), "block"))

@@ -146,6 +146,26 @@ func TestControlCommands(t *testing.T) {
 		t.Errorf("owners --mine: %v\n%s", err, out)
 	}
 
+	// pause: the status says so, and so does a second pause; resume
+	if out, err = runMicra(t, "pause", "--data", data); err != nil || !strings.Contains(out, "crawl paused: no new fetches") {
+		t.Errorf("pause: %v\n%s", err, out)
+	}
+	if out, err = runMicra(t, "pause", "--data", data); err != nil || !strings.Contains(out, "crawl already paused since") {
+		t.Errorf("pause again: %v\n%s", err, out)
+	}
+	if out, err = runMicra(t, "status", "--data", data); err != nil || !strings.Contains(out, "no new fetches until `micra resume`") {
+		t.Errorf("status while paused: %v\n%s", err, out)
+	}
+	if out, err = runMicra(t, "resume", "--data", data, "--json"); err != nil || !strings.Contains(out, `"paused": false`) || !strings.Contains(out, `"changed": true`) {
+		t.Errorf("resume --json: %v\n%s", err, out)
+	}
+	if out, err = runMicra(t, "resume", "--data", data); err != nil || !strings.Contains(out, "crawl not paused") {
+		t.Errorf("resume again: %v\n%s", err, out)
+	}
+	if _, err = runMicra(t, "pause", "--data", data); err != nil { // (stopped paused: restarts paused, below)
+		t.Fatal(err)
+	}
+
 	p.signal(t, syscall.SIGINT)
 	if _, err := os.Stat(apiFile); !os.IsNotExist(err) {
 		t.Errorf("api file after the node stopped: %v", err)
@@ -153,6 +173,18 @@ func TestControlCommands(t *testing.T) {
 	if _, err := runMicra(t, "id", "--data", data); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("id after the node stopped: %v", err)
 	}
+
+	// stopped while paused, the node restarts paused
+	p = startNode(t, "--data", data, "--testnet", "--listen", "/ip4/127.0.0.1/tcp/0",
+		"--crawler-addr", "1.1.1.1", "--api", "127.0.0.1:0", "--concurrency", "2")
+	p.ready(t)
+	if out, err = runMicra(t, "status", "--data", data); err != nil || !strings.Contains(out, "no new fetches until `micra resume`") {
+		t.Errorf("status after a restart while paused: %v\n%s", err, out)
+	}
+	if out, err = runMicra(t, "resume", "--data", data); err != nil || !strings.Contains(out, "crawl resumed") {
+		t.Errorf("resume after the restart: %v\n%s", err, out)
+	}
+	p.signal(t, syscall.SIGINT)
 }
 
 // micra status --home DIR finds the node through the home's config.toml

@@ -287,16 +287,22 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 		defer func() { stopPub(); <-pubDone }()
 	}
 
-	srv := &http.Server{Handler: sink.Handler(store, idx, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second}
+	// requests see base end when the sink stops: the console's event
+	// streams end with it
+	base, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	srv := &http.Server{Handler: sink.Handler(store, idx, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("sink: HTTP server", "err", err)
 		}
 	}()
 	defer func() {
-		// streams end (their waits woken), then the server, before the
-		// store closes under them
+		// streams end (their waits woken, the console's events told),
+		// then the server, before the store closes under them
 		store.Stop()
+		endRequests()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
@@ -307,6 +313,7 @@ func runSink(ctx context.Context, o *sinkOptions) error {
 		fmt.Printf("sink listening %s/p2p/%s\n", a, h.ID())
 	}
 	fmt.Printf("sink streams http://%s/v1/records (head %d)\n", ln.Addr(), store.Head())
+	fmt.Printf("sink console http://%s/console/\n", ln.Addr())
 	<-ctx.Done()
 	c, _ := store.Counts()
 	slog.Info("sink stopping", "head", store.Head(), "records", c.Records, "pages", c.Pages, "carriers", c.Carriers, "overlap", c.Overlap)

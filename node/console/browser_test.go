@@ -327,6 +327,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WithPollingInterval(100*time.Millisecond)))
 	shot("node.png")
 	t.Logf("node page after the seed: %q", shown)
+	if tr := eval(t, bctx, chromedp.Evaluate[string](`document.body.dataset.transport`)); tr != "sse" {
+		t.Errorf("the node page updates by %q, want sse (Server-Sent Events)", tr)
+	}
+
+	// pause and resume the crawl from the node page: the control API says
+	// paused, the page's next update shows it; then resumed
+	do(chromedp.Click("#pausebtn"), chromedp.WaitVisible(`#pausemsg[data-state="paused"]`))
+	if st, err := cl.Status(ctx); err != nil || !st.Paused || !nd.Engine().Paused().Paused {
+		t.Fatalf("after the page's Pause: status paused %v (%v), engine %+v", st.Paused, err, nd.Engine().Paused())
+	}
+	pausedText := eval(t, bctx, chromedp.Poll[string](`/^paused since/.test((document.querySelector("#crawlstate")||{}).textContent||"") && document.querySelector("#crawlstate").textContent`,
+		chromedp.WithPollingInterval(100*time.Millisecond)))
+	btn := eval(t, bctx, chromedp.Text("#pausebtn"))
+	shot("node-paused.png")
+	do(chromedp.Click("#pausebtn"), chromedp.WaitVisible(`#pausemsg[data-state="running"]`))
+	if st, err := cl.Status(ctx); err != nil || st.Paused || nd.Engine().Paused().Paused {
+		t.Fatalf("after the page's Resume: status paused %v (%v)", st.Paused, err)
+	}
+	if btn != "Resume crawling" {
+		t.Errorf("the button while paused says %q, want Resume crawling", btn)
+	}
+	eval(t, bctx, chromedp.Poll[bool](`(document.querySelector("#crawlstate")||{}).textContent === "running"`, chromedp.WithPollingInterval(100*time.Millisecond)))
+	t.Logf("node page paused: %q; resumed", pausedText)
 
 	// the network page again: every subnet in its owner's colour
 	owners, err := cl.Owners(ctx, nil, false, false)
@@ -356,6 +379,40 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("network page: %d subnets drawn; first visit %.0f KB transferred (map included); browser part %v", len(dots), weight/1024, time.Since(start).Round(time.Millisecond))
+
+	// the sink page: a sink with the nodes' carriers, its full-text index
+	// caught up, a reader following its log; the page shows the head,
+	// the crawlers and the reader's cursor, and a search from its box
+	// lists the pages /v1/search finds
+	sk := startSink(t, ctx, nodes)
+	do(chromedp.Navigate(sk.url+"/console/"), chromedp.WaitVisible(`body[data-ready="1"]`))
+	head := eval(t, bctx, chromedp.Text("#head"))
+	indexed := eval(t, bctx, chromedp.Text("#indexed"))
+	crawlerRows := eval(t, bctx, chromedp.Evaluate[int](`document.querySelectorAll("#crawlers tr").length`))
+	readerCells := eval(t, bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#readers tr:first-child td")].map(td => td.textContent)`))
+	if want := fmt.Sprint(sk.store.Head()); head != want {
+		t.Errorf("sink page head %q, want %s", head, want)
+	}
+	if !strings.HasPrefix(indexed, fmt.Sprint(sk.store.Head())+" of ") {
+		t.Errorf("sink page index progress %q, want all %d records indexed", indexed, sk.store.Head())
+	}
+	if _, cr := sk.store.Counts(); crawlerRows != len(cr) {
+		t.Errorf("sink page lists %d crawlers, the sink counts %d", crawlerRows, len(cr))
+	}
+	// columns: # kind reader filter since from cursor behind …
+	if len(readerCells) < 8 || readerCells[1] != "ndjson · follow" || readerCells[6] != fmt.Sprint(sk.store.Head()) || readerCells[7] != "0" {
+		t.Errorf("sink page reader row %q, want the NDJSON follower at the head %d", readerCells, sk.store.Head())
+	}
+	do(chromedp.SendKeys("#q", sk.word), chromedp.Click("#searchbtn"), chromedp.WaitVisible("#hits .hit"))
+	hits := eval(t, bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#hits .hit a")].map(a => a.getAttribute("href"))`))
+	shot("sink.png")
+	if !slices.Equal(hits, sk.hits) {
+		t.Errorf("the sink page's search for %q lists %q; /v1/search answers %q", sk.word, hits, sk.hits)
+	}
+	if tr := eval(t, bctx, chromedp.Evaluate[string](`document.body.dataset.transport`)); tr != "sse" {
+		t.Errorf("the sink page updates by %q, want sse", tr)
+	}
+	t.Logf("sink page: head %s, %s indexed, search %q: %d hits", head, indexed, sk.word, len(hits))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(jsErrs) > 0 {

@@ -1,15 +1,18 @@
-// Package console is the node's web console: a node page (identity, peers,
-// subnets owned, crawl progress, add seeds) and a network page (a world
-// map of the crawlers and the subnets each crawls), served by the node's
-// local control API under /console/ behind the API's own guards
-// (loopback hosts only, no cross-origin POST). docs/console.md.
+// Package console is micra's web console: a node page (identity, peers,
+// subnets owned, crawl progress, add seeds, pause/resume) and a network
+// page (a world map of the crawlers and the subnets each crawls), served by
+// the node's local control API under /console/ behind the API's own guards
+// (loopback hosts only, no cross-origin POST); and a sink page (ingest,
+// log, index, search, readers) served by the index sink's HTTP API.
+// docs/console.md.
 //
 // The pages are static files embedded in the binary (assets/, with the
 // vendored libraries in assets/vendor: `make console-assets`); they read
 // the JSON this package serves beside them (/console/node.json,
-// /console/network.json), which the node composes from its control API's
-// own answers (Views), and add seeds through POST /v1/seeds. Nothing runs
-// while no page is open: the pages poll.
+// /console/network.json, /console/sink.json), which the server composes
+// from its own API's answers (Views), pushed as Server-Sent Events
+// (/console/PAGE.events) or polled; the node page adds seeds and pauses
+// the crawl through the control API. Nothing runs while no page is open.
 package console
 
 import (
@@ -17,12 +20,14 @@ import (
 	"compress/gzip"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"mime"
 	"net/http"
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,15 +38,30 @@ var assets embed.FS
 const Prefix = "/console/"
 
 // Views answers each page's JSON: the page's data as scripts read it
-// (GET /console/node.json, /console/network.json, or the page itself with
-// ?format=json or Accept: application/json).
+// (GET /console/node.json, /console/network.json, /console/sink.json, or
+// the page itself with ?format=json or Accept: application/json). A page
+// whose view is nil is not served: a node serves the node and network
+// pages, the index sink its sink page.
 type Views struct {
 	Node    func(r *http.Request) any
 	Network func(r *http.Request) any
+	Sink    func(r *http.Request) any
+	// Every is how often a page's event stream (/console/PAGE.events)
+	// sends its view; 0: each page's own pace (pageEvery).
+	Every time.Duration
 }
 
-// pages maps a page's path (after Prefix) to its HTML file and its view.
-var pages = map[string]string{"": "node.html", "node": "node.html", "network": "network.html"}
+// pages maps a page's path (after Prefix) to its HTML file; "" is the
+// first page the Views serve (node, else sink).
+var pages = map[string]string{"node": "node.html", "network": "network.html", "sink": "sink.html"}
+
+// pageEvery is how often each page is updated: its event stream's pace,
+// and its polling's when the browser has no EventSource.
+var pageEvery = map[string]time.Duration{"node": 2 * time.Second, "network": 3 * time.Second, "sink": 2 * time.Second}
+
+// MaxEventStreams bounds the event streams open at once; past it a page
+// is answered 503 and polls instead.
+const MaxEventStreams = 16
 
 // Handler serves the console under Prefix (it expects the full request
 // path, as a mux pattern "GET /console/" passes it).
@@ -60,6 +80,8 @@ type handler struct {
 
 	mu sync.Mutex
 	gz map[string]*gzEntry // compressed assets, made on first request
+
+	streams atomic.Int32 // event streams open
 }
 
 type gzEntry struct {
@@ -80,15 +102,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
+	if p == "" {
+		p = "node"
+		if h.views.Node == nil {
+			p = "sink"
+		}
+	}
 	if name, ok := strings.CutSuffix(p, ".json"); ok {
 		if view := h.view(name); view != nil {
 			writeJSON(w, view(r))
 			return
 		}
 	}
-	if file, ok := pages[p]; ok {
+	if name, ok := strings.CutSuffix(p, ".events"); ok {
+		if view := h.view(name); view != nil {
+			h.serveEvents(w, r, name, view)
+			return
+		}
+	}
+	if file, ok := pages[p]; ok && h.view(p) != nil {
 		if wantsJSON(r) {
-			writeJSON(w, h.view(path.Base(strings.TrimSuffix(file, ".html")))(r))
+			writeJSON(w, h.view(p)(r))
 			return
 		}
 		hd.Add("Vary", "Accept")
@@ -108,8 +142,60 @@ func (h *handler) view(name string) func(*http.Request) any {
 		return h.views.Node
 	case "network":
 		return h.views.Network
+	case "sink":
+		return h.views.Sink
 	}
 	return nil
+}
+
+// serveEvents streams a page's view as Server-Sent Events (event: view,
+// data: the JSON on one line) at once and then at the page's pace, until
+// the client goes away or the server stops (the request's context ends).
+// Nothing is computed for a page nobody has open.
+func (h *handler) serveEvents(w http.ResponseWriter, r *http.Request, name string, view func(*http.Request) any) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "event streams unsupported here: poll "+Prefix+name+".json", http.StatusNotImplemented)
+		return
+	}
+	if h.streams.Add(1) > MaxEventStreams {
+		h.streams.Add(-1)
+		http.Error(w, fmt.Sprintf("more than %d console event streams open: poll %s%s.json", MaxEventStreams, Prefix, name), http.StatusServiceUnavailable)
+		return
+	}
+	defer h.streams.Add(-1)
+	every := h.views.Every
+	if every <= 0 {
+		every = pageEvery[name]
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no") // (a proxy in front must not hold the events)
+	w.WriteHeader(http.StatusOK)
+	// a dropped stream is retried after the page's pace
+	fmt.Fprintf(w, "retry: %d\n\n", every.Milliseconds())
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	ctx := r.Context()
+	for {
+		b, err := json.Marshal(view(r))
+		if err != nil {
+			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
+			flusher.Flush()
+			return
+		}
+		// json.Marshal writes no newline: the view is one data line
+		if _, err := fmt.Fprintf(w, "event: view\ndata: %s\n\n", b); err != nil {
+			return
+		}
+		flusher.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // wantsJSON: ?format=json, or an Accept header that prefers JSON to HTML.

@@ -1,20 +1,28 @@
 package console_test
 
 import (
+	"bufio"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/micra-crawler/micra/node/console"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// (the browser test's sink runs Bleve, whose analysis workers are
+	// process-wide)
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"))
+}
 
 func get(t *testing.T, h http.Handler, path string, hdr ...string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -85,4 +93,89 @@ func TestHandler(t *testing.T) {
 			t.Errorf("%s: %d, want 404", p, w.Code)
 		}
 	}
+}
+
+// A sink serves its own page at /console/ and not the node's; a node not
+// the sink's.
+func TestSinkPage(t *testing.T) {
+	h := console.Handler(console.Views{Sink: func(*http.Request) any { return map[string]string{"page": "sink"} }})
+	for _, p := range []string{"/console/", "/console/sink"} {
+		if w := get(t, h, p); w.Code != 200 || !strings.Contains(w.Body.String(), "<title>micra · sink") {
+			t.Errorf("%s: %d %.60q", p, w.Code, w.Body.String())
+		}
+	}
+	for _, p := range []string{"/console/sink.json", "/console/?format=json"} {
+		var v map[string]string
+		if w := get(t, h, p); json.Unmarshal(w.Body.Bytes(), &v) != nil || v["page"] != "sink" {
+			t.Errorf("%s: %d %q", p, w.Code, w.Body.String())
+		}
+	}
+	for _, p := range []string{"/console/node", "/console/network", "/console/node.json", "/console/network.events"} {
+		if w := get(t, h, p); w.Code != 404 {
+			t.Errorf("a sink's %s: %d, want 404", p, w.Code)
+		}
+	}
+	node := console.Handler(console.Views{Node: func(*http.Request) any { return nil }})
+	if w := get(t, node, "/console/sink"); w.Code != 404 {
+		t.Errorf("a node's /console/sink: %d, want 404", w.Code)
+	}
+}
+
+// A page's event stream sends its view at once and then at its pace, one
+// JSON line per event, and ends with the client; past MaxEventStreams it
+// is refused (the page polls).
+func TestEvents(t *testing.T) {
+	var calls atomic.Int64
+	h := console.Handler(console.Views{Node: func(*http.Request) any { return map[string]int64{"n": calls.Add(1)} },
+		Every: time.Millisecond})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open := func() (*http.Response, context.CancelFunc) {
+		t.Helper()
+		sctx, scancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(sctx, "GET", srv.URL+"/console/node.events", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, scancel
+	}
+	resp, stop := open()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var got []int64
+	for len(got) < 3 && sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var v map[string]int64
+			if err := json.Unmarshal([]byte(d), &v); err != nil {
+				t.Fatalf("event data %q: %v", d, err)
+			}
+			got = append(got, v["n"])
+		}
+	}
+	if len(got) != 3 || got[0] >= got[1] || got[1] >= got[2] {
+		t.Fatalf("views %v, want three successive ones", got)
+	}
+	var streams []context.CancelFunc
+	for range console.MaxEventStreams - 1 {
+		r, c := open()
+		defer r.Body.Close()
+		streams = append(streams, c)
+	}
+	over, c := open()
+	defer c()
+	body, _ := io.ReadAll(over.Body)
+	if over.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "/console/node.json") {
+		t.Errorf("stream %d: %d %q, want 503 naming the JSON to poll", console.MaxEventStreams+1, over.StatusCode, body)
+	}
+	stop()
+	resp.Body.Close()
+	for _, c := range streams {
+		c()
+	}
+	// (goleak checks that every stream's goroutine ended)
 }

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/pack"
+	"github.com/micra-crawler/micra/node/console"
 )
 
 // StreamRecord is one line of the NDJSON stream and one SSE event's data:
@@ -48,6 +48,8 @@ type Status struct {
 //	GET /v1/events?after=SEQ&…  the same as Server-Sent Events (id: seq;
 //	    a reconnecting EventSource resumes from Last-Event-ID)
 //	GET /v1/status             Status as JSON
+//	GET /v1/readers            the open streams and their cursors (ReadersInfo)
+//	GET /console/              the web console's sink page (ConsoleSink as JSON)
 //	GET /v1/search?q=WORDS[&host=H][&limit=N]  Results as JSON (with a Search)
 //
 // A subscriber that resumes from the last seq it saw receives every record
@@ -83,23 +85,32 @@ func Handler(s *Store, search Searcher, metrics http.Handler) http.Handler {
 	}
 	mux.HandleFunc("GET /v1/records", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, false) })
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) { serveStream(s, w, r, true) })
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		c, cr := s.Counts()
-		sort.Slice(cr, func(i, j int) bool { return cr[i].Crawler < cr[j].Crawler })
-		st := Status{Head: s.Head(), Start: s.Start(), Counts: c, Crawlers: cr}
-		if search != nil {
-			n := search.Indexed()
-			st.SearchIndexed = &n
-		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(st)
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, status(s, search)) })
+	mux.HandleFunc("GET /v1/readers", func(w http.ResponseWriter, r *http.Request) {
+		rs, unlisted := s.Readers()
+		writeJSON(w, ReadersInfo{Readers: rs, Unlisted: unlisted})
 	})
+	// the web console's sink page (docs/console.md): read-only, over
+	// the same answers
+	mux.Handle("GET "+console.Prefix, consoleHandler(s, search))
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
 	return mux
+}
+
+// ReadersInfo is GET /v1/readers: the open subscription streams.
+type ReadersInfo struct {
+	Readers  []ReaderInfo `json:"readers"`
+	Unlisted int64        `json:"unlisted"` // open past MaxReaders, counted only
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }
 
 type streamQuery struct {
@@ -171,7 +182,19 @@ func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("X-Micra-Head", strconv.FormatUint(s.Head(), 10))
+	kind := "ndjson"
+	if sse {
+		kind = "sse"
+	}
+	rd := s.readers.add(kind, r.RemoteAddr, sq.follow, sq.filter, sq.after)
+	defer rd.done()
 	flusher, _ := w.(http.Flusher)
+	if flusher != nil && sq.follow {
+		// the headers now: a follower at the head knows it is connected
+		// before the first record
+		w.WriteHeader(http.StatusOK)
+		flusher.Flush()
+	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	ctx := r.Context()
@@ -201,6 +224,7 @@ func serveStream(s *Store, w http.ResponseWriter, r *http.Request, sse bool) {
 		}
 		sent += len(es)
 		cursor = last
+		rd.advance(cursor, len(es))
 		if flusher != nil && len(es) > 0 {
 			flusher.Flush()
 		}

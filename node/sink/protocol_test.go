@@ -131,4 +131,19 @@ func TestSubscribeOverLibp2p(t *testing.T) {
 			t.Fatalf("live subscription: seq %d, %v; want %d", seq, err, want)
 		}
 	}
+	// the sink lists the subscriber, under its peer id, with its cursor
+	// (Store.Readers; TestReadersAreListed for HTTP); the finite one, ended,
+	// is forgotten. (One that goes away is noticed at its next frame: a
+	// record or the keep-alive.)
+	for {
+		rs, _ := s.Readers()
+		if len(rs) == 1 && rs[0].Kind == "libp2p" && rs[0].Remote == reader.ID().String() && rs[0].Follow &&
+			rs[0].From == 3 && rs[0].Cursor == 7 && rs[0].Sent == 4 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("readers: %+v, want the libp2p subscriber at cursor 7", rs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -178,6 +178,8 @@ type Store struct {
 	logBytes         int64
 	trimMu           sync.Mutex // one Trim at a time
 
+	readers readerSet // the open subscription streams (readers.go)
+
 	// committed is closed and replaced at every commit: readers waiting
 	// for records past the head (Wait) wake up.
 	nmu       sync.Mutex

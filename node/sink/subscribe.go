@@ -57,6 +57,8 @@ func (s *Store) serveSubscription(st network.Stream, timeout time.Duration) {
 		}
 	}()
 	f := Filter{Host: req.Host, Suffix: req.Suffix, Keyword: req.Keyword, Lang: req.Lang, Changed: req.Changed}
+	rd := s.readers.add("libp2p", st.Conn().RemotePeer().String(), req.Follow, f, req.After)
+	defer rd.done()
 	w := bufio.NewWriter(st)
 	send := func(fr *pb.RecordFrame) error {
 		_ = st.SetWriteDeadline(time.Now().Add(timeout))
@@ -88,6 +90,7 @@ func (s *Store) serveSubscription(st network.Stream, timeout time.Duration) {
 		}
 		sent += uint32(len(es))
 		cursor = last
+		rd.advance(cursor, len(es))
 		if req.Limit > 0 && sent >= req.Limit {
 			return
 		}

@@ -1,4 +1,4 @@
-// Shared by the console's pages: polling, formatting, colours. No framework:
+// Shared by the console's pages: live updates (events or polling), formatting, colours. No framework:
 // the pages are plain DOM over the node's JSON (docs/console.md).
 "use strict";
 const micra = (() => {
@@ -49,24 +49,43 @@ const micra = (() => {
       return tr;
     }));
   };
+  const connOK = (how) => {
+    $("#conn").textContent = `live (${how}) · ` + new Date().toLocaleTimeString();
+    $("#conn").className = "right";
+  };
+  const connBad = (msg) => {
+    $("#conn").textContent = msg;
+    $("#conn").className = "right bad";
+  };
+  // show renders a view; a page that cannot render it says so (and the
+  // browser's console, where the tests look)
+  const show = (render, v) => {
+    try {
+      render(v);
+      return true;
+    } catch (e) {
+      console.error("render:", e);
+      connBad("cannot show the answer: " + e.message);
+      return false;
+    }
+  };
   // poll calls fetch(url) every `every` ms while the page is visible, then
-  // render(json); a hidden page asks nothing of the node.
+  // render(json); a hidden page asks nothing of the server.
   const poll = (url, every, render) => {
     let timer = null, busy = false;
     const tick = async () => {
       if (busy) return;
       busy = true;
       timer = null;
+      let v = null;
       try {
         const r = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
         if (!r.ok) throw new Error(`${url}: ${r.status}`);
-        render(await r.json());
-        $("#conn").textContent = "live · " + new Date().toLocaleTimeString();
-        $("#conn").className = "right";
+        v = await r.json();
       } catch (e) {
-        $("#conn").textContent = "node not answering: " + e.message;
-        $("#conn").className = "right bad";
+        connBad("not answering: " + e.message);
       }
+      if (v && show(render, v)) connOK("polling");
       busy = false;
       if (!document.hidden) timer = setTimeout(tick, every);
     };
@@ -75,5 +94,49 @@ const micra = (() => {
     });
     tick();
   };
-  return { $, el, short, num, ago, colour, assign, rows, poll };
+  // live follows a page's view by Server-Sent Events (/console/PAGE.events:
+  // the server pushes it every `every` ms while the page is open), closed
+  // while the page is hidden; it polls /console/PAGE.json instead when the
+  // browser has no EventSource, when the stream cannot open (a proxy, the
+  // server's bound on streams) or with ?poll in the page's address.
+  // body[data-transport] says which.
+  const live = (page, every, render) => {
+    const json = `/console/${page}.json`;
+    const fallBack = () => {
+      document.body.dataset.transport = "poll";
+      poll(json, every, render);
+    };
+    if (!window.EventSource || new URLSearchParams(location.search).has("poll")) return fallBack();
+    document.body.dataset.transport = "sse";
+    let es = null, got = false, fell = false;
+    const open = () => {
+      es = new EventSource(`/console/${page}.events`);
+      es.addEventListener("view", (e) => {
+        got = true;
+        if (show(render, JSON.parse(e.data))) connOK("events");
+      });
+      es.onerror = () => {
+        if (!got || es.readyState === EventSource.CLOSED) {
+          // never opened, or refused on reconnecting: poll instead
+          es.close();
+          es = null;
+          fell = true;
+          fallBack();
+          return;
+        }
+        connBad("not answering: reconnecting…"); // EventSource retries by itself
+      };
+    };
+    document.addEventListener("visibilitychange", () => {
+      if (fell) return;
+      if (document.hidden && es) {
+        es.close();
+        es = null;
+      } else if (!document.hidden && !es) {
+        open();
+      }
+    });
+    open();
+  };
+  return { $, el, short, num, ago, colour, assign, rows, poll, live };
 })();

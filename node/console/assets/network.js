@@ -1,10 +1,10 @@
 // The network page: a world map (d3-geo's Natural Earth projection of
 // world-atlas) with every member crawler at its advertised position and
 // every delegation record this node holds drawn in its owner's colour;
-// /console/network.json every 3 s.
+// /console/network.json every 3 s, by Server-Sent Events or polling.
 "use strict";
 (async () => {
-  const { $, el, short, num, colour, assign, rows, poll } = micra;
+  const { $, el, short, num, colour, assign, rows, live } = micra;
   const NS = "http://www.w3.org/2000/svg";
   const svgEl = (tag, attrs) => {
     const e = document.createElementNS(NS, tag);
@@ -112,5 +112,5 @@
     ]);
     document.body.dataset.ready = "1";
   };
-  poll("/console/network.json", 3000, render);
+  live("network", 3000, render);
 })().catch((e) => { document.getElementById("conn").textContent = "console error: " + e.message; throw e; });

@@ -1,14 +1,17 @@
 // The node page: /console/node.json every 2 s (the control API's /v1/id,
-// /v1/status, /v1/peers and /v1/owners?mine=1 answers), seeds through
-// POST /v1/seeds.
+// /v1/status, /v1/peers and /v1/owners?mine=1 answers) by Server-Sent
+// Events or polling; seeds through POST /v1/seeds, pause and resume
+// through POST /v1/pause and /v1/resume.
 "use strict";
 (() => {
-  const { $, el, short, num, ago, colour, assign, rows, poll } = micra;
+  const { $, el, short, num, ago, colour, assign, rows, live } = micra;
   // kv fills a two-column table: a heading and its value (text or a node)
   const kv = (tbody, pairs) => tbody.replaceChildren(...pairs.filter((p) => p).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), v instanceof Node ? el("td", {}, v) : el("td", { text: v == null ? "" : String(v) }))));
+  const bytes = (n) => (n == null ? "–" : n < 1024 ? n + " B" : n < 1 << 20 ? (n / 1024).toFixed(1) + " KiB" :
+    n < 1 << 30 ? (n / 1048576).toFixed(1) + " MiB" : (n / 1073741824).toFixed(2) + " GiB");
   const samples = [[], [], []]; // time (s), pages/s, frontier queued
-  let last = null, plot = null;
+  let last = null, plot = null, paused = null;
 
   const chart = () => {
     const box = $("#chart");
@@ -43,11 +46,20 @@
     if (c) last = { at, pages: c.pages_fetched };
     const sink = k ? (k.addr ? el("span", {}, el("span", { class: k.connected ? "ok" : "warn", text: k.connected ? "connected " : "not connected " }), el("code", { text: k.addr })) :
       (k.carriers_dir ? "carriers to files: " + k.carriers_dir : el("span", { class: "warn", text: "none announced yet: carriers wait in the outbox" }))) : "–";
+    paused = !!s.paused;
+    if (c) {
+      $("#crawlctl").hidden = false;
+      $("#pausebtn").textContent = paused ? "Resume crawling" : "Pause crawling";
+      $("#pausebtn").className = paused ? "" : "pause";
+    }
     kv($("#progress"), [
+      c && ["crawling", el("span", { id: "crawlstate", class: paused ? "paused" : "ok",
+        text: paused ? `paused since ${new Date(s.paused_since).toLocaleTimeString()} (${ago(s.paused_since)}): no new fetches, queued URLs kept` : "running" })],
       ["caught up", el("span", { class: s.caught_up ? "ok" : "warn", text: s.caught_up ? "yes" : "no", id: "caughtup" })],
       ["members", `${num(s.members_live)} live (${num(s.crawlers_live)} crawlers), ${num(s.peers_connected)} connections`],
       ["owns", `${num(s.subnets_owned)} subnets, ${num(s.blocks_owned)} blocks`],
       c && ["pages", el("span", { id: "pages", text: `${num(c.pages_fetched)} fetched, ${num(c.not_modified)} not modified, ${num(c.errors)} errors` })],
+      c && ["bytes", bytes(c.bytes_fetched) + " received"],
       c && ["rate", rate == null ? "…" : rate.toFixed(1) + " pages/s"],
       f && ["frontier", el("span", { id: "frontier", text: `${num(f.queued)} queued, ${num(f.seen)} seen, ${num(f.active_hosts)} hosts active, ${num(f.ready_hosts)} ready; ${num(f.revisits_scheduled)} revisits` })],
       o && ["outbox", `${num(o.pending_records)} records, ${num(o.pending_carriers)} carriers pending; ${num(o.carriers_delivered)} delivered, ${num(o.delivery_errors)} errors`],
@@ -100,5 +112,29 @@
     }
   });
 
-  poll("/console/node.json", 2000, render);
+  // pause or resume the crawl (POST /v1/pause, /v1/resume); the answer
+  // shows at once, the next update confirms it
+  $("#pausebtn").addEventListener("click", async () => {
+    const btn = $("#pausebtn");
+    btn.disabled = true;
+    try {
+      const r = await fetch(paused ? "/v1/resume" : "/v1/pause", { method: "POST" });
+      const a = await r.json();
+      if (!r.ok || a.error) throw new Error(a.error || `${r.status}`);
+      paused = a.paused;
+      btn.textContent = paused ? "Resume crawling" : "Pause crawling";
+      btn.className = paused ? "" : "pause";
+      $("#pausemsg").className = "muted";
+      $("#pausemsg").textContent = (paused ? `paused: fetches in flight finish, ${num(a.queued)} URLs stay queued` : `resumed: ${num(a.queued)} URLs queued`) +
+        (a.warning ? " — " + a.warning : "");
+      $("#pausemsg").dataset.state = paused ? "paused" : "running";
+    } catch (e) {
+      $("#pausemsg").className = "err";
+      $("#pausemsg").textContent = e.message;
+    } finally {
+      btn.disabled = false;
+    }
+  });
+
+  live("node", 2000, render);
 })();
