@@ -253,6 +253,7 @@ type File struct {
 	ShipLinks    bool     `json:"ship_links,omitempty"` // records carry their pages' out-links
 	Monitor      bool     `json:"monitor,omitempty"`
 	Sleep        string   `json:"sleep,omitempty"`
+	CarrierHold  string   `json:"carrier_hold,omitempty"`
 	Sync         bool     `json:"sync,omitempty"`
 }
 
@@ -399,6 +400,7 @@ func (f File) Config() (Config, error) {
 	c.Crawl.ShipLinks = f.ShipLinks
 	c.Crawl.Monitor.Enabled = f.Monitor
 	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
+	dur("carrier_hold", f.CarrierHold, &c.Crawl.MaxCarrierHold)
 	c.Crawl.SyncWrites = f.Sync
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)

@@ -130,6 +130,8 @@ var Settings = []Setting{
 		Meaning: "fetch private, loopback and link-local addresses too (always, with testnet)"},
 	{Key: "monitor", Group: "crawl", Type: "bool", Default: `false`, Example: `true`,
 		Meaning: "after the first pass, revisit pages with conditional GETs and ship what changed"},
+	{Key: "carrier_hold", Group: "crawl", Type: "duration", Default: `"30s"`, Example: `"5s"`, check: checkDuration,
+		Meaning: "the longest a fetched page's record waits in the outbox before its carrier is sealed and shipped (a carrier is also sealed at 1 MiB, and when the crawl is idle): longer compresses better; a crash before the carrier is shipped costs that much of the node's fetches"},
 	{Key: "sleep", Group: "crawl", Type: "duration", Default: `"24h"`, Example: `"6h"`, check: checkDuration,
 		Meaning: "with monitor: the pause between two revisits of a page"},
 	{Key: "sync", Group: "crawl", Type: "bool", Default: `false`, Example: `true`,

@@ -108,6 +108,36 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	t.Web.ResetStats()
 	start := time.Now()
 	last := t.State.Nodes[len(t.State.Nodes)-1]
+	total := t.Web.TotalPages()
+	var killed []int
+	var killedAt int64
+	killDone := make(chan struct{})
+	kctx, kcancel := context.WithCancel(ctx) // (the watcher ends with Crawl)
+	defer kcancel()
+	if t.o.Kill > 0 {
+		// by pages fetched (the sink's count moves a carrier at a time),
+		// read every 20 ms from before the seeding (which returns once
+		// every seed is routed, while the crawl is well under way)
+		go func() {
+			defer close(killDone)
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if f := t.Web.Stats().UniquePages; float64(f) >= t.o.KillAt*float64(total) {
+					killed, killedAt = t.killNodes(last.Index), f
+					fmt.Fprintf(t.o.Log, "killed nodes %v (SIGKILL) with %d of %d pages fetched\n", killed, f, total)
+					return
+				}
+				select {
+				case <-kctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	} else {
+		close(killDone)
+	}
 	si, err := t.control(last).Seed(ctx, t.Web.Seeds())
 	if err != nil {
 		return nil, fmt.Errorf("seeding node %d: %w", last.Index, err)
@@ -122,20 +152,22 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		fmt.Fprintf(t.o.Log, "%d of %d seeds rejected by node %d (their hosts are crawled only if a link reaches them), e.g. %s\n",
 			len(rejected), len(si.Seeds), last.Index, rejected[0])
 	}
-	total := t.Web.TotalPages()
 	complete := false
 	var stable int
-	var killed []int
-	var killedAt int64
 	for {
 		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
 		if st, err := t.sinkClient().Status(ctx); err == nil {
 			p.AtSink = st.Counts.Pages
 		}
-		if t.o.Kill > 0 && killed == nil && float64(p.Fetched) >= t.o.KillAt*float64(total) {
-			// by pages fetched: the sink's count moves a carrier at a time
-			killed, killedAt = t.killNodes(last.Index), p.Fetched
-			fmt.Fprintf(t.o.Log, "killed nodes %v (SIGKILL) with %d of %d pages fetched, %d at the sink\n", killed, p.Fetched, total, p.AtSink)
+		select {
+		case <-killDone:
+		default:
+			// nodes are about to die: not done before they have
+			if progress != nil {
+				progress(p)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		for _, n := range t.State.Nodes {
 			if t.killed[n.Index] {
