@@ -77,6 +77,10 @@ func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte
 	switch {
 	case p.ctx.Err() != nil:
 		return pb.Status_UNAVAILABLE, "shutting down", nil
+	case !p.isMember(from):
+		// only members decide: a stranger's record naming this peer would
+		// otherwise carry its signature
+		return pb.Status_REFUSED, fmt.Sprintf("%s is not a live member of this network", shortID(from)), nil
 	case rec.Owner != p.selfID:
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("record names owner %s, not this peer", rec.Owner), nil
 	case string(rec.DecidedBy) != from.String():

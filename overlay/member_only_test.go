@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/overlay/pb"
@@ -205,4 +206,38 @@ func TestCalibrationFloodBounded(t *testing.T) {
 		t.Fatalf("%v events counted as rate-limited of %d sent, %v applied: the flood did not arrive", limited(), flood, applied)
 	}
 	t.Logf("%v of %d applied in %v, %v ignored", applied, flood, took.Round(time.Millisecond), limited())
+}
+
+// Only members have a peer endorse a record that names it owner: a
+// stranger's request is refused before the record is looked at.
+func TestEndorseFromStrangerRefused(t *testing.T) {
+	tn := newTestNet(t, 1, nil)
+	p := tn.peers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := p.Join(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := newKeyed(t)
+	sid, _ := peer.Decode(string(stranger.id))
+	rec := d.Record
+	rec.DecidedBy, rec.At = stranger.id, time.Now()
+	rec.Epoch = delegation.NextEpoch(rec.Epoch, rec.At)
+	m, err := toPB(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, msg, env := p.checkEndorse(sid, raw)
+	if st != pb.Status_REFUSED || env != nil || !strings.Contains(msg, "not a live member") {
+		t.Fatalf("a stranger's endorsement request: %v %q (envelope %d bytes), want REFUSED", st, msg, len(env))
+	}
+	heardFrom(p, sid)
+	if st, msg, _ := p.checkEndorse(sid, raw); st == pb.Status_REFUSED && strings.Contains(msg, "member") {
+		t.Fatalf("a member's request refused as a stranger's: %q", msg)
+	}
 }
