@@ -5,7 +5,7 @@ PKGS    := ./...
 # Tests get a generous timeout; the whole suite must stay well under 15 minutes.
 TESTFLAGS ?= -timeout 12m
 
-.PHONY: all build test race bench run snapshot geo lint fmt clean overlay-proto sink-proto console-assets
+.PHONY: all build test race bench fuzz run snapshot geo lint fmt clean overlay-proto sink-proto console-assets
 
 all: build
 
@@ -24,6 +24,16 @@ race:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Every fuzz target of a decoder of untrusted bytes, FUZZTIME each (their committed seeds run in
+# make test as ordinary tests). go test fuzzes one target per run.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pt in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs grep -H -o '^func Fuzz[A-Za-z0-9_]*' | sed 's|^\./||; s|/[^/]*_test.go:func |:|'); do \
+		pkg=$${pt%%:*}; fn=$${pt##*:}; echo "fuzz $$fn ./$$pkg ($(FUZZTIME))"; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out" | tail -1; \
+	done
 
 # The main job: a testnet of 12 crawler nodes and an index sink (real processes on loopback) in an
 # emulated world crawls a synthetic web of 200 hosts; prints the results beside the simulator's

@@ -1,0 +1,105 @@
+package overlay
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// The decoders of untrusted bytes a peer receives (issue 22, hostile
+// inputs): DHT values, gossip messages and page states. Each must refuse
+// what it cannot read with an error, never panic, and what it accepts must
+// keep the invariants the rest of the code relies on. `make fuzz` runs each
+// briefly; the seeds below are the committed corpus.
+
+// FuzzOpenRecord: a DHT value (two envelopes around a delegation record).
+func FuzzOpenRecord(f *testing.F) {
+	owner := newKeyed(f)
+	var snap hierarchy.SnapshotID
+	snap[0] = 7
+	now := time.Unix(1_790_000_000, 0)
+	rec := delegation.Record{Subnet: 42, Snapshot: snap, Owner: owner.id, OwnerRTT: 12 * time.Millisecond,
+		Epoch: delegation.NextEpoch(0, now), DecidedBy: owner.id, At: now,
+		Probes: []delegation.ProbeResult{{Crawler: owner.id, RTT: 12 * time.Millisecond, OK: true}}}
+	f.Add(seal(f, rec, owner.sk, owner.sk))
+	f.Add([]byte{})
+	f.Add([]byte("not an envelope"))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		r, err := openRecord(value)
+		if err != nil {
+			return
+		}
+		seen := map[delegation.CrawlerID]bool{}
+		for _, p := range r.Probes {
+			if seen[p.Crawler] {
+				t.Fatalf("accepted a record with %s probed twice", p.Crawler)
+			}
+			seen[p.Crawler] = true
+		}
+		if len(r.Probes) > maxProbes || len(r.Blocks) > delegation.MaxBlocks || r.OwnerRTT < 0 {
+			t.Fatalf("accepted an out-of-bounds record: %+v", r)
+		}
+	})
+}
+
+// FuzzDecodeHeartbeat: a membership heartbeat.
+func FuzzDecodeHeartbeat(f *testing.F) {
+	now := time.Now()
+	hb := &pb.Heartbeat{Version: 1, Seq: 3, AtUnixNano: now.UnixNano(), StartUnixNano: now.Add(-time.Minute).UnixNano(),
+		IntervalMs: 1000, Snapshot: make([]byte, 32), Capacity: 1000, CrawlerAddr: []byte{192, 0, 2, 1}}
+	b, _ := proto.Marshal(hb)
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		hb, err := decodeHeartbeat(data)
+		if err == nil && hb == nil {
+			t.Fatal("nil heartbeat without an error")
+		}
+	})
+}
+
+// FuzzDecodeCalibration: a calibration event.
+func FuzzDecodeCalibration(f *testing.F) {
+	for _, ev := range []*pb.CalibrationEvent{
+		{Version: 1, Kind: pb.CalibrationKind_SLOW_PAGE, Subnet: 9, Snapshot: make([]byte, 32), Url: "http://192.0.2.1/",
+			ObservedNs: int64(time.Second), ExpectedNs: int64(time.Millisecond), AtUnixNano: time.Now().UnixNano()},
+		{Version: 1, Kind: pb.CalibrationKind_RELEASED, Subnet: 9, Snapshot: make([]byte, 32), AtUnixNano: time.Now().UnixNano()},
+	} {
+		b, _ := proto.Marshal(ev)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := decodeCalibration(data)
+		if err != nil {
+			return
+		}
+		if len(data) > maxCalibrationBytes || len(ev.Snapshot) != 32 {
+			t.Fatalf("accepted %d bytes, snapshot of %d", len(data), len(ev.Snapshot))
+		}
+	})
+}
+
+// FuzzPageState: a page state of /micra/recover/1.
+func FuzzPageState(f *testing.F) {
+	b, _ := proto.Marshal(toPagePB(PageState{URL: "http://192.0.2.1/a", ETag: `"x"`, LastFetch: time.Unix(1_790_000_000, 0),
+		FetchTimes: []time.Duration{time.Millisecond}, HTTPStatus: 200, ContentHash: []byte{1, 2}}))
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m pb.PageState
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		ps, err := fromPagePB(&m)
+		if err != nil {
+			return
+		}
+		if ps.URL == "" || len(ps.URL) > maxURLLen || len(ps.FetchTimes) > 64 {
+			t.Fatalf("accepted an out-of-bounds page state: %.80q, %d times", ps.URL, len(ps.FetchTimes))
+		}
+	})
+}
