@@ -421,9 +421,9 @@ func (m *Members) sweep(now time.Time) {
 	}
 	for id, st := range m.byID {
 		// a dead member silent this long is forgotten: the table would
-		// otherwise keep every identity ever announced (issue 22: 20,000
-		// from one connection). Heartbeats older than clockSkew are
-		// refused, so none of its can be replayed to revive it.
+		// otherwise keep every identity ever announced, however many one
+		// peer makes up. Heartbeats older than clockSkew are refused, so
+		// none of its can be replayed to revive it.
 		if st.dead && now.Sub(st.lastSeen) > memberForget {
 			delete(m.byID, id)
 			delete(m.byCID, delegation.CrawlerID(id.String()))

@@ -657,7 +657,7 @@ func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.
 	}
 	if ev.Kind != pb.CalibrationKind_DELEGATED && author != p.h.ID() && !p.calLimit.allow(author, calibrationRate, calibrationBurst, time.Now()) {
 		// each such event empties a record from every peer's cache: one
-		// member's flood would empty them all (issue 22)
+		// member's flood would empty them all
 		p.metrics.gossipRejected.WithLabelValues(TopicCalibration, "rate_limited").Inc()
 		return pubsub.ValidationIgnore
 	}
