@@ -207,7 +207,7 @@ func printTestnet(w io.Writer, s cluster.State) {
 		fmt.Fprintf(w, "web console: %s/console/network (each node's API serves its own: API/console/)\n", s.Nodes[0].API)
 	}
 	if s.Sink != nil {
-		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP)
+		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status   console: %s/console/\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP, s.Sink.HTTP)
 	}
 	if len(s.Nodes) > 0 && s.Seeds != "" {
 		fmt.Fprintf(w, "crawl the synthetic web: micra seed --api %s --file %s\n", s.Nodes[len(s.Nodes)-1].API, s.Seeds)
