@@ -16,6 +16,9 @@ type ConsoleNode struct {
 	Status StatusInfo  `json:"status"` // GET /v1/status
 	Peers  []PeerInfo  `json:"peers"`  // GET /v1/peers
 	Owned  []OwnerInfo `json:"owned"`  // GET /v1/owners?mine=1
+	// Calibration is the recent calibration events, newest first (GET
+	// /v1/calibration).
+	Calibration []CalibrationInfo `json:"calibration"`
 }
 
 // ConsoleNetwork is the console's network page as JSON (GET
@@ -37,7 +40,7 @@ type ConsoleNetwork struct {
 // ConsoleView is the node page's JSON.
 func (n *Node) ConsoleView(r *http.Request) ConsoleNode {
 	return ConsoleNode{At: time.Now(), ID: n.IDInfo(), Status: n.Status(), Peers: n.Peers(),
-		Owned: nonNil(n.Owners(r.Context(), nil, false, true))}
+		Owned: nonNil(n.Owners(r.Context(), nil, false, true)), Calibration: n.Calibration()}
 }
 
 // ConsoleNetworkView is the network page's JSON.

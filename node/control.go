@@ -171,6 +171,9 @@ func (n *Node) controlHandler() http.Handler {
 		writeJSON(w, http.StatusOK, PeersInfo{Peers: n.Peers()})
 	})
 	mux.HandleFunc("GET /v1/owners", n.serveOwners)
+	mux.HandleFunc("GET /v1/calibration", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"events": n.Calibration()})
+	})
 	mux.HandleFunc("POST /v1/seeds", n.serveSeeds)
 	mux.HandleFunc("POST /v1/pause", n.servePause)
 	mux.HandleFunc("POST /v1/resume", n.serveResume)

@@ -34,6 +34,9 @@ import (
 
 // Node is one running micra peer.
 type Node struct {
+	// calibration keeps the recent calibration events (calibration_log.go)
+	calibration calibrationLog
+
 	cfg    Config
 	log    *slog.Logger
 	reg    *prometheus.Registry
@@ -179,6 +182,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		})
 	}
 	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{Balance: cfg.Balance, BalanceHold: cfg.BalanceHold})
+	n.peer.OnCalibration(n.noteCalibration)
 	n.log = n.log.With("peer", n.peer.ID().String())
 	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)

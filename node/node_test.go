@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -503,6 +504,18 @@ func TestQueuedURLsFollowTheirSubnet(t *testing.T) {
 	d, err := a.Peer().ReportSlowPage(ctx, at, urls[0], 200*time.Millisecond, 5*time.Millisecond)
 	if err != nil || d.Owner != b.Peer().CrawlerID() {
 		t.Fatalf("re-delegation after the move: %v, %v; want node 1", d, err)
+	}
+	// the event is every node's recent calibration event (the console's
+	// node page, GET /v1/calibration), its reporter's included
+	for i, nd := range []*Node{a, b} {
+		waitFor(t, 10*time.Second, fmt.Sprintf("node %d to list the calibration event", i), func() bool {
+			for _, e := range nd.Calibration() {
+				if e.Kind == "slow_page" && e.URL == urls[0] && e.Mine == (i == 0) && e.ObservedMs == 200 && e.Range != "" {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	waitFor(t, 10*time.Second, "node 1 to learn it owns the subnet", func() bool {
 		d, err := b.Peer().Delegate(ctx, at)

@@ -70,6 +70,11 @@
     ]);
     const errs = Object.entries((c && c.errors_by_reason) || {}).sort((a, b) => b[1] - a[1]);
     rows($("#errors"), errs.length ? errs : [["none", ""]], ([r, n]) => [r, n === "" ? "" : n]);
+    const cal = v.calibration || [];
+    rows($("#calibration"), cal.length ? cal : [null], (e) => e == null ? ["none yet", "", "", "", "", ""] : [
+      ago(e.at), e.kind === "slow_page" ? "slow page" : "released", e.range || String(e.subnet),
+      e.mine ? "this node" : short(e.from), e.url || "",
+      e.kind === "slow_page" ? `${e.observed_ms.toFixed(0)} / ${e.expected_ms.toFixed(0)} ms` : ""]);
     if (c) {
       samples[0].push(at); samples[1].push(rate); samples[2].push(f ? f.queued : null);
       if (samples[0].length > 300) samples.forEach((a) => a.shift());
