@@ -40,8 +40,7 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 		host := hostOf(p.URL)
 		in, ok := inSubnet[host]
 		if !ok {
-			a, err := h.router.addrOf(ctx, host)
-			in = err == nil && h.router.tree.SmallestNonUnary(a) == s && (!block.IsValid() || block.Contains(a))
+			_, in = h.hostIn(ctx, host, s, block)
 			inSubnet[host] = in
 		}
 		if !in {
@@ -149,8 +148,8 @@ func (h *pageHistory) Fence(ctx context.Context, s hierarchy.NodeID, block netip
 		if hn, _, err := net.SplitHostPort(hostKey); err == nil {
 			host = hn
 		}
-		a, err := h.router.addrOf(ctx, host)
-		if err != nil || h.router.tree.SmallestNonUnary(a) != s || (block.IsValid() && !block.Contains(a)) {
+		a, in := h.hostIn(ctx, host, s, block)
+		if !in {
 			moved[hostKey] = false
 			return false
 		}
@@ -159,4 +158,14 @@ func (h *pageHistory) Fence(ctx context.Context, s hierarchy.NodeID, block netip
 		moved[hostKey] = m
 		return m
 	})
+}
+
+// hostIn resolves host (as the router maps it) and reports whether its
+// address lies in subnet s, and in block when that is valid.
+func (h *pageHistory) hostIn(ctx context.Context, host string, s hierarchy.NodeID, block netip.Prefix) (netip.Addr, bool) {
+	a, err := h.router.addrOf(ctx, host)
+	if err != nil || h.router.tree.SmallestNonUnary(a) != s || (block.IsValid() && !block.Contains(a)) {
+		return a, false
+	}
+	return a, true
 }

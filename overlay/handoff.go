@@ -675,16 +675,3 @@ func urlBytes(urls []string) int {
 	}
 	return n
 }
-
-// isMember reports whether id is a member this peer has heard from and not
-// declared dead (a peer never heard of is not one, however recently this
-// peer started).
-func (p *Peer) isMember(id peer.ID) bool {
-	if id == p.h.ID() {
-		return true
-	}
-	if _, known := p.members.Member(id); !known {
-		return false
-	}
-	return p.members.IsPeerLive(id)
-}

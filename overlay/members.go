@@ -664,3 +664,17 @@ func (p *Peer) repairRoutingTable() {
 		}
 	}
 }
+
+// isMember reports whether id is a member this peer has heard from and not
+// declared dead: only members hand off, have this peer probe, or have it
+// endorse a record (a peer never heard of is not one, however recently this
+// peer started).
+func (p *Peer) isMember(id peer.ID) bool {
+	if id == p.h.ID() {
+		return true
+	}
+	if _, known := p.members.Member(id); !known {
+		return false
+	}
+	return p.members.IsPeerLive(id)
+}
