@@ -40,6 +40,12 @@ type Config struct {
 	// NullResourceManager disables resource limits (many hosts in one test process).
 	NullResourceManager bool
 
+	// Admission, if set, runs the peer in a network with admission: its
+	// heartbeats carry its certificate, and it takes heartbeats, records and
+	// calibration events only from admitted peers (admission.go). Nil: an
+	// open network.
+	Admission *Admission
+
 	// PublicDHTFilters enables the public query/routing-table/address filters
 	// (drop private and loopback addresses) for public deployments.
 	PublicDHTFilters bool
@@ -230,6 +236,9 @@ func (c *Config) validatePeer() error {
 	}
 	if c.HandoffDir == "" && !c.HandoffInMemory {
 		return errors.New("overlay: HandoffDir is required (the durable hand-off spool); HandoffInMemory only for tests")
+	}
+	if c.Admission != nil && c.Admission.Own() == nil {
+		return errors.New("overlay: a network with admission needs this peer's certificate (micra admit)")
 	}
 	if c.HandoffDir != "" && c.HandoffInMemory {
 		return errors.New("overlay: HandoffDir and HandoffInMemory exclude each other")

@@ -399,7 +399,11 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: owner %s: %w", rec.Subnet, rec.Owner, err)
 	}
 	endorsed := time.Now()
-	val, err := sealDecision(ownerEnv, p.sk)
+	certs, err := p.recordCerts(rec)
+	if err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
+	}
+	val, err := sealDecision(ownerEnv, p.sk, certs...)
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
 	}
@@ -654,7 +658,11 @@ func (p *Peer) republishValue(rec delegation.Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sealDecision(env, p.sk)
+	certs, err := p.recordCerts(rec)
+	if err != nil {
+		return nil, err
+	}
+	return sealDecision(env, p.sk, certs...)
 }
 
 var _ delegation.Directory = (*Directory)(nil)

@@ -35,6 +35,11 @@ type LightConfig struct {
 	// Sink announces this member as the network's index sink
 	// (Heartbeat.sink): crawlers given no sink deliver their carriers to it.
 	Sink bool
+	// Admission, if set: the network's admission, with this member's
+	// certificate (which must give the sink role if Sink is set). Its
+	// revocation file is where the operator writes the network's
+	// revocation list (micra admit revoke): this member spreads it.
+	Admission *Admission
 	// Bootstrap peers to join through (multiaddrs with /p2p/<id>). Without
 	// any, the member hears the members that connect to it (a crawler
 	// delivering to the sink does).
@@ -61,6 +66,7 @@ type LightConfig struct {
 type LightMember struct {
 	cfg     LightConfig
 	log     *slog.Logger
+	revs    *revocationSync // nil: an open network
 	h       host.Host
 	boot    []peer.AddrInfo
 	members *Members
@@ -96,6 +102,10 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 		cfg.LeaveTimeout = d.LeaveTimeout
 	}
 	switch {
+	case cfg.Admission != nil && cfg.Admission.Own() == nil:
+		return nil, errors.New("overlay: light member: a network with admission needs this member's certificate (micra admit)")
+	case cfg.Admission != nil && cfg.Sink && !cfg.Admission.OwnCertificate().Sink:
+		return nil, errors.New("overlay: light member: its certificate does not give the sink role (micra admit --sink)")
 	case cfg.Nodes <= 0:
 		return nil, errors.New("overlay: light member: the snapshot's node count is required")
 	case cfg.HeartbeatInterval < 10*time.Millisecond || cfg.HeartbeatInterval > time.Minute:
@@ -134,9 +144,9 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 		psCancel()
 		return nil, err
 	}
-	snap, nodes := cfg.Snapshot, cfg.Nodes
+	snap, nodes, adm := cfg.Snapshot, cfg.Nodes, cfg.Admission
 	if err := ps.RegisterTopicValidator(TopicMembership, func(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-		return checkHeartbeat(snap, nodes, log, from, msg)
+		return checkHeartbeat(snap, nodes, adm, log, from, msg)
 	}); err != nil {
 		psCancel()
 		return nil, fmt.Errorf("overlay: %w", err)
@@ -153,6 +163,12 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 	l.psCancel = psCancel
 	var lctx context.Context
 	lctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if adm != nil {
+		l.revs = newRevocationSync(adm, h, l.members, log, 10*time.Second)
+		h.SetStreamHandler(ProtoRevocations, l.revs.serve)
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); l.revs.run(lctx) }()
+	}
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.listen(lctx) }()
 	go func() { defer l.wg.Done(); l.beat(lctx) }()
@@ -175,6 +191,9 @@ func (l *LightMember) listen(ctx context.Context) {
 		}
 		if hb, ok := msg.ValidatorData.(*pb.Heartbeat); ok {
 			l.members.observe(msg.GetFrom(), hb, time.Now())
+			if l.revs != nil {
+				l.revs.heard(msg.GetFrom(), hb.Revocations)
+			}
 		}
 	}
 }
@@ -261,6 +280,9 @@ func (l *LightMember) heartbeat(leaving bool) ([]byte, error) {
 		Snapshot:      l.cfg.Snapshot[:],
 		Sink:          l.cfg.Sink,
 	}
+	if l.revs != nil {
+		hb.Certificate, hb.Revocations = l.cfg.Admission.Own(), l.revs.held()
+	}
 	for i, a := range l.h.Addrs() {
 		if i == maxListenAddrs {
 			break
@@ -277,6 +299,9 @@ func (l *LightMember) Close() error {
 	l.closeOnce.Do(func() {
 		if err := l.leave(); err != nil {
 			l.log.Info("overlay: leave not confirmed by every peer", "err", err)
+		}
+		if l.revs != nil {
+			l.h.RemoveStreamHandler(ProtoRevocations)
 		}
 		l.cancel()
 		l.sub.Cancel()

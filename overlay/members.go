@@ -64,6 +64,7 @@ type member struct {
 	dead     bool
 	reason   string // why dead: ReasonLeft or ReasonFailed
 	sink     bool   // it announces the index sink role (Heartbeat.sink)
+	cert     []byte // its membership certificate (a network with admission)
 }
 
 // Why a member was declared dead (MemberEvent.Reason, the logs and
@@ -73,6 +74,8 @@ const (
 	ReasonFailed = "failed"
 	// ReasonLeft: it announced its leave (a clean stop: Peer.Leave).
 	ReasonLeft = "left"
+	// ReasonRevoked: the network's revocation list names it.
+	ReasonRevoked = "revoked"
 )
 
 // MemberEvent reports a change in the failure detector's view.
@@ -369,7 +372,7 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	}
 	changed := !ok || st.dead || st.crawler != c || st.sink != hb.Sink
 	st.crawler, st.lastSeen, st.seq, st.at, st.start, st.load, st.addrs = c, now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano, hb.Load, addrs
-	st.sink = hb.Sink
+	st.sink, st.cert = hb.Sink, hb.Certificate
 	st.dead, st.reason = false, ""
 	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
@@ -400,6 +403,46 @@ func (st *member) supersededBy(hb *pb.Heartbeat, timeout time.Duration) bool {
 		return hb.Seq > st.seq
 	}
 	return hb.AtUnixNano > st.at && (hb.Seq > st.seq || hb.AtUnixNano-st.at >= int64(timeout))
+}
+
+// Certificate returns the membership certificate a live member's
+// heartbeats carry (nil: none, or not a live member).
+func (m *Members) Certificate(id peer.ID) []byte {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if st, ok := m.byID[id]; ok && !st.dead {
+		return st.cert
+	}
+	return nil
+}
+
+// revoke declares dead the members the network has revoked and forgets
+// them: their heartbeats are refused from now on, so they cannot revive.
+func (m *Members) revoke(ids []peer.ID, now time.Time) {
+	var evs []MemberEvent
+	m.mu.Lock()
+	for _, id := range ids {
+		st, ok := m.byID[id]
+		if !ok {
+			continue
+		}
+		if !st.dead {
+			evs = append(evs, MemberEvent{Peer: id, Dead: true, Reason: ReasonRevoked, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
+		}
+		delete(m.byID, id)
+		delete(m.byCID, delegation.CrawlerID(id.String()))
+	}
+	if len(evs) > 0 {
+		m.rebuild()
+	}
+	ls := m.listeners
+	m.mu.Unlock()
+	for _, ev := range evs {
+		m.log.Warn("overlay: member revoked by the network", "peer", ev.Peer)
+		for _, fn := range ls {
+			fn(ev)
+		}
+	}
 }
 
 // memberForget is how long a dead member stays in the table after its
@@ -460,6 +503,9 @@ func (p *Peer) runMembership(ctx context.Context, sub *pubsub.Subscription) {
 				continue
 			}
 			p.members.observe(msg.GetFrom(), hb, time.Now())
+			if p.revs != nil {
+				p.revs.heard(msg.GetFrom(), hb.Revocations)
+			}
 		}
 	}()
 	go func() {
@@ -515,6 +561,9 @@ func (p *Peer) nextHeartbeat(leaving bool) ([]byte, error) {
 		Load:          p.advertisedLoad(),
 		Subnets:       p.members.subnets.Load(),
 	}
+	if p.revs != nil {
+		hb.Certificate, hb.Revocations = p.cfg.Admission.Own(), p.revs.held()
+	}
 	if p.cfg.HasPos {
 		hb.HasPos, hb.Lat, hb.Lon = true, p.cfg.Lat, p.cfg.Lon
 	}
@@ -532,12 +581,13 @@ func (p *Peer) nextHeartbeat(leaving bool) ([]byte, error) {
 
 // validateHeartbeat is the micra/membership/1 topic validator.
 func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-	return checkHeartbeat(p.snap, p.tree.Len(), p.log, from, msg)
+	return checkHeartbeat(p.snap, p.tree.Len(), p.cfg.Admission, p.log, from, msg)
 }
 
 // checkHeartbeat validates a membership message for a peer on snapshot
-// snap (a tree of nodes nodes): a Peer's and a LightMember's validator.
-func checkHeartbeat(snap hierarchy.SnapshotID, nodes int, log *slog.Logger, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+// snap (a tree of nodes nodes) in a network with admission adm (nil: open):
+// a Peer's and a LightMember's validator.
+func checkHeartbeat(snap hierarchy.SnapshotID, nodes int, adm *Admission, log *slog.Logger, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	hb, err := decodeHeartbeat(msg.Data)
 	if err != nil {
 		log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", err)
@@ -552,6 +602,20 @@ func checkHeartbeat(snap hierarchy.SnapshotID, nodes int, log *slog.Logger, from
 	if hb.Subnets > uint32(nodes) {
 		log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", fmt.Sprintf("holds %d subnets of %d", hb.Subnets, nodes))
 		return pubsub.ValidationReject
+	}
+	if adm != nil {
+		// Ignored, not rejected: the peer that relayed it may not have
+		// learned of a revocation or an expiry yet, and a heartbeat of an
+		// open network is not hostile.
+		c, err := adm.Check(msg.GetFrom(), hb.Certificate)
+		if err != nil {
+			log.Debug("overlay: heartbeat of a peer not admitted", "author", msg.GetFrom(), "via", from, "err", err)
+			return pubsub.ValidationIgnore
+		}
+		if hb.Sink && !c.Sink {
+			log.Debug("overlay: rejected heartbeat", "author", msg.GetFrom(), "via", from, "err", "announces the sink role its certificate does not give")
+			return pubsub.ValidationReject
+		}
 	}
 	msg.ValidatorData = hb
 	return pubsub.ValidationAccept

@@ -130,6 +130,13 @@ func newTestNet(t *testing.T, n int, tune func(i int, c *Config, s *Services)) *
 // newTestNetOn is newTestNet over tree.
 func newTestNetOn(t testing.TB, tree *hierarchy.Tree, n int, tune func(i int, c *Config, s *Services)) *testNet {
 	t.Helper()
+	return newTestNetOnWait(t, tree, n, n, tune)
+}
+
+// newTestNetOnWait is newTestNetOn waiting until each of the first members
+// peers sees that many members (the others may be no members of theirs).
+func newTestNetOnWait(t testing.TB, tree *hierarchy.Tree, n, members int, tune func(i int, c *Config, s *Services)) *testNet {
+	t.Helper()
 	tn := &testNet{tree: tree}
 	ctx := context.Background()
 	var boot []string
@@ -162,13 +169,13 @@ func newTestNetOn(t testing.TB, tree *hierarchy.Tree, n int, tune func(i int, c 
 	for _, p := range tn.peers {
 		p.DHT().RefreshRoutingTable()
 	}
-	for _, p := range tn.peers {
+	for _, p := range tn.peers[:members] {
 		// A refresh that ran before the last peers joined leaves a routing
 		// table short until the next periodic one: refresh again every
 		// few seconds while waiting (it matters on a loaded machine).
 		for {
 			rctx, rcancel := context.WithTimeout(wctx, 5*time.Second)
-			err := p.WaitMembers(rctx, n)
+			err := p.WaitMembers(rctx, members)
 			rcancel()
 			if err == nil {
 				break

@@ -71,6 +71,9 @@ type Peer struct {
 	prober  *Prober
 	handoff *handoffQueue
 	probes  probeLog
+	// revs spreads the revocation lists of a network with admission (nil:
+	// an open network)
+	revs *revocationSync
 	// probeLimit bounds the probes each requester has this peer send;
 	// calLimit the cache-emptying calibration events each author has this
 	// peer apply
@@ -193,7 +196,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
 	p.tracer = newGossipTracer(p.metrics)
-	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), Tree: tree, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192)}
+	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), Tree: tree, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192), Admission: cfg.Admission}
 	p.members = newMembers(h.ID(), p.selfCrawler(), cfg.FailureTimeout, log)
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {
@@ -205,6 +208,9 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	})
 	p.dir = newDirectory(p)
 	p.prober = &Prober{p: p}
+	if cfg.Admission != nil {
+		p.revs = newRevocationSync(cfg.Admission, h, p.members, log, cfg.RequestTimeout)
+	}
 
 	var boot []peer.AddrInfo
 	boot, err = ParseBootstrap(cfg.Bootstrap)
@@ -247,6 +253,11 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	h.SetStreamHandler(ProtoHandoff, p.handleHandoff)
 	h.SetStreamHandler(ProtoSnapshot, p.handleSnapshot)
 	h.SetStreamHandler(ProtoRecover, p.handleRecover)
+	if p.revs != nil {
+		h.SetStreamHandler(ProtoRevocations, p.revs.serve)
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.revs.run(pctx) }()
+	}
 
 	p.runMembership(pctx, p.subMem)
 	p.wg.Add(4)
@@ -390,7 +401,7 @@ func (p *Peer) shutdown() error {
 	p.left = true // nothing more to announce
 	p.hbMu.Unlock()
 	p.cancel()
-	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover)} {
+	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover), string(ProtoRevocations)} {
 		p.h.RemoveStreamHandler(protocolID(proto))
 	}
 	p.subMem.Cancel()
@@ -652,8 +663,10 @@ func (p *Peer) validateCalibration(_ context.Context, from peer.ID, msg *pubsub.
 	if string(ev.Snapshot) != string(p.snap[:]) {
 		return pubsub.ValidationIgnore
 	}
-	if !p.members.IsPeerLive(author) {
-		return pubsub.ValidationIgnore // not (or no longer) a member
+	if !p.members.IsPeerLive(author) || (p.cfg.Admission != nil && !p.isMember(author)) {
+		// not (or no longer) a member; with admission, not one whose
+		// admitted heartbeat was heard yet
+		return pubsub.ValidationIgnore
 	}
 	if ev.Kind != pb.CalibrationKind_DELEGATED && author != p.h.ID() && !p.calLimit.allow(author, calibrationRate, calibrationBurst, time.Now()) {
 		// each such event empties a record from every peer's cache: one

@@ -232,9 +232,11 @@ func sealOwner(m *pb.DelegationRecord, sk crypto.PrivKey) ([]byte, error) {
 	return env.Marshal()
 }
 
-// sealDecision wraps the owner's envelope in the decider's signature.
-func sealDecision(ownerEnv []byte, sk crypto.PrivKey) ([]byte, error) {
-	env, err := record.Seal(&decisionPayload{Decision: pb.Decision{Version: wireVersion, OwnerEnvelope: ownerEnv}}, sk)
+// sealDecision wraps the owner's envelope in the decider's signature,
+// with the membership certificates a network with admission asks of a
+// record (Peer.recordCerts; none in an open network).
+func sealDecision(ownerEnv []byte, sk crypto.PrivKey, certs ...[]byte) ([]byte, error) {
+	env, err := record.Seal(&decisionPayload{Decision: pb.Decision{Version: wireVersion, OwnerEnvelope: ownerEnv, Certificates: certs}}, sk)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +254,28 @@ func sealDecision(ownerEnv []byte, sk crypto.PrivKey) ([]byte, error) {
 // It checks that the owner signed the inner and the decider the outer
 // envelope; snapshot and time checks are the validator's.
 func openRecord(value []byte) (delegation.Record, error) {
-	var zero delegation.Record
+	rec, _, err := openSealed(value)
+	return rec, err
+}
+
+// openSealed is openRecord, also returning the membership certificates
+// the decision carries (unchecked: Admission.checkRecord).
+func openSealed(value []byte) (delegation.Record, [][]byte, error) {
+	rec, err := openEnvelopes(value)
+	if err != nil {
+		return rec.Record, nil, err
+	}
+	return rec.Record, rec.certs, nil
+}
+
+// sealedRecord is a verified record and the certificates its decision carries.
+type sealedRecord struct {
+	delegation.Record
+	certs [][]byte
+}
+
+func openEnvelopes(value []byte) (sealedRecord, error) {
+	var zero sealedRecord
 	if len(value) > maxRecordBytes {
 		return zero, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
 	}
@@ -266,6 +289,9 @@ func openRecord(value []byte) (delegation.Record, error) {
 	}
 	if n := len(dp.ProtoReflect().GetUnknown()); n > 0 {
 		return zero, fmt.Errorf("decision: %d bytes of fields this version does not know", n)
+	}
+	if n := len(dp.Certificates); n > maxRecordCerts {
+		return zero, fmt.Errorf("decision: %d certificates, limit %d", n, maxRecordCerts)
 	}
 	var op ownerPayload
 	inner, err := record.ConsumeTypedEnvelope(dp.OwnerEnvelope, &op)
@@ -293,8 +319,12 @@ func openRecord(value []byte) (delegation.Record, error) {
 	if string(rec.DecidedBy) != decider.String() {
 		return zero, fmt.Errorf("decision envelope signed by %s, record names decider %s", decider, rec.DecidedBy)
 	}
-	return rec, nil
+	return sealedRecord{rec, dp.Certificates}, nil
 }
+
+// maxRecordCerts: a record names at most an owner, a decider and
+// delegation.MaxBlocks block owners.
+const maxRecordCerts = 2 + delegation.MaxBlocks
 
 // RecordValidator is the DHT validator for namespace "micra". Keys
 // /micra/deleg/<subnet> hold delegation records; other sub-namespaces are
@@ -313,6 +343,10 @@ type RecordValidator struct {
 	// the DHT's repeated Validate/Select calls on the same bytes cost a
 	// hash instead of two Ed25519 verifications.
 	Verified *VerifiedCache
+	// Admission, if set (a network with admission): the record's owner,
+	// decider and block owners must each have a valid, unrevoked
+	// certificate among those the decision carries.
+	Admission *Admission
 }
 
 // VerifiedCache maps SHA-256(value) to its verified record. Bounded: it is
@@ -320,23 +354,23 @@ type RecordValidator struct {
 type VerifiedCache struct {
 	mu  sync.Mutex
 	max int
-	m   map[[32]byte]delegation.Record
+	m   map[[32]byte]sealedRecord
 }
 
 // NewVerifiedCache returns a cache of at most max entries.
 func NewVerifiedCache(max int) *VerifiedCache {
-	return &VerifiedCache{max: max, m: make(map[[32]byte]delegation.Record)}
+	return &VerifiedCache{max: max, m: make(map[[32]byte]sealedRecord)}
 }
 
 // open verifies and decodes value, and returns it with its SHA-256 (the
 // cache's key, which the directory keeps in place of the value).
-func (c *VerifiedCache) open(value []byte) (delegation.Record, [32]byte, error) {
+func (c *VerifiedCache) open(value []byte) (sealedRecord, [32]byte, error) {
 	if c == nil {
-		rec, err := openRecord(value)
+		rec, err := openEnvelopes(value)
 		return rec, sha256.Sum256(value), err
 	}
 	if len(value) > maxRecordBytes {
-		return delegation.Record{}, [32]byte{}, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
+		return sealedRecord{}, [32]byte{}, fmt.Errorf("record of %d bytes exceeds %d", len(value), maxRecordBytes)
 	}
 	h := sha256.Sum256(value)
 	c.mu.Lock()
@@ -347,7 +381,7 @@ func (c *VerifiedCache) open(value []byte) (delegation.Record, [32]byte, error) 
 		rec.Blocks = slices.Clone(rec.Blocks)
 		return rec, h, nil
 	}
-	rec, err := openRecord(value)
+	rec, err := openEnvelopes(value)
 	if err != nil {
 		return rec, h, err
 	}
@@ -378,7 +412,8 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, [32
 	if err != nil {
 		return delegation.Record{}, [32]byte{}, fmt.Errorf("micra validator: %w", err)
 	}
-	rec, sum, err := v.Verified.open(value)
+	sealed, sum, err := v.Verified.open(value)
+	rec := sealed.Record
 	if err != nil {
 		return rec, sum, fmt.Errorf("micra validator: %s: %w", key, err)
 	}
@@ -413,6 +448,11 @@ func (v RecordValidator) check(key string, value []byte) (delegation.Record, [32
 	}
 	if v.MaxAge > 0 && rec.At.Before(t.Add(-v.MaxAge-clockSkew)) {
 		return rec, sum, fmt.Errorf("micra validator: %s: record from %v is older than %v", key, rec.At, v.MaxAge)
+	}
+	if v.Admission != nil {
+		if err := v.Admission.checkRecord(rec, sealed.certs); err != nil {
+			return rec, sum, fmt.Errorf("micra validator: %s: %w", key, err)
+		}
 	}
 	return rec, sum, nil
 }

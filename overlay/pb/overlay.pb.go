@@ -443,6 +443,11 @@ type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	OwnerEnvelope []byte                 `protobuf:"bytes,2,opt,name=owner_envelope,json=ownerEnvelope,proto3" json:"owner_envelope,omitempty"`
+	// In a network with admission (a network key), the membership
+	// certificates (sealed MembershipCertificate envelopes) of the record's
+	// owner, its decider and every block owner: the DHT's validator checks
+	// them without knowing the membership.
+	Certificates  [][]byte `protobuf:"bytes,3,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +492,13 @@ func (x *Decision) GetVersion() uint32 {
 func (x *Decision) GetOwnerEnvelope() []byte {
 	if x != nil {
 		return x.OwnerEnvelope
+	}
+	return nil
+}
+
+func (x *Decision) GetCertificates() [][]byte {
+	if x != nil {
+		return x.Certificates
 	}
 	return nil
 }
@@ -1453,7 +1465,15 @@ type Heartbeat struct {
 	// takes carriers on /micra/carrier/1 at its listen_addrs. Crawlers given
 	// no sink deliver to the live member announcing it (the lowest peer id
 	// if several do).
-	Sink          bool `protobuf:"varint,16,opt,name=sink,proto3" json:"sink,omitempty"`
+	Sink bool `protobuf:"varint,16,opt,name=sink,proto3" json:"sink,omitempty"`
+	// In a network with admission: the sender's membership certificate (a
+	// sealed MembershipCertificate envelope, signed by the network key).
+	Certificate []byte `protobuf:"bytes,17,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// In a network with admission: the sequence number of the latest
+	// revocation list the sender holds. A peer holding an older one fetches
+	// it from the sender (/micra/revocations/1), so a list spreads with the
+	// heartbeats and a peer that joins later learns it at once.
+	Revocations   uint64 `protobuf:"varint,18,opt,name=revocations,proto3" json:"revocations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1600,6 +1620,291 @@ func (x *Heartbeat) GetSink() bool {
 	return false
 }
 
+func (x *Heartbeat) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetRevocations() uint64 {
+	if x != nil {
+		return x.Revocations
+	}
+	return 0
+}
+
+// MembershipCertificate admits one peer to a network: the payload of an
+// envelope signed by the network key (`micra admit`). The network is the
+// signer; the certificate names no network of its own.
+type MembershipCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Peer          []byte                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`                                           // peer ID bytes of the admitted peer
+	Sink          bool                   `protobuf:"varint,3,opt,name=sink,proto3" json:"sink,omitempty"`                                          // it may announce the index sink role
+	NotBeforeUnix int64                  `protobuf:"varint,4,opt,name=not_before_unix,json=notBeforeUnix,proto3" json:"not_before_unix,omitempty"` // seconds
+	NotAfterUnix  int64                  `protobuf:"varint,5,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`    // seconds: expiry
+	Serial        uint64                 `protobuf:"varint,6,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipCertificate) Reset() {
+	*x = MembershipCertificate{}
+	mi := &file_overlay_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipCertificate) ProtoMessage() {}
+
+func (x *MembershipCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipCertificate.ProtoReflect.Descriptor instead.
+func (*MembershipCertificate) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MembershipCertificate) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MembershipCertificate) GetPeer() []byte {
+	if x != nil {
+		return x.Peer
+	}
+	return nil
+}
+
+func (x *MembershipCertificate) GetSink() bool {
+	if x != nil {
+		return x.Sink
+	}
+	return false
+}
+
+func (x *MembershipCertificate) GetNotBeforeUnix() int64 {
+	if x != nil {
+		return x.NotBeforeUnix
+	}
+	return 0
+}
+
+func (x *MembershipCertificate) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *MembershipCertificate) GetSerial() uint64 {
+	if x != nil {
+		return x.Serial
+	}
+	return 0
+}
+
+// RevocationsRequest asks a peer for the latest revocation list it holds.
+type RevocationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationsRequest) Reset() {
+	*x = RevocationsRequest{}
+	mi := &file_overlay_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationsRequest) ProtoMessage() {}
+
+func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
+func (*RevocationsRequest) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RevocationsRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type RevocationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Status        Status                 `protobuf:"varint,2,opt,name=status,proto3,enum=micra.overlay.Status" json:"status,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	List          []byte                 `protobuf:"bytes,4,opt,name=list,proto3" json:"list,omitempty"` // a sealed RevocationList envelope
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationsResponse) Reset() {
+	*x = RevocationsResponse{}
+	mi := &file_overlay_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationsResponse) ProtoMessage() {}
+
+func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
+func (*RevocationsResponse) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RevocationsResponse) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RevocationsResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *RevocationsResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RevocationsResponse) GetList() []byte {
+	if x != nil {
+		return x.List
+	}
+	return nil
+}
+
+// RevocationList is the payload of an envelope signed by the network key:
+// every peer it names is no longer a member. Lists are ordered by seq; a
+// peer keeps and forwards the highest it has seen.
+type RevocationList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtUnix        int64                  `protobuf:"varint,3,opt,name=at_unix,json=atUnix,proto3" json:"at_unix,omitempty"`
+	Peers         [][]byte               `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"` // peer ID bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationList) Reset() {
+	*x = RevocationList{}
+	mi := &file_overlay_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationList) ProtoMessage() {}
+
+func (x *RevocationList) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationList.ProtoReflect.Descriptor instead.
+func (*RevocationList) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RevocationList) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RevocationList) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RevocationList) GetAtUnix() int64 {
+	if x != nil {
+		return x.AtUnix
+	}
+	return 0
+}
+
+func (x *RevocationList) GetPeers() [][]byte {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 type CalibrationEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -1617,7 +1922,7 @@ type CalibrationEvent struct {
 
 func (x *CalibrationEvent) Reset() {
 	*x = CalibrationEvent{}
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1934,7 @@ func (x *CalibrationEvent) String() string {
 func (*CalibrationEvent) ProtoMessage() {}
 
 func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1947,7 @@ func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalibrationEvent.ProtoReflect.Descriptor instead.
 func (*CalibrationEvent) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{18}
+	return file_overlay_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CalibrationEvent) GetVersion() uint32 {
@@ -1736,10 +2041,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\fR\x04host\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12 \n" +
 	"\fowner_rtt_ns\x18\x03 \x01(\x03R\n" +
-	"ownerRttNs\"K\n" +
+	"ownerRttNs\"o\n" +
 	"\bDecision\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
-	"\x0eowner_envelope\x18\x02 \x01(\fR\rownerEnvelope\"\xd3\x01\n" +
+	"\x0eowner_envelope\x18\x02 \x01(\fR\rownerEnvelope\x12\"\n" +
+	"\fcertificates\x18\x03 \x03(\fR\fcertificates\"\xd3\x01\n" +
 	"\fProbeRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\fR\x06target\x122\n" +
@@ -1810,7 +2116,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12.\n" +
 	"\x05pages\x18\x04 \x03(\v2\x18.micra.overlay.PageStateR\x05pages\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"\xb9\x03\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xfd\x03\n" +
 	"\tHeartbeat\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12 \n" +
@@ -1830,7 +2136,28 @@ const file_overlay_proto_rawDesc = "" +
 	"\x03lon\x18\r \x01(\x01R\x03lon\x12&\n" +
 	"\x0fstart_unix_nano\x18\x0e \x01(\x03R\rstartUnixNano\x12\x18\n" +
 	"\aleaving\x18\x0f \x01(\bR\aleaving\x12\x12\n" +
-	"\x04sink\x18\x10 \x01(\bR\x04sink\"\xa0\x02\n" +
+	"\x04sink\x18\x10 \x01(\bR\x04sink\x12 \n" +
+	"\vcertificate\x18\x11 \x01(\fR\vcertificate\x12 \n" +
+	"\vrevocations\x18\x12 \x01(\x04R\vrevocations\"\xbf\x01\n" +
+	"\x15MembershipCertificate\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
+	"\x04peer\x18\x02 \x01(\fR\x04peer\x12\x12\n" +
+	"\x04sink\x18\x03 \x01(\bR\x04sink\x12&\n" +
+	"\x0fnot_before_unix\x18\x04 \x01(\x03R\rnotBeforeUnix\x12$\n" +
+	"\x0enot_after_unix\x18\x05 \x01(\x03R\fnotAfterUnix\x12\x16\n" +
+	"\x06serial\x18\x06 \x01(\x04R\x06serial\".\n" +
+	"\x12RevocationsRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\"\x88\x01\n" +
+	"\x13RevocationsResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x12\n" +
+	"\x04list\x18\x04 \x01(\fR\x04list\"k\n" +
+	"\x0eRevocationList\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x17\n" +
+	"\aat_unix\x18\x03 \x01(\x03R\x06atUnix\x12\x14\n" +
+	"\x05peers\x18\x04 \x03(\fR\x05peers\"\xa0\x02\n" +
 	"\x10CalibrationEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x122\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.micra.overlay.CalibrationKindR\x04kind\x12\x16\n" +
@@ -1877,30 +2204,34 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_overlay_proto_goTypes = []any{
-	(Status)(0),              // 0: micra.overlay.Status
-	(ProbeMethod)(0),         // 1: micra.overlay.ProbeMethod
-	(CalibrationKind)(0),     // 2: micra.overlay.CalibrationKind
-	(*ProbeSample)(nil),      // 3: micra.overlay.ProbeSample
-	(*DelegationRecord)(nil), // 4: micra.overlay.DelegationRecord
-	(*BlockDelegation)(nil),  // 5: micra.overlay.BlockDelegation
-	(*Decision)(nil),         // 6: micra.overlay.Decision
-	(*ProbeRequest)(nil),     // 7: micra.overlay.ProbeRequest
-	(*ProbeResponse)(nil),    // 8: micra.overlay.ProbeResponse
-	(*EndorseRequest)(nil),   // 9: micra.overlay.EndorseRequest
-	(*EndorseResponse)(nil),  // 10: micra.overlay.EndorseResponse
-	(*HandoffRequest)(nil),   // 11: micra.overlay.HandoffRequest
-	(*HandoffBatch)(nil),     // 12: micra.overlay.HandoffBatch
-	(*HandoffResponse)(nil),  // 13: micra.overlay.HandoffResponse
-	(*SnapshotRequest)(nil),  // 14: micra.overlay.SnapshotRequest
-	(*SnapshotHeader)(nil),   // 15: micra.overlay.SnapshotHeader
-	(*SnapshotChunk)(nil),    // 16: micra.overlay.SnapshotChunk
-	(*RecoverRequest)(nil),   // 17: micra.overlay.RecoverRequest
-	(*PageState)(nil),        // 18: micra.overlay.PageState
-	(*RecoverFrame)(nil),     // 19: micra.overlay.RecoverFrame
-	(*Heartbeat)(nil),        // 20: micra.overlay.Heartbeat
-	(*CalibrationEvent)(nil), // 21: micra.overlay.CalibrationEvent
+	(Status)(0),                   // 0: micra.overlay.Status
+	(ProbeMethod)(0),              // 1: micra.overlay.ProbeMethod
+	(CalibrationKind)(0),          // 2: micra.overlay.CalibrationKind
+	(*ProbeSample)(nil),           // 3: micra.overlay.ProbeSample
+	(*DelegationRecord)(nil),      // 4: micra.overlay.DelegationRecord
+	(*BlockDelegation)(nil),       // 5: micra.overlay.BlockDelegation
+	(*Decision)(nil),              // 6: micra.overlay.Decision
+	(*ProbeRequest)(nil),          // 7: micra.overlay.ProbeRequest
+	(*ProbeResponse)(nil),         // 8: micra.overlay.ProbeResponse
+	(*EndorseRequest)(nil),        // 9: micra.overlay.EndorseRequest
+	(*EndorseResponse)(nil),       // 10: micra.overlay.EndorseResponse
+	(*HandoffRequest)(nil),        // 11: micra.overlay.HandoffRequest
+	(*HandoffBatch)(nil),          // 12: micra.overlay.HandoffBatch
+	(*HandoffResponse)(nil),       // 13: micra.overlay.HandoffResponse
+	(*SnapshotRequest)(nil),       // 14: micra.overlay.SnapshotRequest
+	(*SnapshotHeader)(nil),        // 15: micra.overlay.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 16: micra.overlay.SnapshotChunk
+	(*RecoverRequest)(nil),        // 17: micra.overlay.RecoverRequest
+	(*PageState)(nil),             // 18: micra.overlay.PageState
+	(*RecoverFrame)(nil),          // 19: micra.overlay.RecoverFrame
+	(*Heartbeat)(nil),             // 20: micra.overlay.Heartbeat
+	(*MembershipCertificate)(nil), // 21: micra.overlay.MembershipCertificate
+	(*RevocationsRequest)(nil),    // 22: micra.overlay.RevocationsRequest
+	(*RevocationsResponse)(nil),   // 23: micra.overlay.RevocationsResponse
+	(*RevocationList)(nil),        // 24: micra.overlay.RevocationList
+	(*CalibrationEvent)(nil),      // 25: micra.overlay.CalibrationEvent
 }
 var file_overlay_proto_depIdxs = []int32{
 	3,  // 0: micra.overlay.DelegationRecord.probes:type_name -> micra.overlay.ProbeSample
@@ -1913,12 +2244,13 @@ var file_overlay_proto_depIdxs = []int32{
 	0,  // 7: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
 	0,  // 8: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
 	18, // 9: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
-	2,  // 10: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	0,  // 10: micra.overlay.RevocationsResponse.status:type_name -> micra.overlay.Status
+	2,  // 11: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -1932,7 +2264,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
