@@ -39,6 +39,14 @@ type Config struct {
 	// only (DHT, gossip, membership), advertising no capacity.
 	Crawler bool
 
+	// Network is the network key's identity (a peer id, as `micra admit
+	// init` prints it): the node joins that network with admission,
+	// presenting its certificate (CertificateFile, default
+	// DataDir/membership.cert) and keeping the network's revocation list
+	// in DataDir/revocations (node/admission.go). Empty: an open network.
+	Network         string
+	CertificateFile string
+
 	// Overlay configures the peer. KeyFile and HandoffDir default to files
 	// under DataDir; Logger and Registerer are set by the node.
 	Overlay overlay.Config
@@ -229,6 +237,8 @@ type File struct {
 	Bootstrap    []string `json:"bootstrap,omitempty"`
 	KeyFile      string   `json:"key_file,omitempty"`
 	PSKFile      string   `json:"psk_file,omitempty"`
+	Network      string   `json:"network,omitempty"`
+	Certificate  string   `json:"certificate,omitempty"`
 	CrawlerAddr  string   `json:"crawler_addr,omitempty"`
 	Capacity     int      `json:"capacity,omitempty"`
 	Policy       string   `json:"policy,omitempty"`
@@ -298,7 +308,7 @@ func decodeFile(b []byte) (File, error) {
 // directory of the file it was read from, so a configuration names the same
 // files wherever the node is started; absolute paths stay as they are.
 func (f *File) resolvePaths(dir string) {
-	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Hierarchy, &f.Carriers, &f.SeedsFile} {
+	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Certificate, &f.Hierarchy, &f.Carriers, &f.SeedsFile} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -338,6 +348,7 @@ func (f File) Config() (Config, error) {
 	c.Overlay.Bootstrap = f.Bootstrap
 	c.Overlay.KeyFile = f.KeyFile
 	c.Overlay.PSKFile = f.PSKFile
+	c.Network, c.CertificateFile = f.Network, f.Certificate
 	if f.CrawlerAddr != "" {
 		a, err := netip.ParseAddr(f.CrawlerAddr)
 		if err != nil {

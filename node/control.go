@@ -301,12 +301,21 @@ type StatusInfo struct {
 	CrawlersLive   int        `json:"crawlers_live"`   // live members that crawl
 	SubnetsOwned   int        `json:"subnets_owned"`   // cached records naming this node as owner
 	BlocksOwned    int        `json:"blocks_owned"`    // block delegations to this node in cached records
+	// Network is the network's admission; null: an open network.
+	Network *NetworkStatus `json:"network"`
 
 	Frontier *FrontierStatus `json:"frontier"`
 	Crawl    *CrawlStatus    `json:"crawl"`
 	Outbox   *OutboxStatus   `json:"outbox"`
 	Handoff  HandoffStatus   `json:"handoff"`
 	Sink     *SinkStatus     `json:"sink"`
+}
+
+// NetworkStatus is this node's membership of a network with admission.
+type NetworkStatus struct {
+	ID                 string    `json:"id"` // the network key's id
+	CertificateExpires time.Time `json:"certificate_expires"`
+	Revocations        uint64    `json:"revocations"` // sequence number of the revocation list held (0: none)
 }
 
 // FrontierStatus is the crawl frontier's state.
@@ -381,6 +390,10 @@ func (n *Node) Status() StatusInfo {
 		SubnetsOwned: len(n.peer.Directory().Owned()), BlocksOwned: len(n.peer.Directory().BlocksOf(self))}
 	if t, ok := n.started.Load().(time.Time); ok {
 		s.Since = t
+	}
+	if n.adm != nil {
+		_, seq := n.adm.Revocations()
+		s.Network = &NetworkStatus{ID: n.adm.Network().String(), CertificateExpires: n.adm.OwnCertificate().NotAfter, Revocations: seq}
 	}
 	hs := n.peer.HandoffStats()
 	s.Handoff = HandoffStatus{Pending: hs.Pending, Messages: hs.Messages, URLs: hs.URLs, Resent: hs.Resent, Failures: hs.Failures}

@@ -62,8 +62,9 @@ type Node struct {
 	running bool
 	closed  bool
 
-	started atomic.Value // time.Time Run started
-	ctlURL  atomic.Value // string: the control API's URL while Run serves it
+	adm     *overlay.Admission // nil: an open network
+	started atomic.Value       // time.Time Run started
+	ctlURL  atomic.Value       // string: the control API's URL while Run serves it
 }
 
 // Open validates cfg, opens the stores under DataDir, the crawl engine and
@@ -110,13 +111,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		cc.DB, cc.Router, cc.Logger, cc.Registerer = n.db, n.router, n.log, n.reg
 		if cc.CrawlerID == "" && cfg.Overlay.KeyFile != "" {
 			// Records and carriers name the crawler by its peer id.
-			sk, err := overlay.LoadOrCreateKey(cfg.Overlay.KeyFile)
+			id, err := identity(cfg.Overlay.KeyFile)
 			if err != nil {
-				return n, fmt.Errorf("node: identity: %w", err)
-			}
-			id, err := peer.IDFromPrivateKey(sk)
-			if err != nil {
-				return n, fmt.Errorf("node: identity: %w", err)
+				return n, err
 			}
 			cc.CrawlerID = id.String()
 		}
@@ -141,6 +138,18 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	oc := cfg.Overlay
 	oc.Logger, oc.Registerer = n.log, n.reg
+	if cfg.Network != "" {
+		self, err := identity(oc.KeyFile)
+		if err != nil {
+			return n, err
+		}
+		if oc.Admission, err = cfg.admission(self, time.Now()); err != nil {
+			return n, err
+		}
+		n.adm = oc.Admission
+		c := oc.Admission.OwnCertificate()
+		n.log.Info("node: member of a network with admission", "network", c.Network, "certificate_expires", c.NotAfter)
+	}
 	n.opened = time.Now()
 	if n.peer, err = overlay.Open(ctx, n.tree, oc, svc); err != nil {
 		return n, err

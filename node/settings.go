@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-crawler/micra/delegation"
 )
@@ -111,6 +112,10 @@ var Settings = []Setting{
 		Meaning: "the peer's Ed25519 identity key (default data_dir/identity.key, created on first start)"},
 	{Key: "psk_file", Group: "overlay", Type: "path", Default: `""`, Example: `"swarm.key"`,
 		Meaning: "pre-shared key of a private network (libp2p pnet; TCP only); empty: the public network"},
+	{Key: "network", Group: "overlay", Type: "string", Default: `""`, Example: `"12D3KooWQYhTNQdmr3ArTeUHRYzFg94BKyTkoWBDWez9kSCVe2Xo"`, check: checkPeerID,
+		Meaning: "the network key's id (`micra admit init` prints it): join that network with admission, members only; empty: an open network, where anyone who runs micra is a member"},
+	{Key: "certificate", Group: "overlay", Type: "path", Default: `""`, Example: `"membership.cert"`,
+		Meaning: "this node's membership certificate from the network's operator (`micra admit`); default data_dir/membership.cert"},
 
 	{Key: "seeds", Group: "crawl", Type: "list", Default: `[]`, Example: `["https://example.org/", "https://example.net/"]`,
 		Meaning: "URLs to start from, queued at start (give seeds to any one node: it hands the others' to them)"},
@@ -189,6 +194,13 @@ func checkDuration(s string) error {
 func checkAddr(s string) error {
 	if _, err := netip.ParseAddr(s); err != nil {
 		return fmt.Errorf("%q is not an IP address", s)
+	}
+	return nil
+}
+
+func checkPeerID(s string) error {
+	if _, err := peer.Decode(s); err != nil {
+		return fmt.Errorf("%q is not a network key id (`micra admit init` prints it)", s)
 	}
 	return nil
 }

@@ -314,6 +314,15 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 	}
 	fmt.Fprintf(tw, "peers\t%d connected; %s (%s), this node included\n", v.PeersConnected,
 		plural(int64(v.MembersLive), "live member"), plural(int64(v.CrawlersLive), "crawler"))
+	if nw := v.Network; nw != nil {
+		fmt.Fprintf(tw, "network\t%s: admitted until %s", nw.ID, nw.CertificateExpires.Local().Format(time.DateTime))
+		if nw.Revocations > 0 {
+			fmt.Fprintf(tw, "; revocation list %d", nw.Revocations)
+		}
+		fmt.Fprintln(tw)
+	} else {
+		fmt.Fprintf(tw, "network\topen: anyone who runs micra is a member\n")
+	}
 	fmt.Fprintf(tw, "owns\t%s, %s\n", plural(int64(v.SubnetsOwned), "subnet"), plural(int64(v.BlocksOwned), "block"))
 	if f := v.Frontier; f != nil {
 		s := fmt.Sprintf("%d queued, %d hosts active, %d ready, %d seen; %d revisits scheduled", f.Queued, f.ActiveHosts, f.ReadyHosts, f.Seen, f.Scheduled)

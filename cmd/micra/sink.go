@@ -52,6 +52,9 @@ type sinkOptions struct {
 	admit           string
 	announce        bool
 	heartbeat, fail time.Duration
+	// a network with admission: its id, this sink's certificate and the
+	// revocation list it spreads
+	network, certificate, revocations string
 }
 
 func init() {
@@ -98,6 +101,9 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringVar(&o.hierarchy, "hierarchy", "", "the IP hierarchy snapshot file the network's peers share (default: the embedded one)")
 	f.StringVar(&o.admit, "admit", "members", "who may deliver: members (live members of the network) or any (any peer that can connect: with --psk, or on loopback)")
 	f.BoolVar(&o.announce, "announce", true, "announce this sink to the network, so nodes with no sink setting deliver here")
+	f.StringVar(&o.network, "network", "", "the network key's id (micra admit init): a network with admission, whose members only may deliver")
+	f.StringVar(&o.certificate, "certificate", "", "this sink's certificate, with the sink role (micra admit --sink; default DATA/membership.cert)")
+	f.StringVar(&o.revocations, "revocations", "", "the network's revocation list (micra admit revoke; read again every 10 s and spread to the members; default DATA/revocations)")
 	f.DurationVar(&o.heartbeat, "heartbeat", 0, "membership heartbeat interval (default 1s, as a node's)")
 	f.DurationVar(&o.fail, "failure-timeout", 0, "a member silent this long is no longer admitted (default 5s, as a node's)")
 
@@ -354,9 +360,13 @@ func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheu
 	for _, a := range h.Addrs() {
 		loopback = loopback && manet.IsIPLoopback(a)
 	}
+	adm, err := sinkAdmission(o, h.ID())
+	if err != nil {
+		return nil, err
+	}
 	lm, err := overlay.JoinMembership(ctx, h, overlay.LightConfig{Snapshot: snap, Nodes: nodes, Sink: o.announce,
 		Bootstrap: o.bootstrap, HeartbeatInterval: o.heartbeat, FailureTimeout: o.fail, LoopbackTestnet: loopback,
-		Logger: slog.Default(), Registerer: reg})
+		Admission: adm, Logger: slog.Default(), Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("sink: %w", err)
 	}
@@ -365,6 +375,36 @@ func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheu
 		func() float64 { return float64(lm.Members().Count() - 1) }))
 	slog.Info("sink: member of the network", "snapshot", snap.String(), "bootstrap", len(o.bootstrap), "admit", o.admit, "announce", o.announce)
 	return lm, nil
+}
+
+// sinkAdmission is the sink's admission to its network (nil: an open one).
+func sinkAdmission(o *sinkOptions, self peer.ID) (*overlay.Admission, error) {
+	if o.network == "" {
+		return nil, nil
+	}
+	network, err := peer.Decode(o.network)
+	if err != nil {
+		return nil, fmt.Errorf("sink: --network %q: not a network key id (micra admit init prints it)", o.network)
+	}
+	certFile, revFile := o.certificate, o.revocations
+	if certFile == "" {
+		certFile = filepath.Join(o.data, "membership.cert")
+	}
+	if revFile == "" {
+		revFile = filepath.Join(o.data, "revocations")
+	}
+	raw, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("sink: --certificate: %w (the network's operator runs `micra admit --sink --peer %s`)", err, self)
+	}
+	adm, err := overlay.NewAdmission(network, raw, revFile)
+	if err != nil {
+		return nil, fmt.Errorf("sink: %s: %w", certFile, err)
+	}
+	if c := adm.OwnCertificate(); c.Peer != self {
+		return nil, fmt.Errorf("sink: %s admits peer %s, but this sink is %s", certFile, c.Peer, self)
+	}
+	return adm, nil
 }
 
 // sinkImport commits carrier files; one line per refused file on errw.
