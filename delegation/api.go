@@ -91,6 +91,10 @@ type BlockDelegation struct {
 	Host     netip.Addr // the host it was decided for: a host of the block in the subnet
 	Owner    CrawlerID
 	OwnerRTT time.Duration
+	// Consent is the block owner's signed agreement to this delegation,
+	// opaque here: the directory asks for it when it publishes a block
+	// without one, and a block carried into a successor record keeps it.
+	Consent []byte
 }
 
 // Block is the delegated block: BlockOf(Host).

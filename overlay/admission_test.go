@@ -166,6 +166,7 @@ func TestAdmittedRecordValidator(t *testing.T) {
 	}
 	withBlock := rec(alice, alice)
 	withBlock.Blocks = []delegation.BlockDelegation{{Host: netip.MustParseAddr("127.0.0.9"), Owner: sybil.id, OwnerRTT: time.Millisecond}}
+	giveConsents(t, &withBlock, sybil)
 	sybilCert := newNetwork(t).admit(t, pid(t, sybil), false) // of another network
 	for name, val := range map[string][]byte{
 		"no certificates":               sealWith(rec(alice, bob), alice, bob),

@@ -380,11 +380,14 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 	if rec.DecidedBy != p.selfID {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: decided by %s, but only this peer (%s) can sign", rec.Subnet, rec.DecidedBy, p.selfID)
 	}
+	start := time.Now()
+	if err := p.gatherConsents(ctx, &rec); err != nil {
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
+	}
 	m, err := toPB(rec)
 	if err != nil {
 		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
 	}
-	start := time.Now()
 	var ownerEnv []byte
 	if rec.Owner == p.selfID {
 		ownerEnv, err = sealOwner(m, p.sk)

@@ -19,24 +19,16 @@ import (
 // endorse asks owner to countersign m over /micra/endorse/1 and checks the
 // returned envelope: signed by owner, over exactly m.
 func (p *Peer) endorse(ctx context.Context, owner peer.ID, m *pb.DelegationRecord) ([]byte, error) {
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	env, err := p.askEndorse(ctx, owner, m, 0)
 	if err != nil {
-		return nil, err
-	}
-	var resp pb.EndorseResponse
-	if err := roundTrip(ctx, p.h, owner, ProtoEndorse, maxEndorseMsg, p.cfg.RequestTimeout,
-		&pb.EndorseRequest{Version: wireVersion, Record: raw}, &resp); err != nil {
-		return nil, err
-	}
-	if err := remoteErr(owner, ProtoEndorse, resp.Status, resp.Error); err != nil {
 		return nil, err
 	}
 	var op ownerPayload
-	env, err := record.ConsumeTypedEnvelope(resp.Envelope, &op)
+	e, err := record.ConsumeTypedEnvelope(env, &op)
 	if err != nil {
 		return nil, fmt.Errorf("endorse: envelope from %s: %w", shortID(owner), err)
 	}
-	signer, err := peer.IDFromPublicKey(env.PublicKey)
+	signer, err := peer.IDFromPublicKey(e.PublicKey)
 	if err != nil || signer != owner {
 		return nil, fmt.Errorf("endorse: envelope from %s signed by %s", shortID(owner), signer)
 	}
@@ -44,6 +36,25 @@ func (p *Peer) endorse(ctx context.Context, owner peer.ID, m *pb.DelegationRecor
 		return nil, fmt.Errorf("endorse: %s signed a different record", shortID(owner))
 	}
 	p.metrics.endorsements.Inc()
+	return env, nil
+}
+
+// askEndorse sends m to peer over /micra/endorse/1 asking, for block 0,
+// its endorsement as the record's owner, else its consent to block
+// block (1-based), and returns the envelope it sealed (unchecked).
+func (p *Peer) askEndorse(ctx context.Context, to peer.ID, m *pb.DelegationRecord, block uint32) ([]byte, error) {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var resp pb.EndorseResponse
+	if err := roundTrip(ctx, p.h, to, ProtoEndorse, maxEndorseMsg, p.cfg.RequestTimeout,
+		&pb.EndorseRequest{Version: wireVersion, Record: raw, Block: block}, &resp); err != nil {
+		return nil, err
+	}
+	if err := remoteErr(to, ProtoEndorse, resp.Status, resp.Error); err != nil {
+		return nil, err
+	}
 	return resp.Envelope, nil
 }
 
@@ -59,13 +70,16 @@ func (p *Peer) handleEndorse(s network.Stream) {
 		return
 	}
 	resp := &pb.EndorseResponse{Version: wireVersion}
-	resp.Status, resp.Error, resp.Envelope = p.checkEndorse(s.Conn().RemotePeer(), req.Record)
+	resp.Status, resp.Error, resp.Envelope = p.checkEndorse(s.Conn().RemotePeer(), req.Record, int(req.Block))
 	if err := st.write(resp); err != nil {
 		s.Reset()
 	}
 }
 
-func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte) {
+// checkEndorse answers an endorse request: for block 0 this peer's
+// endorsement as the record's owner, else its consent to that block
+// (1-based) as the block's owner (checkBlockConsent).
+func (p *Peer) checkEndorse(from peer.ID, raw []byte, block int) (pb.Status, string, []byte) {
 	var m pb.DelegationRecord
 	if err := proto.Unmarshal(raw, &m); err != nil {
 		return pb.Status_BAD_REQUEST, "record: " + err.Error(), nil
@@ -81,7 +95,7 @@ func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte
 		// only members decide: a stranger's record naming this peer would
 		// otherwise carry its signature
 		return pb.Status_REFUSED, fmt.Sprintf("%s is not a live member of this network", shortID(from)), nil
-	case rec.Owner != p.selfID:
+	case block == 0 && rec.Owner != p.selfID:
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("record names owner %s, not this peer", rec.Owner), nil
 	case string(rec.DecidedBy) != from.String():
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("record decided by %s but sent by %s", rec.DecidedBy, from), nil
@@ -93,6 +107,9 @@ func (p *Peer) checkEndorse(from peer.ID, raw []byte) (pb.Status, string, []byte
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("record time %v is not fresh", rec.At), nil
 	case rec.Epoch > delegation.EpochCeiling(rec.At):
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("epoch %d is past its time's ceiling %d", rec.Epoch, delegation.EpochCeiling(rec.At)), nil
+	}
+	if block > 0 {
+		return p.checkBlockConsent(from, rec, block-1)
 	}
 	in := func(a netip.Addr) bool { return p.tree.Contains(rec.Subnet, a) }
 	if !p.probes.consistent(from, in, rec.OwnerRTT) {

@@ -232,12 +232,12 @@ func TestEndorseFromStrangerRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, msg, env := p.checkEndorse(sid, raw)
+	st, msg, env := p.checkEndorse(sid, raw, 0)
 	if st != pb.Status_REFUSED || env != nil || !strings.Contains(msg, "not a live member") {
 		t.Fatalf("a stranger's endorsement request: %v %q (envelope %d bytes), want REFUSED", st, msg, len(env))
 	}
 	heardFrom(p, sid)
-	if st, msg, _ := p.checkEndorse(sid, raw); st == pb.Status_REFUSED && strings.Contains(msg, "member") {
+	if st, msg, _ := p.checkEndorse(sid, raw, 0); st == pb.Status_REFUSED && strings.Contains(msg, "member") {
 		t.Fatalf("a member's request refused as a stranger's: %q", msg)
 	}
 }

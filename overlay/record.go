@@ -40,7 +40,7 @@ const (
 	DelegNamespace = "micra"
 	delegPrefix    = "/micra/deleg/"
 
-	maxRecordBytes = 8 << 10
+	maxRecordBytes = 12 << 10 // 16 blocks with consents and 18 certificates: about 8 KiB
 	maxProbes      = 64
 	maxOwnerRTT    = 5 * time.Minute
 	clockSkew      = 5 * time.Minute
@@ -133,7 +133,7 @@ func toPB(r delegation.Record) (*pb.DelegationRecord, error) {
 		if !b.Host.IsValid() {
 			return nil, fmt.Errorf("record block owned by %s has no host", b.Owner)
 		}
-		m.Blocks = append(m.Blocks, &pb.BlockDelegation{Host: b.Host.Unmap().AsSlice(), Owner: []byte(id), OwnerRttNs: int64(b.OwnerRTT)})
+		m.Blocks = append(m.Blocks, &pb.BlockDelegation{Host: b.Host.Unmap().AsSlice(), Owner: []byte(id), OwnerRttNs: int64(b.OwnerRTT), Consent: b.Consent})
 	}
 	return m, nil
 }
@@ -209,7 +209,7 @@ func fromPB(m *pb.DelegationRecord) (delegation.Record, error) {
 		if len(b.ProtoReflect().GetUnknown()) > 0 {
 			return r, fmt.Errorf("block %d: fields this version does not know", i)
 		}
-		bd := delegation.BlockDelegation{Host: host, Owner: delegation.CrawlerID(id.String()), OwnerRTT: time.Duration(b.OwnerRttNs)}
+		bd := delegation.BlockDelegation{Host: host, Owner: delegation.CrawlerID(id.String()), OwnerRTT: time.Duration(b.OwnerRttNs), Consent: b.Consent}
 		if bd.Owner == r.Owner {
 			return r, fmt.Errorf("block %d: %v delegated to the subnet's own owner", i, bd.Block())
 		}
@@ -304,6 +304,11 @@ func openEnvelopes(value []byte) (sealedRecord, error) {
 	rec, err := fromPB(&op.DelegationRecord)
 	if err != nil {
 		return zero, err
+	}
+	for _, b := range rec.Blocks {
+		if err := checkConsent(rec.Snapshot, rec.Subnet, b); err != nil {
+			return zero, err
+		}
 	}
 	decider, err := peer.IDFromPublicKey(outer.PublicKey)
 	if err != nil {

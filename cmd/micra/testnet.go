@@ -28,7 +28,7 @@ type testnetOptions struct {
 	seed                                       uint64
 	capacity, wireScale, killAt                float64
 	kill                                       int
-	sink, json                                 bool
+	sink, json, open                           bool
 	show                                       int
 	experiment, report                         string
 	policies, nodeFlags                        []string
@@ -43,6 +43,7 @@ func (o *testnetOptions) flags(cmd *cobra.Command, up bool) {
 	}
 	f.IntVarP(&o.peers, "peers", "n", 12, "crawler nodes")
 	f.BoolVar(&o.sink, "sink", true, "start an index sink the crawlers deliver to")
+	f.BoolVar(&o.open, "open", false, "an open network, where anyone who runs micra is a member (default: DIR/network.key admits the testnet's nodes and sink)")
 	f.StringVar(&o.policy, "policy", "micra", "delegation policy of every node: micra, ipmicra, hash, random")
 	f.IntVar(&o.hosts, "hosts", 200, "hosts of the synthetic web")
 	f.IntVar(&o.pages, "pages-per-host", 10, "pages per host")
@@ -65,7 +66,7 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 	if err != nil {
 		return cluster.Options{}, err
 	}
-	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr,
+	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Open: o.open, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr,
 		Kill: o.kill, KillAt: o.killAt}
 	if o.kill < 0 || o.kill > 0 && o.kill > o.peers-2 {
 		return c, fmt.Errorf("testnet: --kill %d: want 0 to %d (node 0 and the seeded node stay)", o.kill, max(0, o.peers-2))
@@ -205,6 +206,11 @@ func printTestnet(w io.Writer, s cluster.State) {
 	tw.Flush()
 	if len(s.Nodes) > 0 && s.Nodes[0].API != "" {
 		fmt.Fprintf(w, "web console: %s/console/network (each node's API serves its own: API/console/)\n", s.Nodes[0].API)
+	}
+	if s.Network != "" {
+		fmt.Fprintf(w, "network %s: members only (admit or revoke with micra admit --key %s)\n", s.Network, filepath.Join(filepath.Dir(s.World), "network.key"))
+	} else {
+		fmt.Fprintf(w, "an open network: anyone who runs micra is a member\n")
 	}
 	if s.Sink != nil {
 		fmt.Fprintf(w, "sink: %s\n  records: %s/v1/records?follow=1   status: %s/v1/status   console: %s/console/\n", s.Sink.Addr, s.Sink.HTTP, s.Sink.HTTP, s.Sink.HTTP)

@@ -379,10 +379,13 @@ func (x *DelegationRecord) GetBlocks() []*BlockDelegation {
 }
 
 type BlockDelegation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Host          []byte                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`   // the host it was decided for: 4 or 16 address bytes
-	Owner         []byte                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"` // peer ID bytes
-	OwnerRttNs    int64                  `protobuf:"varint,3,opt,name=owner_rtt_ns,json=ownerRttNs,proto3" json:"owner_rtt_ns,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Host       []byte                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`   // the host it was decided for: 4 or 16 address bytes
+	Owner      []byte                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"` // peer ID bytes
+	OwnerRttNs int64                  `protobuf:"varint,3,opt,name=owner_rtt_ns,json=ownerRttNs,proto3" json:"owner_rtt_ns,omitempty"`
+	// The block owner's consent: an envelope it sealed over a BlockConsent
+	// that names this block (its host and RTT) in this subnet.
+	Consent       []byte `protobuf:"bytes,4,opt,name=consent,proto3" json:"consent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +441,107 @@ func (x *BlockDelegation) GetOwnerRttNs() int64 {
 	return 0
 }
 
+func (x *BlockDelegation) GetConsent() []byte {
+	if x != nil {
+		return x.Consent
+	}
+	return nil
+}
+
+// BlockConsent is what a block owner signs (/micra/endorse/1 with block
+// set) before a decider may give it the block.
+type BlockConsent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Snapshot      []byte                 `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Subnet        uint32                 `protobuf:"varint,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Host          []byte                 `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	OwnerRttNs    int64                  `protobuf:"varint,5,opt,name=owner_rtt_ns,json=ownerRttNs,proto3" json:"owner_rtt_ns,omitempty"`
+	DecidedBy     []byte                 `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"` // peer ID bytes of the decider it consented to
+	AtUnixNano    int64                  `protobuf:"varint,7,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockConsent) Reset() {
+	*x = BlockConsent{}
+	mi := &file_overlay_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockConsent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockConsent) ProtoMessage() {}
+
+func (x *BlockConsent) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockConsent.ProtoReflect.Descriptor instead.
+func (*BlockConsent) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BlockConsent) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BlockConsent) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *BlockConsent) GetSubnet() uint32 {
+	if x != nil {
+		return x.Subnet
+	}
+	return 0
+}
+
+func (x *BlockConsent) GetHost() []byte {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+func (x *BlockConsent) GetOwnerRttNs() int64 {
+	if x != nil {
+		return x.OwnerRttNs
+	}
+	return 0
+}
+
+func (x *BlockConsent) GetDecidedBy() []byte {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return nil
+}
+
+func (x *BlockConsent) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
 // Decision is the outer payload: the owner's sealed envelope, verbatim.
 type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -454,7 +558,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_overlay_proto_msgTypes[3]
+	mi := &file_overlay_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +570,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[3]
+	mi := &file_overlay_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +583,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{3}
+	return file_overlay_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Decision) GetVersion() uint32 {
@@ -518,7 +622,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_overlay_proto_msgTypes[4]
+	mi := &file_overlay_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +634,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[4]
+	mi := &file_overlay_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +647,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{4}
+	return file_overlay_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProbeRequest) GetVersion() uint32 {
@@ -607,7 +711,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_overlay_proto_msgTypes[5]
+	mi := &file_overlay_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +723,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[5]
+	mi := &file_overlay_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +736,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{5}
+	return file_overlay_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProbeResponse) GetVersion() uint32 {
@@ -665,16 +769,20 @@ func (x *ProbeResponse) GetRttNs() []int64 {
 
 // EndorseRequest asks the chosen owner to countersign a delegation record.
 type EndorseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"` // marshalled DelegationRecord
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Record  []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"` // marshalled DelegationRecord
+	// block: 0 asks the record's owner to endorse it; i > 0 asks the owner
+	// of the record's i-th block (1-based) to consent to it (the envelope
+	// returned then seals a BlockConsent).
+	Block         uint32 `protobuf:"varint,3,opt,name=block,proto3" json:"block,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndorseRequest) Reset() {
 	*x = EndorseRequest{}
-	mi := &file_overlay_proto_msgTypes[6]
+	mi := &file_overlay_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +794,7 @@ func (x *EndorseRequest) String() string {
 func (*EndorseRequest) ProtoMessage() {}
 
 func (x *EndorseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[6]
+	mi := &file_overlay_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +807,7 @@ func (x *EndorseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndorseRequest.ProtoReflect.Descriptor instead.
 func (*EndorseRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{6}
+	return file_overlay_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EndorseRequest) GetVersion() uint32 {
@@ -716,6 +824,13 @@ func (x *EndorseRequest) GetRecord() []byte {
 	return nil
 }
 
+func (x *EndorseRequest) GetBlock() uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
 type EndorseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -728,7 +843,7 @@ type EndorseResponse struct {
 
 func (x *EndorseResponse) Reset() {
 	*x = EndorseResponse{}
-	mi := &file_overlay_proto_msgTypes[7]
+	mi := &file_overlay_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +855,7 @@ func (x *EndorseResponse) String() string {
 func (*EndorseResponse) ProtoMessage() {}
 
 func (x *EndorseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[7]
+	mi := &file_overlay_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +868,7 @@ func (x *EndorseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndorseResponse.ProtoReflect.Descriptor instead.
 func (*EndorseResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{7}
+	return file_overlay_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndorseResponse) GetVersion() uint32 {
@@ -799,7 +914,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_overlay_proto_msgTypes[8]
+	mi := &file_overlay_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +926,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[8]
+	mi := &file_overlay_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +939,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{8}
+	return file_overlay_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HandoffRequest) GetVersion() uint32 {
@@ -869,7 +984,7 @@ type HandoffBatch struct {
 
 func (x *HandoffBatch) Reset() {
 	*x = HandoffBatch{}
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +996,7 @@ func (x *HandoffBatch) String() string {
 func (*HandoffBatch) ProtoMessage() {}
 
 func (x *HandoffBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1009,7 @@ func (x *HandoffBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffBatch.ProtoReflect.Descriptor instead.
 func (*HandoffBatch) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{9}
+	return file_overlay_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HandoffBatch) GetSubnet() uint32 {
@@ -936,7 +1051,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1063,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1076,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{10}
+	return file_overlay_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HandoffResponse) GetVersion() uint32 {
@@ -1023,7 +1138,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1150,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1163,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{11}
+	return file_overlay_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SnapshotRequest) GetVersion() uint32 {
@@ -1079,7 +1194,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1206,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1219,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{12}
+	return file_overlay_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1144,7 +1259,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1271,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1284,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{13}
+	return file_overlay_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1203,7 +1318,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1330,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1343,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{14}
+	return file_overlay_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecoverRequest) GetVersion() uint32 {
@@ -1281,7 +1396,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1408,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1421,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{15}
+	return file_overlay_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PageState) GetUrl() string {
@@ -1372,7 +1487,7 @@ type RecoverFrame struct {
 
 func (x *RecoverFrame) Reset() {
 	*x = RecoverFrame{}
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1499,7 @@ func (x *RecoverFrame) String() string {
 func (*RecoverFrame) ProtoMessage() {}
 
 func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1512,7 @@ func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverFrame.ProtoReflect.Descriptor instead.
 func (*RecoverFrame) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{16}
+	return file_overlay_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecoverFrame) GetVersion() uint32 {
@@ -1480,7 +1595,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1607,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1620,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{17}
+	return file_overlay_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Heartbeat) GetVersion() uint32 {
@@ -1651,7 +1766,7 @@ type MembershipCertificate struct {
 
 func (x *MembershipCertificate) Reset() {
 	*x = MembershipCertificate{}
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1778,7 @@ func (x *MembershipCertificate) String() string {
 func (*MembershipCertificate) ProtoMessage() {}
 
 func (x *MembershipCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1791,7 @@ func (x *MembershipCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipCertificate.ProtoReflect.Descriptor instead.
 func (*MembershipCertificate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{18}
+	return file_overlay_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MembershipCertificate) GetVersion() uint32 {
@@ -1731,7 +1846,7 @@ type RevocationsRequest struct {
 
 func (x *RevocationsRequest) Reset() {
 	*x = RevocationsRequest{}
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1858,7 @@ func (x *RevocationsRequest) String() string {
 func (*RevocationsRequest) ProtoMessage() {}
 
 func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1871,7 @@ func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
 func (*RevocationsRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{19}
+	return file_overlay_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevocationsRequest) GetVersion() uint32 {
@@ -1778,7 +1893,7 @@ type RevocationsResponse struct {
 
 func (x *RevocationsResponse) Reset() {
 	*x = RevocationsResponse{}
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1905,7 @@ func (x *RevocationsResponse) String() string {
 func (*RevocationsResponse) ProtoMessage() {}
 
 func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1918,7 @@ func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
 func (*RevocationsResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{20}
+	return file_overlay_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevocationsResponse) GetVersion() uint32 {
@@ -1849,7 +1964,7 @@ type RevocationList struct {
 
 func (x *RevocationList) Reset() {
 	*x = RevocationList{}
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1976,7 @@ func (x *RevocationList) String() string {
 func (*RevocationList) ProtoMessage() {}
 
 func (x *RevocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1989,7 @@ func (x *RevocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationList.ProtoReflect.Descriptor instead.
 func (*RevocationList) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{21}
+	return file_overlay_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevocationList) GetVersion() uint32 {
@@ -1922,7 +2037,7 @@ type CalibrationEvent struct {
 
 func (x *CalibrationEvent) Reset() {
 	*x = CalibrationEvent{}
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2049,7 @@ func (x *CalibrationEvent) String() string {
 func (*CalibrationEvent) ProtoMessage() {}
 
 func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2062,7 @@ func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalibrationEvent.ProtoReflect.Descriptor instead.
 func (*CalibrationEvent) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{22}
+	return file_overlay_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CalibrationEvent) GetVersion() uint32 {
@@ -2036,12 +2151,24 @@ const file_overlay_proto_rawDesc = "" +
 	"\fat_unix_nano\x18\t \x01(\x03R\n" +
 	"atUnixNano\x126\n" +
 	"\x06blocks\x18\n" +
-	" \x03(\v2\x1e.micra.overlay.BlockDelegationR\x06blocks\"]\n" +
+	" \x03(\v2\x1e.micra.overlay.BlockDelegationR\x06blocks\"w\n" +
 	"\x0fBlockDelegation\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\fR\x04host\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12 \n" +
 	"\fowner_rtt_ns\x18\x03 \x01(\x03R\n" +
-	"ownerRttNs\"o\n" +
+	"ownerRttNs\x12\x18\n" +
+	"\aconsent\x18\x04 \x01(\fR\aconsent\"\xd3\x01\n" +
+	"\fBlockConsent\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\fR\bsnapshot\x12\x16\n" +
+	"\x06subnet\x18\x03 \x01(\rR\x06subnet\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\fR\x04host\x12 \n" +
+	"\fowner_rtt_ns\x18\x05 \x01(\x03R\n" +
+	"ownerRttNs\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x06 \x01(\fR\tdecidedBy\x12 \n" +
+	"\fat_unix_nano\x18\a \x01(\x03R\n" +
+	"atUnixNano\"o\n" +
 	"\bDecision\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x0eowner_envelope\x18\x02 \x01(\fR\rownerEnvelope\x12\"\n" +
@@ -2059,10 +2186,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x15\n" +
-	"\x06rtt_ns\x18\x04 \x03(\x03R\x05rttNs\"B\n" +
+	"\x06rtt_ns\x18\x04 \x03(\x03R\x05rttNs\"X\n" +
 	"\x0eEndorseRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
-	"\x06record\x18\x02 \x01(\fR\x06record\"\x8c\x01\n" +
+	"\x06record\x18\x02 \x01(\fR\x06record\x12\x14\n" +
+	"\x05block\x18\x03 \x01(\rR\x05block\"\x8c\x01\n" +
 	"\x0fEndorseResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
@@ -2204,7 +2332,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_overlay_proto_goTypes = []any{
 	(Status)(0),                   // 0: micra.overlay.Status
 	(ProbeMethod)(0),              // 1: micra.overlay.ProbeMethod
@@ -2212,26 +2340,27 @@ var file_overlay_proto_goTypes = []any{
 	(*ProbeSample)(nil),           // 3: micra.overlay.ProbeSample
 	(*DelegationRecord)(nil),      // 4: micra.overlay.DelegationRecord
 	(*BlockDelegation)(nil),       // 5: micra.overlay.BlockDelegation
-	(*Decision)(nil),              // 6: micra.overlay.Decision
-	(*ProbeRequest)(nil),          // 7: micra.overlay.ProbeRequest
-	(*ProbeResponse)(nil),         // 8: micra.overlay.ProbeResponse
-	(*EndorseRequest)(nil),        // 9: micra.overlay.EndorseRequest
-	(*EndorseResponse)(nil),       // 10: micra.overlay.EndorseResponse
-	(*HandoffRequest)(nil),        // 11: micra.overlay.HandoffRequest
-	(*HandoffBatch)(nil),          // 12: micra.overlay.HandoffBatch
-	(*HandoffResponse)(nil),       // 13: micra.overlay.HandoffResponse
-	(*SnapshotRequest)(nil),       // 14: micra.overlay.SnapshotRequest
-	(*SnapshotHeader)(nil),        // 15: micra.overlay.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 16: micra.overlay.SnapshotChunk
-	(*RecoverRequest)(nil),        // 17: micra.overlay.RecoverRequest
-	(*PageState)(nil),             // 18: micra.overlay.PageState
-	(*RecoverFrame)(nil),          // 19: micra.overlay.RecoverFrame
-	(*Heartbeat)(nil),             // 20: micra.overlay.Heartbeat
-	(*MembershipCertificate)(nil), // 21: micra.overlay.MembershipCertificate
-	(*RevocationsRequest)(nil),    // 22: micra.overlay.RevocationsRequest
-	(*RevocationsResponse)(nil),   // 23: micra.overlay.RevocationsResponse
-	(*RevocationList)(nil),        // 24: micra.overlay.RevocationList
-	(*CalibrationEvent)(nil),      // 25: micra.overlay.CalibrationEvent
+	(*BlockConsent)(nil),          // 6: micra.overlay.BlockConsent
+	(*Decision)(nil),              // 7: micra.overlay.Decision
+	(*ProbeRequest)(nil),          // 8: micra.overlay.ProbeRequest
+	(*ProbeResponse)(nil),         // 9: micra.overlay.ProbeResponse
+	(*EndorseRequest)(nil),        // 10: micra.overlay.EndorseRequest
+	(*EndorseResponse)(nil),       // 11: micra.overlay.EndorseResponse
+	(*HandoffRequest)(nil),        // 12: micra.overlay.HandoffRequest
+	(*HandoffBatch)(nil),          // 13: micra.overlay.HandoffBatch
+	(*HandoffResponse)(nil),       // 14: micra.overlay.HandoffResponse
+	(*SnapshotRequest)(nil),       // 15: micra.overlay.SnapshotRequest
+	(*SnapshotHeader)(nil),        // 16: micra.overlay.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 17: micra.overlay.SnapshotChunk
+	(*RecoverRequest)(nil),        // 18: micra.overlay.RecoverRequest
+	(*PageState)(nil),             // 19: micra.overlay.PageState
+	(*RecoverFrame)(nil),          // 20: micra.overlay.RecoverFrame
+	(*Heartbeat)(nil),             // 21: micra.overlay.Heartbeat
+	(*MembershipCertificate)(nil), // 22: micra.overlay.MembershipCertificate
+	(*RevocationsRequest)(nil),    // 23: micra.overlay.RevocationsRequest
+	(*RevocationsResponse)(nil),   // 24: micra.overlay.RevocationsResponse
+	(*RevocationList)(nil),        // 25: micra.overlay.RevocationList
+	(*CalibrationEvent)(nil),      // 26: micra.overlay.CalibrationEvent
 }
 var file_overlay_proto_depIdxs = []int32{
 	3,  // 0: micra.overlay.DelegationRecord.probes:type_name -> micra.overlay.ProbeSample
@@ -2239,11 +2368,11 @@ var file_overlay_proto_depIdxs = []int32{
 	1,  // 2: micra.overlay.ProbeRequest.method:type_name -> micra.overlay.ProbeMethod
 	0,  // 3: micra.overlay.ProbeResponse.status:type_name -> micra.overlay.Status
 	0,  // 4: micra.overlay.EndorseResponse.status:type_name -> micra.overlay.Status
-	12, // 5: micra.overlay.HandoffRequest.batches:type_name -> micra.overlay.HandoffBatch
+	13, // 5: micra.overlay.HandoffRequest.batches:type_name -> micra.overlay.HandoffBatch
 	0,  // 6: micra.overlay.HandoffResponse.status:type_name -> micra.overlay.Status
 	0,  // 7: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
 	0,  // 8: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
-	18, // 9: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
+	19, // 9: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
 	0,  // 10: micra.overlay.RevocationsResponse.status:type_name -> micra.overlay.Status
 	2,  // 11: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
 	12, // [12:12] is the sub-list for method output_type
@@ -2264,7 +2393,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -38,8 +38,12 @@ type Options struct {
 	// testnet up --spare`; DIR/join.toml names the first): the world is
 	// then the simulator's for Peers+Spare crawlers, and a crawl's scores
 	// count the spare places among the crawlers a host may be nearest to.
-	Spare  int
-	Sink   bool   // start an index sink; crawlers deliver to it
+	Spare int
+	Sink  bool // start an index sink; crawlers deliver to it
+	// Open runs an open network (anyone who runs micra is a member);
+	// otherwise DIR/network.key admits the testnet's nodes and sink
+	// (docs/SECURITY.md: networks with admission).
+	Open   bool
 	Policy string // delegation policy of every node (default micra)
 	// World is the emulated world; Crawlers and Hosts are filled in from
 	// Peers and Web. Seed 0 means 1.
@@ -101,6 +105,7 @@ type State struct {
 	World      string      `json:"world"`               // world.json, the emulated world every node reads
 	Places     int         `json:"places"`              // the world's crawler places: the nodes', then the spare ones
 	Join       string      `json:"join"`                // join.toml: the configuration of a node that joins (JoinConfig)
+	Network    string      `json:"network,omitempty"`   // the network key's id (empty: an open network)
 	NodeArgs   []string    `json:"node_args,omitempty"` // the extra flags every node runs with (Options.NodeArgs)
 	Sink       *SinkState  `json:"sink,omitempty"`
 	Nodes      []NodeState `json:"nodes"`
@@ -138,6 +143,7 @@ type Testnet struct {
 	World *emu.World
 	State State
 
+	key    *networkKey // nil: an open network
 	sink   *proc
 	nodes  []*proc
 	killed map[int]bool // nodes a crawl SIGKILLed (by index)
@@ -194,6 +200,12 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 		return t, err
 	}
 	t.State.Seeds = seeds
+	if !o.Open {
+		if t.key, err = newNetworkKey(o.Dir); err != nil {
+			return t, err
+		}
+		t.State.Network = t.key.id.String()
+	}
 
 	spec := o.World
 	if o.Spare < 0 {
@@ -268,6 +280,12 @@ func (t *Testnet) startSink(ctx context.Context, boot []string) error {
 	}
 	args := []string{"sink", "--data", filepath.Join(dir, "data"),
 		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--no-sync"}
+	if t.key != nil {
+		if err := t.key.admit(filepath.Join(dir, "data"), true); err != nil {
+			return err
+		}
+		args = append(args, "--network", t.key.id.String())
+	}
 	for _, b := range boot {
 		args = append(args, "--bootstrap", b)
 	}
@@ -296,12 +314,12 @@ func (t *Testnet) startSink(ctx context.Context, boot []string) error {
 // init --testnet does (the identity key is created on the first start): the
 // node reads its config.toml, not the user's ~/.micra (and start keeps the
 // shell's MICRA_<KEY> variables from it).
-func writeHome(home string, i int) error {
+func writeHome(home string, i int, network string) error {
 	var b strings.Builder
 	b.WriteString("# a node of micra testnet (the testnet's flags override this file)\n")
 	// each peer on a loopback address of its own: the emulated wire knows
 	// peers by their addresses (emu.Place.WireRTT)
-	f := node.File{DataDir: "data", Testnet: true, Listen: []string{"/ip4/" + emu.PeerLoopback(i).String() + "/tcp/0"}}
+	f := node.File{DataDir: "data", Testnet: true, Network: network, Listen: []string{"/ip4/" + emu.PeerLoopback(i).String() + "/tcp/0"}}
 	if err := node.WriteTOML(&b, f); err != nil {
 		return err
 	}
@@ -316,8 +334,13 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		return err
 	}
 	data := filepath.Join(home, "data")
-	if err := writeHome(home, i); err != nil {
+	if err := writeHome(home, i, t.State.Network); err != nil {
 		return err
+	}
+	if t.key != nil {
+		if err := t.key.admit(data, false); err != nil {
+			return err
+		}
 	}
 	args := []string{"node", "--home", home,
 		"--emulate", worldFile, "--emulate-peer", fmt.Sprint(i), "--policy", t.o.Policy}

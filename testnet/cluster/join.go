@@ -23,6 +23,7 @@ type joinFile struct {
 	Policy    string   `toml:"policy,omitempty"`
 	Bootstrap []string `toml:"bootstrap,omitempty"`
 	Sink      string   `toml:"sink,omitempty"`
+	Network   string   `toml:"network,omitempty"`
 }
 
 // JoinConfig is DIR/join.toml: the configuration file of a node that joins
@@ -53,6 +54,7 @@ func JoinConfig(s State) (string, error) {
 	if s.Sink != nil {
 		f.Sink = s.Sink.Addr
 	}
+	f.Network = s.Network
 	if !crawler {
 		no := false
 		f.Crawler = &no
@@ -89,6 +91,10 @@ func JoinConfig(s State) (string, error) {
 		c("(crawler = false: DHT, gossip). To join crawlers, start the testnet with")
 		c("`micra testnet up --spare K`: the world then has K places for them.")
 	}
+	if s.Network != "" {
+		c("The testnet admits members only: the joiner's certificate, signed with")
+		c("%s, is join/data/membership.cert (`micra admit`, docs/SECURITY.md).", filepath.Join(dir, "network.key"))
+	}
 	c("")
 	c("From another machine: not as it is. Every address here is on loopback, and")
 	c("replacing 127.x.y.z by this host's address is not enough: a testnet node fetches")
@@ -119,6 +125,15 @@ func JoinConfig(s State) (string, error) {
 // writeJoin writes DIR/join.toml (JoinConfig) and names it in the State.
 func (t *Testnet) writeJoin() error {
 	t.State.NodeArgs = t.o.NodeArgs
+	if t.key != nil {
+		data := filepath.Join(t.o.Dir, "join", "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return err
+		}
+		if err := t.key.admit(data, false); err != nil {
+			return err
+		}
+	}
 	text, err := JoinConfig(t.State)
 	if err != nil {
 		return err
