@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -27,6 +28,11 @@ func FuzzOpenRecord(f *testing.F) {
 		Epoch: delegation.NextEpoch(0, now), DecidedBy: owner.id, At: now,
 		Probes: []delegation.ProbeResult{{Crawler: owner.id, RTT: 12 * time.Millisecond, OK: true}}}
 	f.Add(seal(f, rec, owner.sk, owner.sk))
+	other := newKeyed(f)
+	withBlock := rec
+	withBlock.Blocks = []delegation.BlockDelegation{{Host: netip.MustParseAddr("30.1.2.3"), Owner: other.id, OwnerRTT: time.Millisecond}}
+	giveConsents(f, &withBlock, other)
+	f.Add(seal(f, withBlock, owner.sk, owner.sk))
 	f.Add([]byte{})
 	f.Add([]byte("not an envelope"))
 	f.Fuzz(func(t *testing.T, value []byte) {
@@ -100,6 +106,35 @@ func FuzzPageState(f *testing.F) {
 		}
 		if ps.URL == "" || len(ps.URL) > maxURLLen || len(ps.FetchTimes) > 64 {
 			t.Fatalf("accepted an out-of-bounds page state: %.80q, %d times", ps.URL, len(ps.FetchTimes))
+		}
+	})
+}
+
+// FuzzAdmission: a membership certificate (in heartbeats and decisions)
+// and a revocation list (/micra/revocations/1), as a peer of a network with
+// admission checks them: never a panic, and nothing accepted for a peer
+// it does not name or from another network.
+func FuzzAdmission(f *testing.F) {
+	net, k := newNetwork(f), newKeyed(f)
+	id := pid(f, k)
+	cert := net.admit(f, id, true)
+	list := net.revoke(f, 3, id)
+	f.Add(cert)
+	f.Add(list)
+	f.Add([]byte{})
+	f.Add(append(cert[:len(cert)-3:len(cert)-3], 1, 2, 3))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		adm, err := NewAdmission(net.id, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := adm.Check(id, raw); err == nil && (c.Peer != id || c.Network != net.id) {
+			t.Fatalf("accepted a certificate of %s in %s for %s", c.Peer, c.Network, id)
+		}
+		if _, err := adm.ApplyRevocations(raw); err == nil {
+			if r, err := OpenRevocations(raw); err != nil || r.Network != net.id {
+				t.Fatalf("took a revocation list it cannot open, or of another network: %v", err)
+			}
 		}
 	})
 }

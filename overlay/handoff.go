@@ -585,7 +585,18 @@ func (p *Peer) handleHandoff(s network.Stream) {
 		return
 	}
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
-	resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
+	n := 0
+	for _, b := range req.Batches {
+		n += len(b.Urls)
+	}
+	if !p.handoffLimit.allowN(s.Conn().RemotePeer(), handoffRate, handoffBurst, p.now(), n) {
+		// a member's flood would fill this crawler's frontier and disk and
+		// steer its crawl; the sender's spool keeps the URLs and retries
+		p.metrics.handoffsRefused.Inc()
+		resp.Status, resp.Error = pb.Status_UNAVAILABLE, fmt.Sprintf("rate limited: a member may hand off %d URLs a second (%d at once)", handoffRate, handoffBurst)
+	} else {
+		resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
+	}
 	st.setEnd(time.Now().Add(rt))
 	seen := map[uint32]bool{}
 	for _, i := range resp.NotOwnerBatch {
@@ -637,6 +648,9 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 				return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d: address of %d bytes", b.Subnet, len(b.Addr)), 0, nil
 			}
 			addr = a
+			if !p.tree.Contains(hierarchy.NodeID(b.Subnet), addr) {
+				return pb.Status_BAD_REQUEST, fmt.Sprintf("subnet %d: address %v is not in it", b.Subnet, addr), 0, nil
+			}
 		}
 		// Refuse only when a live peer holds the subnet (or the batch's
 		// block) by our cache; a lazily delegated subnet we have not heard
@@ -660,6 +674,15 @@ func (p *Peer) acceptHandoff(req *pb.HandoffRequest) (pb.Status, string, uint32,
 	}
 	return pb.Status_OK, "", uint32(len(urls)), notOwner
 }
+
+// handoffRate and handoffBurst bound the URLs one member hands this peer:
+// a crawler hands off the links of the pages it fetches, far below this,
+// and a burst (seeds, a dead owner's URLs re-routed) waits in the sender's
+// spool for the bucket to refill.
+const (
+	handoffRate  = 2000
+	handoffBurst = 3 * maxHandoffURLs
+)
 
 // maxHandoffPayload bounds the URL bytes of one hand-off message: 4096 URLs
 // of up to 8 KiB would pass maxHandoffURLs and still exceed maxHandoffMsg,

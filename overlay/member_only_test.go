@@ -241,3 +241,49 @@ func TestEndorseFromStrangerRefused(t *testing.T) {
 		t.Fatalf("a member's request refused as a stranger's: %q", msg)
 	}
 }
+
+// A member's hand-offs are bounded (issue 22: 409,600 URLs in 5 s): past
+// its burst it is answered UNAVAILABLE with the reason, nothing of the
+// refused message reaches the crawler, and the bucket refills with time;
+// a batch whose address is not in its subnet is refused.
+func TestHandoffQuota(t *testing.T) {
+	sink := &memSink{}
+	p := openHandoffPeer(t, 5*time.Second, sink)
+	now := time.Now()
+	p.now = func() time.Time { return now }
+	member := rawHost(t)
+	member.Peerstore().AddAddrs(p.ID(), p.h.Addrs(), time.Minute)
+	heardFrom(p, member.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(batches []*pb.HandoffBatch) (*pb.HandoffResponse, error) {
+		t.Helper()
+		var resp pb.HandoffResponse
+		err := roundTrip(ctx, member, p.ID(), ProtoHandoff, maxHandoffMsg, 5*time.Second,
+			&pb.HandoffRequest{Version: wireVersion, BatchId: 1, Snapshot: p.snap[:], Batches: batches}, &resp)
+		return &resp, err
+	}
+	full := largeHandoff(maxHandoffURLs, 64)
+	for i := range handoffBurst / maxHandoffURLs {
+		if resp, err := send(full); err != nil || resp.Status != pb.Status_OK {
+			t.Fatalf("message %d within the burst: %v %v %s", i, err, resp.Status, resp.Error)
+		}
+	}
+	resp, err := send(full)
+	if err != nil || resp.Status != pb.Status_UNAVAILABLE || !strings.Contains(resp.Error, "rate limited") {
+		t.Fatalf("past the burst: %v %v %q, want UNAVAILABLE: rate limited", err, resp.Status, resp.Error)
+	}
+	if got := len(sink.got()); got != handoffBurst {
+		t.Fatalf("the crawler got %d URLs, want the burst's %d", got, handoffBurst)
+	}
+	now = now.Add(3 * time.Second) // 6,000 tokens back: one full message
+	if resp, err := send(full); err != nil || resp.Status != pb.Status_OK {
+		t.Fatalf("after the refill: %v %v %s", err, resp.Status, resp.Error)
+	}
+	now = now.Add(time.Hour)
+	outside := largeHandoff(1, 64)
+	outside[0].Addr = []byte{10, 9, 9, 9}
+	if resp, err := send(outside); err != nil || resp.Status != pb.Status_BAD_REQUEST || !strings.Contains(resp.Error, "not in it") {
+		t.Fatalf("an address outside its subnet: %v %v %q", err, resp.Status, resp.Error)
+	}
+}

@@ -78,8 +78,12 @@ type Peer struct {
 	// calLimit the cache-emptying calibration events each author has this
 	// peer apply
 	probeLimit, calLimit peerLimiter
-	sink                 HandoffSink
-	pages                PageHistory
+	// handoffLimit bounds the URLs each member hands this peer
+	handoffLimit peerLimiter
+	// now is the clock of the rate limits (tests set it)
+	now   func() time.Time
+	sink  HandoffSink
+	pages PageHistory
 	// arriving counts the page recoveries running, by subnet and block
 	// (Arriving)
 	arrivingMu sync.Mutex
@@ -184,6 +188,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		selfID: delegation.CrawlerID(h.ID().String()),
 		sink:   svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
 		provideCh: make(chan hierarchy.NodeID, 4096),
+		now:       time.Now,
 		dialCh:    make(chan peer.ID, 256),
 		ctx:       pctx, cancel: cancel,
 	}

@@ -372,6 +372,11 @@ const maxLimitedPeers = 4096
 
 // allow takes a token of id's bucket (every r a second, burst b) at now.
 func (l *peerLimiter) allow(id peer.ID, r float64, b int, now time.Time) bool {
+	return l.allowN(id, r, b, now, 1)
+}
+
+// allowN takes n tokens of id's bucket at once, or none.
+func (l *peerLimiter) allowN(id peer.ID, r float64, b int, now time.Time, n int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil || len(l.m) >= maxLimitedPeers {
@@ -382,5 +387,5 @@ func (l *peerLimiter) allow(id peer.ID, r float64, b int, now time.Time) bool {
 		lim = rate.NewLimiter(rate.Limit(r), b)
 		l.m[id] = lim
 	}
-	return lim.AllowN(now, 1)
+	return lim.AllowN(now, n)
 }
