@@ -668,3 +668,72 @@ func TestHostileHugeRobots(t *testing.T) {
 		t.Fatalf("robots body %d bytes, want truncated to %d (%v)", len(e.Body), maxRobotsBytes, err)
 	}
 }
+
+// flipResolver answers a name with its allowed address and its forbidden
+// one in turn (DNS rebinding: a short TTL and a new answer each time).
+type flipResolver struct {
+	allowed, forbidden netip.Addr
+	calls              atomic.Int64
+}
+
+func (r *flipResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if r.calls.Add(1)%2 == 1 {
+		return []netip.Addr{r.allowed}, nil
+	}
+	return []netip.Addr{r.forbidden}, nil
+}
+
+// The guard holds through DNS rebinding: the address a fetch checked is the
+// one it connects to (the hop is pinned), so a name that answers a public
+// address at the check and a loopback one a moment later never reaches the
+// loopback server; a fetch that resolves it to the loopback address is
+// refused.
+func TestGuardHoldsThroughDNSRebinding(t *testing.T) {
+	var targetHits atomic.Int64
+	target := listenOn(t, "127.0.0.1:0", noRobots(func(w http.ResponseWriter, r *http.Request) {
+		targetHits.Add(1)
+		io.WriteString(w, "secret")
+	}))
+	port := target.Listener.Addr().(*net.TCPAddr).Port
+	// the "public" server listens on 127.0.0.2 at the same port, so either
+	// answer of the name names a listening server
+	public := listenOn(t, fmt.Sprintf("127.0.0.2:%d", port), noRobots(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "public")
+	}))
+	_ = public
+	res := &flipResolver{allowed: netip.MustParseAddr("127.0.0.2"), forbidden: netip.MustParseAddr("127.0.0.1")}
+	now := time.Unix(1_800_000_000, 0)
+	f := testFetcher(t, func(c *Config) {
+		c.AllowPrivate = false
+		c.AllowPrefixes = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
+		c.Resolver = res
+		c.DNSTTL = time.Second
+		c.Now = func() time.Time { return now }
+	})
+	url := fmt.Sprintf("http://rebind.example:%d/page", port)
+	ctx := context.Background()
+	served, refused := 0, 0
+	for i := range 4 {
+		resp, err := f.Fetch(ctx, Request{URL: url})
+		switch {
+		case err == nil && string(resp.Body) != "public":
+			t.Fatalf("fetch %d: body %q from the wrong server", i, resp.Body)
+		case err == nil:
+			served++
+		default:
+			wantReason(t, err, ReasonGuard)
+			refused++
+		}
+		now = now.Add(2 * time.Second) // past the TTL: the next fetch resolves again
+	}
+	if res.calls.Load() < 3 {
+		t.Fatalf("the name was resolved %d times: the test did not rebind", res.calls.Load())
+	}
+	if n := targetHits.Load(); n != 0 {
+		t.Fatalf("the loopback server got %d requests through a rebound name", n)
+	}
+	if served == 0 || refused == 0 {
+		t.Fatalf("%d fetches served by the public server, %d refused: want both", served, refused)
+	}
+}
