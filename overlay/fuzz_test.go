@@ -138,3 +138,73 @@ func FuzzAdmission(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHandoffRequest: a member's /micra/handoff/1 message, as a crawler
+// takes it: the URLs acknowledged are exactly those its crawler got, each
+// within the bounds the frontier relies on.
+func FuzzHandoffRequest(f *testing.F) {
+	sink := &memSink{}
+	p := openPeer(f, testTree(f), TestnetConfig(), Services{Sink: sink, Measurer: modelMeasurer{}})
+	good, _ := proto.Marshal(&pb.HandoffRequest{Version: wireVersion, BatchId: 1, Snapshot: p.snap[:],
+		Batches: []*pb.HandoffBatch{{Subnet: 7, Urls: []string{"http://127.3.0.1/a", "http://127.3.0.1/b"}, Addr: []byte{127, 3, 0, 1}}}})
+	f.Add(good)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req pb.HandoffRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		before := len(sink.got())
+		st, _, accepted, notOwner := p.acceptHandoff(&req)
+		got := sink.got()[before:]
+		if st != pb.Status_OK && len(got) > 0 {
+			t.Fatalf("status %v, yet the crawler got %d URLs", st, len(got))
+		}
+		if int(accepted) != len(got) || len(got) > maxHandoffURLs {
+			t.Fatalf("acknowledged %d URLs, the crawler got %d", accepted, len(got))
+		}
+		for _, u := range got {
+			if u == "" || len(u) > maxURLLen {
+				t.Fatalf("took a URL of %d bytes", len(u))
+			}
+		}
+		for _, i := range notOwner {
+			if int(i) >= len(req.Batches) {
+				t.Fatalf("refused batch %d of %d", i, len(req.Batches))
+			}
+		}
+	})
+}
+
+// FuzzEndorseRequest: a member's /micra/endorse/1 request: this peer signs
+// nothing but a record naming it (as owner, or as a block's crawler).
+func FuzzEndorseRequest(f *testing.F) {
+	p := lonePeer(f, testTree(f))
+	decider := newKeyed(f)
+	did := pid(f, decider)
+	heardFrom(p, did)
+	now := time.Now()
+	rec := delegation.Record{Subnet: 7, Snapshot: p.snap, Owner: p.selfID, DecidedBy: decider.id, At: now, Epoch: delegation.NextEpoch(0, now)}
+	m, _ := toPB(rec)
+	raw, _ := proto.Marshal(m)
+	f.Add(raw, uint32(0))
+	f.Add(raw, uint32(1))
+	f.Add([]byte{}, uint32(0))
+	f.Fuzz(func(t *testing.T, raw []byte, block uint32) {
+		st, _, env := p.checkEndorse(did, raw, int(block%20))
+		if st != pb.Status_OK {
+			return
+		}
+		var m pb.DelegationRecord
+		if err := proto.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("signed a record it cannot read: %v", err)
+		}
+		r, err := fromPB(&m)
+		if err != nil || len(env) == 0 {
+			t.Fatalf("signed a record that does not check: %v", err)
+		}
+		if block%20 == 0 && r.Owner != p.selfID || block%20 > 0 && r.Blocks[block%20-1].Owner != p.selfID {
+			t.Fatalf("signed a record that names it nowhere: %+v", r)
+		}
+	})
+}
