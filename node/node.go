@@ -36,6 +36,9 @@ import (
 type Node struct {
 	// calibration keeps the recent calibration events (calibration_log.go)
 	calibration calibrationLog
+	// tally is the sink's change log summed up for the console's network
+	// page (console_crawl.go), read only while that page is open
+	tally crawlTally
 
 	cfg    Config
 	log    *slog.Logger
