@@ -119,6 +119,46 @@ func (ws Windows) Open(t time.Time) bool {
 	return false
 }
 
+// String is the window as ParseWindow reads it: "Mon,Tue 22:00-06:00",
+// or the span alone when it holds every day.
+func (w Window) String() string {
+	clock := func(d time.Duration) string {
+		return fmt.Sprintf("%02d:%02d", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	span := clock(w.Start) + "-" + clock(w.End)
+	if w.anyDay() {
+		return span
+	}
+	names := [7]string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	var days []string
+	for d, on := range w.Days {
+		if on {
+			days = append(days, names[d])
+		}
+	}
+	return strings.Join(days, ",") + " " + span
+}
+
+// NextClose returns the first time after t (minute resolution) when no
+// window is open, or t itself if none is open now; false when the windows
+// never close (none, or spans that cover every minute of the week).
+func (ws Windows) NextClose(t time.Time) (time.Time, bool) {
+	if len(ws.Spans) == 0 {
+		return time.Time{}, false
+	}
+	if !ws.Open(t) {
+		return t, true
+	}
+	c := t.Truncate(time.Minute).Add(time.Minute)
+	for range 8 * 24 * 60 {
+		if !ws.Open(c) {
+			return c, true
+		}
+		c = c.Add(time.Minute)
+	}
+	return time.Time{}, false
+}
+
 // NextOpen returns the first time at or after t when a window is open
 // (minute resolution), or t itself if open now.
 func (ws Windows) NextOpen(t time.Time) time.Time {

@@ -70,3 +70,38 @@ func TestClosedWindowSendsNothing(t *testing.T) {
 		t.Errorf("queued %d, requests %d; want the seed kept and nothing sent", st.Queued, st.Requests)
 	}
 }
+
+// A window prints as ParseWindow reads it, and NextClose finds the end of
+// the open span (the minute the crawler stops), across midnight too.
+func TestWindowStringAndNextClose(t *testing.T) {
+	for _, in := range []string{"22:00-06:00", "Mon,Tue,Wed,Thu,Fri 09:30-17:00", "Sun,Sat 00:00-24:00"} {
+		w, err := ParseWindow(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.String() != in {
+			t.Errorf("ParseWindow(%q).String() = %q", in, w.String())
+		}
+		back, err := ParseWindow(w.String())
+		if err != nil || back != w {
+			t.Errorf("%q does not read back: %+v, %v", w.String(), back, err)
+		}
+	}
+	night, _ := ParseWindow("22:00-06:00")
+	ws := Windows{Spans: []Window{night}}
+	at := time.Date(2026, 6, 1, 23, 10, 30, 0, time.UTC)
+	if c, ok := ws.NextClose(at); !ok || !c.Equal(time.Date(2026, 6, 2, 6, 0, 0, 0, time.UTC)) {
+		t.Errorf("NextClose(%v) = %v, %v; want 06:00 the next morning", at, c, ok)
+	}
+	noon := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	if c, ok := ws.NextClose(noon); !ok || !c.Equal(noon) {
+		t.Errorf("closed at noon: NextClose = %v, %v; want noon itself", c, ok)
+	}
+	if _, ok := (Windows{}).NextClose(noon); ok {
+		t.Error("no windows (always open) closes")
+	}
+	all, _ := ParseWindow("00:00-24:00")
+	if _, ok := (Windows{Spans: []Window{all}}).NextClose(noon); ok {
+		t.Error("a window over the whole day closes")
+	}
+}

@@ -89,6 +89,10 @@ type Config struct {
 	// works on (nil: identity). Measurer answers probes (nil: real probes).
 	AddrMapper AddrMapper
 	Measurer   overlay.Measurer
+	// World places crawled hosts on the console's network page (a
+	// testnet's emulated world); nil: each host at its address's registry
+	// country.
+	World HostWorld
 
 	// MetricsAddr, if set, serves /metrics for this node's registry while Run runs.
 	MetricsAddr string

@@ -35,6 +35,12 @@ type ConsoleNetwork struct {
 	// are not geolocated: the map draws each subnet near its country's
 	// centre.
 	Places []*Position `json:"places"`
+	// Hosts are the crawled hosts (the sink's records), most pages first;
+	// Figures the paper's table so far; Curve probes per URL as the
+	// hierarchy trains (console_crawl.go).
+	Hosts   []HostInfo     `json:"hosts"`
+	Figures NetworkFigures `json:"figures"`
+	Curve   []CurvePoint   `json:"curve"`
 }
 
 // ConsoleView is the node page's JSON.
@@ -53,6 +59,7 @@ func (n *Node) ConsoleNetworkView(r *http.Request) ConsoleNetwork {
 			v.Places[i] = &Position{Lat: lat, Lon: lon}
 		}
 	}
+	v.Hosts, v.Figures, v.Curve = n.crawlView(r.Context(), v.Peers)
 	return v
 }
 

@@ -24,6 +24,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/hierarchy"
@@ -304,6 +305,11 @@ type StatusInfo struct {
 	// Network is the network's admission; null: an open network.
 	Network *NetworkStatus `json:"network"`
 
+	// Capacity is the crawler's capacity against its load; Windows when
+	// it may work (null without the crawler role).
+	Capacity *CapacityStatus `json:"capacity"`
+	Windows  *WindowsStatus  `json:"windows"`
+
 	Frontier *FrontierStatus `json:"frontier"`
 	Crawl    *CrawlStatus    `json:"crawl"`
 	Outbox   *OutboxStatus   `json:"outbox"`
@@ -316,6 +322,48 @@ type NetworkStatus struct {
 	ID                 string    `json:"id"` // the network key's id
 	CertificateExpires time.Time `json:"certificate_expires"`
 	Revocations        uint64    `json:"revocations"` // sequence number of the revocation list held (0: none)
+}
+
+// CapacityStatus is a crawler's capacity in use.
+type CapacityStatus struct {
+	PagesPerDay int `json:"pages_per_day"` // the capacity it states
+	// Load is the pages it took on over the last day (URLs its frontier
+	// admitted: seeds, its own links, hand-offs), what its heartbeats
+	// advertise; LoadPct is Load over PagesPerDay. Reported once the crawl
+	// runs (null before).
+	Load    *int64   `json:"load,omitempty"`
+	LoadPct *float64 `json:"load_pct,omitempty"`
+}
+
+// WindowsStatus is when the crawler may fetch and probe (the windows
+// setting): every day, all day, when it has no spans.
+type WindowsStatus struct {
+	Spans    []string `json:"spans"`    // as the setting reads them, e.g. "Mon,Tue 22:00-06:00"
+	Location string   `json:"location"` // the time zone they are in
+	Open     bool     `json:"open"`     // a window is open now
+	// NextOpen is when the next window opens (while closed), NextClose
+	// when the open one closes (while open, unless the windows never
+	// close); minute resolution.
+	NextOpen  *time.Time `json:"next_open,omitempty"`
+	NextClose *time.Time `json:"next_close,omitempty"`
+}
+
+// windowsStatus describes ws at now.
+func windowsStatus(ws crawl.Windows, now time.Time) *WindowsStatus {
+	w := &WindowsStatus{Spans: []string{}, Location: "UTC", Open: ws.Open(now)}
+	if ws.Loc != nil {
+		w.Location = ws.Loc.String()
+	}
+	for _, s := range ws.Spans {
+		w.Spans = append(w.Spans, s.String())
+	}
+	if !w.Open {
+		t := ws.NextOpen(now)
+		w.NextOpen = &t
+	} else if t, ok := ws.NextClose(now); ok {
+		w.NextClose = &t
+	}
+	return w
 }
 
 // FrontierStatus is the crawl frontier's state.
@@ -406,6 +454,15 @@ func (n *Node) Status() StatusInfo {
 		s.Paused, s.PausedSince = true, &t
 	}
 	st := n.eng.Stats()
+	s.Capacity = &CapacityStatus{PagesPerDay: n.cfg.Overlay.Capacity}
+	if l := n.loadDay.Load(); l >= 0 {
+		s.Capacity.Load = &l
+		if c := n.cfg.Overlay.Capacity; c > 0 {
+			pct := 100 * float64(l) / float64(c)
+			s.Capacity.LoadPct = &pct
+		}
+	}
+	s.Windows = windowsStatus(n.cfg.Crawl.Windows, time.Now())
 	f := &FrontierStatus{Queued: st.Queued, ActiveHosts: st.ActiveHosts, ReadyHosts: st.ReadyHosts, Seen: st.Seen,
 		Scheduled: st.Scheduled, Refused: st.Refused}
 	if st.Scheduled > 0 {

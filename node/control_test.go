@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/micra-crawler/micra/crawl"
+
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
 
@@ -36,6 +38,10 @@ func TestControlAPI(t *testing.T) {
 	c := openCluster(t, web, 2, false, func(i int, cfg *Config) {
 		cfg.Crawl.MaxCarrierHold = 100 * time.Millisecond
 		cfg.Pprof = i == 1
+		if i == 0 {
+			allDay, _ := crawl.ParseWindow("00:00-24:00")
+			cfg.Crawl.Windows = crawl.Windows{Spans: []crawl.Window{allDay}}
+		}
 	})
 	c.runAll()
 	nd := c.nodes[0]
@@ -129,6 +135,15 @@ func TestControlAPI(t *testing.T) {
 		st.Handoff.Pending != 0 || st.Handoff.URLs == 0 || st.Sink == nil || st.Sink.CarriersDir == "" ||
 		!st.Sink.LastOK || st.Sink.Delivered == 0 || st.Crawl == nil {
 		t.Fatalf("status %+v\nfrontier %+v outbox %+v sink %+v", st, st.Frontier, st.Outbox, st.Sink)
+	}
+	// capacity in use: the load its heartbeats advertise; its window
+	// (open all day) as the setting reads it
+	if cp := st.Capacity; cp == nil || cp.PagesPerDay != nd.cfg.Overlay.Capacity || cp.Load == nil || *cp.Load != nd.loadDay.Load() ||
+		cp.LoadPct == nil || *cp.LoadPct != 100*float64(*cp.Load)/float64(cp.PagesPerDay) {
+		t.Errorf("status capacity %+v, want %d pages/day and the load reported (%d)", st.Capacity, nd.cfg.Overlay.Capacity, nd.loadDay.Load())
+	}
+	if w := st.Windows; w == nil || !w.Open || len(w.Spans) != 1 || w.Spans[0] != "00:00-24:00" || w.NextClose != nil || w.NextOpen != nil || w.Location != "UTC" {
+		t.Errorf("status windows %+v, want the all-day window, open, never closing", st.Windows)
 	}
 	pages := 0
 	for _, k := range fetchedHosts(t, nd) {

@@ -60,6 +60,7 @@ func (n *Node) reportLoad(ctx context.Context) {
 		load := w.observe(time.Now(), n.eng.Stats().Seen)
 		n.peer.SetLoad(int(min(load, int64(^uint32(0)>>1))))
 		n.load.Set(float64(load))
+		n.loadDay.Store(load)
 		select {
 		case <-ctx.Done():
 			return

@@ -36,6 +36,9 @@ import (
 type Node struct {
 	// calibration keeps the recent calibration events (calibration_log.go)
 	calibration calibrationLog
+	// tally is the sink's change log summed up for the console's network
+	// page (console_crawl.go), read only while that page is open
+	tally crawlTally
 
 	cfg    Config
 	log    *slog.Logger
@@ -53,6 +56,7 @@ type Node struct {
 
 	rerouted prometheus.Counter
 	load     prometheus.Gauge // pages taken on over the last day (reportLoad)
+	loadDay  atomic.Int64     // the same, for the status (-1 until reported)
 	dead     chan death       // owners declared dead, for the ledger
 
 	opened time.Time     // when the overlay peer started hearing members
@@ -167,6 +171,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 			return a, err
 		}
 	}
+	n.loadDay.Store(-1)
 	if n.eng != nil {
 		n.router.ledger = n.recordHandoff
 		n.rerouted = prometheus.NewCounter(prometheus.CounterOpts{Name: "micra_node_rerouted_urls_total",

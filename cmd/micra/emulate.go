@@ -39,6 +39,7 @@ func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) e
 	cfg.Crawl.Fetch.Resolver = pl
 	cfg.AddrMapper = pl.MapAddr
 	cfg.Measurer = pl
+	cfg.World = pl // the console draws each crawled host at its place
 	cfg.Overlay.ProbeGuard = pl.Guard
 	cfg.Overlay.WireDelay = pl.WireRTT
 	return nil

@@ -6,14 +6,18 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +27,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/micra-crawler/micra/crawl/fetch"
-	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node"
+	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
@@ -52,6 +56,7 @@ func chromium(t *testing.T) string {
 // (round robin), so who should crawl it is known.
 type world struct {
 	tree    *hierarchy.Tree
+	web     *synthweb.Web
 	mapped  map[netip.Addr]netip.Addr // loopback → emulated
 	crawler []netip.Addr
 	nearest map[netip.Addr]int // emulated → crawler
@@ -62,7 +67,7 @@ func newWorld(t *testing.T, web *synthweb.Web, crawlers int) *world {
 	if err != nil {
 		t.Skip("no embedded hierarchy:", err)
 	}
-	w := &world{tree: tree, mapped: map[netip.Addr]netip.Addr{}, nearest: map[netip.Addr]int{}}
+	w := &world{tree: tree, web: web, mapped: map[netip.Addr]netip.Addr{}, nearest: map[netip.Addr]int{}}
 	var pool []netip.Addr
 	used := map[hierarchy.NodeID]bool{}
 	for o := 1; o < 224 && len(pool) < web.NumIPs()+crawlers; o++ {
@@ -97,6 +102,23 @@ func (w *world) Map(a netip.Addr) netip.Addr {
 	return a
 }
 
+// HostPlace places each host of the web a few degrees from its nearest
+// crawler (the world the measurer below answers for): the network page's
+// world.
+func (w *world) HostPlace(name string) (lat, lon float64, nearest netip.Addr, ok bool) {
+	h := w.web.HostIndex(name)
+	if h < 0 {
+		return 0, 0, netip.Addr{}, false
+	}
+	c := w.nearest[w.Map(w.web.HostIP(h))]
+	p := positions[c%len(positions)]
+	a := float64(h) * 2.4 // radians apart
+	return p[0] + 4*math.Sin(a), p[1] + 6*math.Cos(a), w.crawler[c], true
+}
+
+// HostCount is the web's hosts.
+func (w *world) HostCount() int { return w.web.Config().Hosts }
+
 // measurer: crawler i is 5 ms from its hosts and its own address, 80 ms
 // from everything else; no probe leaves the process.
 type measurer struct {
@@ -115,8 +137,9 @@ func (m measurer) Measure(_ context.Context, t overlay.ProbeTarget) (time.Durati
 var positions = [][2]float64{{48.86, 2.35}, {40.71, -74.01}, {35.68, 139.69}}
 
 // startNodes opens and runs n crawler nodes over web, each at its
-// position; they stop when the test ends.
-func startNodes(t *testing.T, web *synthweb.Web, w *world, n int) []*node.Node {
+// position, delivering to the sink at sinkAddr; they stop when the test
+// ends.
+func startNodes(t *testing.T, web *synthweb.Web, w *world, n int, sinkAddr string) []*node.Node {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	nodes := make([]*node.Node, n)
@@ -138,7 +161,8 @@ func startNodes(t *testing.T, web *synthweb.Web, w *world, n int) []*node.Node {
 		cfg.Crawl.Progress = -1
 		cfg.Crawl.MaxCarrierHold = 200 * time.Millisecond
 		cfg.Crawl.Fetch = fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, PerIPLimit: 4, Resolver: web, Logger: quiet}
-		cfg.Crawl.Receiver = pack.FileSink{Dir: filepath.Join(cfg.DataDir, "carriers")}
+		cfg.Sink, cfg.Crawl.Receiver = sinkAddr, nil
+		cfg.World = w
 		nd, err := node.Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +226,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	t.Cleanup(func() { web.Close() })
 	w := newWorld(t, web, 3)
-	nodes := startNodes(t, web, w, 3)
+	store, sinkAddr := openSink(t)
+	nodes := startNodes(t, web, w, 3, sinkAddr)
 	nd := nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -311,6 +336,15 @@ func TestConsoleInBrowser(t *testing.T) {
 	seed := web.HomeURL(h)
 	do(chromedp.Navigate(base+"/console/node"), chromedp.WaitVisible(`body[data-ready="1"]`))
 	ident := eval(t, bctx, chromedp.Text("#ident"))
+	// capacity in use and time windows (none set: always open)
+	capText := eval(t, bctx, chromedp.Poll[string](`(document.querySelector("#capacity[data-load]")||{}).textContent`, chromedp.WithPollingInterval(100*time.Millisecond)))
+	winText := eval(t, bctx, chromedp.Text("#windows"))
+	if st, err := cl.Status(ctx); err != nil || st.Capacity == nil || !strings.Contains(capText, fmt.Sprintf(" of %s pages/day", thousands(st.Capacity.PagesPerDay))) {
+		t.Errorf("the node page's capacity %q; status %+v (%v)", capText, st.Capacity, err)
+	}
+	if !strings.HasPrefix(winText, "open") || !strings.Contains(winText, "always (no windows set)") {
+		t.Errorf("the node page's time windows %q, want open, always", winText)
+	}
 	do(chromedp.SendKeys("#seeds", seed), chromedp.Click("#seedbtn"), chromedp.WaitVisible("#seedres .seed-status"))
 	status := eval(t, bctx, chromedp.Text("#seedres .seed-status"))
 	if !strings.Contains(ident, nd.Peer().ID().String()) {
@@ -380,11 +414,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	t.Logf("network page: %d subnets drawn; first visit %.0f KB transferred (map included); browser part %v", len(dots), weight/1024, time.Since(start).Round(time.Millisecond))
 
+	// the whole web seeded through the control API and crawled: the
+	// network page draws every host at its place in the colour of the
+	// crawler the control API names as its owner, and its figures are the
+	// JSON's, which are the sink's and the records'
+	if _, err := cl.Seed(ctx, web.Seeds()); err != nil {
+		t.Fatal(err)
+	}
+	until(t, ctx, "every page at the sink, every node caught up", func() bool {
+		c, _ := store.Counts()
+		if c.Pages < int64(web.TotalPages()) {
+			return false
+		}
+		for _, n := range nodes {
+			if !n.Status().CaughtUp {
+				return false
+			}
+		}
+		return true
+	})
+	checkHosts(t, ctx, bctx, cl, web, store)
+	shot("network-hosts.png")
+
 	// the sink page: a sink with the nodes' carriers, its full-text index
 	// caught up, a reader following its log; the page shows the head,
 	// the crawlers and the reader's cursor, and a search from its box
 	// lists the pages /v1/search finds
-	sk := startSink(t, ctx, nodes)
+	sk := startSink(t, ctx, nodes, store)
 	do(chromedp.Navigate(sk.url+"/console/"), chromedp.WaitVisible(`body[data-ready="1"]`))
 	head := eval(t, bctx, chromedp.Text("#head"))
 	indexed := eval(t, bctx, chromedp.Text("#indexed"))
@@ -429,4 +485,132 @@ func eval[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// checkHosts: on the network page (open, after a complete crawl) every
+// host of the web is drawn once, in the colour of the crawler the control
+// API names as its owner (which is its nearest: the world's), hovering it
+// draws a line to that crawler, and every figure of the paper's table is
+// the JSON's (/console/network.json), which agrees with the sink's counts
+// and the records' probes (/v1/owners).
+func checkHosts(t *testing.T, ctx, bctx context.Context, cl *node.ControlClient, web *synthweb.Web, store *sink.Store) {
+	t.Helper()
+	n := web.Config().Hosts
+	type hostDot struct{ Host, Owner, Nearest, Fill, OwnerFill string }
+	dots := eval(t, bctx, chromedp.Poll[[]hostDot](fmt.Sprintf(`(() => { const ds = [...document.querySelectorAll("#map circle.host")];
+		return ds.length === %d && ds.map(c => ({Host: c.dataset.host, Owner: c.dataset.owner, Nearest: c.dataset.nearest, Fill: c.getAttribute("fill"),
+			OwnerFill: (document.querySelector('#map circle[data-peer="' + c.dataset.owner + '"]') || {getAttribute: () => "none"}).getAttribute("fill")})); })()`, n),
+		chromedp.WithPollingInterval(100*time.Millisecond)))
+	for _, d := range dots {
+		h := web.HostIndex(d.Host)
+		if h < 0 {
+			t.Errorf("a host dot for %q, not a host of the web", d.Host)
+			continue
+		}
+		os, err := cl.Owners(ctx, []string{web.HostIP(h).String()}, false, false)
+		if err != nil || len(os) != 1 {
+			t.Fatalf("/v1/owners?addr=%s: %v %v", web.HostIP(h), os, err)
+		}
+		if d.Owner != os[0].Owner || d.Fill != d.OwnerFill || d.Nearest != d.Owner {
+			t.Errorf("host %s drawn for %q (nearest %q) in %q; the control API names %q, whose marker is %q", d.Host, d.Owner, d.Nearest, d.Fill, os[0].Owner, d.OwnerFill)
+		}
+	}
+	// hovering a host draws a line from it to its crawler's marker
+	line := eval(t, bctx, chromedp.Evaluate[[]string](`(() => { const c = document.querySelector("#map circle.host");
+		const b = c.getBoundingClientRect();
+		c.dispatchEvent(new MouseEvent("mouseenter", {clientX: b.x, clientY: b.y}));
+		const l = document.querySelector("#map line.link"), m = document.querySelector('#map circle[data-peer="' + c.dataset.owner + '"]');
+		return l ? [l.getAttribute("x1"), l.getAttribute("y1"), l.getAttribute("x2"), l.getAttribute("y2"), c.getAttribute("cx"), c.getAttribute("cy"), m.getAttribute("cx"), m.getAttribute("cy")] : []; })()`))
+	if len(line) != 8 || line[0] != line[4] || line[1] != line[5] || line[2] != line[6] || line[3] != line[7] {
+		t.Errorf("hovering a host: line %q, want from the host (cx, cy) to its crawler's marker", line)
+	}
+
+	// the paper's table: each cell's raw value is the JSON's (read again
+	// until a view and the JSON agree: both move while records change)
+	var v node.ConsoleNetwork
+	var cells map[string]string
+	for range 20 {
+		cells = eval(t, bctx, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#paper [data-key]")].map(c => [c.dataset.key, c.dataset.value]))`))
+		v = getJSON[node.ConsoleNetwork](t, ctx, cl.URL()+"/console/network.json")
+		if figuresMatch(cells, v.Figures) == nil {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := figuresMatch(cells, v.Figures); err != nil {
+		t.Errorf("the page's figures against /console/network.json: %v", err)
+	}
+	f := v.Figures
+	counts, _ := store.Counts()
+	owners, err := cl.Owners(ctx, nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := 0
+	for _, o := range owners {
+		probes += len(o.Probes)
+	}
+	if f.Pages != web.TotalPages() || f.Hosts != n || f.WorldHosts != n || f.CoveragePct == nil || *f.CoveragePct != 100 ||
+		f.Overlap != counts.Overlap || f.Judged != n || f.OptimalPct == nil || *f.OptimalPct != 100 || f.Cursor != store.Head() ||
+		f.Probes != probes || f.ProbesPerURL == nil || *f.ProbesPerURL != float64(probes)/float64(n) || f.MakespanS <= 0 || f.Error != "" {
+		t.Errorf("figures %+v; want %d pages, %d hosts all at their nearest, overlap %d, cursor %d, %d probes (the records')",
+			f, web.TotalPages(), n, counts.Overlap, store.Head(), probes)
+	}
+	if len(v.Curve) == 0 || v.Curve[len(v.Curve)-1].Hosts != n || v.Curve[len(v.Curve)-1].PerURL != *f.ProbesPerURL {
+		t.Errorf("curve %+v: its last point is not every host and probe (%v per URL)", v.Curve, f.ProbesPerURL)
+	}
+	if plots := eval(t, bctx, chromedp.Evaluate[int](`document.querySelectorAll("#curve .uplot").length`)); plots != 1 {
+		t.Errorf("%d probes-per-URL charts drawn, want 1", plots)
+	}
+	t.Logf("network page: %d hosts drawn in their owners' colours; figures: at nearest %.1f %%, %.2f probes/URL, makespan %.1f s, coverage %.0f %%, overlap %d",
+		len(dots), *f.OptimalPct, *f.ProbesPerURL, f.MakespanS, *f.CoveragePct, f.Overlap)
+}
+
+// figuresMatch compares the page's raw figure values with the JSON's.
+func figuresMatch(cells map[string]string, f node.NetworkFigures) error {
+	b, _ := json.Marshal(f)
+	var want map[string]any
+	_ = json.Unmarshal(b, &want)
+	if len(cells) == 0 {
+		return fmt.Errorf("no figures on the page")
+	}
+	for k, got := range cells {
+		w, ok := want[k]
+		switch {
+		case !ok && got == "":
+		case !ok:
+			return fmt.Errorf("%s: page %q, JSON has none", k, got)
+		default:
+			x, err := strconv.ParseFloat(got, 64)
+			if wf, isNum := w.(float64); !isNum || err != nil || math.Abs(x-wf) > 1e-9*math.Max(1, math.Abs(wf)) {
+				return fmt.Errorf("%s: page %q, JSON %v", k, got, w)
+			}
+		}
+	}
+	return nil
+}
+
+// getJSON reads a JSON document.
+func getJSON[T any](t *testing.T, ctx context.Context, u string) T {
+	t.Helper()
+	var v T
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("%s: %v", u, err)
+	}
+	return v
+}
+
+// thousands formats n as the page's num() does (en: 1,234,567).
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -1,6 +1,8 @@
 // Package console is micra's web console: a node page (identity, peers,
-// subnets owned, crawl progress, add seeds, pause/resume) and a network
-// page (a world map of the crawlers and the subnets each crawls), served by
+// subnets owned, crawl progress, capacity and windows, add seeds,
+// pause/resume) and a network page (a world map of the crawlers, the
+// subnets each owns and the hosts each crawled; the paper's figures so
+// far and the probes-per-URL curve), served by
 // the node's local control API under /console/ behind the API's own guards
 // (loopback hosts only, no cross-origin POST); and a sink page (ingest,
 // log, index, search, readers) served by the index sink's HTTP API.

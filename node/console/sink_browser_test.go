@@ -9,16 +9,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/node/sink/search"
+	"github.com/micra-crawler/micra/overlay"
 )
 
 // sinkRig is an index sink over the nodes' carriers, for the sink page.
@@ -29,38 +29,18 @@ type sinkRig struct {
 	hits  []string // the URLs /v1/search answers for it (limit 20, the page's)
 }
 
-// startSink commits every carrier the nodes wrote (their outboxes empty
-// first) into a sink with a full-text index, waits for the index to
-// reach the head, serves the sink's HTTP API and opens a reader that
-// follows the log to the head. It stops when the test ends.
-func startSink(t *testing.T, ctx context.Context, nodes []*node.Node) *sinkRig {
+// startSink serves the sink the nodes delivered to (their outboxes empty
+// first) with a full-text index, waits for the index to reach the head,
+// serves the sink's HTTP API and opens a reader that follows the log to
+// the head. It stops when the test ends.
+func startSink(t *testing.T, ctx context.Context, nodes []*node.Node, store *sink.Store) *sinkRig {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, nd := range nodes {
-		until(t, ctx, "the nodes' outboxes written out", func() bool {
+		until(t, ctx, "the nodes' outboxes delivered", func() bool {
 			o := nd.Status().Outbox
 			return o != nil && o.PendingRecords == 0 && o.PendingCarriers == 0
 		})
-	}
-	store, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	for _, nd := range nodes {
-		files, err := pack.CarrierFiles(filepath.Join(nd.IDInfo().DataDir, "carriers"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := store.Commit("", b); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-		}
 	}
 	head := store.Head()
 	if head == 0 {
@@ -132,4 +112,30 @@ func startSink(t *testing.T, ctx context.Context, nodes []*node.Node) *sinkRig {
 		t.Fatalf("/v1/search?q=%s: %+v, want hits", rig.word, res)
 	}
 	return rig
+}
+
+// openSink is an in-process index sink on its own libp2p host: carriers
+// in over /micra/carrier/1, the change log out over /micra/subscribe/1
+// (what the nodes' network page reads). It returns the store and the
+// multiaddr the nodes deliver to; both stop when the test ends.
+func openSink(t *testing.T) (*sink.Store, string) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := overlay.NewHost(overlay.TestnetConfig())
+	if err != nil {
+		store.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		store.Stop() // ends the streams that follow the log
+		h.Close()
+		store.Close()
+	})
+	(&sink.Server{Store: store, Logger: quiet}).Register(h)
+	store.RegisterSubscribe(h, 10*time.Second)
+	return store, h.Addrs()[0].String() + "/p2p/" + h.ID().String()
 }

@@ -341,6 +341,22 @@ func (w *World) At(self int) (*Place, error) {
 	return &Place{w: w, self: self, rng: rand.New(rand.NewPCG(w.Spec.Seed, 0x656d75+uint64(self)))}, nil
 }
 
+// HostPlace is where the world places the host named name: its position
+// in the latency model and the address its nearest crawler states (for
+// the console's network page: each crawled host at its own place, and
+// whether its nearest crawler crawls it).
+func (p *Place) HostPlace(name string) (lat, lon float64, nearest netip.Addr, ok bool) {
+	i, ok := p.w.HostNamed(name)
+	if !ok {
+		return 0, 0, netip.Addr{}, false
+	}
+	h := p.w.Spec.Hosts[i]
+	return h.Lat, h.Lon, p.w.crawlers[p.w.Optimal(i)].Addr, true
+}
+
+// HostCount is the number of the world's hosts.
+func (p *Place) HostCount() int { return len(p.w.Spec.Hosts) }
+
 // Self is this place's crawler (address, position, capacity).
 func (p *Place) Self() delegation.Crawler { return p.w.Crawler(p.self) }
 

@@ -136,6 +136,15 @@ func TestWorldIsTheSimulatorsWorld(t *testing.T) {
 		if pp.MapAddr(spec.Hosts[h].Loopback) != sw.Hosts[h].Addr {
 			t.Fatalf("host %d maps to %v in the placed world", h, pp.MapAddr(spec.Hosts[h].Loopback))
 		}
+		// the console's view: the host's own position, its nearest
+		// crawler's address (by name, any case)
+		lat, lon, near, ok := pp.HostPlace(strings.ToUpper(spec.Hosts[h].Name))
+		if !ok || lat != sw.Hosts[h].Loc.Lat || lon != sw.Hosts[h].Loc.Lon || near != sw.Crawlers[sw.Optimal[h]].Addr {
+			t.Fatalf("host %d: HostPlace %v %v %v %v; sim at %+v, nearest %v", h, lat, lon, near, ok, sw.Hosts[h].Loc, sw.Crawlers[sw.Optimal[h]].Addr)
+		}
+	}
+	if _, _, _, ok := pp.HostPlace("not-a-host.example"); ok || pp.HostCount() != len(spec.Hosts) {
+		t.Fatalf("HostPlace of an unknown name: %v; HostCount %d of %d", ok, pp.HostCount(), len(spec.Hosts))
 	}
 	if _, err := spec.BuildPlaced(); err == nil {
 		t.Fatal("BuildPlaced of an unplaced spec")

@@ -25,6 +25,30 @@
     window.addEventListener("resize", () => plot.setSize({ width: Math.max(300, box.clientWidth), height: 180 }));
   };
 
+  // the load its heartbeats advertise (pages taken on over the last day)
+  // against the capacity it states
+  const capacity = (cp) => {
+    const span = el("span", { id: "capacity" });
+    if (cp.load == null) {
+      span.textContent = `${num(cp.pages_per_day)} pages/day; load not reported yet`;
+      return span;
+    }
+    const pct = cp.load_pct == null ? null : cp.load_pct;
+    span.dataset.load = cp.load;
+    span.append(`${num(cp.load)} of ${num(cp.pages_per_day)} pages/day` + (pct == null ? "" : ` (${pct.toFixed(1)} %)`));
+    if (pct != null) span.append(" ", el("progress", { max: "100", value: String(Math.min(100, pct)), class: "cap" }));
+    if (pct != null && pct > 100) span.append(el("span", { class: "warn", text: " over capacity" }));
+    return span;
+  };
+  // when it may fetch and probe: its windows, open or not, and until when
+  const windows = (w) => {
+    const spans = w.spans.length ? w.spans.join("; ") + ` (${w.location})` : "always (no windows set)";
+    const now = w.open ? el("span", { class: "ok", text: "open" }) : el("span", { class: "paused", text: "closed" });
+    const until = w.next_close ? ` until ${new Date(w.next_close).toLocaleString()}` :
+      w.next_open ? ` until ${new Date(w.next_open).toLocaleString()}: no fetches or probes meanwhile` : "";
+    return el("span", { id: "windows" }, now, until + " · " + spans);
+  };
+
   const render = (v) => {
     const id = v.id, s = v.status, at = Date.parse(v.at) / 1000;
     assign((v.peers || []).filter((p) => p.capacity > 0).map((p) => p.peer_id));
@@ -56,6 +80,8 @@
       c && ["crawling", el("span", { id: "crawlstate", class: paused ? "paused" : "ok",
         text: paused ? `paused since ${new Date(s.paused_since).toLocaleTimeString()} (${ago(s.paused_since)}): no new fetches, queued URLs kept` : "running" })],
       ["caught up", el("span", { class: s.caught_up ? "ok" : "warn", text: s.caught_up ? "yes" : "no", id: "caughtup" })],
+      s.capacity && ["capacity in use", capacity(s.capacity)],
+      s.windows && ["time windows", windows(s.windows)],
       ["members", `${num(s.members_live)} live (${num(s.crawlers_live)} crawlers), ${num(s.peers_connected)} connections`],
       ["owns", `${num(s.subnets_owned)} subnets, ${num(s.blocks_owned)} blocks`],
       c && ["pages", el("span", { id: "pages", text: `${num(c.pages_fetched)} fetched, ${num(c.not_modified)} not modified, ${num(c.errors)} errors` })],
