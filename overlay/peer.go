@@ -205,6 +205,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	})
 	p.dir = newDirectory(p)
 	p.prober = &Prober{p: p}
+	p.watchReturns()
 
 	var boot []peer.AddrInfo
 	boot, err = ParseBootstrap(cfg.Bootstrap)
