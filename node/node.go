@@ -50,6 +50,8 @@ type Node struct {
 	finder *sinkFinder
 	// recv is the engine's receiver, with its deliveries' outcome (status).
 	recv *deliveries
+	// partition gates a loopback testnet node's connections (nil elsewhere).
+	partition *overlay.Partition
 
 	rerouted prometheus.Counter
 	load     prometheus.Gauge // pages taken on over the last day (reportLoad)
@@ -141,6 +143,10 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 	oc := cfg.Overlay
 	oc.Logger, oc.Registerer = n.log, n.reg
+	if oc.LoopbackTestnet && oc.Partition == nil {
+		n.partition = overlay.NewPartition()
+		oc.Partition = n.partition
+	}
 	n.opened = time.Now()
 	if n.peer, err = overlay.Open(ctx, n.tree, oc, svc); err != nil {
 		return n, err
