@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/micra-crawler/micra/testnet/cluster"
@@ -154,9 +155,16 @@ type run struct {
 	o      Options
 	rng    *rand.Rand
 	start  time.Time
-	rep    *Report
 	seeds  [][]string // the waves not yet given
 	waveAt []time.Duration
+	// seeding runs in the background: routing a wave's seeds takes the
+	// seeded node one delegation per host, which must not hold up the
+	// faults and the looks at the owners
+	seeding sync.WaitGroup
+	failed  chan []string // waves whose node failed them, to give again
+
+	mu  sync.Mutex // rep.Timeline, written by the seeding too
+	rep *Report
 }
 
 // Run puts the testnet t (up, with a sink and its subscriber) through
@@ -169,7 +177,7 @@ func Run(ctx context.Context, t *cluster.Testnet, o Options) (*Report, error) {
 	if t.State.Sink == nil {
 		return nil, errors.New("chaos: the invariants are measured at the sink: start the testnet with a sink")
 	}
-	r := &run{t: t, o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x63686173)),
+	r := &run{t: t, o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x63686173)), failed: make(chan []string, 1024),
 		rep: &Report{Seed: o.Seed, Minutes: o.Duration.Minutes(), Peers: len(t.State.Nodes), Faults: map[Kind]int{}}}
 	if err := t.WaitMembers(ctx); err != nil {
 		return nil, err
@@ -211,6 +219,13 @@ func Run(ctx context.Context, t *cluster.Testnet, o Options) (*Report, error) {
 	for len(r.seeds) > 0 { // (a run shorter than its waves)
 		r.seedWave(ctx)
 	}
+	for {
+		r.seeding.Wait()
+		if len(r.failed) == 0 || ctx.Err() != nil {
+			break
+		}
+		r.seedDue(ctx)
+	}
 	r.event("check", "faults over after %.0f s; waiting for the crawl to complete", time.Since(r.start).Seconds())
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	complete, err := t.WaitCrawled(cctx, r.start, nil)
@@ -236,6 +251,8 @@ func Run(ctx context.Context, t *cluster.Testnet, o Options) (*Report, error) {
 }
 
 func (r *run) event(kind, format string, a ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	e := Event{AtS: time.Since(r.start).Seconds(), Kind: kind, What: fmt.Sprintf(format, a...)}
 	r.rep.Timeline = append(r.rep.Timeline, e)
 	fmt.Fprintf(r.o.Log, "%7.1fs  %-9s %s\n", e.AtS, e.Kind, e.What)
@@ -250,14 +267,25 @@ func (r *run) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.rng.Int64N(int64(hi-lo)+1))
 }
 
-// seedDue gives the waves whose time has come.
+// seedDue gives the waves whose time has come, and again those whose
+// node failed them (it was killed or stalled meanwhile).
 func (r *run) seedDue(ctx context.Context) {
+	for {
+		select {
+		case w := <-r.failed:
+			r.seeds, r.waveAt = append([][]string{w}, r.seeds...), append([]time.Duration{0}, r.waveAt...)
+			continue
+		default:
+		}
+		break
+	}
 	for len(r.seeds) > 0 && time.Since(r.start) >= r.waveAt[0] {
 		r.seedWave(ctx)
 	}
 }
 
-// seedWave gives the next wave of seeds to a live node drawn at random.
+// seedWave gives the next wave of seeds to a live node drawn at random,
+// in the background.
 func (r *run) seedWave(ctx context.Context) {
 	live := r.t.Live()
 	if len(live) == 0 {
@@ -266,15 +294,21 @@ func (r *run) seedWave(ctx context.Context) {
 	i := live[r.rng.IntN(len(live))]
 	wave := r.seeds[0]
 	r.seeds, r.waveAt = r.seeds[1:], r.waveAt[1:]
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	si, err := r.t.Control(i).Seed(sctx, wave)
-	if err != nil {
-		r.event("seed", "%d hosts' home pages to node %d failed: %v", len(wave), i, err)
-		return
-	}
-	r.event("seed", "%d hosts' home pages to node %d (%d queued there, %d handed off, %d rejected)",
-		len(wave), i, si.Queued, si.HandedOff, si.Rejected)
+	cl := r.t.Control(i)
+	r.seeding.Go(func() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		si, err := cl.Seed(sctx, wave)
+		if err != nil {
+			r.event("seed", "%d hosts' home pages to node %d failed (given again): %v", len(wave), i, err)
+			if ctx.Err() == nil {
+				r.failed <- wave
+			}
+			return
+		}
+		r.event("seed", "%d hosts' home pages to node %d (%d queued there, %d handed off, %d rejected)",
+			len(wave), i, si.Queued, si.HandedOff, si.Rejected)
+	})
 }
 
 // quiet waits d, seeding and looking at the owners meanwhile.

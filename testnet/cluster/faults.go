@@ -328,7 +328,7 @@ func (t *Testnet) CheckDelivery(ctx context.Context) (Delivery, error) {
 	type rec struct {
 		Seq       uint64    `json:"seq"`
 		URL       string    `json:"url"`
-		CrawlerID string    `json:"crawler_id"`
+		CrawlerID string    `json:"crawler"`
 		FetchedAt time.Time `json:"fetched_at"`
 	}
 	logged := map[uint64]rec{}
