@@ -87,19 +87,23 @@ func (pt *Partition) InterceptSecured(_ network.Direction, p peer.ID, _ network.
 // InterceptUpgraded lets through what InterceptSecured accepted.
 func (pt *Partition) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }
 
-// returnDelay is how long a peer waits after another member returns
-// (revived after it was declared dead: a restart or a healed partition)
-// before it announces its own records again: the time for the returning
-// peer's gossip mesh to form, and to gather the other returns of the same
-// heal into one round.
-const returnDelay = 2 * time.Second
+// returnDelays are when a peer announces its own records again after
+// another member returns (revived after it was declared dead: a restart or
+// a healed partition): once the returning peer's gossip mesh has had time
+// to form, gathering the other returns of the same heal into one round,
+// and once more later, because the returning peer drops announcements of
+// an author it does not yet count as live itself, and it may hear this
+// peer's heartbeat a few seconds after this peer heard its.
+var returnDelays = []time.Duration{2 * time.Second, 10 * time.Second}
 
 // Redialling members that failed (not those that left): the first try
 // redialFirst after the death, each next one twice as late up to
-// redialMax, none after redialFor; at most redialBatch dials a tick.
+// redialMax, none after redialFor; at most redialBatch dials a tick. A
+// short redialMax bounds how long two healed halves stay apart (a dial to
+// a crashed peer's closed port costs one refused connection).
 const (
-	redialFirst  = 5 * time.Second
-	redialMax    = time.Minute
+	redialFirst  = 2 * time.Second
+	redialMax    = 10 * time.Second
 	redialFor    = 30 * time.Minute
 	redialBatch  = 8
 	redialTick   = time.Second
@@ -148,15 +152,21 @@ func (p *Peer) watchReturns() {
 		}
 		pending = true
 		p.goBackground(func() {
-			select {
-			case <-time.After(returnDelay):
-			case <-p.ctx.Done():
-				return
+			var waited time.Duration
+			for n, d := range returnDelays {
+				select {
+				case <-time.After(d - waited):
+				case <-p.ctx.Done():
+					return
+				}
+				waited = d
+				if n == 0 {
+					mu.Lock()
+					pending = false // (returns from now on get rounds of their own)
+					mu.Unlock()
+				}
+				p.announceOwned(p.ctx)
 			}
-			mu.Lock()
-			pending = false
-			mu.Unlock()
-			p.announceOwned(p.ctx)
 		})
 	})
 	p.goBackground(func() {
@@ -187,7 +197,9 @@ func (p *Peer) watchReturns() {
 				if p.h.Network().Connectedness(ai.ID) == network.Connected {
 					continue
 				}
-				dctx, cancel := context.WithTimeout(p.ctx, p.cfg.RequestTimeout)
+				// past the swarm's dial back-off: the dials refused while
+				// the peers were apart grew it to minutes
+				dctx, cancel := context.WithTimeout(network.WithForceDirectDial(p.ctx, "redial a member declared dead"), p.cfg.RequestTimeout)
 				err := p.h.Connect(dctx, ai)
 				cancel()
 				if err == nil {

@@ -119,6 +119,13 @@ func printChaos(w io.Writer, rep *chaos.Report) {
 	for _, e := range rep.Timeline {
 		fmt.Fprintf(w, "  %7.1fs  %-9s %s\n", e.AtS, e.Kind, e.What)
 	}
+	if len(rep.Costs) > 0 {
+		fmt.Fprintf(w, "\npages fetched twice at the web, by fault (from its start to the next one's):")
+		for _, c := range rep.Costs {
+			fmt.Fprintf(w, " %s %d;", c.Kind, c.FetchedTwice)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "INVARIANT\tGOAL\tMEASURED\tHELD")

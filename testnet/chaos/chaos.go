@@ -116,6 +116,12 @@ type Event struct {
 	What string  `json:"what"`
 }
 
+// Cost is what one fault cost the crawl.
+type Cost struct {
+	Kind         Kind  `json:"kind"`
+	FetchedTwice int64 `json:"fetched_twice"`
+}
+
 // Check is one invariant and whether it held.
 type Check struct {
 	Invariant string `json:"invariant"`
@@ -145,6 +151,10 @@ type Report struct {
 	MaxDisagree   int `json:"max_disagree"`
 	QuietDisagree int `json:"quiet_disagree"`
 	Samples       int `json:"samples"` // looks at the owners
+	// Costs is each fault's pages fetched twice at the web from its start
+	// to the next fault's (the cost of its re-delegations and re-routed
+	// hand-offs), in order.
+	Costs []Cost `json:"costs"`
 	// Held says every check held.
 	Held bool `json:"held"`
 }
@@ -197,11 +207,18 @@ func Run(ctx context.Context, t *cluster.Testnet, o Options) (*Report, error) {
 	order := slices.Clone(o.Kinds)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	r.quiet(ctx, r.gap())
+	cost := func() {
+		if n := len(r.rep.Costs); n > 0 {
+			r.rep.Costs[n-1].FetchedTwice += t.Web.Stats().DuplicateFetches
+		}
+	}
 	for n := 0; time.Since(r.start) < o.Duration && ctx.Err() == nil; n++ {
 		k := o.Kinds[r.rng.IntN(len(o.Kinds))]
 		if n < len(order) {
 			k = order[n]
 		}
+		cost()
+		r.rep.Costs = append(r.rep.Costs, Cost{Kind: k, FetchedTwice: -t.Web.Stats().DuplicateFetches})
 		if err := r.fault(ctx, k); err != nil {
 			return r.rep, err
 		}
@@ -230,6 +247,7 @@ func Run(ctx context.Context, t *cluster.Testnet, o Options) (*Report, error) {
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	complete, err := t.WaitCrawled(cctx, r.start, nil)
 	cancel()
+	cost()
 	if err != nil {
 		r.event("check", "%v", err)
 	}
@@ -344,6 +362,7 @@ func (r *run) fault(ctx context.Context, k Kind) error {
 	live := t.Live()
 	if k == Partition && len(live) < 2 {
 		k = Stall // (nothing to split)
+		r.rep.Costs[len(r.rep.Costs)-1].Kind = k
 	}
 	r.rep.Faults[k]++
 	switch k {
