@@ -178,6 +178,10 @@ func (n *Node) controlHandler() http.Handler {
 	mux.HandleFunc("POST /v1/seeds", n.serveSeeds)
 	mux.HandleFunc("POST /v1/pause", n.servePause)
 	mux.HandleFunc("POST /v1/resume", n.serveResume)
+	if n.partition != nil {
+		mux.HandleFunc("GET /v1/testnet/partition", n.servePartition)
+		mux.HandleFunc("POST /v1/testnet/partition", n.servePartition)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
 	// the web console (docs/console.md), behind the same guards
 	mux.Handle("GET "+console.Prefix, n.consoleHandler())

@@ -124,6 +124,18 @@ func (c *ControlClient) Resume(ctx context.Context) (PauseInfo, error) {
 	return v, c.do(ctx, http.MethodPost, "/v1/resume", nil, "", &v)
 }
 
+// Partition is POST /v1/testnet/partition: the node refuses connections
+// with these peers from now on and closes those open (none: it heals). A
+// loopback testnet's nodes only.
+func (c *ControlClient) Partition(ctx context.Context, deny []string) (PartitionInfo, error) {
+	body, err := json.Marshal(PartitionInfo{Deny: append([]string{}, deny...)})
+	if err != nil {
+		return PartitionInfo{}, err
+	}
+	var v PartitionInfo
+	return v, c.do(ctx, http.MethodPost, "/v1/testnet/partition", body, "application/json", &v)
+}
+
 // APIError is an error answer of the control API.
 type APIError struct {
 	Code    int

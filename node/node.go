@@ -53,6 +53,8 @@ type Node struct {
 	finder *sinkFinder
 	// recv is the engine's receiver, with its deliveries' outcome (status).
 	recv *deliveries
+	// partition gates a loopback testnet node's connections (nil elsewhere).
+	partition *overlay.Partition
 
 	rerouted prometheus.Counter
 	load     prometheus.Gauge // pages taken on over the last day (reportLoad)
@@ -153,6 +155,10 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.adm = oc.Admission
 		c := oc.Admission.OwnCertificate()
 		n.log.Info("node: member of a network with admission", "network", c.Network, "certificate_expires", c.NotAfter)
+	}
+	if oc.LoopbackTestnet && oc.Partition == nil {
+		n.partition = overlay.NewPartition()
+		oc.Partition = n.partition
 	}
 	n.opened = time.Now()
 	if n.peer, err = overlay.Open(ctx, n.tree, oc, svc); err != nil {

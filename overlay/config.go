@@ -101,6 +101,9 @@ type Config struct {
 	// an address (0: none): connections this peer dials over TCP pay it
 	// (a testnet's emulated world; see delay.go).
 	WireDelay func(remote netip.Addr) time.Duration
+	// Partition, if set, gates this peer's connections (a testnet's
+	// network partitions; see partition.go).
+	Partition *Partition
 
 	// Request deadlines.
 	RequestTimeout time.Duration

@@ -222,6 +222,9 @@ func NewHost(cfg Config) (host.Host, error) {
 		libp2p.Ping(true),
 		libp2p.UserAgent("micra/overlay"),
 	}
+	if cfg.Partition != nil {
+		opts = append(opts, libp2p.ConnectionGater(cfg.Partition))
+	}
 	if cfg.Bandwidth != nil {
 		opts = append(opts, libp2p.BandwidthReporter(cfg.Bandwidth))
 	}

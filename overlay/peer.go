@@ -216,6 +216,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if cfg.Admission != nil {
 		p.revs = newRevocationSync(cfg.Admission, h, p.members, log, cfg.RequestTimeout)
 	}
+	p.watchReturns()
 
 	var boot []peer.AddrInfo
 	boot, err = ParseBootstrap(cfg.Bootstrap)

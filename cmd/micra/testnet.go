@@ -28,7 +28,8 @@ type testnetOptions struct {
 	seed                                       uint64
 	capacity, wireScale, killAt                float64
 	kill                                       int
-	sink, json, open                           bool
+	sink, json, killSink, open                 bool
+	restart, partition                         time.Duration
 	show                                       int
 	experiment, report                         string
 	policies, nodeFlags                        []string
@@ -67,12 +68,20 @@ func (o *testnetOptions) options() (cluster.Options, error) {
 		return cluster.Options{}, err
 	}
 	c := cluster.Options{Dir: dir, Binary: bin, Peers: o.peers, Spare: o.spare, Sink: o.sink, Open: o.open, Policy: o.policy, NodeArgs: o.nodeFlags, Log: os.Stderr,
-		Kill: o.kill, KillAt: o.killAt}
+		Kill: o.kill, KillAt: o.killAt, Restart: o.restart, KillSink: o.killSink, Partition: o.partition}
+	// a fault run follows the sink with an indexer, to check what it reads
+	c.Subscriber = o.sink && (o.kill > 0 || o.killSink || o.partition > 0)
 	if o.kill < 0 || o.kill > 0 && o.kill > o.peers-2 {
 		return c, fmt.Errorf("testnet: --kill %d: want 0 to %d (node 0 and the seeded node stay)", o.kill, max(0, o.peers-2))
 	}
-	if o.kill > 0 && (o.killAt <= 0 || o.killAt >= 1) {
+	if (o.kill > 0 || o.killSink || o.partition > 0) && (o.killAt <= 0 || o.killAt >= 1) {
 		return c, fmt.Errorf("testnet: --kill-at %v: want a fraction between 0 and 1", o.killAt)
+	}
+	if o.restart < 0 || o.restart > 0 && o.kill == 0 {
+		return c, fmt.Errorf("testnet: --restart %v: want a positive duration, with --kill", o.restart)
+	}
+	if o.partition < 0 || o.partition > 0 && o.peers < 2 {
+		return c, fmt.Errorf("testnet: --partition %v: want a positive duration and at least 2 peers", o.partition)
 	}
 	c.World.Seed, c.World.Latency, c.World.HostDist, c.World.Sites, c.World.RTT = o.seed, o.latency, o.hostDist, o.sites, o.rtt
 	c.World.CapacityFactor, c.World.WireScale = o.capacity, o.wireScale
@@ -142,7 +151,10 @@ Traffic between the nodes themselves is not delayed.`,
 	runCmd.Flags().IntVar(&run.show, "show", 3, "then show this many records of a subscription and a search at the sink (0: none)")
 	runCmd.Flags().DurationVar(&run.timeout, "timeout", 10*time.Minute, "give up on a crawl after this long")
 	runCmd.Flags().IntVar(&run.kill, "kill", 0, "crash faults: SIGKILL this many crawler nodes mid-crawl (never node 0, the bootstrap, nor the seeded node)")
-	runCmd.Flags().Float64Var(&run.killAt, "kill-at", 0.3, "with --kill: when this fraction of the web's pages has been fetched")
+	runCmd.Flags().Float64Var(&run.killAt, "kill-at", 0.3, "with --kill, --kill-sink or --partition: when this fraction of the web's pages has been fetched")
+	runCmd.Flags().DurationVar(&run.restart, "restart", 0, "with --kill: start the killed nodes again on their homes this long after the kill (0: they stay dead)")
+	runCmd.Flags().BoolVar(&run.killSink, "kill-sink", false, "crash fault: SIGKILL the sink at the kill point and start it again on its data (after --restart, else 5s)")
+	runCmd.Flags().DurationVar(&run.partition, "partition", 0, "split the crawlers into two halves at the kill point for this long, then heal and measure how long the owners take to agree")
 
 	st := &testnetOptions{}
 	statusCmd := &cobra.Command{
@@ -193,7 +205,7 @@ Traffic between the nodes themselves is not delayed.`,
 		},
 	}
 	dn.flags(downCmd, false)
-	root.AddCommand(upCmd, runCmd, statusCmd, downCmd)
+	root.AddCommand(upCmd, runCmd, statusCmd, downCmd, chaosCommand())
 	rootCmd.AddCommand(root)
 }
 
@@ -330,7 +342,25 @@ func printResult(w io.Writer, r *cluster.Result) {
 		fmt.Fprintf(tw, "seeds rejected\t%d (e.g. %s)\n", len(r.SeedsRejected), r.SeedsRejected[0])
 	}
 	if len(r.Killed) > 0 {
-		fmt.Fprintf(tw, "crash faults\tnodes %v SIGKILLed with %d pages fetched\n", r.Killed, r.KilledAtPages)
+		fmt.Fprintf(tw, "crash faults\tnodes %v SIGKILLed with %d pages fetched", r.Killed, r.KilledAtPages)
+		if len(r.Restarted) > 0 {
+			fmt.Fprintf(tw, "; %v started again", r.Restarted)
+		}
+		fmt.Fprintln(tw)
+	}
+	if r.SinkKilled {
+		fmt.Fprintf(tw, "sink\tSIGKILLed during ingest and started again\n")
+	}
+	if r.PartitionS > 0 {
+		conv := fmt.Sprintf("owners agreed %.1f s after the heal", r.ConvergedS)
+		if r.ConvergedS < 0 {
+			conv = "owners still disagreed a minute after the heal"
+		}
+		fmt.Fprintf(tw, "partition\ttwo halves for %.0f s, at most %d subnets with two owners; %s\n", r.PartitionS, r.DisagreeMax, conv)
+	}
+	if d := r.Delivery; d != nil {
+		fmt.Fprintf(tw, "subscriber\t%d of %d records, %d gaps, %d repeats; %d acknowledged records lost, %d ingested twice (%d carriers redelivered)\n",
+			d.Followed, d.Head, d.Gaps, d.Repeats, d.Lost, d.IngestedTwice, d.RedeliveredCarriers)
 	}
 	fmt.Fprintf(tw, "overlap at the sink\t%d records; %d pages fetched twice at the web (%.1f %% of the pages)\n", r.Overlap, r.DuplicateFetches, 100*float64(r.DuplicateFetches)/float64(max(1, r.Pages)))
 	fmt.Fprintf(tw, "hosts at their nearest crawler\t%.1f %% (mean excess RTT %.1f ms; simulator, same world: %.1f %%)\n", r.OptimalPct, r.ExcessRTTMs, r.SimOptimalPct)

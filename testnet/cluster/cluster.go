@@ -61,6 +61,21 @@ type Options struct {
 	// node are not.
 	Kill   int
 	KillAt float64
+	// Restart, if positive, starts the killed nodes (and a killed sink)
+	// again this long after the kill, on their homes: same identity and
+	// data. Zero leaves killed nodes dead (a killed sink is started again
+	// after 5 s: a crawl is measured at the sink).
+	Restart time.Duration
+	// KillSink SIGKILLs the sink at the kill point too.
+	KillSink bool
+	// Partition, if positive, splits the crawlers into two halves at the
+	// kill point (nodes 0…N/2-1 with the sink, and the rest) for this long,
+	// then heals it and measures how long the owners take to agree.
+	Partition time.Duration
+	// Subscriber starts an indexer beside the sink: a `micra subscribe
+	// --follow --cursor-file` process writing every record it reads to
+	// DIR/subscriber/records.ndjson (CheckSubscriber reads it).
+	Subscriber bool
 	// Tree is the hierarchy the world is placed on (nil: the embedded one).
 	Tree *hierarchy.Tree
 	// Log receives one line per step (nil: discarded).
@@ -109,6 +124,9 @@ type State struct {
 	NodeArgs   []string    `json:"node_args,omitempty"` // the extra flags every node runs with (Options.NodeArgs)
 	Sink       *SinkState  `json:"sink,omitempty"`
 	Nodes      []NodeState `json:"nodes"`
+	// Subscriber is the records file of the indexer beside the sink
+	// (Options.Subscriber).
+	Subscriber string `json:"subscriber,omitempty"`
 }
 
 // SinkState is the sink's addresses.
@@ -146,8 +164,15 @@ type Testnet struct {
 	key    *networkKey // nil: an open network
 	sink   *proc
 	nodes  []*proc
-	killed map[int]bool // nodes a crawl SIGKILLed (by index)
-	down   sync.Once
+	killed map[int]bool // nodes a crawl SIGKILLed (by index), while they are down
+	// sinkDown: the sink was SIGKILLed and not started again
+	sinkDown bool
+	// stalled: nodes stopped with SIGSTOP (StallNode), by index
+	stalled map[int]bool
+	// partitioned: a partition is in force (Partition)
+	partitioned bool
+	sub         *proc // the subscriber (Options.Subscriber)
+	down        sync.Once
 }
 
 // StateFile is the path of a testnet directory's State.
@@ -246,7 +271,7 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	}
 	boot := t.State.Nodes[0].Addrs
 	if o.Sink {
-		if err := t.startSink(ctx, boot); err != nil {
+		if err := t.startSink(ctx, boot, "", ""); err != nil {
 			return t, err
 		}
 	}
@@ -266,6 +291,11 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	if err := t.writeJoin(); err != nil {
 		return t, err
 	}
+	if o.Sink && o.Subscriber {
+		if err := t.startSubscriber(); err != nil {
+			return t, err
+		}
+	}
 	if err := t.writeState(); err != nil {
 		return t, err
 	}
@@ -273,13 +303,15 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	return t, nil
 }
 
-func (t *Testnet) startSink(ctx context.Context, boot []string) error {
+// startSink starts the sink on DIR/sink; listen and httpAddr are its
+// addresses ("": any free port), the last run's when it starts again.
+func (t *Testnet) startSink(ctx context.Context, boot []string, listen, httpAddr string) error {
 	dir, err := mkdir(t.o.Dir, "sink")
 	if err != nil {
 		return err
 	}
 	args := []string{"sink", "--data", filepath.Join(dir, "data"),
-		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--no-sync"}
+		"--listen", or(listen, "/ip4/127.0.0.1/tcp/0"), "--http", or(httpAddr, "127.0.0.1:0"), "--no-sync"}
 	if t.key != nil {
 		if err := t.key.admit(filepath.Join(dir, "data"), true); err != nil {
 			return err
@@ -352,11 +384,11 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 	if err != nil {
 		return err
 	}
-	if i == 0 {
+	if i < len(t.nodes) {
+		t.nodes[i] = p // (started again, or one of a group started together)
+	} else {
 		t.nodes = append(t.nodes, p)
 		t.State.Nodes = append(t.State.Nodes, NodeState{})
-	} else {
-		t.nodes[i] = p
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -402,6 +434,12 @@ func (t *Testnet) Down() error {
 	t.down.Do(func() {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		for i := range t.stalled {
+			t.ResumeNode(i) // (a stopped process would not stop)
+		}
+		if t.sub != nil {
+			errs = append(errs, t.sub.stop(10*time.Second))
+		}
 		for i, p := range t.nodes {
 			if p == nil || t.killed[i] {
 				continue // (a node the crawl killed on purpose)
@@ -415,7 +453,7 @@ func (t *Testnet) Down() error {
 			})
 		}
 		wg.Wait()
-		if t.sink != nil {
+		if t.sink != nil && !t.sinkDown {
 			errs = append(errs, t.sink.stop(30*time.Second))
 		}
 		if t.Web != nil {

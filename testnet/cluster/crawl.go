@@ -84,6 +84,20 @@ type Result struct {
 	// KilledAtPages the distinct pages fetched then.
 	Killed        []int `json:"killed,omitempty"`
 	KilledAtPages int64 `json:"killed_at_pages,omitempty"`
+	// Restarted lists the killed nodes started again (Options.Restart);
+	// SinkKilled says the sink was SIGKILLed and started again.
+	Restarted  []int `json:"restarted,omitempty"`
+	SinkKilled bool  `json:"sink_killed,omitempty"`
+	// Partition: PartitionS is how long the two halves were split,
+	// DisagreeMax the most subnets whose owner two live nodes named
+	// differently meanwhile, ConvergedS the seconds from the heal until no
+	// two live nodes disagree (-1: not within a minute).
+	PartitionS  float64 `json:"partition_s,omitempty"`
+	DisagreeMax int     `json:"disagree_max,omitempty"`
+	ConvergedS  float64 `json:"converged_s,omitempty"`
+	// Delivery compares what the subscriber beside the sink printed with
+	// the sink's log (Options.Subscriber).
+	Delivery *Delivery `json:"delivery,omitempty"`
 
 	// NodePeakRSSMB is the largest peak resident set (VmHWM) of any node
 	// process, SinkPeakRSSMB the sink's, read when the crawl is complete.
@@ -100,7 +114,7 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		return nil, errors.New("cluster: a crawl is measured at the sink: start the testnet with a sink")
 	}
 	t0 := time.Now()
-	if err := t.waitMembers(ctx); err != nil {
+	if err := t.WaitMembers(ctx); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(t.o.Log, "membership formed (%d crawlers seen by every node) in %.1f s; seeding %d hosts\n",
@@ -111,10 +125,12 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 	total := t.Web.TotalPages()
 	var killed []int
 	var killedAt int64
+	var faults faultRun
 	killDone := make(chan struct{})
 	kctx, kcancel := context.WithCancel(ctx) // (the watcher ends with Crawl)
 	defer kcancel()
-	if t.o.Kill > 0 {
+	sc := t.sinkClient() // (a sink started again keeps its HTTP address)
+	if t.o.Kill > 0 || t.o.KillSink || t.o.Partition > 0 {
 		// by pages fetched (the sink's count moves a carrier at a time),
 		// read every 20 ms from before the seeding (which returns once
 		// every seed is routed, while the crawl is well under way)
@@ -125,7 +141,10 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 			for {
 				if f := t.Web.Stats().UniquePages; float64(f) >= t.o.KillAt*float64(total) {
 					killed, killedAt = t.killNodes(last.Index), f
-					fmt.Fprintf(t.o.Log, "killed nodes %v (SIGKILL) with %d of %d pages fetched\n", killed, f, total)
+					if len(killed) > 0 {
+						fmt.Fprintf(t.o.Log, "killed nodes %v (SIGKILL) with %d of %d pages fetched\n", killed, f, total)
+					}
+					faults = t.runFaults(kctx, killed)
 					return
 				}
 				select {
@@ -152,58 +171,180 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 		fmt.Fprintf(t.o.Log, "%d of %d seeds rejected by node %d (their hosts are crawled only if a link reaches them), e.g. %s\n",
 			len(rejected), len(si.Seeds), last.Index, rejected[0])
 	}
-	complete := false
-	var stable int
 	for {
-		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
-		if st, err := t.sinkClient().Status(ctx); err == nil {
-			p.AtSink = st.Counts.Pages
-		}
 		select {
 		case <-killDone:
 		default:
 			// nodes are about to die: not done before they have
 			if progress != nil {
+				p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
+				if st, err := sc.Status(ctx); err == nil {
+					p.AtSink = st.Counts.Pages
+				}
 				progress(p)
 			}
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		for _, n := range t.State.Nodes {
-			if t.killed[n.Index] {
+		break
+	}
+	complete, err := t.WaitCrawled(ctx, start, progress)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(t.o.Log, "crawl caught up after %.1f s\n", time.Since(start).Seconds())
+	r, err := t.Score(ctx, start)
+	if err != nil {
+		return nil, err
+	}
+	r.Complete, r.SeedsRejected = complete, rejected
+	r.Killed, r.KilledAtPages = killed, killedAt
+	r.Restarted, r.SinkKilled = faults.restarted, faults.sinkKilled
+	r.PartitionS, r.DisagreeMax, r.ConvergedS = faults.partition.Seconds(), faults.disagreeMax, faults.converged
+	if t.sub != nil {
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		d, err := t.CheckDelivery(dctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("the subscriber beside the sink: %w", err)
+		}
+		r.Delivery = &d
+	}
+	return r, nil
+}
+
+// faultRun is what runFaults did.
+type faultRun struct {
+	restarted   []int
+	sinkKilled  bool
+	partition   time.Duration
+	disagreeMax int
+	converged   float64
+}
+
+// runFaults applies Options' other faults at the kill point, after the
+// nodes in killed died: the sink's kill, a partition, and the restarts.
+func (t *Testnet) runFaults(ctx context.Context, killed []int) (fr faultRun) {
+	logf := func(format string, a ...any) { fmt.Fprintf(t.o.Log, format+"\n", a...) }
+	if t.o.KillSink {
+		if err := t.KillSink(); err != nil {
+			logf("%v", err)
+		} else {
+			fr.sinkKilled = true
+			logf("killed the sink (SIGKILL) during ingest")
+		}
+	}
+	if t.o.Partition > 0 {
+		half := len(t.State.Nodes) / 2
+		var side []int
+		for i := range half {
+			side = append(side, i)
+		}
+		start := time.Now()
+		if err := t.Partition(ctx, side, true); err != nil {
+			logf("partition: %v", err)
+		}
+		logf("partitioned nodes 0-%d (with the sink) from %d-%d for %v", half-1, half, len(t.State.Nodes)-1, t.o.Partition)
+		for time.Since(start) < t.o.Partition && ctx.Err() == nil {
+			if o, err := t.Owners(ctx); err == nil {
+				fr.disagreeMax = max(fr.disagreeMax, o.Disagree)
+			}
+			sleepCtx(ctx, 2*time.Second)
+		}
+		fr.partition = time.Since(start)
+		if err := t.Heal(ctx); err != nil {
+			logf("heal: %v", err)
+		}
+		fr.converged = t.converge(ctx, time.Minute)
+		if fr.converged >= 0 {
+			logf("healed; the live nodes agreed on every owner %.1f s later (at most %d subnets disagreed while split)", fr.converged, fr.disagreeMax)
+		} else {
+			logf("healed; the live nodes still disagreed on owners a minute later")
+		}
+	}
+	wait := t.o.Restart
+	if wait <= 0 && fr.sinkKilled {
+		wait = 5 * time.Second
+	}
+	if wait > 0 {
+		sleepCtx(ctx, wait)
+	}
+	if fr.sinkKilled {
+		if err := t.RestartSink(ctx); err != nil {
+			logf("%v", err)
+		} else {
+			logf("started the sink again on its data directory")
+		}
+	}
+	if t.o.Restart > 0 {
+		for _, i := range killed {
+			if err := t.RestartNode(ctx, i); err != nil {
+				logf("%v", err)
 				continue
 			}
-			if ns, err := t.control(n).Status(ctx); err == nil && ns.CaughtUp {
+			fr.restarted = append(fr.restarted, i)
+		}
+		if len(fr.restarted) > 0 {
+			logf("started nodes %v again on their homes", fr.restarted)
+		}
+	}
+	return fr
+}
+
+// converge polls the live nodes' owners every second until no two
+// disagree, and returns the seconds that took (-1: not within limit).
+func (t *Testnet) converge(ctx context.Context, limit time.Duration) float64 {
+	start := time.Now()
+	for time.Since(start) < limit && ctx.Err() == nil {
+		if o, err := t.Owners(ctx); err == nil && o.Disagree == 0 && o.Nodes == len(t.Live()) {
+			return time.Since(start).Seconds()
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	return -1
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// WaitCrawled waits until every page fetched is at the sink and every
+// live node is caught up, twice in a row half a second apart (a hand-off
+// in flight between two looks makes a node busy again), or ctx ends.
+// complete says every page of the web is at the sink.
+func (t *Testnet) WaitCrawled(ctx context.Context, start time.Time, progress func(Progress)) (complete bool, err error) {
+	total := t.Web.TotalPages()
+	sc := t.sinkClient()
+	var stable int
+	for {
+		p := Progress{Elapsed: time.Since(start), Total: total, Fetched: t.Web.Stats().UniquePages}
+		if st, err := sc.Status(ctx); err == nil {
+			p.AtSink = st.Counts.Pages
+		}
+		for _, i := range t.Live() {
+			if ns, err := t.control(t.State.Nodes[i]).Status(ctx); err == nil && ns.CaughtUp {
 				p.CaughtUp++
 			}
 		}
 		if progress != nil {
 			progress(p)
 		}
-		if p.Fetched > 0 && p.AtSink >= p.Fetched && p.CaughtUp == len(t.State.Nodes)-len(killed) {
-			// twice in a row: a hand-off in flight between two looks
-			// makes a node busy again
+		if p.Fetched > 0 && p.AtSink >= p.Fetched && p.CaughtUp == len(t.Live()) {
 			if stable++; stable >= 2 {
-				complete = p.AtSink >= int64(total)
-				break
+				return p.AtSink >= int64(total), nil
 			}
 		} else {
 			stable = 0
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("crawl: %d of %d pages at the sink: %w", p.AtSink, total, ctx.Err())
+			return false, fmt.Errorf("crawl: %d of %d pages at the sink: %w", p.AtSink, total, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	fmt.Fprintf(t.o.Log, "crawl caught up after %.1f s\n", time.Since(start).Seconds())
-	r, err := t.score(ctx, start)
-	if err != nil {
-		return nil, err
-	}
-	r.Complete, r.SeedsRejected = complete, rejected
-	r.Killed, r.KilledAtPages = killed, killedAt
-	return r, nil
 }
 
 // killNodes SIGKILLs Options.Kill crawler nodes, 1, 2, … skipping node 0
@@ -211,18 +352,14 @@ func (t *Testnet) Crawl(ctx context.Context, progress func(Progress)) (*Result, 
 // indexes.
 func (t *Testnet) killNodes(keep int) []int {
 	out := []int{}
-	if t.killed == nil {
-		t.killed = map[int]bool{}
-	}
 	for i := 1; i < len(t.nodes) && len(out) < t.o.Kill; i++ {
 		if i == keep {
 			continue
 		}
-		if err := t.nodes[i].cmd.Process.Kill(); err != nil {
-			fmt.Fprintf(t.o.Log, "kill node %d: %v\n", i, err)
+		if err := t.KillNode(i); err != nil {
+			fmt.Fprintln(t.o.Log, err)
 			continue
 		}
-		t.killed[i] = true
 		out = append(out, i)
 	}
 	return out
@@ -253,8 +390,8 @@ func (t *Testnet) control(n NodeState) *node.ControlClient {
 	return c
 }
 
-// waitMembers waits until every node counts every peer as a live member.
-func (t *Testnet) waitMembers(ctx context.Context) error {
+// WaitMembers waits until every node counts every peer as a live member.
+func (t *Testnet) WaitMembers(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
@@ -275,8 +412,9 @@ func (t *Testnet) waitMembers(ctx context.Context) error {
 	}
 }
 
-// score reads the sink's change log and the nodes' metrics.
-func (t *Testnet) score(ctx context.Context, start time.Time) (*Result, error) {
+// Score reads the sink's change log and the live nodes' metrics for a
+// crawl seeded at start (a node started again counts from its restart).
+func (t *Testnet) Score(ctx context.Context, start time.Time) (*Result, error) {
 	r := &Result{Policy: t.o.Policy, Peers: len(t.State.Nodes), Hosts: len(t.Web.Hosts()), TotalPages: t.Web.TotalPages(),
 		PagesPerCrawler: map[string]int{}}
 	ws := t.Web.Stats()

@@ -64,6 +64,40 @@ func start(name, bin, logPath string, args ...string) (*proc, error) {
 	return p, nil
 }
 
+// startToFile runs bin args with its stdout appended to outPath (not
+// watched line by line: a subscriber's records) and its stderr to logPath.
+func startToFile(name, bin, outPath, logPath string, args ...string) (*proc, error) {
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	of, err := os.OpenFile(outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		lf.Close()
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = withoutSettings(os.Environ())
+	cmd.Stdout, cmd.Stderr = of, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		of.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: lf, more: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		of.Close()
+		p.mu.Lock()
+		p.err = err
+		close(p.done)
+		p.mu.Unlock()
+		p.log.Close()
+	}()
+	return p, nil
+}
+
 // withoutSettings is environ without micra's setting variables (MICRA_<KEY>,
 // MICRA_HOME): a testnet's processes are configured by the testnet only.
 func withoutSettings(environ []string) []string {

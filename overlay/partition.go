@@ -1,0 +1,244 @@
+package overlay
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/overlay/pb"
+)
+
+// Partition is a testnet's network partition on one peer: a libp2p
+// connection gater that refuses every connection to or from the peers it
+// denies, in both directions, at dial and after the handshake
+// (Config.Partition). A partition of a testnet into two halves is each
+// peer of one half denying every peer of the other; nothing else changes,
+// so the peers see what a real split shows them — dials that fail,
+// heartbeats that stop, owners declared dead — while they run on one
+// machine's loopback, where no network namespace separates them.
+type Partition struct {
+	mu   sync.RWMutex
+	deny map[peer.ID]bool
+}
+
+// NewPartition is a partition that denies nobody.
+func NewPartition() *Partition { return &Partition{deny: map[peer.ID]bool{}} }
+
+// Set replaces the denied peers (none: the partition heals) and closes h's
+// connections to the newly denied ones. Healing dials nobody: the peers
+// find each other again through their membership dialling and the DHT.
+func (pt *Partition) Set(h host.Host, deny []peer.ID) {
+	pt.mu.Lock()
+	pt.deny = make(map[peer.ID]bool, len(deny))
+	for _, id := range deny {
+		pt.deny[id] = true
+	}
+	pt.mu.Unlock()
+	if h == nil {
+		return
+	}
+	for _, id := range deny {
+		_ = h.Network().ClosePeer(id)
+	}
+}
+
+// Denied lists the peers the partition denies.
+func (pt *Partition) Denied() []peer.ID {
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	out := make([]peer.ID, 0, len(pt.deny))
+	for id := range pt.deny {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (pt *Partition) denied(id peer.ID) bool {
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	return pt.deny[id]
+}
+
+// InterceptPeerDial refuses dials to denied peers.
+func (pt *Partition) InterceptPeerDial(p peer.ID) bool { return !pt.denied(p) }
+
+// InterceptAddrDial refuses dials to denied peers at any address.
+func (pt *Partition) InterceptAddrDial(p peer.ID, _ ma.Multiaddr) bool { return !pt.denied(p) }
+
+// InterceptAccept lets every inbound connection through to the handshake,
+// where the remote peer is known.
+func (pt *Partition) InterceptAccept(network.ConnMultiaddrs) bool { return true }
+
+// InterceptSecured refuses connections from denied peers once the
+// handshake has named them.
+func (pt *Partition) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	return !pt.denied(p)
+}
+
+// InterceptUpgraded lets through what InterceptSecured accepted.
+func (pt *Partition) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }
+
+// returnDelays are when a peer announces its own records again after
+// another member returns (revived after it was declared dead: a restart or
+// a healed partition): once the returning peer's gossip mesh has had time
+// to form, gathering the other returns of the same heal into one round,
+// and once more later, because the returning peer drops announcements of
+// an author it does not yet count as live itself, and it may hear this
+// peer's heartbeat a few seconds after this peer heard its.
+var returnDelays = []time.Duration{2 * time.Second, 10 * time.Second}
+
+// Redialling members that failed (not those that left): the first try
+// redialFirst after the death, each next one twice as late up to
+// redialMax, none after redialFor; at most redialBatch dials a tick. A
+// short redialMax bounds how long two healed halves stay apart (a dial to
+// a crashed peer's closed port costs one refused connection).
+const (
+	redialFirst  = 2 * time.Second
+	redialMax    = 10 * time.Second
+	redialFor    = 30 * time.Minute
+	redialBatch  = 8
+	redialTick   = time.Second
+	maxWatchDead = 4096
+)
+
+// lost is a member declared dead by failure, watched for its return.
+type lost struct {
+	addrs []ma.Multiaddr // where it was last reachable
+	died  time.Time
+	next  time.Time // the next redial
+	wait  time.Duration
+}
+
+// watchReturns heals what a partition or a crash leaves behind. While
+// peers cannot reach each other, each side declares the other dead,
+// re-delegates the subnets whose owners it lost, and its records reach
+// only its own side's caches and DHT nodes. Two things would otherwise
+// keep the sides apart once the network is whole again:
+//   - nobody dials a dead member (the membership dials live ones only), so
+//     this peer redials the members that failed, with back-off, for a while;
+//   - gossip does not replay what a peer missed, so when a member returns
+//     this peer announces its owned records again: every cache merges them
+//     by the Select rule, which picks the same winner everywhere, and a
+//     losing owner learns it lost and hands the subnet's URLs on.
+func (p *Peer) watchReturns() {
+	var mu sync.Mutex
+	dead := map[peer.ID]*lost{}
+	pending := false
+	p.members.OnChange(func(ev MemberEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Dead {
+			if ev.Reason == ReasonFailed && len(dead) < maxWatchDead {
+				now := time.Now()
+				dead[ev.Peer] = &lost{addrs: p.h.Peerstore().Addrs(ev.Peer), died: now, next: now.Add(redialFirst), wait: redialFirst}
+			}
+			return
+		}
+		if _, ok := dead[ev.Peer]; !ok {
+			return // a first join (or a leave's return): it asks for what it needs
+		}
+		delete(dead, ev.Peer)
+		if pending {
+			return
+		}
+		pending = true
+		p.goBackground(func() {
+			var waited time.Duration
+			for n, d := range returnDelays {
+				select {
+				case <-time.After(d - waited):
+				case <-p.ctx.Done():
+					return
+				}
+				waited = d
+				if n == 0 {
+					mu.Lock()
+					pending = false // (returns from now on get rounds of their own)
+					mu.Unlock()
+				}
+				p.announceOwned(p.ctx)
+			}
+		})
+	})
+	p.goBackground(func() {
+		tick := time.NewTicker(redialTick)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			now := time.Now()
+			var due []peer.AddrInfo
+			mu.Lock()
+			for id, l := range dead {
+				if now.Sub(l.died) > redialFor {
+					delete(dead, id)
+					continue
+				}
+				if len(due) < redialBatch && !now.Before(l.next) {
+					due = append(due, peer.AddrInfo{ID: id, Addrs: l.addrs})
+					l.wait = min(2*l.wait, redialMax)
+					l.next = now.Add(l.wait)
+				}
+			}
+			mu.Unlock()
+			for _, ai := range due {
+				if p.h.Network().Connectedness(ai.ID) == network.Connected {
+					continue
+				}
+				// past the swarm's dial back-off: the dials refused while
+				// the peers were apart grew it to minutes
+				dctx, cancel := context.WithTimeout(network.WithForceDirectDial(p.ctx, "redial a member declared dead"), p.cfg.RequestTimeout)
+				err := p.h.Connect(dctx, ai)
+				cancel()
+				if err == nil {
+					p.log.Info("overlay: reconnected to a member declared dead", "member", shortID(ai.ID))
+				}
+			}
+		}
+	})
+}
+
+// announceOwned re-seals and announces every delegation this peer owns,
+// all on gossip first (what converges the caches), then each in the DHT
+// (what an uncached lookup reads), as the republish loop puts them.
+func (p *Peer) announceOwned(ctx context.Context) {
+	type sealed struct {
+		s   hierarchy.NodeID
+		val []byte
+	}
+	var out []sealed
+	for _, s := range p.dir.Owned() {
+		rec, ok := p.dir.get(s)
+		if !ok || rec.Owner != p.selfID {
+			continue
+		}
+		val, err := p.republishValue(rec)
+		if err != nil {
+			p.log.Warn("overlay: re-sealing an owned record failed", "subnet", s, "err", err)
+			continue
+		}
+		p.announce(ctx, &pb.CalibrationEvent{Kind: pb.CalibrationKind_DELEGATED, Subnet: uint32(s), Value: val})
+		out = append(out, sealed{s, val})
+	}
+	for _, r := range out {
+		if _, err := p.dir.put(ctx, r.s, r.val, false); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Warn("overlay: putting an owned record after a return failed", "subnet", r.s, "err", err)
+		}
+	}
+	p.log.Info("overlay: owned records announced again after a member returned", "records", len(out))
+}
