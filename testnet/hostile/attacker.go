@@ -131,9 +131,10 @@ func (a *Attacker) ID() peer.ID { return a.h.ID() }
 // Close closes the attacker's host and every stream.
 func (a *Attacker) Close() error { return a.h.Close() }
 
-// Identities announces n identities (the host's own first) to the victim
-// over one gossipsub stream, as fast as the victim reads, round after
-// round, until ctx ends. Each heartbeat is signed by its own identity.
+// Identities announces n identities (the host's own among them) to the
+// victim over one gossipsub stream, as fast as the victim reads, round
+// after round, until ctx ends. Each heartbeat is signed by its own
+// identity.
 func (a *Attacker) Identities(ctx context.Context, n int) error {
 	if n < 1 {
 		return fmt.Errorf("hostile: %d identities: want at least 1", n)
@@ -162,16 +163,36 @@ func (a *Attacker) Identities(ctx context.Context, n int) error {
 	if err := write(sub); err != nil {
 		return ctxErr(ctx, err)
 	}
-	start := time.Now()
-	for ctx.Err() == nil {
-		err := heartbeatRPCs(sybils, a.snap, start, a.h.Addrs(), func(rpc *pubsubpb.RPC, k int) error {
-			if err := write(rpc); err != nil {
+	// The host's own identity heartbeats every second besides, as an
+	// honest member does: in an open network it is then a member from the
+	// start, whose hand-offs the victim reads, however far behind the
+	// victim is with the others.
+	start, own, lastOwn := time.Now(), &sybils[0], time.Time{}
+	send := func(rpc *pubsubpb.RPC, k int) error {
+		if time.Since(lastOwn) >= time.Second {
+			data, err := own.heartbeat(a.snap, start, a.h.Addrs(), 0)
+			if err != nil {
 				return err
 			}
-			a.c.heartbeatRPCs.Add(1)
-			a.c.heartbeats.Add(uint64(k))
-			return nil
-		})
+			m, err := own.signedMessage(overlay.TopicMembership, data)
+			if err != nil {
+				return err
+			}
+			rpc.Publish, k, lastOwn = append([]*pubsubpb.Message{m}, rpc.Publish...), k+1, time.Now()
+		}
+		if err := write(rpc); err != nil {
+			return err
+		}
+		a.c.heartbeatRPCs.Add(1)
+		a.c.heartbeats.Add(uint64(k))
+		return nil
+	}
+	for ctx.Err() == nil {
+		err := heartbeatRPCs(sybils[1:], a.snap, start, a.h.Addrs(), send)
+		if len(sybils) == 1 {
+			err = send(&pubsubpb.RPC{}, 0)
+			pause(ctx, time.Second)
+		}
 		if err != nil {
 			return ctxErr(ctx, err)
 		}
