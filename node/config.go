@@ -132,6 +132,12 @@ func TestnetConfig() Config {
 	// without an fsync per commit (a testnet does not lose power).
 	c.Overlay.HandoffInMemory = false
 	c.Overlay.HandoffSyncWrites = false
+	// A node is one host, bounded as a deployed one is: libp2p's resource
+	// manager refuses a peer's streams past its limits before a goroutine
+	// is spent on them (a flood of streams otherwise piles up goroutines
+	// without bound: docs/SECURITY.md). Loopback connections are not
+	// limited per address, so a testnet's peers all fit.
+	c.Overlay.NullResourceManager = false
 	c.Crawl.Fetch.AllowPrivate = true
 	return c
 }

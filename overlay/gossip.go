@@ -219,9 +219,10 @@ func decodeCalibration(data []byte) (*pb.CalibrationEvent, error) {
 }
 
 // gossipTracer is a peer's pubsub RawTracer. It counts the messages
-// gossipsub rejects or ignores, by topic and reason
+// gossipsub rejects, ignores or drops, by topic and reason
 // (micra_overlay_gossip_rejected_total: a signature that is not the
-// author's, a validator's refusal, a full validation queue), and tells
+// author's, a validator's refusal, a full validation queue, a reader
+// behind), and tells
 // Leave to which peers its announcement was queued. Its methods run on
 // pubsub's goroutines and never block.
 type gossipTracer struct {
@@ -351,6 +352,18 @@ func (t *gossipTracer) RejectMessage(msg *pubsub.Message, reason string) {
 	t.rejected.WithLabelValues(msg.GetTopic(), reason).Inc()
 }
 
+// UndeliverableMessage counts a valid message dropped because this peer's
+// reader of its topic was behind (gossipsub's subscription queue full): a
+// heartbeat lost so is a member's silence, and a flood shows here.
+func (t *gossipTracer) UndeliverableMessage(msg *pubsub.Message) {
+	t.rejected.WithLabelValues(msg.GetTopic(), ReasonSubscriberBehind).Inc()
+}
+
+// ReasonSubscriberBehind is the reason of
+// micra_overlay_gossip_rejected_total for valid messages dropped before
+// this peer read them.
+const ReasonSubscriberBehind = "subscriber behind"
+
 func (t *gossipTracer) OnNewOutboundStream(peer.ID, protocol.ID) {}
 func (t *gossipTracer) OnClosedOutboundStream(peer.ID)           {}
 func (t *gossipTracer) Join(string)                              {}
@@ -363,4 +376,3 @@ func (t *gossipTracer) DuplicateMessage(*pubsub.Message)         {}
 func (t *gossipTracer) ThrottlePeer(peer.ID)                     {}
 func (t *gossipTracer) RecvRPC(rpc *pubsub.RPC)                  { t.traffic.count(rpc, true) }
 func (t *gossipTracer) DropRPC(*pubsub.RPC, peer.ID)             {}
-func (t *gossipTracer) UndeliverableMessage(*pubsub.Message)     {}

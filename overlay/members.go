@@ -42,8 +42,10 @@ type Members struct {
 	mu      sync.RWMutex
 	byID    map[peer.ID]*member
 	byCID   map[delegation.CrawlerID]*member // same members, keyed for the sub-µs IsLive path
-	live    []delegation.Crawler             // sorted by ID; rebuilt when version changes
+	live    []delegation.Crawler             // sorted by ID; built again when read after a change (lists)
 	crawls  []delegation.Crawler             // the live peers that crawl (Crawlers)
+	stale   bool                             // live and crawls predate a change
+	builds  int                              // times live and crawls were built
 	version atomic.Uint64
 	load    atomic.Uint32
 	subnets atomic.Uint32
@@ -104,9 +106,8 @@ func (m *Members) OnChange(fn func(MemberEvent)) {
 // Live implements delegation.Membership: this peer plus every peer heard
 // within the failure timeout, sorted by ID. The slice must not be modified.
 func (m *Members) Live() []delegation.Crawler {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.live
+	live, _ := m.lists()
+	return live
 }
 
 // Version implements delegation.Versioned.
@@ -234,9 +235,10 @@ func (p *Peer) Formation() Formation {
 // formation is Formation with every live crawler that states an address
 // as joining.
 func (m *Members) formation() Formation {
+	live, _ := m.lists()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	f := Formation{Live: len(m.live), LastJoin: m.lastJoin}
+	f := Formation{Live: len(live), LastJoin: m.lastJoin}
 	for id, st := range m.byID {
 		if !st.dead && st.sink {
 			f.Live-- // the index sink is a member, but no node of the network
@@ -248,7 +250,34 @@ func (m *Members) formation() Formation {
 	return f
 }
 
+// rebuild marks the live lists stale and changes the version at once;
+// the lists are built when next read. A burst of joins — thousands of
+// identities announced at once in an open network — then costs one sort,
+// not one of the whole table per join.
 func (m *Members) rebuild() {
+	m.stale = true
+	m.version.Add(1)
+}
+
+// lists returns the live members and the live crawlers, building them if
+// a change made them stale.
+func (m *Members) lists() (live, crawls []delegation.Crawler) {
+	m.mu.RLock()
+	if !m.stale {
+		defer m.mu.RUnlock()
+		return m.live, m.crawls
+	}
+	m.mu.RUnlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stale {
+		m.build()
+	}
+	return m.live, m.crawls
+}
+
+// build sorts the live members into live and crawls (under m.mu).
+func (m *Members) build() {
 	live := make([]delegation.Crawler, 0, len(m.byID)+1)
 	live = append(live, m.selfC)
 	for _, st := range m.byID {
@@ -267,7 +296,8 @@ func (m *Members) rebuild() {
 	})
 	m.live = live
 	m.crawls = slices.DeleteFunc(slices.Clone(live), func(c delegation.Crawler) bool { return c.Capacity <= 0 })
-	m.version.Add(1)
+	m.stale = false
+	m.builds++
 }
 
 // Crawlers is the membership as delegation sees it: the live peers that
@@ -282,9 +312,8 @@ type CrawlerMembers struct{ m *Members }
 
 // Live is every live crawler, sorted by ID. The slice must not be modified.
 func (c *CrawlerMembers) Live() []delegation.Crawler {
-	c.m.mu.RLock()
-	defer c.m.mu.RUnlock()
-	return c.m.crawls
+	_, crawls := c.m.lists()
+	return crawls
 }
 
 // Version changes with the membership's.

@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		deaths: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total",
 			Help: "Peers declared dead, by reason: left (announced a clean stop) or failed (silent past the failure timeout)."}, []string{"reason"}),
 		gossipRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "gossip_rejected_total",
-			Help: "Gossip messages rejected or ignored, by topic and gossipsub's reason (invalid signature, validation failed, ...)."}, []string{"topic", "reason"}),
+			Help: "Gossip messages rejected, ignored or dropped, by topic and gossipsub's reason (invalid signature, validation failed, validation queue full, subscriber behind, ...)."}, []string{"topic", "reason"}),
 		learned:      prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "records_learned_total", Help: "Delegation records (this peer's and others') the policy learned from."}),
 		learnDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "learn_dropped_total", Help: "Delegation records dropped from a full learn queue before the policy learned them."}),
 		decisionAttempts: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "micra", Subsystem: "overlay", Name: "decision_attempts",

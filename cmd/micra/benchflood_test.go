@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/testnet/hostile"
+)
+
+// A short `micra bench flood` against a real micra node process, in a
+// network with admission and in an open one. With admission the sybils'
+// heartbeats are ignored (no certificate): the victim's only member is
+// itself, it refuses every hand-off and survives. Open, the identities
+// become members (an open network has no identity limit), and the victim
+// survives too. The memory figures are the 60 s command's, not asserted
+// here.
+func TestBenchFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node process")
+	}
+	for _, open := range []bool{false, true} {
+		name := map[bool]string{false: "admission", true: "open"}[open]
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			r, err := hostile.RunFlood(ctx, hostile.Options{Binary: os.Args[0], VictimEnv: []string{mainEnv + "=1"},
+				Open: open, Duration: 3 * time.Second, Identities: 300, HandoffStreams: 1, StreamsPerProtocol: 4,
+				Settle: time.Second, Idle: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, v := r.Attack, r.Victim
+			if !r.VictimAlive || r.Idle.Samples == 0 || r.Flood.Samples == 0 || r.PeakRatio <= 0 {
+				t.Fatalf("alive %v, idle %+v, flood %+v", r.VictimAlive, r.Idle, r.Flood)
+			}
+			if a.Heartbeats == 0 || a.HandoffMsgs == 0 || a.StreamsOpened == 0 {
+				t.Fatalf("the attack sent nothing of some kind: %+v", a)
+			}
+			if open {
+				if v.MembersLive < 2 {
+					t.Fatalf("open network: %d members live, want the sybils among them", v.MembersLive)
+				}
+				return
+			}
+			if v.MembersLive != 1 || v.CrawlersLive != 1 {
+				t.Fatalf("admission: %d members live (%d crawlers), want the victim alone", v.MembersLive, v.CrawlersLive)
+			}
+			if v.MembershipRejected == 0 {
+				t.Fatalf("admission: no heartbeat ignored: %+v", v.GossipRejected)
+			}
+			if a.HandoffAccepted != 0 || a.HandoffRefused == 0 || v.HandoffsRefused == 0 || v.FrontierSeen != 0 {
+				t.Fatalf("admission: hand-offs accepted %d, refused %d (victim counted %v), frontier saw %d URLs",
+					a.HandoffAccepted, a.HandoffRefused, v.HandoffsRefused, v.FrontierSeen)
+			}
+		})
+	}
+}
