@@ -21,14 +21,14 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // fixture is a repository, its first root (what nodes were set up to
 // trust) and a binary file.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	clk  *clock
 	repo *Repo
 	root []byte
 	bin  []byte
 }
 
-func newFixture(t *testing.T, o InitOptions) *fixture {
+func newFixture(t testing.TB, o InitOptions) *fixture {
 	t.Helper()
 	clk := &clock{t: t0}
 	r, err := Init(filepath.Join(t.TempDir(), "repo"), o, clk.now)
@@ -313,4 +313,19 @@ func TestBundleEncodeDecode(t *testing.T) {
 	if _, err := DecodeBundle([]byte(`{"roots":[]}`)); err == nil {
 		t.Error("a bundle without roots decoded")
 	}
+}
+
+// Bundles come from peers: whatever their bytes, the verifier answers with
+// a refusal, never a panic (go-tuf's parser panics on some shapes).
+func FuzzVerifyBundle(f *testing.F) {
+	fx := newFixture(f, InitOptions{})
+	b := fx.release("v1.2.0", 0)
+	f.Add(b.Roots[0], b.Timestamp, b.Snapshot, b.Targets)
+	f.Add([]byte(`{"signed":1,"signatures":[]}`), []byte(`{"signed":{"_type":"timestamp"}}`), []byte(`[]`), []byte(`{}`))
+	f.Add([]byte(`{"signed":{"_type":"root","version":2,"keys":{"a":null},"roles":{"root":null}},"signatures":[{"keyid":"a"}]}`),
+		b.Timestamp, b.Snapshot, b.Targets)
+	v := fx.verifier("")
+	f.Fuzz(func(t *testing.T, root, ts, snap, targets []byte) {
+		_, _ = v.Metadata(Bundle{Roots: [][]byte{b.Roots[0], root}, Timestamp: ts, Snapshot: snap, Targets: targets}, t0)
+	})
 }

@@ -3,6 +3,7 @@ package release
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,8 +96,26 @@ type Release struct {
 
 // Metadata verifies b at time now, following root rotations from the
 // trusted root, and returns the release for the verifier's platform.
-func (v *Verifier) Metadata(b Bundle, now time.Time) (Release, error) {
-	var rel Release
+func (v *Verifier) Metadata(b Bundle, now time.Time) (rel Release, err error) {
+	// go-tuf's parsers assert the JSON's shape without checking it (a
+	// "signed" that is not an object panics): bundles come from peers, so
+	// their shape is checked first, and a panic left in the library is a
+	// refusal, not a crashed node.
+	defer func() {
+		if p := recover(); p != nil {
+			rel, err = Release{}, refuse("bundle", ErrMalformed, "%v", p)
+		}
+	}()
+	for i, raw := range b.Roots {
+		if err := checkShape(raw, metadata.ROOT); err != nil {
+			return rel, refuse("root", ErrMalformed, "root %d of the bundle: %v", i+1, err)
+		}
+	}
+	for role, raw := range map[string][]byte{metadata.TIMESTAMP: b.Timestamp, metadata.SNAPSHOT: b.Snapshot, metadata.TARGETS: b.Targets} {
+		if err := checkShape(raw, role); err != nil {
+			return rel, refuse(role, ErrMalformed, "%v", err)
+		}
+	}
 	tm, err := trustedmetadata.New(v.Root)
 	if err != nil {
 		return rel, refuse("root", ErrMalformed, "the trusted root: %v", err)
@@ -260,6 +279,24 @@ func classify(role string, root *metadata.Metadata[metadata.RootType], tufRole s
 		return refuse(role, ErrMalformed, "does not match the hash its parent role signed: %v", err)
 	}
 	return refuse(role, ErrMalformed, "%v", err)
+}
+
+// checkShape checks that data is a JSON object whose "signed" is an object
+// of _type role, with "signatures" a list: what go-tuf assumes.
+func checkShape(data []byte, role string) error {
+	var m struct {
+		Signed *struct {
+			Type string `json:"_type"`
+		} `json:"signed"`
+		Signatures []json.RawMessage `json:"signatures"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("not JSON metadata: %w", err)
+	}
+	if m.Signed == nil || m.Signed.Type != role {
+		return fmt.Errorf("not %s metadata", role)
+	}
+	return nil
 }
 
 func sameKeys(a, b *metadata.Metadata[metadata.RootType], role string) bool {
