@@ -307,6 +307,9 @@ type StatusInfo struct {
 	Outbox   *OutboxStatus   `json:"outbox"`
 	Handoff  HandoffStatus   `json:"handoff"`
 	Sink     *SinkStatus     `json:"sink"`
+	// Release: signed releases, and whether a verified newer one is
+	// available (docs/releases.md).
+	Release *ReleaseStatus `json:"release"`
 }
 
 // FrontierStatus is the crawl frontier's state.
@@ -382,6 +385,7 @@ func (n *Node) Status() StatusInfo {
 	if t, ok := n.started.Load().(time.Time); ok {
 		s.Since = t
 	}
+	s.Release = n.updates.status()
 	hs := n.peer.HandoffStats()
 	s.Handoff = HandoffStatus{Pending: hs.Pending, Messages: hs.Messages, URLs: hs.URLs, Resent: hs.Resent, Failures: hs.Failures}
 	s.CaughtUp = hs.Pending == 0

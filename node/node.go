@@ -62,6 +62,8 @@ type Node struct {
 	running bool
 	closed  bool
 
+	updates *updates // signed releases (update.go)
+
 	started atomic.Value // time.Time Run started
 	ctlURL  atomic.Value // string: the control API's URL while Run serves it
 }
@@ -91,6 +93,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.updates, err = newUpdates(cfg, n.log, n.reg); err != nil {
+		return n, err
 	}
 	if n.tree, err = loadTree(cfg); err != nil {
 		return n, err
@@ -184,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{Balance: cfg.Balance, BalanceHold: cfg.BalanceHold})
 	n.peer.OnCalibration(n.noteCalibration)
 	n.log = n.log.With("peer", n.peer.ID().String())
+	n.updates.log = n.log
 	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
 	return n, nil
@@ -267,6 +273,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if ctl != nil {
 		defer n.stopControl(ctl)
 	}
+	wg.Go(func() { n.updates.run(ctx) })
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {

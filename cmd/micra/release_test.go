@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/micra-crawler/micra/node"
+	"github.com/micra-crawler/micra/node/release"
 )
 
 // The operators' commands end to end: a repository, a signed and published
@@ -44,5 +48,30 @@ func TestReleaseCommands(t *testing.T) {
 	_, err = runMicra(t, "release", "verify", "--root", root, "--from", pub, "--running", "v0.1.0", "--os", "linux", "--arch", "amd64")
 	if err == nil || !strings.Contains(err.Error(), "binary: the binary differs from the targets metadata") {
 		t.Fatalf("verify of an altered binary: %v", err)
+	}
+}
+
+// micra status's release line says what is available and what was refused.
+func TestStatusReleaseLine(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		r    node.ReleaseStatus
+		want string
+	}{
+		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateNotify, Note: "no trusted release root (release_root unset): releases are not checked",
+			Status: release.Status{Running: "v0.1.0"}},
+			"running v0.1.0; auto_update notify; no trusted release root"},
+		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateNotify, Trusted: true, BinaryVerified: true, Status: release.Status{Running: "v0.1.0", RootVersion: 2,
+			Checked: now, Available: &release.Available{Version: "v0.2.0", Target: "micra-linux-amd64", SHA256: "0d3159db868fea5d9e87"}}},
+			"root v2; v0.2.0 AVAILABLE, verified (micra-linux-amd64, sha256 0d3159db868f…, binary checked) — install it by hand"},
+		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateNotify, Trusted: true, Status: release.Status{Running: "v0.2.0", RootVersion: 1,
+			Checked: now.Add(-time.Minute), Refusal: "release refused: timestamp: expired", RefusedAt: now}},
+			"up to date (checked 1m0s ago); last refused"},
+	} {
+		var b strings.Builder
+		printStatus(&b, node.StatusInfo{Release: &c.r}, now)
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("status printed\n%s\nwant %q", b.String(), c.want)
+		}
 	}
 }

@@ -46,9 +46,6 @@ type Keeper struct {
 // binary is (node.Build().Version).
 func OpenKeeper(dir, install, goos, goarch, running string) (*Keeper, error) {
 	k := &Keeper{dir: dir, os: goos, arch: goarch, running: running}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	path := filepath.Join(dir, trustedRootFile)
 	root, err := os.ReadFile(path)
 	switch {
@@ -58,6 +55,9 @@ func OpenKeeper(dir, install, goos, goarch, running string) (*Keeper, error) {
 		}
 		if _, err := parseRoot(root); err != nil {
 			return nil, fmt.Errorf("release_root %s: %w", install, err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
 		}
 		if err := writeAtomic(path, root, 0o600); err != nil {
 			return nil, err

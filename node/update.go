@@ -1,0 +1,260 @@
+package node
+
+// Signed releases on a node (docs/releases.md): the trusted root and what
+// it accepted (release.Keeper in DATA/release), bundles offered from the
+// release_feed directory or the overlay, and the log line, status and
+// metrics that say a verified newer release is available.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/micra-crawler/micra/node/release"
+)
+
+// AutoUpdate is what a node does with signed releases.
+type AutoUpdate string
+
+const (
+	// AutoUpdateNotify (the default, also ""): verify releases offered and
+	// say when a newer one is available; install nothing.
+	AutoUpdateNotify AutoUpdate = "notify"
+	// AutoUpdateOff: check nothing.
+	AutoUpdateOff AutoUpdate = "off"
+	// AutoUpdateOn: install a verified newer release (with rollback).
+	AutoUpdateOn AutoUpdate = "on"
+)
+
+// ParseAutoUpdate reads the auto_update setting.
+func ParseAutoUpdate(s string) (AutoUpdate, error) {
+	switch m := AutoUpdate(s); m {
+	case AutoUpdateOff, AutoUpdateNotify, AutoUpdateOn:
+		return m, nil
+	case "":
+		return AutoUpdateNotify, nil
+	}
+	return "", fmt.Errorf("%q: want off, notify or on", s)
+}
+
+// ReleaseConfig is how a node checks signed releases.
+type ReleaseConfig struct {
+	AutoUpdate AutoUpdate // "" is AutoUpdateNotify
+	// Root is the trusted root to install in DataDir/release when none is
+	// there yet (the release_root setting).
+	Root string
+	// Feed is a published release repository read every FeedEvery
+	// (default 1 min) and offered like a bundle from the overlay.
+	Feed      string
+	FeedEvery time.Duration
+	// Now is the clock releases are verified against (nil: time.Now).
+	Now func() time.Time
+}
+
+func (c ReleaseConfig) validate() error {
+	switch c.AutoUpdate {
+	case "", AutoUpdateOff, AutoUpdateNotify:
+	case AutoUpdateOn:
+		return errors.New(`node: auto_update = "on": installing releases is not in this build yet; "notify" says when one is available`)
+	default:
+		return fmt.Errorf("node: auto_update %q: want off, notify or on", c.AutoUpdate)
+	}
+	if c.FeedEvery < 0 {
+		return fmt.Errorf("node: release FeedEvery %v is negative", c.FeedEvery)
+	}
+	return nil
+}
+
+// ReleaseStatus is the release part of GET /v1/status.
+type ReleaseStatus struct {
+	AutoUpdate AutoUpdate `json:"auto_update"`
+	// Trusted: the node has a trusted root; Note says why not.
+	Trusted bool   `json:"trusted"`
+	Note    string `json:"note,omitempty"`
+	Feed    string `json:"feed,omitempty"`
+	release.Status
+	// BinaryVerified: the available release's binary was read (from the
+	// feed) and matches its targets metadata.
+	BinaryVerified bool `json:"binary_verified,omitempty"`
+}
+
+// updates is a node's release checking.
+type updates struct {
+	cfg    ReleaseConfig
+	log    *slog.Logger
+	now    func() time.Time
+	keeper *release.Keeper // nil: off, or no trusted root (note)
+	note   string
+
+	refused   *prometheus.CounterVec
+	available prometheus.Gauge
+
+	mu          sync.Mutex
+	lastRefusal string          // logged once until another one
+	binaryOK    map[string]bool // sha256 → the binary was verified
+}
+
+func newUpdates(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*updates, error) {
+	u := &updates{cfg: cfg.Release, log: log, now: cfg.Release.Now, binaryOK: map[string]bool{}}
+	if u.cfg.AutoUpdate == "" {
+		u.cfg.AutoUpdate = AutoUpdateNotify
+	}
+	if u.now == nil {
+		u.now = time.Now
+	}
+	if u.cfg.FeedEvery == 0 {
+		u.cfg.FeedEvery = time.Minute
+	}
+	u.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "micra_node_release_refused_total",
+		Help: "Release bundles this node refused, by reason (foreign, threshold, expired, rollback, hash, no_target, malformed)."}, []string{"reason"})
+	u.available = prometheus.NewGauge(prometheus.GaugeOpts{Name: "micra_node_release_available",
+		Help: "1 while a verified release newer than this binary is available."})
+	for _, c := range []prometheus.Collector{u.refused, u.available} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("node: register metrics: %w", err)
+		}
+	}
+	if u.cfg.AutoUpdate == AutoUpdateOff {
+		u.note = "auto_update = off"
+		return u, nil
+	}
+	k, err := release.OpenKeeper(filepath.Join(cfg.DataDir, "release"), u.cfg.Root, runtime.GOOS, runtime.GOARCH, Build().Version)
+	if err != nil {
+		if u.cfg.Root != "" {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		// a volunteer who set nothing: no root, nothing checked, said once
+		u.note = "no trusted release root (release_root unset): releases are not checked"
+		log.Info("releases not checked: no trusted root (set release_root)")
+		return u, nil
+	}
+	u.keeper = k
+	return u, nil
+}
+
+// offer verifies a bundle from source (a feed directory, a peer) and says
+// in the log when it makes a newer release available, or why it was
+// refused (once per distinct refusal).
+func (u *updates) offer(b release.Bundle, source string) (release.Release, error) {
+	if u.keeper == nil {
+		return release.Release{}, errors.New(u.note)
+	}
+	rel, fresh, err := u.keeper.Offer(b, u.now())
+	if err != nil {
+		u.refused.WithLabelValues(refusalReason(err)).Inc()
+		u.mu.Lock()
+		again := err.Error() == u.lastRefusal
+		u.lastRefusal = err.Error()
+		u.mu.Unlock()
+		if !again {
+			u.log.Warn("release refused", "from", source, "err", err)
+		}
+		return rel, err
+	}
+	if rel.Newer {
+		u.available.Set(1)
+	}
+	if fresh {
+		u.log.Info("verified newer release available", "version", rel.Version, "running", Build().Version,
+			"target", rel.Target, "sha256", rel.SHA256, "rollout", rel.Rollout, "from", source, "auto_update", string(u.cfg.AutoUpdate))
+	}
+	return rel, nil
+}
+
+// checkFeed offers the feed directory's bundle, and checks the binary it
+// holds for a newer release.
+func (u *updates) checkFeed() error {
+	b, err := release.ReadBundle(u.cfg.Feed)
+	if err != nil {
+		return err
+	}
+	rel, err := u.offer(b, u.cfg.Feed)
+	if err != nil || !rel.Newer {
+		return err
+	}
+	u.mu.Lock()
+	done := u.binaryOK[rel.SHA256]
+	u.mu.Unlock()
+	if done {
+		return nil
+	}
+	f, err := os.Open(release.TargetPath(u.cfg.Feed, rel.SHA256))
+	if err != nil {
+		return fmt.Errorf("release %s: %w", rel.Version, err)
+	}
+	defer f.Close()
+	if err := rel.Check(f); err != nil {
+		u.refused.WithLabelValues(refusalReason(err)).Inc()
+		u.log.Warn("release binary refused", "from", u.cfg.Feed, "err", err)
+		return err
+	}
+	u.mu.Lock()
+	u.binaryOK[rel.SHA256] = true
+	u.mu.Unlock()
+	u.log.Info("release binary verified", "version", rel.Version, "sha256", rel.SHA256)
+	return nil
+}
+
+// run reads the feed until ctx ends.
+func (u *updates) run(ctx context.Context) {
+	if u.keeper == nil || u.cfg.Feed == "" {
+		return
+	}
+	t := time.NewTicker(u.cfg.FeedEvery)
+	defer t.Stop()
+	for {
+		if err := u.checkFeed(); err != nil && !errors.As(err, new(*release.Refused)) {
+			u.log.Warn("release feed", "dir", u.cfg.Feed, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (u *updates) status() *ReleaseStatus {
+	s := &ReleaseStatus{AutoUpdate: u.cfg.AutoUpdate, Note: u.note, Feed: u.cfg.Feed}
+	s.Running = Build().Version
+	if u.keeper == nil {
+		return s
+	}
+	s.Trusted = true
+	s.Status = u.keeper.Status()
+	if a := s.Available; a != nil {
+		u.mu.Lock()
+		s.BinaryVerified = u.binaryOK[a.SHA256]
+		u.mu.Unlock()
+	}
+	return s
+}
+
+// OfferRelease verifies a release bundle from source (a peer, a
+// directory) against the node's trusted root: the release it makes
+// available, or the refusal.
+func (n *Node) OfferRelease(b release.Bundle, source string) (release.Release, error) {
+	return n.updates.offer(b, source)
+}
+
+// refusalReason is a refusal's metric label.
+func refusalReason(err error) string {
+	for _, r := range []struct {
+		err  error
+		name string
+	}{{release.ErrForeign, "foreign"}, {release.ErrThreshold, "threshold"}, {release.ErrExpired, "expired"},
+		{release.ErrRollback, "rollback"}, {release.ErrHash, "hash"}, {release.ErrNoTarget, "no_target"}} {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return "malformed"
+}

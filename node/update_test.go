@@ -1,0 +1,188 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/micra-crawler/micra/node/release"
+	"github.com/micra-crawler/micra/testnet/synthweb"
+)
+
+// releaseFeed makes a release repository at the clock's time, signs a
+// binary for this platform as version, and publishes it to a feed
+// directory; it returns the repository, the feed and the root to trust.
+func releaseFeed(t *testing.T, now func() time.Time, version string) (*release.Repo, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	repo, err := release.Init(filepath.Join(dir, "repo"), release.InitOptions{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "micra-new")
+	if err := os.WriteFile(bin, []byte("micra "+version), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	goos, goarch := release.Platform()
+	if _, err := repo.AddTarget(bin, release.Target{Version: version, OS: goos, Arch: goarch, Rollout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	feed := filepath.Join(dir, "feed")
+	if err := repo.Publish(feed); err != nil {
+		t.Fatal(err)
+	}
+	return repo, feed, filepath.Join(dir, "repo", "metadata", "1.root.json")
+}
+
+// logBuffer collects log lines, safe for the node's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// notify: a feed's newer release is verified (metadata and binary), said
+// once in the log and in the status; once its timestamp expires (a frozen
+// feed) the next check is refused, counted, and said once.
+func TestUpdatesNotifyFromFeed(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	_, feed, root := releaseFeed(t, clock, "v9.9.9")
+	var logs logBuffer
+	reg := prometheus.NewRegistry()
+	cfg := Config{DataDir: t.TempDir(), Release: ReleaseConfig{Root: root, Feed: feed, Now: clock}}
+	u, err := newUpdates(cfg, slog.New(slog.NewTextHandler(&logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := u.checkFeed(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := u.status()
+	if !s.Trusted || s.AutoUpdate != AutoUpdateNotify || s.Available == nil || s.Available.Version != "v9.9.9" ||
+		!s.BinaryVerified || s.RootVersion != 1 || s.Refusal != "" {
+		t.Fatalf("status %+v", s)
+	}
+	if n := logs.count(`msg="verified newer release available"`); n != 1 {
+		t.Errorf("logged available %d times, want once", n)
+	}
+	if v := testutil.ToFloat64(u.available); v != 1 {
+		t.Errorf("available gauge %v", v)
+	}
+	// the trusted root was installed in the data directory
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "release", "root.json")); err != nil {
+		t.Fatal(err)
+	}
+
+	now = now.Add(release.DefaultExpiry.Timestamp + time.Minute)
+	for range 2 {
+		if err := u.checkFeed(); err == nil {
+			t.Fatal("a frozen feed accepted")
+		}
+	}
+	s = u.status()
+	if !strings.Contains(s.Refusal, "timestamp: expired") || !s.RefusedAt.Equal(now) {
+		t.Fatalf("status after expiry %+v", s)
+	}
+	if v := testutil.ToFloat64(u.refused.WithLabelValues("expired")); v != 2 {
+		t.Errorf("refused{expired} = %v, want 2", v)
+	}
+	if n := logs.count(`msg="release refused"`); n != 1 {
+		t.Errorf("logged the refusal %d times, want once", n)
+	}
+}
+
+// A feed whose binary differs from its signed targets: the metadata says a
+// release is available, the binary is refused and never marked verified.
+func TestUpdatesFeedBinaryRefused(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	_, feed, root := releaseFeed(t, clock, "v9.9.9")
+	bins, _ := filepath.Glob(filepath.Join(feed, "targets", "*"))
+	if len(bins) != 1 {
+		t.Fatal(bins)
+	}
+	if err := os.WriteFile(bins[0], []byte("micra v9.9.X"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, err := newUpdates(Config{DataDir: t.TempDir(), Release: ReleaseConfig{Root: root, Feed: feed, Now: clock}}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.checkFeed(); err == nil || !strings.Contains(err.Error(), "binary differs") {
+		t.Fatalf("checkFeed: %v", err)
+	}
+	if s := u.status(); s.BinaryVerified {
+		t.Fatalf("status %+v", s)
+	}
+	if v := testutil.ToFloat64(u.refused.WithLabelValues("hash")); v != 1 {
+		t.Errorf("refused{hash} = %v", v)
+	}
+}
+
+func TestUpdatesSettings(t *testing.T) {
+	u, err := newUpdates(Config{DataDir: t.TempDir()}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := u.status(); s.Trusted || !strings.Contains(s.Note, "release_root unset") {
+		t.Errorf("no root: %+v", s)
+	}
+	if _, err := newUpdates(Config{DataDir: t.TempDir(), Release: ReleaseConfig{Root: filepath.Join(t.TempDir(), "none.json")}}, quiet, prometheus.NewRegistry()); err == nil ||
+		!strings.Contains(err.Error(), "release_root") {
+		t.Errorf("a missing release_root: %v", err)
+	}
+	c := TestnetConfig()
+	c.DataDir = t.TempDir()
+	c.Release.AutoUpdate = AutoUpdateOn
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `auto_update = "on"`) {
+		t.Errorf("on: %v", err)
+	}
+	if _, err := ParseAutoUpdate("sometimes"); err == nil {
+		t.Error("auto_update sometimes parsed")
+	}
+}
+
+// A running node's status says a verified newer release is available.
+func TestControlStatusReleaseAvailable(t *testing.T) {
+	_, feed, root := releaseFeed(t, time.Now, "v9.9.9")
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := openCluster(t, web, 1, false, func(_ int, cfg *Config) {
+		cfg.Release.Root, cfg.Release.Feed = root, feed
+	})
+	c.runAll()
+	cl := controlClient(t, c, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var s StatusInfo
+	waitFor(t, 20*time.Second, "the release in the status", func() bool {
+		var err error
+		s, err = cl.Status(ctx)
+		return err == nil && s.Release != nil && s.Release.Available != nil && s.Release.BinaryVerified
+	})
+	if r := s.Release; r.Available.Version != "v9.9.9" || r.Running != Build().Version || r.Feed != feed {
+		t.Fatalf("release status %+v", r)
+	}
+}
