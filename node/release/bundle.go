@@ -1,12 +1,15 @@
 package release
 
 import (
-	"encoding/json"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Bundle is a repository's metadata as it travels to nodes (a published
@@ -76,25 +79,95 @@ func readLimited(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-// Encode is the bundle as JSON (the gossip announcement's payload).
-func (b Bundle) Encode() ([]byte, error) { return json.Marshal(b) }
+// The wire form of a bundle (a gossip announcement's payload): "MRB1", then
+// zstd of the metadata files, each a kind byte (root, targets, snapshot,
+// timestamp) and a uvarint length before its bytes. The files are kept
+// byte for byte (the snapshot and the timestamp sign the hashes of the exact
+// bytes), and successive root versions, which share most of their keys,
+// compress to a fraction: one root and the three others are about 2 KB.
+const wireMagic = "MRB1"
 
-// DecodeBundle parses an encoded bundle, refusing one over the limits.
+const (
+	kindRoot byte = iota
+	kindTargets
+	kindSnapshot
+	kindTimestamp
+)
+
+// Encode is the bundle's wire form.
+func (b Bundle) Encode() ([]byte, error) {
+	var raw []byte
+	add := func(kind byte, data []byte) {
+		raw = append(raw, kind)
+		raw = binary.AppendUvarint(raw, uint64(len(data)))
+		raw = append(raw, data...)
+	}
+	for _, r := range b.Roots {
+		add(kindRoot, r)
+	}
+	add(kindTargets, b.Targets)
+	add(kindSnapshot, b.Snapshot)
+	add(kindTimestamp, b.Timestamp)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	return enc.EncodeAll(raw, []byte(wireMagic)), nil
+}
+
+// DecodeBundle parses a bundle's wire form, refusing one over the limits
+// (MaxBundleBytes decompressed, MaxRoots roots, MaxMetadataBytes a file)
+// before anything is parsed as metadata.
 func DecodeBundle(data []byte) (Bundle, error) {
 	var b Bundle
-	if len(data) > MaxBundleBytes {
-		return b, fmt.Errorf("release bundle: %d bytes, more than %d", len(data), MaxBundleBytes)
+	rest, ok := bytes.CutPrefix(data, []byte(wireMagic))
+	if !ok {
+		return b, errors.New("release bundle: not a bundle (no MRB1 header)")
 	}
-	if err := json.Unmarshal(data, &b); err != nil {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(MaxBundleBytes), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return b, err
+	}
+	defer dec.Close()
+	raw, err := dec.DecodeAll(rest, nil)
+	if err != nil {
 		return b, fmt.Errorf("release bundle: %w", err)
 	}
-	if len(b.Roots) == 0 || len(b.Roots) > MaxRoots {
-		return b, fmt.Errorf("release bundle: %d root versions, want 1 to %d", len(b.Roots), MaxRoots)
+	if len(raw) > MaxBundleBytes {
+		return b, fmt.Errorf("release bundle: %d bytes, more than %d", len(raw), MaxBundleBytes)
 	}
-	for _, m := range append(append([][]byte(nil), b.Roots...), b.Targets, b.Snapshot, b.Timestamp) {
-		if len(m) == 0 || len(m) > MaxMetadataBytes {
-			return b, fmt.Errorf("release bundle: a metadata file of %d bytes, want 1 to %d", len(m), MaxMetadataBytes)
+	seen := map[byte]bool{}
+	for len(raw) > 0 {
+		kind := raw[0]
+		n, w := binary.Uvarint(raw[1:])
+		if w <= 0 || n == 0 || n > MaxMetadataBytes || uint64(len(raw)-1-w) < n {
+			return b, errors.New("release bundle: a metadata file's length is missing, zero, too large or past the end")
 		}
+		file := raw[1+w : 1+w+int(n)]
+		raw = raw[1+w+int(n):]
+		if kind != kindRoot && seen[kind] {
+			return b, fmt.Errorf("release bundle: metadata kind %d twice", kind)
+		}
+		seen[kind] = true
+		switch kind {
+		case kindRoot:
+			if len(b.Roots) == MaxRoots {
+				return b, fmt.Errorf("release bundle: more than %d root versions", MaxRoots)
+			}
+			b.Roots = append(b.Roots, file)
+		case kindTargets:
+			b.Targets = file
+		case kindSnapshot:
+			b.Snapshot = file
+		case kindTimestamp:
+			b.Timestamp = file
+		default:
+			return b, fmt.Errorf("release bundle: unknown metadata kind %d", kind)
+		}
+	}
+	if len(b.Roots) == 0 || b.Targets == nil || b.Snapshot == nil || b.Timestamp == nil {
+		return b, errors.New("release bundle: wants at least one root, and targets, snapshot and timestamp")
 	}
 	return b, nil
 }

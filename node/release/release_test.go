@@ -295,11 +295,20 @@ func TestAddTargetRefusesBadInput(t *testing.T) {
 
 func TestBundleEncodeDecode(t *testing.T) {
 	f := newFixture(t, InitOptions{})
-	b := f.release("v1.2.0", 0)
+	f.release("v1.2.0", 0)
+	if err := f.repo.RotateKey(metadata.TIMESTAMP); err != nil {
+		t.Fatal(err)
+	}
+	b := f.publish()
 	data, err := b.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
+	raw := 0
+	for _, m := range append(append([][]byte(nil), b.Roots...), b.Targets, b.Snapshot, b.Timestamp) {
+		raw += len(m)
+	}
+	t.Logf("bundle with %d roots: %d bytes of metadata, %d on the wire", len(b.Roots), raw, len(data))
 	d, err := DecodeBundle(data)
 	if err != nil {
 		t.Fatal(err)
@@ -307,12 +316,47 @@ func TestBundleEncodeDecode(t *testing.T) {
 	if _, err := f.verifier("").Metadata(d, f.clk.now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := DecodeBundle(make([]byte, MaxBundleBytes+1)); err == nil {
-		t.Error("an oversized bundle decoded")
+	for _, bad := range []Bundle{{Roots: b.Roots}, {Targets: b.Targets, Snapshot: b.Snapshot, Timestamp: b.Timestamp}} {
+		enc, err := bad.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeBundle(enc); err == nil {
+			t.Errorf("an incomplete bundle decoded")
+		}
 	}
-	if _, err := DecodeBundle([]byte(`{"roots":[]}`)); err == nil {
-		t.Error("a bundle without roots decoded")
+	if _, err := DecodeBundle([]byte("MRB1 not zstd")); err == nil {
+		t.Error("junk decoded")
 	}
+	if _, err := DecodeBundle(data[4:]); err == nil {
+		t.Error("a bundle without its header decoded")
+	}
+}
+
+func FuzzDecodeBundle(f *testing.F) {
+	fx := newFixture(f, InitOptions{})
+	data, err := fx.release("v1.2.0", 0).Encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte("MRB1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeBundle(data)
+		if err != nil {
+			return
+		}
+		if len(b.Roots) == 0 || len(b.Roots) > MaxRoots || b.Targets == nil {
+			t.Fatalf("decoded a bundle out of bounds: %d roots", len(b.Roots))
+		}
+		again, err := b.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeBundle(again); err != nil {
+			t.Fatalf("re-encoded bundle does not decode: %v", err)
+		}
+	})
 }
 
 // Bundles come from peers: whatever their bytes, the verifier answers with
