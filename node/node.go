@@ -190,6 +190,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer.OnCalibration(n.noteCalibration)
 	n.log = n.log.With("peer", n.peer.ID().String())
 	n.updates.log = n.log
+	if err := n.updates.attach(n.peer); err != nil {
+		return n, err
+	}
 	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
 	return n, nil
@@ -361,6 +364,9 @@ func (n *Node) Close() error {
 	n.closed = true
 	n.runMu.Unlock()
 	var errs []error
+	if n.updates != nil {
+		errs = append(errs, n.updates.close()) // its channel before the overlay
+	}
 	if n.peer != nil {
 		errs = append(errs, n.peer.Close())
 	}

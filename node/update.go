@@ -6,9 +6,11 @@ package node
 // metrics that say a verified newer release is available.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/micra-crawler/micra/node/release"
+	"github.com/micra-crawler/micra/overlay"
 )
 
 // AutoUpdate is what a node does with signed releases.
@@ -81,9 +84,11 @@ type ReleaseStatus struct {
 	Note    string `json:"note,omitempty"`
 	Feed    string `json:"feed,omitempty"`
 	release.Status
-	// BinaryVerified: the available release's binary was read (from the
-	// feed) and matches its targets metadata.
-	BinaryVerified bool `json:"binary_verified,omitempty"`
+	// BinaryVerified: the available release's binary was fetched (from a
+	// member or the feed) and matches its targets metadata; Binary is
+	// where it is kept.
+	BinaryVerified bool   `json:"binary_verified,omitempty"`
+	Binary         string `json:"binary,omitempty"`
 }
 
 // updates is a node's release checking.
@@ -97,13 +102,24 @@ type updates struct {
 	refused   *prometheus.CounterVec
 	available prometheus.Gauge
 
+	store string            // DATA/release/targets: verified binaries, served to members
+	rels  *overlay.Releases // the overlay's release channel (nil: off, or no root)
+
+	ctx    context.Context // ends at close: fetches stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
 	mu          sync.Mutex
 	lastRefusal string          // logged once until another one
 	binaryOK    map[string]bool // sha256 → the binary was verified
+	fetching    string          // the sha256 being fetched ("" none)
+	bundle      []byte          // the wire form of the newest accepted bundle
 }
 
 func newUpdates(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*updates, error) {
-	u := &updates{cfg: cfg.Release, log: log, now: cfg.Release.Now, binaryOK: map[string]bool{}}
+	u := &updates{cfg: cfg.Release, log: log, now: cfg.Release.Now, binaryOK: map[string]bool{},
+		store: filepath.Join(cfg.DataDir, "release", "targets")}
+	u.ctx, u.cancel = context.WithCancel(context.Background())
 	if u.cfg.AutoUpdate == "" {
 		u.cfg.AutoUpdate = AutoUpdateNotify
 	}
@@ -159,6 +175,20 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 		}
 		return rel, err
 	}
+	if wire, err := b.Encode(); err == nil {
+		u.mu.Lock()
+		changed := !bytes.Equal(wire, u.bundle)
+		u.bundle = wire
+		held := u.binaryOK[rel.SHA256]
+		u.mu.Unlock()
+		if changed && held && u.rels != nil {
+			// fresher metadata (a new timestamp) for the release this node
+			// serves: announce that from now on
+			if err := u.rels.Announce(wire, rel.SHA256); err != nil {
+				u.log.Warn("release not announced", "err", err)
+			}
+		}
+	}
 	if rel.Newer {
 		u.available.Set(1)
 	}
@@ -196,10 +226,52 @@ func (u *updates) checkFeed() error {
 		u.log.Warn("release binary refused", "from", u.cfg.Feed, "err", err)
 		return err
 	}
+	u.log.Info("release binary verified", "version", rel.Version, "sha256", rel.SHA256, "from", u.cfg.Feed)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := u.keep(rel, f); err != nil {
+		return err
+	}
+	return nil
+}
+
+// keep copies a verified binary into the store (served to members from
+// then on), marks it verified and announces the release as held.
+func (u *updates) keep(rel release.Release, r io.Reader) error {
+	if err := os.MkdirAll(u.store, 0o700); err != nil {
+		return err
+	}
+	path := filepath.Join(u.store, rel.SHA256)
+	if r != nil {
+		tmp, err := os.CreateTemp(u.store, ".copy-*")
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(tmp, r)
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("release store: %w", err)
+		}
+	}
 	u.mu.Lock()
 	u.binaryOK[rel.SHA256] = true
+	bundle := u.bundle
 	u.mu.Unlock()
-	u.log.Info("release binary verified", "version", rel.Version, "sha256", rel.SHA256)
+	if u.rels != nil && bundle != nil {
+		if err := u.rels.Announce(bundle, rel.SHA256); err != nil {
+			u.log.Warn("release not announced", "err", err)
+		}
+	}
 	return nil
 }
 
@@ -222,6 +294,130 @@ func (u *updates) run(ctx context.Context) {
 	}
 }
 
+// attach opens the overlay's release channel: announcements are judged by
+// the keeper before gossip forwards them, and a newer release's binary is
+// fetched from the members that hold it.
+func (u *updates) attach(p *overlay.Peer) error {
+	if u.keeper == nil {
+		return nil
+	}
+	rels, err := overlay.OpenReleases(p, overlay.ReleaseConfig{Store: u.store, Verify: u.verify, Deliver: u.deliver})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	u.rels = rels
+	// a binary verified in an earlier run is served and announced again
+	if a, ok := u.keeper.Available(); ok {
+		if _, err := os.Stat(filepath.Join(u.store, a.SHA256)); err == nil {
+			f, err := os.Open(filepath.Join(u.store, a.SHA256))
+			if err == nil {
+				err = a.Check(f)
+				f.Close()
+			}
+			if err == nil {
+				u.mu.Lock()
+				u.binaryOK[a.SHA256] = true
+				u.mu.Unlock()
+			}
+		}
+	}
+	return nil
+}
+
+// verify is the gossip validator's verdict on an announcement: forged,
+// malformed or another network's metadata is rejected (its senders are
+// penalised); what is merely stale or unjudgeable is ignored.
+func (u *updates) verify(a overlay.ReleaseAnnouncement) overlay.ReleaseVerdict {
+	b, err := release.DecodeBundle(a.Bundle)
+	if err != nil {
+		u.refused.WithLabelValues("malformed").Inc()
+		return overlay.ReleaseReject
+	}
+	rel, err := u.offer(b, "peer "+a.From.String())
+	switch {
+	case err == nil && a.Target != "" && a.Target != rel.SHA256:
+		return overlay.ReleaseReject // holds a binary the metadata does not name
+	case err == nil:
+		return overlay.ReleaseAccept
+	case errors.Is(err, release.ErrExpired), errors.Is(err, release.ErrRollback), errors.Is(err, release.ErrNoTarget):
+		return overlay.ReleaseIgnore
+	case errors.As(err, new(*release.Refused)):
+		return overlay.ReleaseReject
+	}
+	return overlay.ReleaseIgnore
+}
+
+// deliver starts fetching the available release's binary when a member
+// announces holding it and this node has not got it yet.
+func (u *updates) deliver(a overlay.ReleaseAnnouncement) {
+	rel, ok := u.keeper.Available()
+	if !ok || a.Target != rel.SHA256 {
+		return
+	}
+	u.mu.Lock()
+	if u.binaryOK[rel.SHA256] || u.fetching != "" || u.ctx.Err() != nil {
+		u.mu.Unlock()
+		return
+	}
+	u.fetching = rel.SHA256
+	u.wg.Add(1)
+	u.mu.Unlock()
+	go func() {
+		defer u.wg.Done()
+		err := u.fetch(rel)
+		u.mu.Lock()
+		u.fetching = ""
+		u.mu.Unlock()
+		if err != nil && u.ctx.Err() == nil {
+			u.log.Warn("release binary not fetched; trying again at the next announcement", "version", rel.Version, "err", err)
+		}
+	}()
+}
+
+// fetch gets rel's binary from the members holding it, verifies it against
+// the signed metadata and only then keeps it.
+func (u *updates) fetch(rel release.Release) error {
+	if err := os.MkdirAll(u.store, 0o700); err != nil {
+		return err
+	}
+	dl := filepath.Join(u.store, rel.SHA256+".download")
+	from, err := u.rels.Fetch(u.ctx, rel.SHA256, rel.Length, dl)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(dl)
+	if err != nil {
+		return err
+	}
+	err = rel.Check(f)
+	f.Close()
+	if err != nil {
+		// not the release's bytes: none of them is kept
+		os.Remove(dl)
+		u.refused.WithLabelValues(refusalReason(err)).Inc()
+		u.log.Warn("release binary refused", "from", from.String(), "err", err)
+		return err
+	}
+	if err := os.Rename(dl, filepath.Join(u.store, rel.SHA256)); err != nil {
+		return err
+	}
+	u.log.Info("release binary verified", "version", rel.Version, "sha256", rel.SHA256, "from", from.String())
+	return u.keep(rel, nil)
+}
+
+// close stops fetching and leaves the release channel (before the overlay
+// peer closes).
+func (u *updates) close() error {
+	u.mu.Lock()
+	u.cancel()
+	u.mu.Unlock()
+	u.wg.Wait()
+	if u.rels != nil {
+		return u.rels.Close()
+	}
+	return nil
+}
+
 func (u *updates) status() *ReleaseStatus {
 	s := &ReleaseStatus{AutoUpdate: u.cfg.AutoUpdate, Note: u.note, Feed: u.cfg.Feed}
 	s.Running = Build().Version
@@ -234,6 +430,9 @@ func (u *updates) status() *ReleaseStatus {
 		u.mu.Lock()
 		s.BinaryVerified = u.binaryOK[a.SHA256]
 		u.mu.Unlock()
+		if s.BinaryVerified {
+			s.Binary = filepath.Join(u.store, a.SHA256)
+		}
 	}
 	return s
 }

@@ -186,3 +186,51 @@ func TestControlStatusReleaseAvailable(t *testing.T) {
 		t.Fatalf("release status %+v", r)
 	}
 }
+
+// A release published to one node's feed reaches the others over the
+// overlay: each verifies the announced metadata against its own trusted
+// root, fetches the binary from a member holding it, checks it against the
+// signed hash and then serves it too.
+func TestReleaseSpreadsOverOverlay(t *testing.T) {
+	dir := t.TempDir()
+	repo, err := release.Init(filepath.Join(dir, "repo"), release.InitOptions{}, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := make([]byte, 700<<10)
+	for i := range bin {
+		bin[i] = byte(i * 7)
+	}
+	binPath := filepath.Join(dir, "micra-new")
+	if err := os.WriteFile(binPath, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	goos, goarch := release.Platform()
+	if _, err := repo.AddTarget(binPath, release.Target{Version: "v9.9.9", OS: goos, Arch: goarch}); err != nil {
+		t.Fatal(err)
+	}
+	feed := filepath.Join(dir, "feed")
+	if err := repo.Publish(feed); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "repo", "metadata", "1.root.json")
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := openCluster(t, web, 3, false, func(i int, cfg *Config) {
+		cfg.Release.Root = root
+		if i == 0 {
+			cfg.Release.Feed = feed
+		}
+	})
+	c.runAll()
+	for i := range c.nodes {
+		waitFor(t, 60*time.Second, "the release's binary on every node", func() bool {
+			s := c.nodes[i].updates.status()
+			return s.Available != nil && s.BinaryVerified
+		})
+		s := c.nodes[i].updates.status()
+		got, err := os.ReadFile(s.Binary)
+		if err != nil || !bytes.Equal(got, bin) || s.Available.Version != "v9.9.9" {
+			t.Fatalf("node %d: %s: %d bytes, %v (status %+v)", i, s.Binary, len(got), err, s)
+		}
+	}
+}

@@ -122,7 +122,7 @@ type Releases struct {
 	fetched   prometheus.Counter
 
 	mu      sync.Mutex
-	current *ReleaseAnnouncement              // the announcement published every Every
+	current *ReleaseAnnouncement             // the announcement published every Every
 	holders map[string]map[peer.ID]time.Time // target → members that announced holding it
 	closed  bool
 }
@@ -204,18 +204,20 @@ func (r *Releases) Close() error {
 	return err
 }
 
-// Announce publishes bundle (and target, the hex SHA-256 of the binary this
-// peer holds and serves, or "") now and every Every until replaced.
-func (r *Releases) Announce(ctx context.Context, bundle []byte, target string) error {
+// Announce makes bundle (and target, the hex SHA-256 of the binary this
+// peer holds and serves, or "") this peer's announcement: published within
+// a second, then every Every and to each peer new on the topic, until
+// replaced. It does not wait on the network, so it may be called from
+// anywhere, a validator included.
+func (r *Releases) Announce(bundle []byte, target string) error {
 	a := ReleaseAnnouncement{From: r.p.ID(), Bundle: bundle, Target: target}
-	data, err := encodeAnnouncement(a)
-	if err != nil {
+	if _, err := encodeAnnouncement(a); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	r.current = &a
 	r.mu.Unlock()
-	return r.topic.Publish(ctx, data)
+	return nil
 }
 
 // Holders are the live members that announced holding target, the most

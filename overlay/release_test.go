@@ -99,10 +99,10 @@ func TestReleaseAnnounceAndFetch(t *testing.T) {
 	rn := newReleaseNet(t, 3)
 	data, target := storeBinary(t, rn.rels[0], 300<<10)
 	ctx := context.Background()
-	if err := rn.rels[0].Announce(ctx, []byte("good bundle"), target); err != nil {
+	if err := rn.rels[0].Announce([]byte("good bundle"), target); err != nil {
 		t.Fatal(err)
 	}
-	if err := rn.rels[2].Announce(ctx, []byte("forged bundle"), ""); err != nil {
+	if err := rn.rels[2].Announce([]byte("forged bundle"), ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() bool { return rn.delivered(1, "good bundle") && rn.delivered(2, "good bundle") })
@@ -142,7 +142,7 @@ func TestReleaseFetchResumesAfterCut(t *testing.T) {
 	data, target := storeBinary(t, rn.rels[0], 512<<10)
 	rn.lims[0].cutAt = 200 << 10
 	ctx := context.Background()
-	if err := rn.rels[0].Announce(ctx, []byte("good"), target); err != nil {
+	if err := rn.rels[0].Announce([]byte("good"), target); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() bool { return len(rn.rels[1].Holders(target)) == 1 })
