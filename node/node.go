@@ -238,7 +238,7 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // seeds once the membership has formed (SeedWait) and crawls until ctx
 // ends. A distributed crawl has no local end: other peers may hand URLs to
 // this one at any time.
-func (n *Node) Run(ctx context.Context) error {
+func (n *Node) Run(ctx context.Context) (err error) {
 	n.runMu.Lock()
 	if n.running || n.closed {
 		n.runMu.Unlock()
@@ -247,6 +247,15 @@ func (n *Node) Run(ctx context.Context) error {
 	n.running = true
 	n.runMu.Unlock()
 
+	// an installed release ends Run as ctx would (leave, drain), and Run
+	// says so
+	ctx, restart := context.WithCancelCause(ctx)
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrRestart) && (err == nil || errors.Is(err, context.Canceled)) {
+			err = ErrRestart
+		}
+		restart(nil)
+	}()
 	n.started.Store(time.Now())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -276,7 +285,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if ctl != nil {
 		defer n.stopControl(ctl)
 	}
-	wg.Go(func() { n.updates.run(ctx) })
+	wg.Go(func() { n.updates.run(ctx, n.ready, func() { restart(ErrRestart) }) })
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
@@ -323,7 +332,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	err := n.eng.Run(ctx)
+	err = n.eng.Run(ctx)
 	stop()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = nil

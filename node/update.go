@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/micra-crawler/micra/node/release"
+	"github.com/micra-crawler/micra/node/upgrade"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -36,6 +37,11 @@ const (
 	// AutoUpdateOn: install a verified newer release (with rollback).
 	AutoUpdateOn AutoUpdate = "on"
 )
+
+// ErrRestart is what Run returns when it stopped to restart on a release
+// it installed: the process exits with upgrade.ExitRestart and its
+// supervisor starts the new binary.
+var ErrRestart = errors.New("node: stopped to restart on a newly installed release")
 
 // ParseAutoUpdate reads the auto_update setting.
 func ParseAutoUpdate(s string) (AutoUpdate, error) {
@@ -60,13 +66,21 @@ type ReleaseConfig struct {
 	FeedEvery time.Duration
 	// Now is the clock releases are verified against (nil: time.Now).
 	Now func() time.Time
+	// Supervised: the node runs under an upgrade.Supervisor (micra node
+	// starts one itself with auto_update = on), which alone can restart it
+	// on a new binary and roll a failed one back: "on" needs it.
+	Supervised bool
+	// Executable is the binary a release replaces (default os.Executable).
+	Executable string
 }
 
 func (c ReleaseConfig) validate() error {
 	switch c.AutoUpdate {
 	case "", AutoUpdateOff, AutoUpdateNotify:
 	case AutoUpdateOn:
-		return errors.New(`node: auto_update = "on": installing releases is not in this build yet; "notify" says when one is available`)
+		if !c.Supervised {
+			return errors.New(`node: auto_update = "on" needs a supervisor to restart the node on a release and roll it back (micra node starts one itself; a program embedding package node runs upgrade.Supervisor)`)
+		}
 	default:
 		return fmt.Errorf("node: auto_update %q: want off, notify or on", c.AutoUpdate)
 	}
@@ -89,6 +103,14 @@ type ReleaseStatus struct {
 	// where it is kept.
 	BinaryVerified bool   `json:"binary_verified,omitempty"`
 	Binary         string `json:"binary,omitempty"`
+	// InstallAt: with auto_update = on, when this node installs the
+	// available release (its wave in the rollout window).
+	InstallAt *time.Time `json:"install_at,omitempty"`
+	// OnTrial: this run is a release on trial (its supervisor rolls it
+	// back unless it proves healthy). RolledBack: the last release rolled
+	// back on this node, and why.
+	OnTrial    *upgrade.Pending  `json:"on_trial,omitempty"`
+	RolledBack *upgrade.Rollback `json:"rolled_back,omitempty"`
 }
 
 // updates is a node's release checking.
@@ -114,11 +136,15 @@ type updates struct {
 	binaryOK    map[string]bool // sha256 → the binary was verified
 	fetching    string          // the sha256 being fetched ("" none)
 	bundle      []byte          // the wire form of the newest accepted bundle
+	self        string          // this node's peer id (its wave delay)
+	restart     func()          // ends Run to restart on an installed release (set by Run)
+	scheduled   map[string]time.Time
+	installed   *upgrade.Pending
 }
 
 func newUpdates(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*updates, error) {
 	u := &updates{cfg: cfg.Release, log: log, now: cfg.Release.Now, binaryOK: map[string]bool{},
-		store: filepath.Join(cfg.DataDir, "release", "targets")}
+		store: filepath.Join(cfg.DataDir, "release", "targets"), scheduled: map[string]time.Time{}}
 	u.ctx, u.cancel = context.WithCancel(context.Background())
 	if u.cfg.AutoUpdate == "" {
 		u.cfg.AutoUpdate = AutoUpdateNotify
@@ -272,11 +298,103 @@ func (u *updates) keep(rel release.Release, r io.Reader) error {
 			u.log.Warn("release not announced", "err", err)
 		}
 	}
+	if u.cfg.AutoUpdate == AutoUpdateOn && rel.Newer {
+		u.schedule(rel)
+	}
 	return nil
 }
 
-// run reads the feed until ctx ends.
-func (u *updates) run(ctx context.Context) {
+// schedule installs rel after this node's wave delay within the release's
+// rollout window, unless it was rolled back here already.
+func (u *updates) schedule(rel release.Release) {
+	dir := filepath.Dir(u.store)
+	if rb, ok, _ := upgrade.ReadRollback(dir); ok && rb.SHA256 == rel.SHA256 {
+		u.log.Warn("release not installed: it was rolled back on this node", "version", rel.Version, "reason", rb.Reason, "at", rb.At)
+		return
+	}
+	if _, ok, _ := upgrade.ReadPending(dir); ok {
+		return // this run is a release on trial: it is judged first
+	}
+	u.mu.Lock()
+	if _, ok := u.scheduled[rel.SHA256]; ok || u.ctx.Err() != nil {
+		u.mu.Unlock()
+		return
+	}
+	delay := upgrade.WaveDelay(u.self, rel.SHA256, rel.Rollout)
+	u.scheduled[rel.SHA256] = u.now().Add(delay)
+	u.wg.Add(1)
+	u.mu.Unlock()
+	u.log.Info("release to be installed", "version", rel.Version, "in", delay.Round(time.Second), "rollout", rel.Rollout)
+	go func() {
+		defer u.wg.Done()
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-u.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := u.install(rel); err != nil {
+			u.log.Error("release not installed", "version", rel.Version, "err", err)
+		}
+	}()
+}
+
+// install puts rel's verified binary in place of the executable and ends
+// Run: the node shuts down gracefully and its supervisor starts the new
+// binary on trial.
+func (u *updates) install(rel release.Release) error {
+	exe := u.cfg.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
+		if exe, err = filepath.EvalSymlinks(exe); err != nil {
+			return err
+		}
+	}
+	src := filepath.Join(u.store, rel.SHA256)
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	err = rel.Check(f) // once more: the store is on disk, and this is what runs next
+	f.Close()
+	if err != nil {
+		return err
+	}
+	p := upgrade.Pending{From: Build().Version, To: rel.Version, SHA256: rel.SHA256, At: u.now()}
+	if err := upgrade.Install(exe, src, filepath.Dir(u.store), p); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.installed = &p
+	restart := u.restart
+	u.mu.Unlock()
+	u.log.Info("release installed; restarting on it", "version", rel.Version, "exe", exe, "previous", exe+".prev")
+	if restart != nil {
+		restart()
+	}
+	return nil
+}
+
+// run says the node is healthy once it is ready (under a supervisor: the
+// health check of a release on trial), then reads the feed until ctx ends.
+func (u *updates) run(ctx context.Context, ready <-chan struct{}, restart func()) {
+	u.mu.Lock()
+	u.restart = restart
+	u.mu.Unlock()
+	if u.cfg.Supervised {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ready:
+		}
+		if err := upgrade.WriteHealthy(filepath.Dir(u.store), Build().Version, u.now()); err != nil {
+			u.log.Warn("healthy marker not written", "err", err)
+		}
+	}
 	if u.keeper == nil || u.cfg.Feed == "" {
 		return
 	}
@@ -301,6 +419,7 @@ func (u *updates) attach(p *overlay.Peer) error {
 	if u.keeper == nil {
 		return nil
 	}
+	u.self = p.ID().String()
 	rels, err := overlay.OpenReleases(p, overlay.ReleaseConfig{Store: u.store, Verify: u.verify, Deliver: u.deliver})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -421,6 +540,13 @@ func (u *updates) close() error {
 func (u *updates) status() *ReleaseStatus {
 	s := &ReleaseStatus{AutoUpdate: u.cfg.AutoUpdate, Note: u.note, Feed: u.cfg.Feed}
 	s.Running = Build().Version
+	dir := filepath.Dir(u.store)
+	if p, ok, _ := upgrade.ReadPending(dir); ok {
+		s.OnTrial = &p
+	}
+	if rb, ok, _ := upgrade.ReadRollback(dir); ok {
+		s.RolledBack = &rb
+	}
 	if u.keeper == nil {
 		return s
 	}
@@ -433,6 +559,11 @@ func (u *updates) status() *ReleaseStatus {
 		if s.BinaryVerified {
 			s.Binary = filepath.Join(u.store, a.SHA256)
 		}
+		u.mu.Lock()
+		if at, ok := u.scheduled[a.SHA256]; ok {
+			s.InstallAt = &at
+		}
+		u.mu.Unlock()
 	}
 	return s
 }

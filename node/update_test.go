@@ -3,9 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/micra-crawler/micra/node/release"
+	"github.com/micra-crawler/micra/node/upgrade"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
 
@@ -33,7 +36,7 @@ func releaseFeed(t *testing.T, now func() time.Time, version string) (*release.R
 		t.Fatal(err)
 	}
 	goos, goarch := release.Platform()
-	if _, err := repo.AddTarget(bin, release.Target{Version: version, OS: goos, Arch: goarch, Rollout: time.Minute}); err != nil {
+	if _, err := repo.AddTarget(bin, release.Target{Version: version, OS: goos, Arch: goarch}); err != nil {
 		t.Fatal(err)
 	}
 	feed := filepath.Join(dir, "feed")
@@ -157,8 +160,12 @@ func TestUpdatesSettings(t *testing.T) {
 	c := TestnetConfig()
 	c.DataDir = t.TempDir()
 	c.Release.AutoUpdate = AutoUpdateOn
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `auto_update = "on"`) {
-		t.Errorf("on: %v", err)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `auto_update = "on" needs a supervisor`) {
+		t.Errorf("on without a supervisor: %v", err)
+	}
+	c.Release.Supervised = true
+	if err := c.Validate(); err != nil {
+		t.Errorf("on, supervised: %v", err)
 	}
 	if _, err := ParseAutoUpdate("sometimes"); err == nil {
 		t.Error("auto_update sometimes parsed")
@@ -232,5 +239,95 @@ func TestReleaseSpreadsOverOverlay(t *testing.T) {
 		if err != nil || !bytes.Equal(got, bin) || s.Available.Version != "v9.9.9" {
 			t.Fatalf("node %d: %s: %d bytes, %v (status %+v)", i, s.Binary, len(got), err, s)
 		}
+	}
+}
+
+// auto_update = on under a supervisor: the verified binary from the feed
+// replaces the executable (the previous one kept), the release is put on
+// trial, and Run ends with ErrRestart after the graceful stop. A release
+// rolled back on this node before is not installed again.
+func TestAutoUpdateInstallsAndRestarts(t *testing.T) {
+	_, feed, root := releaseFeed(t, time.Now, "v9.9.9")
+	exe := filepath.Join(t.TempDir(), "micra")
+	if err := os.WriteFile(exe, []byte("the running build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := openCluster(t, web, 1, false, func(_ int, cfg *Config) {
+		cfg.Release = ReleaseConfig{AutoUpdate: AutoUpdateOn, Supervised: true, Root: root, Feed: feed, Executable: exe}
+	})
+	c.run(0)
+	select {
+	case err := <-c.done[0]:
+		c.cancel[0] = nil
+		if !errors.Is(err, ErrRestart) {
+			t.Fatalf("Run: %v, want ErrRestart", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node did not stop to restart on the release")
+	}
+	if b, _ := os.ReadFile(exe); string(b) != "micra v9.9.9" {
+		t.Fatalf("executable after the install: %q", b)
+	}
+	if b, _ := os.ReadFile(exe + ".prev"); string(b) != "the running build" {
+		t.Fatalf("previous binary: %q", b)
+	}
+	rel := filepath.Join(c.nodes[0].cfg.DataDir, "release")
+	p, ok, err := upgrade.ReadPending(rel)
+	if err != nil || !ok || p.To != "v9.9.9" || p.From != Build().Version {
+		t.Fatalf("on trial: %+v %v %v", p, ok, err)
+	}
+	if h, ok, _ := upgrade.ReadHealthy(rel); !ok || h.Version != Build().Version {
+		t.Errorf("the healthy marker of the run before: %+v", h)
+	}
+	if s := c.nodes[0].Status().Release; s.OnTrial == nil || s.OnTrial.To != "v9.9.9" {
+		t.Errorf("status %+v", s)
+	}
+}
+
+func TestAutoUpdateSkipsRolledBackRelease(t *testing.T) {
+	_, feed, root := releaseFeed(t, time.Now, "v9.9.9")
+	exe := filepath.Join(t.TempDir(), "micra")
+	if err := os.WriteFile(exe, []byte("the running build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := openCluster(t, web, 1, false, func(_ int, cfg *Config) {
+		cfg.Release = ReleaseConfig{AutoUpdate: AutoUpdateOn, Supervised: true, Root: root, Feed: feed, Executable: exe}
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		// what a supervisor wrote when this release failed here before
+		b, _ := release.ReadBundle(feed)
+		k, err := release.OpenKeeper(filepath.Join(cfg.DataDir, "release"), root, runtime.GOOS, runtime.GOARCH, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _, err := k.Offer(b, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		scratch, stage := filepath.Join(t.TempDir(), "micra"), filepath.Join(t.TempDir(), "bad")
+		for _, f := range []string{scratch, stage} {
+			if err := os.WriteFile(f, []byte("x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := filepath.Join(cfg.DataDir, "release")
+		if err := upgrade.Install(scratch, stage, dir, upgrade.Pending{To: "v9.9.9", SHA256: r.SHA256}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := upgrade.RollBack(dir, "exited 3 times before it was healthy", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	c.run(0)
+	waitFor(t, 30*time.Second, "the refusal to install in the log", func() bool {
+		return logs.count("release not installed: it was rolled back on this node") == 1
+	})
+	if b, _ := os.ReadFile(exe); string(b) != "the running build" {
+		t.Fatalf("executable replaced by a release rolled back before: %q", b)
+	}
+	if s := c.nodes[0].Status().Release; s.RolledBack == nil || s.RolledBack.Version != "v9.9.9" || s.InstallAt != nil {
+		t.Errorf("status %+v", s)
 	}
 }

@@ -398,13 +398,22 @@ func releaseLine(r *node.ReleaseStatus, now time.Time) string {
 			s += ", binary checked"
 		}
 		s += ")"
-		if r.AutoUpdate == node.AutoUpdateNotify {
+		switch {
+		case r.InstallAt != nil:
+			s += ", installed here at " + r.InstallAt.Local().Format(time.DateTime) + " (this node's wave)"
+		case r.AutoUpdate == node.AutoUpdateNotify:
 			s += " — install it by hand, or set auto_update = \"on\""
 		}
 	case r.Checked.IsZero():
 		s += "; no release offered yet"
 	default:
 		s += fmt.Sprintf("; up to date (checked %s ago)", now.Sub(r.Checked).Round(time.Second))
+	}
+	if t := r.OnTrial; t != nil {
+		s += fmt.Sprintf("; ON TRIAL since %s (from %s; rolled back unless healthy)", t.At.Local().Format(time.DateTime), t.From)
+	}
+	if rb := r.RolledBack; rb != nil {
+		s += fmt.Sprintf("; %s ROLLED BACK %s: %s", rb.Version, rb.At.Local().Format(time.DateTime), rb.Reason)
 	}
 	if r.Refusal != "" {
 		s += fmt.Sprintf("; last refused %s: %s", r.RefusedAt.Local().Format(time.DateTime), r.Refusal)

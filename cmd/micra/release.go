@@ -79,7 +79,7 @@ release_root) and refuse anything its keys did not sign.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "signed %s %s: %d bytes, sha256 %x, rollout %v — publish it with micra release publish --repo %s --out DIR\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "signed %s %s: %d bytes, sha256 %s, rollout %v — publish it with micra release publish --repo %s --out DIR\n",
 				release.TargetName(t.OS, t.Arch), t.Version, tf.Length, hex.EncodeToString(tf.Hashes["sha256"]), t.Rollout, repo)
 			return nil
 		},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/node/release"
+	"github.com/micra-crawler/micra/node/upgrade"
 )
 
 // The operators' commands end to end: a repository, a signed and published
@@ -67,6 +68,9 @@ func TestStatusReleaseLine(t *testing.T) {
 		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateNotify, Trusted: true, Status: release.Status{Running: "v0.2.0", RootVersion: 1,
 			Checked: now.Add(-time.Minute), Refusal: "release refused: timestamp: expired", RefusedAt: now}},
 			"up to date (checked 1m0s ago); last refused"},
+		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateOn, Trusted: true, Status: release.Status{Running: "v0.2.0", RootVersion: 1, Checked: now},
+			RolledBack: &upgrade.Rollback{Version: "v0.3.0", Reason: "exited 3 times before it was healthy (last exit status 1)", At: now}},
+			"v0.3.0 ROLLED BACK " + now.Local().Format(time.DateTime) + ": exited 3 times"},
 	} {
 		var b strings.Builder
 		printStatus(&b, node.StatusInfo{Release: &c.r}, now)

@@ -95,10 +95,8 @@ func (s *Supervisor) Run(ctx context.Context) (int, error) {
 		case ctx.Err() != nil:
 			return code, nil
 		case outcome == outcomeHealthy:
-			if err := Confirm(s.Dir); err != nil {
-				return 1, err
-			}
-			s.Log.Info("release confirmed", "version", trial.p.To, "previous_kept", trial.p.Prev)
+			// confirmed while it ran (runOnce); exiting for a further
+			// release put that one on trial, read at the loop's top
 			trial.on = false
 			if code == ExitRestart {
 				continue
@@ -209,7 +207,7 @@ func (s *Supervisor) runOnce(ctx context.Context, onTrial bool, p Pending, since
 				stop()
 				return status(), res, err
 			}
-			s.Log.Info("release healthy", "version", p.To, "pid", cmd.Process.Pid)
+			s.Log.Info("release healthy: confirmed", "version", p.To, "pid", cmd.Process.Pid, "previous_kept", p.Prev)
 		case <-deadline:
 			stop()
 			return status(), outcomeUnhealthy, nil

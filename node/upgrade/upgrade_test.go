@@ -150,6 +150,40 @@ func TestSupervisorForwardsStop(t *testing.T) {
 	}
 }
 
+// v2 proves healthy, then installs v3 and exits to restart on it (as a
+// node does); v3 exits at every start and is rolled back to v2, which the
+// supervisor starts again: a confirmed release is the one rolled back to.
+func TestSupervisorRollsBackToConfirmedRelease(t *testing.T) {
+	s, exe, rel := setup(t, "exit 9", "")
+	v3 := filepath.Join(t.TempDir(), "v3")
+	if err := os.WriteFile(v3, []byte("#!/bin/sh\nexit 4\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v2 := "#!/bin/sh\nREL=" + rel + "\n" + `if [ -e $REL/v2-again ]; then exit 0; fi
+touch $REL/v2-again
+printf '{"version":"v2.0.0","pid":%d}' $$ > $REL/healthy.json
+sleep 1
+cp ` + v3 + ` ` + exe + `.new && cp ` + exe + ` ` + exe + `.prev
+printf '{"from":"v2.0.0","to":"v3.0.0","sha256":"cd34","exe":"%s","prev":"%s.prev"}' ` + exe + ` ` + exe + ` > $REL/upgrade.json
+mv ` + exe + `.new ` + exe + `
+exit 75
+`
+	if err := os.WriteFile(exe, []byte(v2), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, err := s.Run(context.Background())
+	if err != nil || code != 0 {
+		t.Fatalf("run: %d, %v", code, err)
+	}
+	rb, ok, _ := ReadRollback(rel)
+	if !ok || rb.Version != "v3.0.0" || !strings.Contains(rb.Reason, "exited 3 times") {
+		t.Fatalf("rollback %+v", rb)
+	}
+	if b, _ := os.ReadFile(exe); !strings.Contains(string(b), "v2-again") {
+		t.Fatalf("not v2 after the rollback: %s", b)
+	}
+}
+
 func TestWaveDelay(t *testing.T) {
 	const window = time.Hour
 	var buckets [4]int
