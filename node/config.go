@@ -102,6 +102,10 @@ type Config struct {
 	// the default (ProcessMemoryLimit); NoMemoryLimit sets none (the
 	// memory_limit setting, docs/node.md).
 	MemoryLimit int64
+	// Release: signed releases, how this node checks and takes them
+	// (update.go, docs/releases.md).
+	Release ReleaseConfig
+
 	// ControlConfig: the local control API (ControlAddr, default
 	// 127.0.0.1:0; "off" disables it), served while Run runs (control.go).
 	ControlConfig
@@ -168,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Hierarchy != nil && c.HierarchyFile != "" {
 		errs = append(errs, errors.New("node: Hierarchy and HierarchyFile exclude each other"))
+	}
+	if err := c.Release.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if w := c.SeedWait; w.Members < 0 || w.Quiet < 0 || w.Max < 0 {
 		errs = append(errs, fmt.Errorf("node: SeedWait %+v: no field may be negative", w))
@@ -275,6 +282,10 @@ type File struct {
 	Sleep        string   `json:"sleep,omitempty"`
 	CarrierHold  string   `json:"carrier_hold,omitempty"`
 	Sync         bool     `json:"sync,omitempty"`
+
+	AutoUpdate  string `json:"auto_update,omitempty"`  // off, notify (default), on
+	ReleaseRoot string `json:"release_root,omitempty"` // the trusted release root to install
+	ReleaseFeed string `json:"release_feed,omitempty"` // a published release repository to read
 }
 
 // LoadFile reads a node configuration, TOML or JSON by its extension
@@ -318,7 +329,7 @@ func decodeFile(b []byte) (File, error) {
 // directory of the file it was read from, so a configuration names the same
 // files wherever the node is started; absolute paths stay as they are.
 func (f *File) resolvePaths(dir string) {
-	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Certificate, &f.Hierarchy, &f.Carriers, &f.SeedsFile} {
+	for _, p := range []*string{&f.DataDir, &f.KeyFile, &f.PSKFile, &f.Certificate, &f.Hierarchy, &f.Carriers, &f.SeedsFile, &f.ReleaseRoot, &f.ReleaseFeed} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -423,6 +434,14 @@ func (f File) Config() (Config, error) {
 	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
 	dur("carrier_hold", f.CarrierHold, &c.Crawl.MaxCarrierHold)
 	c.Crawl.SyncWrites = f.Sync
+	if f.AutoUpdate != "" {
+		m, err := ParseAutoUpdate(f.AutoUpdate)
+		if err != nil {
+			errs = append(errs, fmt.Errorf(" auto_update: %w", err))
+		}
+		c.Release.AutoUpdate = m
+	}
+	c.Release.Root, c.Release.Feed = f.ReleaseRoot, f.ReleaseFeed
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}

@@ -319,6 +319,9 @@ type StatusInfo struct {
 	Outbox   *OutboxStatus   `json:"outbox"`
 	Handoff  HandoffStatus   `json:"handoff"`
 	Sink     *SinkStatus     `json:"sink"`
+	// Release: signed releases, and whether a verified newer one is
+	// available (docs/releases.md).
+	Release *ReleaseStatus `json:"release"`
 }
 
 // NetworkStatus is this node's membership of a network with admission.
@@ -447,6 +450,7 @@ func (n *Node) Status() StatusInfo {
 		_, seq := n.adm.Revocations()
 		s.Network = &NetworkStatus{ID: n.adm.Network().String(), CertificateExpires: n.adm.OwnCertificate().NotAfter, Revocations: seq}
 	}
+	s.Release = n.updates.status()
 	hs := n.peer.HandoffStats()
 	s.Handoff = HandoffStatus{Pending: hs.Pending, Messages: hs.Messages, URLs: hs.URLs, Resent: hs.Resent, Failures: hs.Failures}
 	s.CaughtUp = hs.Pending == 0

@@ -69,8 +69,10 @@ type Node struct {
 	closed  bool
 
 	adm     *overlay.Admission // nil: an open network
-	started atomic.Value       // time.Time Run started
-	ctlURL  atomic.Value       // string: the control API's URL while Run serves it
+	updates *updates           // signed releases (update.go)
+
+	started atomic.Value // time.Time Run started
+	ctlURL  atomic.Value // string: the control API's URL while Run serves it
 }
 
 // Open validates cfg, opens the stores under DataDir, the crawl engine and
@@ -98,6 +100,9 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data dir: %w", err)
+	}
+	if n.updates, err = newUpdates(cfg, n.log, n.reg); err != nil {
+		return n, err
 	}
 	if n.tree, err = loadTree(cfg); err != nil {
 		return n, err
@@ -204,6 +209,10 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 	n.peer.NewPolicy(policies[cfg.Policy], delegation.Config{Balance: cfg.Balance, BalanceHold: cfg.BalanceHold})
 	n.peer.OnCalibration(n.noteCalibration)
 	n.log = n.log.With("peer", n.peer.ID().String())
+	n.updates.log = n.log
+	if err := n.updates.attach(n.peer); err != nil {
+		return n, err
+	}
 	n.log.Info("node open", "addrs", n.peer.Host().Addrs(), "crawler", cfg.Crawler,
 		"policy", cfg.Policy, "snapshot", n.tree.ID().String(), "data", cfg.DataDir)
 	return n, nil
@@ -249,7 +258,7 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // seeds once the membership has formed (SeedWait) and crawls until ctx
 // ends. A distributed crawl has no local end: other peers may hand URLs to
 // this one at any time.
-func (n *Node) Run(ctx context.Context) error {
+func (n *Node) Run(ctx context.Context) (err error) {
 	n.runMu.Lock()
 	if n.running || n.closed {
 		n.runMu.Unlock()
@@ -258,6 +267,15 @@ func (n *Node) Run(ctx context.Context) error {
 	n.running = true
 	n.runMu.Unlock()
 
+	// an installed release ends Run as ctx would (leave, drain), and Run
+	// says so
+	ctx, restart := context.WithCancelCause(ctx)
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrRestart) && (err == nil || errors.Is(err, context.Canceled)) {
+			err = ErrRestart
+		}
+		restart(nil)
+	}()
 	n.started.Store(time.Now())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -287,6 +305,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if ctl != nil {
 		defer n.stopControl(ctl)
 	}
+	wg.Go(func() { n.updates.run(ctx, n.ready, func() { restart(ErrRestart) }) })
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
@@ -333,7 +352,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	err := n.eng.Run(ctx)
+	err = n.eng.Run(ctx)
 	stop()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = nil
@@ -374,6 +393,9 @@ func (n *Node) Close() error {
 	n.closed = true
 	n.runMu.Unlock()
 	var errs []error
+	if n.updates != nil {
+		errs = append(errs, n.updates.close()) // its channel before the overlay
+	}
 	if n.peer != nil {
 		errs = append(errs, n.peer.Close())
 	}

@@ -25,7 +25,7 @@ type Setting struct {
 	// Key is the file key; the environment variable is MICRA_ and the key
 	// in upper case (Env), the flag the key with dashes (Flag).
 	Key string
-	// Group is the section it is listed under: node, overlay, crawl, sink.
+	// Group is the section it is listed under: node, overlay, crawl, sink, release.
 	Group string
 	// Type is what the value is: string, path (relative to the file's
 	// directory when in a file), duration (a Go duration string), bool,
@@ -70,7 +70,7 @@ func (s Setting) Values(lit string) ([]string, error) {
 }
 
 // Groups are the settings' groups in the order they are listed.
-var Groups = []string{"node", "overlay", "crawl", "sink"}
+var Groups = []string{"node", "overlay", "crawl", "sink", "release"}
 
 // Settings lists every key of File (a test fails when a field has no entry
 // or an entry no field), grouped, in the order config.toml lists them.
@@ -148,6 +148,13 @@ var Settings = []Setting{
 		Meaning: "write carriers to this directory instead of delivering them to a sink (offline crawls; excludes sink)"},
 	{Key: "ship_links", Group: "sink", Type: "bool", Default: `false`, Example: `true`,
 		Meaning: "records carry their pages' out-links"},
+
+	{Key: "auto_update", Group: "release", Type: "string", Default: `"notify"`, Example: `"off"`, check: checkAutoUpdate,
+		Meaning: "signed releases (docs/releases.md): off (not checked), notify (micra status and the log say when a verified newer release is available) or on (install it, with rollback)"},
+	{Key: "release_root", Group: "release", Type: "path", Default: `""`, Example: `"root.json"`,
+		Meaning: "the network's trusted release root (root.json of micra release init), copied to data_dir/release on first start; later roots come only through verified rotations; empty: releases are not checked until one is installed"},
+	{Key: "release_feed", Group: "release", Type: "path", Default: `""`, Example: `"releases"`,
+		Meaning: "a published release repository (micra release publish --out) this node reads every minute and offers to the network; empty: releases come from the overlay only"},
 }
 
 // Setting returns the setting of a key.
@@ -210,6 +217,11 @@ func checkPolicy(s string) error {
 		return fmt.Errorf("unknown delegation policy %q (ipmicra, micra, hash, random, optimal)", s)
 	}
 	return nil
+}
+
+func checkAutoUpdate(s string) error {
+	_, err := ParseAutoUpdate(s)
+	return err
 }
 
 func checkBalance(s string) error {

@@ -22,6 +22,12 @@ type BuildInfo struct {
 	Protocols []string `json:"protocols"`
 }
 
+// linkVersion is the release version stamped at link time by whoever
+// builds a release (go build -ldflags "-X
+// github.com/micra-crawler/micra/node.linkVersion=v1.2.3"): a build from a
+// checkout has no module version, and signed releases compare versions.
+var linkVersion string
+
 // Build reads the binary's build information.
 func Build() BuildInfo {
 	v := BuildInfo{Version: "devel", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
@@ -40,8 +46,11 @@ func Build() BuildInfo {
 			}
 		}
 	}
+	if linkVersion != "" {
+		v.Version = linkVersion
+	}
 	for _, p := range []string{string(overlay.ProtoProbe), string(overlay.ProtoEndorse), string(overlay.ProtoHandoff),
-		string(overlay.ProtoSnapshot), string(overlay.ProtoRecover), string(sink.ProtoCarrier), string(sink.ProtoSubscribe)} {
+		string(overlay.ProtoSnapshot), string(overlay.ProtoRecover), string(overlay.ProtoRelease), string(sink.ProtoCarrier), string(sink.ProtoSubscribe)} {
 		v.Protocols = append(v.Protocols, p)
 	}
 	return v

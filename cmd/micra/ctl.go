@@ -386,7 +386,48 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 		}
 		fmt.Fprintf(tw, "sink\t%s; %s (%d delivered, %d failed)\n", where, last, s.Delivered, s.Failed)
 	}
+	if r := v.Release; r != nil {
+		fmt.Fprintf(tw, "release\t%s\n", releaseLine(r, now))
+	}
 	tw.Flush()
+}
+
+// releaseLine is the status's release line: what runs, whether a verified
+// newer release is available, the last refusal.
+func releaseLine(r *node.ReleaseStatus, now time.Time) string {
+	s := "running " + r.Running + "; auto_update " + string(r.AutoUpdate)
+	if !r.Trusted {
+		return s + "; " + r.Note
+	}
+	s += fmt.Sprintf("; root v%d", r.RootVersion)
+	switch a := r.Available; {
+	case a != nil:
+		s += fmt.Sprintf("; %s AVAILABLE, verified (%s, sha256 %s…", a.Version, a.Target, a.SHA256[:min(12, len(a.SHA256))])
+		if r.BinaryVerified {
+			s += ", binary checked"
+		}
+		s += ")"
+		switch {
+		case r.InstallAt != nil:
+			s += ", installed here at " + r.InstallAt.Local().Format(time.DateTime) + " (this node's wave)"
+		case r.AutoUpdate == node.AutoUpdateNotify:
+			s += " — install it by hand, or set auto_update = \"on\""
+		}
+	case r.Checked.IsZero():
+		s += "; no release offered yet"
+	default:
+		s += fmt.Sprintf("; up to date (checked %s ago)", now.Sub(r.Checked).Round(time.Second))
+	}
+	if t := r.OnTrial; t != nil {
+		s += fmt.Sprintf("; ON TRIAL since %s (from %s; rolled back unless healthy)", t.At.Local().Format(time.DateTime), t.From)
+	}
+	if rb := r.RolledBack; rb != nil {
+		s += fmt.Sprintf("; %s ROLLED BACK %s: %s", rb.Version, rb.At.Local().Format(time.DateTime), rb.Reason)
+	}
+	if r.Refusal != "" {
+		s += fmt.Sprintf("; last refused %s: %s", r.RefusedAt.Local().Format(time.DateTime), r.Refusal)
+	}
+	return s
 }
 
 func printPeers(w io.Writer, ps []node.PeerInfo, now time.Time) {

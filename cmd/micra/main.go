@@ -56,10 +56,15 @@ func main() {
 	}
 }
 
-// exitCode is the process status for a command's error: 128+n when a signal
-// n stopped the command and it says so (an error wrapping an interrupted,
-// e.g. 130 for SIGINT, as shells report it), else 1.
+// exitCode is the process status for a command's error: the status it
+// names (ExitCode, e.g. a supervised node's), 128+n when a signal n stopped
+// the command and it says so (an error wrapping an interrupted, e.g. 130
+// for SIGINT, as shells report it), else 1.
 func exitCode(err error) int {
+	var st interface{ ExitCode() int }
+	if errors.As(err, &st) {
+		return st.ExitCode()
+	}
 	var in interrupted
 	if errors.As(err, &in) {
 		if s, ok := in.sig.(syscall.Signal); ok {

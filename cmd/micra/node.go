@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 
 	hierarchydata "github.com/micra-crawler/micra/data/hierarchy"
 	"github.com/micra-crawler/micra/node"
+	"github.com/micra-crawler/micra/node/upgrade"
 )
 
 type nodeOptions struct {
@@ -60,6 +62,12 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 		return err
 	}
 	cfg.Logger = slog.Default()
+	cfg.Release.Supervised = os.Getenv(upgrade.EnvSupervised) != ""
+	if cfg.Release.AutoUpdate == node.AutoUpdateOn && !cfg.Release.Supervised {
+		// this process supervises; the node runs in a child on the binary
+		// at the executable's path, which a release replaces
+		return superviseNode(cmd.Context(), cfg)
+	}
 	if limit := cfg.ProcessMemoryLimit(os.Getenv("GOMEMLIMIT")); limit > 0 {
 		debug.SetMemoryLimit(limit) // the memory_limit setting (docs/node.md, "Memory")
 	}
@@ -106,6 +114,9 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	// Close announces the leave (peers re-route at once) and flushes the
 	// stores; the engine flushed its outbox as Run returned.
 	closeErr := n.Close()
+	if errors.Is(runErr, node.ErrRestart) && closeErr == nil {
+		return exitStatus{code: upgrade.ExitRestart, err: runErr}
+	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return errors.Join(runErr, closeErr)
 	}
@@ -116,3 +127,40 @@ func runNode(cmd *cobra.Command, o *nodeOptions) error {
 	}
 	return closeErr
 }
+
+// superviseNode runs the node as a child process under an
+// upgrade.Supervisor: it restarts it on each release it installs and rolls
+// back one that does not become healthy (docs/releases.md).
+func superviseNode(ctx context.Context, cfg node.Config) error {
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return fmt.Errorf("node: auto_update = on: the executable to supervise: %w", err)
+	}
+	s := &upgrade.Supervisor{Exe: exe, Args: os.Args[1:], Env: os.Environ(), Dir: filepath.Join(cfg.DataDir, "release"), Log: cfg.Logger}
+	cfg.Logger.Info("supervising the node (auto_update = on)", "exe", exe)
+	code, err := s.Run(ctx)
+	if err != nil {
+		return err
+	}
+	var in interrupted
+	if errors.As(context.Cause(ctx), &in) {
+		return fmt.Errorf("node: %w; state kept in %s — run the same command to resume", in, cfg.DataDir)
+	}
+	if code == 0 {
+		return nil
+	}
+	return exitStatus{code: code, err: fmt.Errorf("node exited with status %d", code)}
+}
+
+// exitStatus is an error with the process status micra exits with.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e exitStatus) Error() string { return e.err.Error() }
+func (e exitStatus) Unwrap() error { return e.err }
+func (e exitStatus) ExitCode() int { return e.code }
