@@ -113,6 +113,10 @@ type ReleaseStatus struct {
 	RolledBack *upgrade.Rollback `json:"rolled_back,omitempty"`
 }
 
+// bundleFile keeps the newest accepted bundle's wire form in the release
+// directory.
+const bundleFile = "bundle.mrb"
+
 // updates is a node's release checking.
 type updates struct {
 	cfg    ReleaseConfig
@@ -202,11 +206,21 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 		return rel, err
 	}
 	if wire, err := b.Encode(); err == nil {
+		held := u.holds(rel)
 		u.mu.Lock()
 		changed := !bytes.Equal(wire, u.bundle)
 		u.bundle = wire
-		held := u.binaryOK[rel.SHA256]
 		u.mu.Unlock()
+		if changed {
+			// kept, so a restarted node announces what it holds before
+			// anyone announces to it
+			if err := os.WriteFile(filepath.Join(filepath.Dir(u.store), bundleFile), wire, 0o600); err != nil {
+				u.log.Warn("release bundle not kept", "err", err)
+			}
+		}
+		if held && rel.Newer && u.cfg.AutoUpdate == AutoUpdateOn {
+			u.schedule(rel) // (once per release; a restarted node keeps its wave)
+		}
 		if changed && held && u.rels != nil {
 			// fresher metadata (a new timestamp) for the release this node
 			// serves: announce that from now on
@@ -223,6 +237,31 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 			"target", rel.Target, "sha256", rel.SHA256, "rollout", rel.Rollout, "from", source, "auto_update", string(u.cfg.AutoUpdate))
 	}
 	return rel, nil
+}
+
+// holds reports whether the store has rel's binary, checked against the
+// signed hash (once per binary): newer than this node or the one it runs,
+// a binary held is served and announced, so a node that upgraded serves
+// the others.
+func (u *updates) holds(rel release.Release) bool {
+	u.mu.Lock()
+	ok := u.binaryOK[rel.SHA256]
+	u.mu.Unlock()
+	if ok {
+		return true
+	}
+	f, err := os.Open(filepath.Join(u.store, rel.SHA256))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := rel.Check(f); err != nil {
+		return false
+	}
+	u.mu.Lock()
+	u.binaryOK[rel.SHA256] = true
+	u.mu.Unlock()
+	return true
 }
 
 // checkFeed offers the feed directory's bundle, and checks the binary it
@@ -425,19 +464,9 @@ func (u *updates) attach(p *overlay.Peer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	u.rels = rels
-	// a binary verified in an earlier run is served and announced again
-	if a, ok := u.keeper.Available(); ok {
-		if _, err := os.Stat(filepath.Join(u.store, a.SHA256)); err == nil {
-			f, err := os.Open(filepath.Join(u.store, a.SHA256))
-			if err == nil {
-				err = a.Check(f)
-				f.Close()
-			}
-			if err == nil {
-				u.mu.Lock()
-				u.binaryOK[a.SHA256] = true
-				u.mu.Unlock()
-			}
+	if wire, err := os.ReadFile(filepath.Join(filepath.Dir(u.store), bundleFile)); err == nil {
+		if b, err := release.DecodeBundle(wire); err == nil {
+			_, _ = u.offer(b, "data_dir") // a refusal (expired since) is logged and counted
 		}
 	}
 	return nil
