@@ -128,20 +128,20 @@ type updates struct {
 	refused   *prometheus.CounterVec
 	available prometheus.Gauge
 
-	store string            // DATA/release/targets: verified binaries, served to members
-	rels  *overlay.Releases // the overlay's release channel (nil: off, or no root)
+	store string // DATA/release/targets: verified binaries, served to members
 
 	ctx    context.Context // ends at close: fetches stop
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu          sync.Mutex
-	lastRefusal string          // logged once until another one
-	binaryOK    map[string]bool // sha256 → the binary was verified
-	fetching    string          // the sha256 being fetched ("" none)
-	bundle      []byte          // the wire form of the newest accepted bundle
-	self        string          // this node's peer id (its wave delay)
-	restart     func()          // ends Run to restart on an installed release (set by Run)
+	rels        *overlay.Releases // the overlay's release channel (nil: off, or no root)
+	lastRefusal string            // logged once until another one
+	binaryOK    map[string]bool   // sha256 → the binary was verified
+	fetching    string            // the sha256 being fetched ("" none)
+	bundle      []byte            // the wire form of the newest accepted bundle
+	self        string            // this node's peer id (its wave delay)
+	restart     func()            // ends Run to restart on an installed release (set by Run)
 	scheduled   map[string]time.Time
 	installed   *upgrade.Pending
 }
@@ -210,6 +210,7 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 		u.mu.Lock()
 		changed := !bytes.Equal(wire, u.bundle)
 		u.bundle = wire
+		rels := u.rels
 		u.mu.Unlock()
 		if changed {
 			// kept, so a restarted node announces what it holds before
@@ -221,10 +222,10 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 		if held && rel.Newer && u.cfg.AutoUpdate == AutoUpdateOn {
 			u.schedule(rel) // (once per release; a restarted node keeps its wave)
 		}
-		if changed && held && u.rels != nil {
+		if changed && held && rels != nil {
 			// fresher metadata (a new timestamp) for the release this node
 			// serves: announce that from now on
-			if err := u.rels.Announce(wire, rel.SHA256); err != nil {
+			if err := rels.Announce(wire, rel.SHA256); err != nil {
 				u.log.Warn("release not announced", "err", err)
 			}
 		}
@@ -330,10 +331,10 @@ func (u *updates) keep(rel release.Release, r io.Reader) error {
 	}
 	u.mu.Lock()
 	u.binaryOK[rel.SHA256] = true
-	bundle := u.bundle
+	bundle, rels := u.bundle, u.rels
 	u.mu.Unlock()
-	if u.rels != nil && bundle != nil {
-		if err := u.rels.Announce(bundle, rel.SHA256); err != nil {
+	if rels != nil && bundle != nil {
+		if err := rels.Announce(bundle, rel.SHA256); err != nil {
 			u.log.Warn("release not announced", "err", err)
 		}
 	}
@@ -463,7 +464,9 @@ func (u *updates) attach(p *overlay.Peer) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	u.mu.Lock()
 	u.rels = rels
+	u.mu.Unlock()
 	if wire, err := os.ReadFile(filepath.Join(filepath.Dir(u.store), bundleFile)); err == nil {
 		if b, err := release.DecodeBundle(wire); err == nil {
 			_, _ = u.offer(b, "data_dir") // a refusal (expired since) is logged and counted
@@ -529,7 +532,10 @@ func (u *updates) fetch(rel release.Release) error {
 		return err
 	}
 	dl := filepath.Join(u.store, rel.SHA256+".download")
-	from, err := u.rels.Fetch(u.ctx, rel.SHA256, rel.Length, dl)
+	u.mu.Lock()
+	rels := u.rels
+	u.mu.Unlock()
+	from, err := rels.Fetch(u.ctx, rel.SHA256, rel.Length, dl)
 	if err != nil {
 		return err
 	}
@@ -558,10 +564,11 @@ func (u *updates) fetch(rel release.Release) error {
 func (u *updates) close() error {
 	u.mu.Lock()
 	u.cancel()
+	rels := u.rels
 	u.mu.Unlock()
 	u.wg.Wait()
-	if u.rels != nil {
-		return u.rels.Close()
+	if rels != nil {
+		return rels.Close()
 	}
 	return nil
 }
