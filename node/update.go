@@ -113,6 +113,10 @@ type ReleaseStatus struct {
 	RolledBack *upgrade.Rollback `json:"rolled_back,omitempty"`
 }
 
+// bundleFile keeps the newest accepted bundle's wire form in the release
+// directory.
+const bundleFile = "bundle.mrb"
+
 // updates is a node's release checking.
 type updates struct {
 	cfg    ReleaseConfig
@@ -124,20 +128,20 @@ type updates struct {
 	refused   *prometheus.CounterVec
 	available prometheus.Gauge
 
-	store string            // DATA/release/targets: verified binaries, served to members
-	rels  *overlay.Releases // the overlay's release channel (nil: off, or no root)
+	store string // DATA/release/targets: verified binaries, served to members
 
 	ctx    context.Context // ends at close: fetches stop
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu          sync.Mutex
-	lastRefusal string          // logged once until another one
-	binaryOK    map[string]bool // sha256 → the binary was verified
-	fetching    string          // the sha256 being fetched ("" none)
-	bundle      []byte          // the wire form of the newest accepted bundle
-	self        string          // this node's peer id (its wave delay)
-	restart     func()          // ends Run to restart on an installed release (set by Run)
+	rels        *overlay.Releases // the overlay's release channel (nil: off, or no root)
+	lastRefusal string            // logged once until another one
+	binaryOK    map[string]bool   // sha256 → the binary was verified
+	fetching    string            // the sha256 being fetched ("" none)
+	bundle      []byte            // the wire form of the newest accepted bundle
+	self        string            // this node's peer id (its wave delay)
+	restart     func()            // ends Run to restart on an installed release (set by Run)
 	scheduled   map[string]time.Time
 	installed   *upgrade.Pending
 }
@@ -202,15 +206,26 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 		return rel, err
 	}
 	if wire, err := b.Encode(); err == nil {
+		held := u.holds(rel)
 		u.mu.Lock()
 		changed := !bytes.Equal(wire, u.bundle)
 		u.bundle = wire
-		held := u.binaryOK[rel.SHA256]
+		rels := u.rels
 		u.mu.Unlock()
-		if changed && held && u.rels != nil {
+		if changed {
+			// kept, so a restarted node announces what it holds before
+			// anyone announces to it
+			if err := os.WriteFile(filepath.Join(filepath.Dir(u.store), bundleFile), wire, 0o600); err != nil {
+				u.log.Warn("release bundle not kept", "err", err)
+			}
+		}
+		if held && rel.Newer && u.cfg.AutoUpdate == AutoUpdateOn {
+			u.schedule(rel) // (once per release; a restarted node keeps its wave)
+		}
+		if changed && held && rels != nil {
 			// fresher metadata (a new timestamp) for the release this node
 			// serves: announce that from now on
-			if err := u.rels.Announce(wire, rel.SHA256); err != nil {
+			if err := rels.Announce(wire, rel.SHA256); err != nil {
 				u.log.Warn("release not announced", "err", err)
 			}
 		}
@@ -223,6 +238,31 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 			"target", rel.Target, "sha256", rel.SHA256, "rollout", rel.Rollout, "from", source, "auto_update", string(u.cfg.AutoUpdate))
 	}
 	return rel, nil
+}
+
+// holds reports whether the store has rel's binary, checked against the
+// signed hash (once per binary): newer than this node or the one it runs,
+// a binary held is served and announced, so a node that upgraded serves
+// the others.
+func (u *updates) holds(rel release.Release) bool {
+	u.mu.Lock()
+	ok := u.binaryOK[rel.SHA256]
+	u.mu.Unlock()
+	if ok {
+		return true
+	}
+	f, err := os.Open(filepath.Join(u.store, rel.SHA256))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := rel.Check(f); err != nil {
+		return false
+	}
+	u.mu.Lock()
+	u.binaryOK[rel.SHA256] = true
+	u.mu.Unlock()
+	return true
 }
 
 // checkFeed offers the feed directory's bundle, and checks the binary it
@@ -291,10 +331,10 @@ func (u *updates) keep(rel release.Release, r io.Reader) error {
 	}
 	u.mu.Lock()
 	u.binaryOK[rel.SHA256] = true
-	bundle := u.bundle
+	bundle, rels := u.bundle, u.rels
 	u.mu.Unlock()
-	if u.rels != nil && bundle != nil {
-		if err := u.rels.Announce(bundle, rel.SHA256); err != nil {
+	if rels != nil && bundle != nil {
+		if err := rels.Announce(bundle, rel.SHA256); err != nil {
 			u.log.Warn("release not announced", "err", err)
 		}
 	}
@@ -424,20 +464,12 @@ func (u *updates) attach(p *overlay.Peer) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	u.mu.Lock()
 	u.rels = rels
-	// a binary verified in an earlier run is served and announced again
-	if a, ok := u.keeper.Available(); ok {
-		if _, err := os.Stat(filepath.Join(u.store, a.SHA256)); err == nil {
-			f, err := os.Open(filepath.Join(u.store, a.SHA256))
-			if err == nil {
-				err = a.Check(f)
-				f.Close()
-			}
-			if err == nil {
-				u.mu.Lock()
-				u.binaryOK[a.SHA256] = true
-				u.mu.Unlock()
-			}
+	u.mu.Unlock()
+	if wire, err := os.ReadFile(filepath.Join(filepath.Dir(u.store), bundleFile)); err == nil {
+		if b, err := release.DecodeBundle(wire); err == nil {
+			_, _ = u.offer(b, "data_dir") // a refusal (expired since) is logged and counted
 		}
 	}
 	return nil
@@ -500,7 +532,10 @@ func (u *updates) fetch(rel release.Release) error {
 		return err
 	}
 	dl := filepath.Join(u.store, rel.SHA256+".download")
-	from, err := u.rels.Fetch(u.ctx, rel.SHA256, rel.Length, dl)
+	u.mu.Lock()
+	rels := u.rels
+	u.mu.Unlock()
+	from, err := rels.Fetch(u.ctx, rel.SHA256, rel.Length, dl)
 	if err != nil {
 		return err
 	}
@@ -529,10 +564,11 @@ func (u *updates) fetch(rel release.Release) error {
 func (u *updates) close() error {
 	u.mu.Lock()
 	u.cancel()
+	rels := u.rels
 	u.mu.Unlock()
 	u.wg.Wait()
-	if u.rels != nil {
-		return u.rels.Close()
+	if rels != nil {
+		return rels.Close()
 	}
 	return nil
 }

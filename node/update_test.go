@@ -331,3 +331,27 @@ func TestAutoUpdateSkipsRolledBackRelease(t *testing.T) {
 		t.Errorf("status %+v", s)
 	}
 }
+
+// A node that held a release before it stopped announces it again once it
+// is back, from the bundle it kept, with no feed and before anyone else
+// announces: a member that joins later fetches the binary from it.
+func TestRestartedHolderAnnouncesAgain(t *testing.T) {
+	_, feed, root := releaseFeed(t, time.Now, "v9.9.9")
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := newCluster(t, web, 2)
+	data := t.TempDir()
+	withFeed := func(_ int, cfg *Config) { cfg.DataDir, cfg.Release.Root, cfg.Release.Feed = data, root, feed }
+	c.open(t, 0, nil, false, withFeed)
+	c.run(0)
+	waitFor(t, 30*time.Second, "the binary from the feed", func() bool { return c.nodes[0].updates.status().BinaryVerified })
+	c.stop(t, 0)
+
+	boot := c.open(t, 0, nil, false, func(_ int, cfg *Config) { cfg.DataDir, cfg.Release.Root = data, root })
+	c.run(0)
+	c.open(t, 1, boot, false, func(_ int, cfg *Config) { cfg.Release.Root = root })
+	c.run(1)
+	waitFor(t, 60*time.Second, "the binary on the node that joined", func() bool {
+		s := c.nodes[1].updates.status()
+		return s.Available != nil && s.BinaryVerified
+	})
+}
