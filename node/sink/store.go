@@ -39,6 +39,7 @@ import (
 //	sk/<crawler>              per crawler               → CrawlerCounts
 //	sm/next                   next log sequence         → uint64
 //	sm/counts                 totals                    → Counts
+//	sa/<addr16><id16>         pages by placed address (placed.go)
 var (
 	pLog     = []byte("sl/")
 	pCarrier = []byte("sc/")
@@ -546,7 +547,8 @@ func (s *Store) commitGroup(group []*prepared) error {
 			c := s.pages.intern(p.h.CrawlerID)
 			for i := range p.recs {
 				r := &p.recs[i]
-				prev, overlap := s.pages.record(pages, pageIDOf(r.URL), c, next)
+				id := pageIDOf(r.URL)
+				prev, overlap := s.pages.record(pages, id, c, next)
 				if prev == 0 {
 					counts.Pages++
 				}
@@ -559,6 +561,11 @@ func (s *Store) commitGroup(group []*prepared) error {
 				addBytes += int64(len(v))
 				if err := txn.Set(logKey(next), v); err != nil {
 					return err
+				}
+				if r.Addr.IsValid() {
+					if err := txn.Set(placedKey(r.Addr.Unmap(), id), nil); err != nil {
+						return err
+					}
 				}
 				next++
 			}
