@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -168,4 +171,85 @@ func (h *pageHistory) hostIn(ctx context.Context, host string, s hierarchy.NodeI
 		return a, false
 	}
 	return a, true
+}
+
+// sinkArchive is the overlay's PageArchive on the index sink the node
+// delivers to (sinkFinder: the configured one, else the network's): it
+// holds every record this network's crawlers delivered, each with the
+// address its host was placed at, so a dead owner's delivered pages are
+// not fetched again by its subnet's next owner.
+type sinkArchive struct {
+	finder *sinkFinder
+}
+
+var _ overlay.PageArchive = (*sinkArchive)(nil)
+
+// Pages implements overlay.PageArchive. It follows the sink's cursors; a
+// failure that may pass (no sink announced for a moment, a busy sink, a
+// broken stream) is asked again from the last cursor, after a pause that
+// doubles up to archiveRetryMax, until ctx ends. A page that redirected
+// within its host also marks its target as fetched, as the crawler that
+// fetched it did (a target on another host may be another subnet's).
+func (a *sinkArchive) Pages(ctx context.Context, first, last netip.Addr, emit func([]overlay.PageState) error) error {
+	var after []byte
+	pause := archiveRetry
+	for {
+		ai, err := a.finder.await(ctx)
+		if err != nil {
+			return err
+		}
+		ans, err := (&sink.Client{Host: a.finder.host, Sink: ai}).QueryPlaced(ctx, first, last, after)
+		var qe *sink.QueryError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil || errors.As(err, &qe) && qe.Permanent():
+			return err
+		default:
+			a.finder.log.Debug("node: page query to the sink failed; asking again", "err", err, "after", pause)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (%w)", err, ctx.Err())
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, archiveRetryMax)
+			continue
+		}
+		pause = archiveRetry
+		if len(ans.Pages) > 0 {
+			if err := emit(pageStates(ans.Pages)); err != nil {
+				return err
+			}
+		}
+		if ans.Done {
+			return nil
+		}
+		after = ans.Next
+	}
+}
+
+// archiveRetry and archiveRetryMax bound the pause before a failed page
+// query to the sink is asked again.
+const (
+	archiveRetry    = 100 * time.Millisecond
+	archiveRetryMax = 2 * time.Second
+)
+
+// pageStates are the sink's page records as page recovery imports them.
+func pageStates(ps []sink.PlacedPage) []overlay.PageState {
+	out := make([]overlay.PageState, 0, len(ps))
+	for _, p := range ps {
+		r := &p.Record
+		s := overlay.PageState{URL: r.URL, ETag: r.ETag, LastModified: r.LastModified, LastFetch: r.FetchedAt, HTTPStatus: r.Status, Addr: r.Addr}
+		if r.ContentHash != ([16]byte{}) {
+			s.ContentHash = append([]byte(nil), r.ContentHash[:]...)
+		}
+		if r.Timing.Total > 0 {
+			s.FetchTimes = []time.Duration{r.Timing.Total}
+		}
+		out = append(out, s)
+		if r.FinalURL != "" && r.FinalURL != r.URL && hostOf(r.FinalURL) == hostOf(r.URL) {
+			out = append(out, overlay.PageState{URL: r.FinalURL, LastFetch: r.FetchedAt, HTTPStatus: r.Status, Addr: r.Addr})
+		}
+	}
+	return out
 }
