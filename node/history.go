@@ -11,6 +11,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node/sink"
@@ -68,7 +69,8 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 
 // Import implements overlay.PageHistory: pages this crawler has no history
 // for join its seen-set with their validators, so the next visit is a
-// conditional GET. Only pages whose host this crawler owns by the cached
+// conditional GET; their links (PageState.Links) are routed first, as a
+// fetched page's. Only pages whose host this crawler owns by the cached
 // record are kept (a block of the subnet may be another crawler's): an
 // imported page joins the revisit schedule, and a page of another
 // crawler's block would then be crawled twice. When this crawler owns the
@@ -104,6 +106,18 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 		}
 		if !own {
 			continue
+		}
+		if len(p.Links) > 0 {
+			// its links first: a page whose links could not be routed
+			// is fetched again (overlap), never marked fetched with the
+			// URLs only they lead to lost
+			if err := h.eng.AddLinks(ctx, p.URL, p.Links); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				h.router.log.Debug("node: recovered page's links not routed; it will be fetched again", "url", p.URL, "err", err)
+				continue
+			}
 		}
 		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
 			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}
@@ -234,12 +248,24 @@ const (
 	archiveRetryMax = 2 * time.Second
 )
 
-// pageStates are the sink's page records as page recovery imports them.
+// pageStates are the sink's page records as page recovery imports them:
+// a page that had out-links is recovered only with its links (the crawl
+// ships them: ship_links), since the URLs its dead crawler had queued are
+// found again only through them or by fetching it again.
 func pageStates(ps []sink.PlacedPage) []overlay.PageState {
 	out := make([]overlay.PageState, 0, len(ps))
 	for _, p := range ps {
 		r := &p.Record
+		nofollow := r.Flags&pack.FlagNoFollow != 0
+		if r.OutLinks > 0 && len(r.Links) == 0 && !nofollow {
+			// its links were not shipped: only a fetch finds the URLs
+			// its crawler had queued, so it is fetched again
+			continue
+		}
 		s := overlay.PageState{URL: r.URL, ETag: r.ETag, LastModified: r.LastModified, LastFetch: r.FetchedAt, HTTPStatus: r.Status, Addr: r.Addr}
+		if !nofollow {
+			s.Links = r.Links
+		}
 		if r.ContentHash != ([16]byte{}) {
 			s.ContentHash = append([]byte(nil), r.ContentHash[:]...)
 		}

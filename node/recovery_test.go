@@ -1,20 +1,24 @@
 package node
 
 import (
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
 
 // A crawler is killed mid-crawl (its host closed, no leave) while the
-// three deliver to an index sink: the new owners of its subnets find it
-// dead and recover what it had delivered from the sink's address index,
-// so no page reaches the sink twice, and the only pages fetched twice are
-// those still in its outbox (held 50 ms here) or in flight.
+// three deliver to an index sink, shipping their pages' links: the new
+// owners of its subnets find it dead and recover what it had delivered
+// from the sink's address index, pages and links, so every page is still
+// fetched, no page reaches the sink twice, and the only pages fetched
+// twice are those still in its outbox (held 50 ms here) or in flight.
 func TestKilledOwnersPagesRecoveredFromSink(t *testing.T) {
 	store, err := sink.Open(sink.Options{Dir: t.TempDir(), NoSync: true, Logger: quiet})
 	if err != nil {
@@ -26,6 +30,7 @@ func TestKilledOwnersPagesRecoveredFromSink(t *testing.T) {
 	c := openCluster(t, web, 3, true, func(_ int, cfg *Config) {
 		cfg.Crawl.Receiver = nil // the network's sink
 		cfg.Crawl.MaxCarrierHold = 50 * time.Millisecond
+		cfg.Crawl.ShipLinks = true // the URLs only the dead node had queued are found through its pages' links
 	})
 	boot := c.nodes[0].Peer().Host().Addrs()[0].String() + "/p2p/" + c.nodes[0].Peer().ID().String()
 	startTestSink(t, store, filepath.Join(t.TempDir(), "sink.key"), c.emu.tree, boot)
@@ -108,4 +113,30 @@ func gathered(t *testing.T, nd *Node, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// A page from the sink is recovered only with what finds the URLs its dead
+// crawler had queued: its links, or none to find (no out-links, or
+// nofollow); a page whose links were not shipped is left to be fetched
+// again. A redirect within the host recovers its target too.
+func TestPageStatesFromTheSink(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	ps := pageStates([]sink.PlacedPage{
+		{Record: pack.Record{URL: "http://a.test/1", OutLinks: 2, Links: []string{"http://a.test/2", "http://b.test/"}, ETag: `"e"`, FetchedAt: at, Status: 200}},
+		{Record: pack.Record{URL: "http://a.test/2", OutLinks: 3, FetchedAt: at, Status: 200}},
+		{Record: pack.Record{URL: "http://a.test/3", OutLinks: 3, Flags: pack.FlagNoFollow, FetchedAt: at, Status: 200}},
+		{Record: pack.Record{URL: "http://a.test/4", FinalURL: "http://a.test/5", FetchedAt: at, Status: 200}},
+		{Record: pack.Record{URL: "http://a.test/6", FinalURL: "http://c.test/", FetchedAt: at, Status: 200}},
+	})
+	var got []string
+	for _, p := range ps {
+		got = append(got, fmt.Sprintf("%s %d", p.URL, len(p.Links)))
+	}
+	want := []string{"http://a.test/1 2", "http://a.test/3 0", "http://a.test/4 0", "http://a.test/5 0", "http://a.test/6 0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("recovered %v, want %v", got, want)
+	}
+	if ps[0].ETag != `"e"` || !ps[0].LastFetch.Equal(at) || ps[0].HTTPStatus != 200 {
+		t.Fatalf("state %+v", ps[0])
+	}
 }

@@ -28,6 +28,11 @@ type PageState struct {
 	// Addr is the address the page's host was placed at, when known (the
 	// archive's answers; a peer's recovery answer does not carry it).
 	Addr netip.Addr
+	// Links are the page's out-links, from the archive: a page recovered
+	// from there is not fetched again, and the URLs only its dead crawler
+	// had queued are found again through them. A live owner hands its
+	// queued URLs over itself, so its answers carry none.
+	Links []string
 }
 
 // PageHistory is the crawler's per-page history (implemented by the node

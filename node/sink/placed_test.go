@@ -25,7 +25,10 @@ func placedCarrier(crawler string, seq uint64, from, n, hosts int) []byte {
 		recs[i] = pack.Record{URL: fmt.Sprintf("http://h%d.example/p%d", h, from+i), Status: 200, Change: pack.ChangeNew,
 			FetchedAt: time.Unix(1_800_000_000+int64(from+i), 0), CrawlerID: crawler, ETag: fmt.Sprintf(`"e%d"`, from+i),
 			ContentHash: [16]byte{byte(from + i)}, Timing: pack.Timing{Total: 7 * time.Millisecond},
-			Addr: netip.AddrFrom4([4]byte{10, 0, byte(h), 1})}
+			Addr: netip.AddrFrom4([4]byte{10, 0, byte(h), 1}), OutLinks: 1, Links: []string{fmt.Sprintf("http://h%d.example/p%d", h, from+i+hosts)}}
+		if i%2 == 1 {
+			recs[i].Flags = pack.FlagNoFollow
+		}
 	}
 	return pack.EncodeCarrier(crawler, seq, time.Unix(1_800_000_000, 0), recs).Data
 }
@@ -177,7 +180,7 @@ func TestPlacedPagesBadQuery(t *testing.T) {
 }
 
 // Over /micra/pages/1 a live member pages through a range, following the
-// cursors; a stranger is refused NOT_MEMBER with the reason (it may pass:
+// cursors, each page with its state and links; a stranger is refused NOT_MEMBER with the reason (it may pass:
 // the sink may not have heard it yet), a bad request MALFORMED with its
 // reason, and neither reads a page.
 func TestPlacedPagesOverTheProtocol(t *testing.T) {
@@ -210,13 +213,21 @@ func TestPlacedPagesOverTheProtocol(t *testing.T) {
 		t.Fatalf("hosts h1 and h2: %d pages in %d answers, %v; want 600 in 2 (%d a query)", len(got), calls, err, PageLimit)
 	}
 	urls := map[string]bool{}
+	nofollow := 0
 	for _, p := range got {
 		r := p.Record
 		if urls[r.URL] || !first.Unmap().Less(r.Addr) && first != r.Addr || last.Less(r.Addr) || r.ETag == "" || r.FetchedAt.IsZero() ||
-			r.Timing.Total != 7*time.Millisecond || r.ContentHash == ([16]byte{}) && !strings.HasSuffix(r.URL, "/p0") || r.CrawlerID != "c1" || p.Seq == 0 {
+			r.Timing.Total != 7*time.Millisecond || r.ContentHash == ([16]byte{}) && !strings.HasSuffix(r.URL, "/p0") || r.CrawlerID != "c1" || p.Seq == 0 ||
+			len(r.Links) != 1 || r.OutLinks != 1 || !strings.HasPrefix(r.Links[0], r.URL[:len("http://h1.example/")]) {
 			t.Fatalf("page %+v (seq %d): answered twice or without its state", r, p.Seq)
 		}
 		urls[r.URL] = true
+		if r.Flags&pack.FlagNoFollow != 0 {
+			nofollow++
+		}
+	}
+	if nofollow != 300 {
+		t.Fatalf("%d pages answered nofollow, want every other one", nofollow)
 	}
 
 	var qe *QueryError

@@ -82,7 +82,8 @@ func (s *Server) pages(from peer.ID, req *pb.PagesRequest) *pb.PagesAnswer {
 func toPageStatePB(p PlacedPage) *pb.PageState {
 	r := &p.Record
 	m := &pb.PageState{Url: r.URL, FinalUrl: r.FinalURL, Status: uint32(r.Status), Etag: r.ETag, LastModified: r.LastModified,
-		FetchedUnixNano: r.FetchedAt.UnixNano(), TotalNs: int64(r.Timing.Total), Seq: p.Seq, Crawler: r.CrawlerID}
+		FetchedUnixNano: r.FetchedAt.UnixNano(), TotalNs: int64(r.Timing.Total), Seq: p.Seq, Crawler: r.CrawlerID,
+		Links: r.Links, Outlinks: uint32(max(0, r.OutLinks)), Nofollow: r.Flags&pack.FlagNoFollow != 0}
 	if r.ContentHash != ([16]byte{}) {
 		m.ContentHash = r.ContentHash[:]
 	}
@@ -94,13 +95,21 @@ func toPageStatePB(p PlacedPage) *pb.PageState {
 
 // fromPageStatePB checks a page state from the sink's answer.
 func fromPageStatePB(m *pb.PageState) (PlacedPage, error) {
-	const maxURL = 8 << 10
+	const maxURL, maxLinks = 8 << 10, 10_000
 	if m.Url == "" || len(m.Url) > maxURL || len(m.FinalUrl) > maxURL || len(m.Etag) > 1024 || len(m.LastModified) > 128 ||
-		(len(m.ContentHash) != 0 && len(m.ContentHash) != 16) || m.Status > 999 {
+		(len(m.ContentHash) != 0 && len(m.ContentHash) != 16) || m.Status > 999 || len(m.Links) > maxLinks {
 		return PlacedPage{}, fmt.Errorf("page state for %.80q out of bounds", m.Url)
 	}
+	for _, l := range m.Links {
+		if l == "" || len(l) > maxURL {
+			return PlacedPage{}, fmt.Errorf("page state for %.80q: a link out of bounds", m.Url)
+		}
+	}
 	r := pack.Record{URL: m.Url, FinalURL: m.FinalUrl, Status: int(m.Status), ETag: m.Etag, LastModified: m.LastModified,
-		Timing: pack.Timing{Total: time.Duration(max(0, m.TotalNs))}, CrawlerID: m.Crawler}
+		Timing: pack.Timing{Total: time.Duration(max(0, m.TotalNs))}, CrawlerID: m.Crawler, Links: m.Links, OutLinks: int(m.Outlinks)}
+	if m.Nofollow {
+		r.Flags |= pack.FlagNoFollow
+	}
 	if m.FetchedUnixNano != 0 {
 		r.FetchedAt = time.Unix(0, m.FetchedUnixNano)
 	}
@@ -147,7 +156,9 @@ func (e *QueryError) Permanent() bool {
 // block's): up to PageLimit of them after the cursor after (nil: from the
 // range's start), and the cursor to continue from. The records carry what
 // page recovery needs: URL, final URL, status, validators, content hash,
-// fetch time and total time, address, crawler.
+// fetch time and total time, address, crawler, and the page's out-links
+// (as shipped: none unless its crawler ships links), their count and the
+// nofollow flag.
 func (c *Client) QueryPlaced(ctx context.Context, first, last netip.Addr, after []byte) (PlacedAnswer, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {

@@ -512,8 +512,15 @@ type PageState struct {
 	Addr            []byte                 `protobuf:"bytes,9,opt,name=addr,proto3" json:"addr,omitempty"`                       // where the crawler placed its host
 	Seq             uint64                 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`                       // its latest record in the change log
 	Crawler         string                 `protobuf:"bytes,11,opt,name=crawler,proto3" json:"crawler,omitempty"`                // who delivered that record
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Its out-links as the record shipped them (a crawler's ship_links),
+	// the count of links the page had, and whether the page said nofollow:
+	// a recovered page is not fetched again, so the URLs its crawler had
+	// queued are found again through its links.
+	Links         []string `protobuf:"bytes,12,rep,name=links,proto3" json:"links,omitempty"`
+	Outlinks      uint32   `protobuf:"varint,13,opt,name=outlinks,proto3" json:"outlinks,omitempty"`
+	Nofollow      bool     `protobuf:"varint,14,opt,name=nofollow,proto3" json:"nofollow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PageState) Reset() {
@@ -621,6 +628,27 @@ func (x *PageState) GetCrawler() string {
 		return x.Crawler
 	}
 	return ""
+}
+
+func (x *PageState) GetLinks() []string {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *PageState) GetOutlinks() uint32 {
+	if x != nil {
+		return x.Outlinks
+	}
+	return 0
+}
+
+func (x *PageState) GetNofollow() bool {
+	if x != nil {
+		return x.Nofollow
+	}
+	return false
 }
 
 // PagesAnswer answers a PagesRequest. Any status but OK ends the query
@@ -749,7 +777,7 @@ const file_sink_proto_rawDesc = "" +
 	"\x05first\x18\x02 \x01(\fR\x05first\x12\x12\n" +
 	"\x04last\x18\x03 \x01(\fR\x04last\x12\x14\n" +
 	"\x05after\x18\x04 \x01(\fR\x05after\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\rR\x05limit\"\xb5\x02\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"\x83\x03\n" +
 	"\tPageState\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1b\n" +
 	"\tfinal_url\x18\x02 \x01(\tR\bfinalUrl\x12\x16\n" +
@@ -762,7 +790,10 @@ const file_sink_proto_rawDesc = "" +
 	"\x04addr\x18\t \x01(\fR\x04addr\x12\x10\n" +
 	"\x03seq\x18\n" +
 	" \x01(\x04R\x03seq\x12\x18\n" +
-	"\acrawler\x18\v \x01(\tR\acrawler\"\xc0\x01\n" +
+	"\acrawler\x18\v \x01(\tR\acrawler\x12\x14\n" +
+	"\x05links\x18\f \x03(\tR\x05links\x12\x1a\n" +
+	"\boutlinks\x18\r \x01(\rR\boutlinks\x12\x1a\n" +
+	"\bnofollow\x18\x0e \x01(\bR\bnofollow\"\xc0\x01\n" +
 	"\vPagesAnswer\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12*\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x12.micra.sink.StatusR\x06status\x12\x16\n" +
