@@ -135,8 +135,8 @@ var Settings = []Setting{
 		Meaning: "fetch private, loopback and link-local addresses too (always, with testnet)"},
 	{Key: "monitor", Group: "crawl", Type: "bool", Default: `false`, Example: `true`,
 		Meaning: "after the first pass, revisit pages with conditional GETs and ship what changed"},
-	{Key: "carrier_hold", Group: "crawl", Type: "duration", Default: `"30s"`, Example: `"5s"`, check: checkDuration,
-		Meaning: "the longest a fetched page's record waits in the outbox before its carrier is sealed and shipped (a carrier is also sealed at 1 MiB, and when the crawl is idle): longer compresses better; a crash before the carrier is shipped costs that much of the node's fetches"},
+	{Key: "carrier_hold", Group: "crawl", Type: "duration", Default: `"2s"`, Example: `"30s"`, check: checkDuration,
+		Meaning: "the longest a fetched page's record waits in the outbox before its carrier is sealed and shipped (a carrier is also sealed at 1 MiB, and when the crawl is idle): longer compresses better; a crash before the carrier is shipped costs that much of the node's fetches (the rest is recovered from the sink)"},
 	{Key: "sleep", Group: "crawl", Type: "duration", Default: `"24h"`, Example: `"6h"`, check: checkDuration,
 		Meaning: "with monitor: the pause between two revisits of a page"},
 	{Key: "sync", Group: "crawl", Type: "bool", Default: `false`, Example: `true`,
@@ -146,8 +146,8 @@ var Settings = []Setting{
 		Meaning: "the index sink to deliver carriers to: its multiaddr ending in /p2p/<peer id>, as `micra sink` prints it, or /p2p/<peer id> alone (addresses from its heartbeats); empty: the sink the network announces (carriers wait in the outbox while none is)"},
 	{Key: "carriers", Group: "sink", Type: "path", Default: `""`, Example: `"carriers"`,
 		Meaning: "write carriers to this directory instead of delivering them to a sink (offline crawls; excludes sink)"},
-	{Key: "ship_links", Group: "sink", Type: "bool", Default: `false`, Example: `true`,
-		Meaning: "records carry their pages' out-links"},
+	{Key: "ship_links", Group: "sink", Type: "bool", Default: `true`, Example: `false`,
+		Meaning: "records carry their pages' out-links: the sink's link graph, and what recovers a dead crawler's pages from the sink without fetching them again (off: they are fetched again)"},
 }
 
 // Setting returns the setting of a key.
