@@ -143,3 +143,87 @@ func TestRecoveryFallsBackToTheArchive(t *testing.T) {
 		t.Errorf("b connected to the dead owner (%d connections)", len(b.Host().Network().ConnsToPeer(k.ID())))
 	}
 }
+
+// mergingPages is memPages whose imports join its history, as a crawler's.
+type mergingPages struct{ memPages }
+
+func (m *mergingPages) Import(_ context.Context, s hierarchy.NodeID, ps []PageState) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pages == nil {
+		m.pages = map[hierarchy.NodeID][]PageState{}
+	}
+	m.pages[s] = append(m.pages[s], ps...)
+	return nil
+}
+
+// gatedArchive is a rangeArchive that answers only once released.
+type gatedArchive struct {
+	rangeArchive
+	asked   chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedArchive) Pages(ctx context.Context, first, last netip.Addr, emit func([]PageState) error) error {
+	g.asked <- struct{}{}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.rangeArchive.Pages(ctx, first, last, emit)
+}
+
+// A subnet moves on while its owner is still receiving the subnet's
+// history from the archive: the next owner's recovery request waits for
+// that history, and gets it, instead of the empty history of the moment.
+func TestRecoveryWaitsForTheOwnersOwnRecovery(t *testing.T) {
+	archive := &gatedArchive{asked: make(chan struct{}, 1), release: make(chan struct{})}
+	middle, last := &mergingPages{}, &memPages{}
+	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		switch i {
+		case 0: // keeps no page history: answers recovery NOT_FOUND
+		case 1:
+			s.Pages, s.Archive = middle, archive
+		default:
+			s.Pages = last
+		}
+	})
+	a, b, c := tn.peers[0], tn.peers[1], tn.peers[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := a.Join(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.settle(t, tn.peers, 5*time.Second)
+	s, host := d.Subnet, a.cfg.CrawlerAddr
+	archive.pages = []PageState{{URL: fmt.Sprintf("http://%v/a", host), HTTPStatus: 200, Addr: host}}
+	move := func(from *Peer, to *Peer) {
+		t.Helper()
+		rec, ok := to.CachedRecord(s)
+		if !ok || rec.Owner != from.CrawlerID() {
+			t.Fatalf("the new owner's cached record of subnet %d: %+v %v, want %s's", s, rec, ok, from.CrawlerID())
+		}
+		rec.Owner, rec.DecidedBy, rec.Epoch, rec.At, rec.OwnerRTT, rec.Blocks = to.CrawlerID(), to.CrawlerID(), rec.Epoch+1, time.Now(), time.Millisecond, nil
+		if got, err := to.Directory().Publish(ctx, rec); err != nil || got.Owner != to.CrawlerID() {
+			t.Fatalf("move to %s: %v %v", to.CrawlerID(), got, err)
+		}
+	}
+	move(a, b)
+	<-archive.asked // b is receiving the history from the archive
+	waitFor(t, 10*time.Second, func() bool {
+		rec, ok := c.CachedRecord(s)
+		return ok && rec.Owner == b.CrawlerID()
+	})
+	move(b, c)
+	waitFor(t, 10*time.Second, func() bool { return c.Arriving(host) })
+	time.Sleep(200 * time.Millisecond) // (c's request on its way to b)
+	close(archive.release)
+	waitFor(t, 10*time.Second, func() bool { return !c.Arriving(host) })
+	last.mu.Lock()
+	defer last.mu.Unlock()
+	if got := last.imported[s]; len(got) != 1 || got[0].URL != archive.pages[0].URL {
+		t.Fatalf("the last owner imported %v, want the page b received from the archive", got)
+	}
+}

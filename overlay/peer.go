@@ -834,6 +834,19 @@ func (p *Peer) Arriving(a netip.Addr) bool {
 	return p.arriving[arrivingKey{s, delegation.BlockOf(a)}] > 0
 }
 
+// arrivingIn reports whether page history of subnet s — of block, when
+// valid; else of s or any block of it — is still being received.
+func (p *Peer) arrivingIn(s hierarchy.NodeID, block netip.Prefix) bool {
+	p.arrivingMu.Lock()
+	defer p.arrivingMu.Unlock()
+	for k, n := range p.arriving {
+		if n > 0 && k.subnet == s && (!k.block.IsValid() || !block.IsValid() || k.block == block) {
+			return true
+		}
+	}
+	return false
+}
+
 // runMaintenance provides holder records for owned subnets, reprovides them
 // and republishes owned delegations well inside MaxRecordAge.
 func (p *Peer) runMaintenance(ctx context.Context) {

@@ -78,6 +78,10 @@ type PageFence interface {
 // loss).
 const fenceWait = 2
 
+// arrivalPoll is how often a history request waiting for this peer's own
+// recovery of the same hosts looks again.
+const arrivalPoll = 50 * time.Millisecond
+
 func toPagePB(ps PageState) *pb.PageState {
 	m := &pb.PageState{Url: ps.URL, Etag: ps.ETag, LastModified: ps.LastModified, ContentHash: ps.ContentHash, HttpStatus: uint32(ps.HTTPStatus)}
 	if !ps.LastFetch.IsZero() {
@@ -204,6 +208,17 @@ func (p *Peer) handleRecover(s network.Stream) {
 		}
 		fcancel()
 	}
+	// this peer may itself still be receiving these hosts' history (from
+	// the crawler before it, or the archive): what it sends includes it
+	// (the keep-alives run meanwhile)
+	wctx, wcancel := context.WithTimeout(ctx, fenceWait*rt)
+	for p.arrivingIn(sub, block) && wctx.Err() == nil {
+		select {
+		case <-wctx.Done():
+		case <-time.After(arrivalPoll):
+		}
+	}
+	wcancel()
 	frame := &pb.RecoverFrame{Version: wireVersion}
 	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
 		frame.Pages = append(frame.Pages, toPagePB(ps))
