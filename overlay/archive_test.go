@@ -42,8 +42,8 @@ func (a *rangeArchive) asked() [][2]netip.Addr {
 
 // A subnet's new owner asks the archive for the subnet's page history
 // when the previous owner keeps none it will send (it answers NOT_FOUND),
-// and, once the previous owner is killed (its host closed, no leave),
-// without asking it at all. It asks for the subnet's range and imports
+// or is killed (its host closed, no leave: held dead, it is tried briefly
+// and does not answer). It asks for the subnet's range and imports
 // only the pages of the subnet itself, not of the smaller subnets inside
 // its range; meanwhile the subnet's hosts are arriving.
 func TestRecoveryFallsBackToTheArchive(t *testing.T) {
@@ -130,7 +130,7 @@ func TestRecoveryFallsBackToTheArchive(t *testing.T) {
 	takeOver(o)
 	check(o.s, 1)
 
-	// a killed owner: found dead, then not asked at all
+	// a killed owner: held dead, it does not answer
 	o = join(k)
 	if err := k.Kill(); err != nil {
 		t.Fatal(err)

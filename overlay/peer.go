@@ -741,11 +741,11 @@ func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID, raw []
 // only of host's block (delegation.BlockOf) when host is valid — that prev,
 // the crawler that crawled it, kept: ownership of the subnet, or of the
 // block (a block delegation made, re-decided or dissolved), moved here
-// from prev. A live prev is asked itself; raw, the sealed record that
-// moved the hosts, goes with the request: prev learns the move from it and
-// finishes its own fetches of those hosts before it answers. When prev is
-// dead or does not answer, the archive (the index sink) is asked for what
-// prev delivered. Until the history is in (or both failed), Arriving
+// from prev. prev is asked itself (briefly if it is held dead); raw, the
+// sealed record that moved the hosts, goes with the request: prev learns
+// the move from it and finishes its own fetches of those hosts before it
+// answers. When prev does not answer, the archive (the index sink) is
+// asked for what prev delivered. Until the history is in (or both failed), Arriving
 // reports those hosts, so this crawler does not fetch a page it is
 // receiving.
 func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host netip.Addr, raw []byte) {
@@ -753,13 +753,11 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 		return
 	}
 	live := p.members.IsLive(prev)
-	from, err := peer.Decode(string(prev))
-	if err != nil {
-		live = false
-	}
 	if !live && p.archive == nil {
 		return
 	}
+	from, err := peer.Decode(string(prev))
+	asked := err == nil
 	log := p.log.With("subnet", s, "from", prev)
 	var block netip.Prefix
 	if host.IsValid() {
@@ -769,8 +767,15 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 	p.arrive(s, block, +1)
 	if !p.goBackground(func() {
 		defer p.arrive(s, block, -1)
-		if live {
-			n, err := p.recoverPagesWith(p.ctx, from, s, host, raw)
+		if asked {
+			// a crawler this peer holds dead is asked too, briefly: under
+			// load a live one is sometimes held dead, and only its own
+			// answer fences its fetches of the hosts that moved
+			open := p.cfg.RequestTimeout
+			if !live {
+				open /= 4
+			}
+			n, err := p.recoverPagesOpen(p.ctx, from, s, host, raw, open)
 			if err == nil {
 				log.Debug("overlay: pages received", "pages", n)
 				return
@@ -782,7 +787,7 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 				log.Warn("overlay: page recovery failed", "err", err)
 				return
 			}
-			log.Info("overlay: page recovery failed; asking the archive", "err", err)
+			log.Debug("overlay: page recovery failed; asking the archive", "err", err, "live", live)
 		}
 		n, err := p.recoverArchived(p.ctx, s, block)
 		if err != nil {

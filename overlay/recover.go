@@ -264,6 +264,12 @@ func (p *Peer) RecoverBlock(ctx context.Context, from peer.ID, s hierarchy.NodeI
 // record, if any, is the sealed record that moved the pages here, sent
 // along so that from learns the move and stops first (PageFence).
 func (p *Peer) recoverPagesWith(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr, record []byte) (n int, err error) {
+	return p.recoverPagesOpen(ctx, from, s, blockHost, record, p.cfg.RequestTimeout)
+}
+
+// recoverPagesOpen is recoverPagesWith with open bounding the stream's
+// opening (dial and protocol negotiation).
+func (p *Peer) recoverPagesOpen(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr, record []byte, open time.Duration) (n int, err error) {
 	if p.pages == nil {
 		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
 	}
@@ -271,7 +277,7 @@ func (p *Peer) recoverPagesWith(ctx context.Context, from peer.ID, s hierarchy.N
 	ctx, cancel := context.WithTimeout(ctx, recoverBudget*rt)
 	defer cancel()
 	end, _ := ctx.Deadline()
-	octx, ocancel := context.WithTimeout(ctx, rt) // dial and protocol negotiation
+	octx, ocancel := context.WithTimeout(ctx, open) // dial and protocol negotiation
 	str, err := p.h.NewStream(octx, from, ProtoRecover)
 	ocancel()
 	if err != nil {
