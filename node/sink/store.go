@@ -1,8 +1,10 @@
 // Package sink owns micra's index sink, the one central piece the design
 // allows (UCYMicra's coordinator database): it receives the crawlers'
 // carriers over the libp2p protocol /micra/carrier/1 (or from .mcar files),
-// commits their records durably and idempotently into a change log, and
-// serves that log to indexers as resumable streams.
+// commits their records durably and idempotently into a change log,
+// serves that log to indexers as resumable streams, and answers crawlers'
+// page-recovery queries from its index of pages by address (placed.go,
+// /micra/pages/1).
 //
 // The store is a Badger database. Every committed record gets the next
 // sequence number of the change log; a carrier is committed in one
