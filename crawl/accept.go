@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/micra-crawler/micra/crawl/extract"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 )
@@ -39,6 +40,22 @@ func (e *Engine) Accept(ctx context.Context, urls []string) error {
 		return fmt.Errorf("crawl: queue %d handed-off URLs: %w", len(items), err)
 	}
 	return nil
+}
+
+// AddLinks routes the out-links of a page this crawler did not fetch
+// itself, as it routes a fetched page's: a page whose history was
+// recovered from elsewhere (the index sink, after its crawler died) is
+// not fetched again, and the URLs only that crawler had queued are found
+// again through its links. Links already seen or handed off are dropped;
+// the others are queued here or handed to their owners, at depth 1 (the
+// page's depth is not known). It returns an error when some links could
+// not be routed or stored.
+func (e *Engine) AddLinks(ctx context.Context, page string, links []string) error {
+	ls := make([]extract.Link, len(links))
+	for i, l := range links {
+		ls[i] = extract.Link{URL: l}
+	}
+	return e.enqueueLinks(ctx, frontier.Item{URL: page, Depth: 0}, ls)
 }
 
 // Frontier exposes the engine's frontier to the node that composes it with

@@ -29,11 +29,23 @@ type Route struct {
 	Subnet uint32
 	Block  netip.Prefix
 	Epoch  uint64
+	// Place is the address the router placed the host at, when it maps
+	// addresses (a loopback testnet emulates the Internet's); zero: Addr.
+	// The page's record carries it (pack.Record.Addr).
+	Place netip.Addr
 	// Wait, when set by a Rechecker, says the URL is this crawler's but
 	// not to be fetched before then: the host's page history is still
 	// arriving from its previous owner, and a page in it must not be
 	// fetched a second time. The engine puts the host aside until then.
 	Wait time.Time
+}
+
+// placed is the address the route placed its host at.
+func (r Route) placed() netip.Addr {
+	if r.Place.IsValid() {
+		return r.Place
+	}
+	return r.Addr
 }
 
 // Routed is a URL with its route: the unit of a hand-off.

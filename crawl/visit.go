@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type fetched struct {
 	// redirect target's own (etag, lm and timing above are the source's).
 	targetETag, targetLM string
 	targetTiming         pack.Timing
+	addr                 netip.Addr // where the route placed the host (pack.Record.Addr)
 }
 
 // visit fetches (or reads) one queued URL, processes it and marks it Done.
@@ -80,6 +82,7 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		if !retry.IsZero() || ctx.Err() != nil {
 			return retry
 		}
+		f.addr = rt.placed()
 	}
 	now := f.fetchedAt
 	transient := f.otherFailure != "" && !f.permanent && transientFailure(f.otherFailure)
@@ -546,7 +549,7 @@ func (e *Engine) baseRecord(it frontier.Item, f fetched) pack.Record {
 	r := pack.Record{
 		URL: it.URL, Status: f.status, Source: f.source, FetchedAt: f.fetchedAt, Timing: f.timing,
 		WireBytes: f.wire, BodyBytes: int64(len(f.body)), ContentType: f.contentType,
-		ETag: f.etag, LastModified: f.lm, CrawlerID: e.cfg.CrawlerID,
+		ETag: f.etag, LastModified: f.lm, CrawlerID: e.cfg.CrawlerID, Addr: f.addr.Unmap(),
 	}
 	if f.finalURL != it.URL {
 		r.FinalURL = f.finalURL

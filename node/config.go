@@ -124,6 +124,12 @@ func DefaultConfig() Config {
 	// a volunteer's node on the Internet: peers' private and loopback
 	// addresses are neither kept nor dialled (the private_peers setting)
 	c.Overlay.PublicDHTFilters = true
+	// the sink keeps the pages' links: a dead crawler's delivered pages
+	// are recovered from it with them, not fetched again; and a record
+	// waits at most 2 s to be shipped, so a crash loses little more than
+	// the fetches in flight (docs/testnet.md, crash faults)
+	c.Crawl.ShipLinks = true
+	c.Crawl.MaxCarrierHold = defaultCarrierHold
 	return c
 }
 
@@ -145,6 +151,12 @@ func TestnetConfig() Config {
 	c.Crawl.Fetch.AllowPrivate = true
 	return c
 }
+
+// defaultCarrierHold: on a 12-crawler testnet with 4 killed, 2 s left 29
+// pages (1.5 %) fetched twice against 193 at 30 s, for 2.2 % of the bytes
+// fetched sent to the sink against 1.9 %; 1 s fetched no fewer twice and
+// sent 2.6 %.
+const defaultCarrierHold = 2 * time.Second
 
 // defaultBalanceHold: a move costs a history transfer and a pause of the
 // subnet's crawl, and moving it on before that settled crawled pages
@@ -277,7 +289,7 @@ type File struct {
 	AllowPrivate bool     `json:"allow_private,omitempty"`
 	Carriers     string   `json:"carriers,omitempty"`   // default DataDir/carriers
 	Sink         string   `json:"sink,omitempty"`       // the index sink's multiaddr/p2p/ID (instead of carriers)
-	ShipLinks    bool     `json:"ship_links,omitempty"` // records carry their pages' out-links
+	ShipLinks    *bool    `json:"ship_links,omitempty"` // records carry their pages' out-links (default true)
 	Monitor      bool     `json:"monitor,omitempty"`
 	Sleep        string   `json:"sleep,omitempty"`
 	CarrierHold  string   `json:"carrier_hold,omitempty"`
@@ -429,7 +441,9 @@ func (f File) Config() (Config, error) {
 		c.Crawl.Receiver = pack.FileSink{Dir: f.Carriers}
 	}
 	c.Sink = f.Sink
-	c.Crawl.ShipLinks = f.ShipLinks
+	if f.ShipLinks != nil {
+		c.Crawl.ShipLinks = *f.ShipLinks
+	}
 	c.Crawl.Monitor.Enabled = f.Monitor
 	dur("sleep", f.Sleep, &c.Crawl.Monitor.Sleep)
 	dur("carrier_hold", f.CarrierHold, &c.Crawl.MaxCarrierHold)

@@ -121,6 +121,16 @@ func (f *sinkFinder) target() (peer.AddrInfo, bool) {
 
 // Deliver implements pack.Receiver.
 func (f *sinkFinder) Deliver(ctx context.Context, c pack.Carrier) error {
+	ai, err := f.await(ctx)
+	if err != nil {
+		return err
+	}
+	return (&sink.Client{Host: f.host, Sink: ai}).Deliver(ctx, c)
+}
+
+// await returns the sink to ask now, waiting for one while none is live
+// until ctx ends.
+func (f *sinkFinder) await(ctx context.Context) (peer.AddrInfo, error) {
 	ai, ok := f.target()
 	if !ok {
 		f.note("")
@@ -133,14 +143,14 @@ func (f *sinkFinder) Deliver(ctx context.Context, c pack.Carrier) error {
 		for !ok {
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("node: %w (%w)", errNoSink, ctx.Err())
+				return ai, fmt.Errorf("node: %w (%w)", errNoSink, ctx.Err())
 			case <-t.C:
 				ai, ok = f.target()
 			}
 		}
 	}
 	f.note(ai.ID)
-	return (&sink.Client{Host: f.host, Sink: ai}).Deliver(ctx, c)
+	return ai, nil
 }
 
 // note logs a change of sink.

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -9,8 +11,10 @@ import (
 
 	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
+	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/crawl/urlnorm"
 	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/node/sink"
 	"github.com/micra-crawler/micra/overlay"
 )
 
@@ -65,7 +69,8 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 
 // Import implements overlay.PageHistory: pages this crawler has no history
 // for join its seen-set with their validators, so the next visit is a
-// conditional GET. Only pages whose host this crawler owns by the cached
+// conditional GET; their links (PageState.Links) are routed first, as a
+// fetched page's. Only pages whose host this crawler owns by the cached
 // record are kept (a block of the subnet may be another crawler's): an
 // imported page joins the revisit schedule, and a page of another
 // crawler's block would then be crawled twice. When this crawler owns the
@@ -101,6 +106,18 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 		}
 		if !own {
 			continue
+		}
+		if len(p.Links) > 0 {
+			// its links first: a page whose links could not be routed
+			// is fetched again (overlap), never marked fetched with the
+			// URLs only they lead to lost
+			if err := h.eng.AddLinks(ctx, p.URL, p.Links); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				h.router.log.Debug("node: recovered page's links not routed; it will be fetched again", "url", p.URL, "err", err)
+				continue
+			}
 		}
 		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
 			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}
@@ -168,4 +185,97 @@ func (h *pageHistory) hostIn(ctx context.Context, host string, s hierarchy.NodeI
 		return a, false
 	}
 	return a, true
+}
+
+// sinkArchive is the overlay's PageArchive on the index sink the node
+// delivers to (sinkFinder: the configured one, else the network's): it
+// holds every record this network's crawlers delivered, each with the
+// address its host was placed at, so a dead owner's delivered pages are
+// not fetched again by its subnet's next owner.
+type sinkArchive struct {
+	finder *sinkFinder
+}
+
+var _ overlay.PageArchive = (*sinkArchive)(nil)
+
+// Pages implements overlay.PageArchive. It follows the sink's cursors; a
+// failure that may pass (no sink announced for a moment, a busy sink, a
+// broken stream) is asked again from the last cursor, after a pause that
+// doubles up to archiveRetryMax, until ctx ends. A page that redirected
+// within its host also marks its target as fetched, as the crawler that
+// fetched it did (a target on another host may be another subnet's).
+func (a *sinkArchive) Pages(ctx context.Context, first, last netip.Addr, emit func([]overlay.PageState) error) error {
+	var after []byte
+	pause := archiveRetry
+	for {
+		ai, err := a.finder.await(ctx)
+		if err != nil {
+			return err
+		}
+		ans, err := (&sink.Client{Host: a.finder.host, Sink: ai}).QueryPlaced(ctx, first, last, after)
+		var qe *sink.QueryError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil || errors.As(err, &qe) && qe.Permanent():
+			return err
+		default:
+			a.finder.log.Debug("node: page query to the sink failed; asking again", "err", err, "after", pause)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (%w)", err, ctx.Err())
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, archiveRetryMax)
+			continue
+		}
+		pause = archiveRetry
+		if len(ans.Pages) > 0 {
+			if err := emit(pageStates(ans.Pages)); err != nil {
+				return err
+			}
+		}
+		if ans.Done {
+			return nil
+		}
+		after = ans.Next
+	}
+}
+
+// archiveRetry and archiveRetryMax bound the pause before a failed page
+// query to the sink is asked again.
+const (
+	archiveRetry    = 100 * time.Millisecond
+	archiveRetryMax = 2 * time.Second
+)
+
+// pageStates are the sink's page records as page recovery imports them:
+// a page that had out-links is recovered only with its links (the crawl
+// ships them: ship_links), since the URLs its dead crawler had queued are
+// found again only through them or by fetching it again.
+func pageStates(ps []sink.PlacedPage) []overlay.PageState {
+	out := make([]overlay.PageState, 0, len(ps))
+	for _, p := range ps {
+		r := &p.Record
+		nofollow := r.Flags&pack.FlagNoFollow != 0
+		if r.OutLinks > 0 && len(r.Links) == 0 && !nofollow {
+			// its links were not shipped: only a fetch finds the URLs
+			// its crawler had queued, so it is fetched again
+			continue
+		}
+		s := overlay.PageState{URL: r.URL, ETag: r.ETag, LastModified: r.LastModified, LastFetch: r.FetchedAt, HTTPStatus: r.Status, Addr: r.Addr}
+		if !nofollow {
+			s.Links = r.Links
+		}
+		if r.ContentHash != ([16]byte{}) {
+			s.ContentHash = append([]byte(nil), r.ContentHash[:]...)
+		}
+		if r.Timing.Total > 0 {
+			s.FetchTimes = []time.Duration{r.Timing.Total}
+		}
+		out = append(out, s)
+		if r.FinalURL != "" && r.FinalURL != r.URL && hostOf(r.FinalURL) == hostOf(r.URL) {
+			out = append(out, overlay.PageState{URL: r.FinalURL, LastFetch: r.FetchedAt, HTTPStatus: r.Status, Addr: r.Addr})
+		}
+	}
+	return out
 }

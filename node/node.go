@@ -146,6 +146,10 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.restorePause()
 		svc.Sink = n.eng
 		svc.Pages = &pageHistory{eng: n.eng, router: n.router, monitor: cc.Monitor.Enabled, sleep: cc.Monitor.Sleep}
+		if n.finder != nil {
+			// a dead owner's delivered pages are recovered from the sink
+			svc.Archive = &sinkArchive{finder: n.finder}
+		}
 	}
 	oc := cfg.Overlay
 	oc.Logger, oc.Registerer = n.log, n.reg

@@ -148,7 +148,7 @@ func (r *Router) Route(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.Ro
 // routeOf is the route of a host at ip (mapped: a, in subnet s) owned by
 // owner under a record of epoch.
 func (r *Router) routeOf(ip, a netip.Addr, s hierarchy.NodeID, owner delegation.CrawlerID, epoch uint64) crawl.Route {
-	return crawl.Route{Addr: ip, Mine: owner == r.peer.CrawlerID(), Owner: string(owner),
+	return crawl.Route{Addr: ip, Place: a, Mine: owner == r.peer.CrawlerID(), Owner: string(owner),
 		Subnet: uint32(s), Block: delegation.BlockOf(a), Epoch: epoch}
 }
 

@@ -9,7 +9,7 @@ import (
 type metrics struct {
 	dhtGet, dhtPut                                                       prometheus.Histogram
 	probesSent, probesServed, endorsements, delegations, handoffsRefused prometheus.Counter
-	pagesRecovered, calibrationEvents                                    prometheus.Counter
+	pagesRecovered, pagesArchived, calibrationEvents                     prometheus.Counter
 	deaths                                                               *prometheus.CounterVec // by reason: left, failed
 	gossipRejected                                                       *prometheus.CounterVec // by topic and reason
 	learned, learnDropped                                                prometheus.Counter
@@ -32,6 +32,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 		handoffsRefused:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "handoffs_refused_total", Help: "Hand-off streams refused because their sender is not a live member."}),
 		delegations:       prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "delegations_total", Help: "Delegation decisions run by this peer."}),
 		pagesRecovered:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "pages_recovered_total", Help: "Page histories pulled from previous owners."}),
+		pagesArchived:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "pages_recovered_archive_total", Help: "Page states pulled from the archive (the index sink) when a subnet's previous owner was dead or did not answer."}),
 		calibrationEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "calibration_events_total", Help: "Calibration events received."}),
 		deaths: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "peers_declared_dead_total",
 			Help: "Peers declared dead, by reason: left (announced a clean stop) or failed (silent past the failure timeout)."}, []string{"reason"}),
@@ -48,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.pagesArchived, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}

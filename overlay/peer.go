@@ -40,8 +40,11 @@ const (
 // Services are the parts of a crawler the overlay calls into. Any may be
 // nil: the matching protocol then answers UNAVAILABLE / NOT_FOUND.
 type Services struct {
-	Sink      HandoffSink   // /micra/handoff/1 deliveries
-	Pages     PageHistory   // /micra/recover/1 (serve and import)
+	Sink  HandoffSink // /micra/handoff/1 deliveries
+	Pages PageHistory // /micra/recover/1 (serve and import)
+	// Archive is asked for a subnet's page history when its previous
+	// owner is dead or does not answer (nil: nobody else is).
+	Archive   PageArchive
 	Snapshots SnapshotStore // /micra/snapshot/1
 	Measurer  Measurer      // probe measurements; nil: NetMeasurer with cfg.ProbeGuard
 }
@@ -81,9 +84,10 @@ type Peer struct {
 	// handoffLimit bounds the URLs each member hands this peer
 	handoffLimit peerLimiter
 	// now is the clock of the rate limits (tests set it)
-	now   func() time.Time
-	sink  HandoffSink
-	pages PageHistory
+	now     func() time.Time
+	sink    HandoffSink
+	pages   PageHistory
+	archive PageArchive
 	// arriving counts the page recoveries running, by subnet and block
 	// (Arriving)
 	arrivingMu sync.Mutex
@@ -186,7 +190,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	p := &Peer{
 		cfg: cfg, log: log, h: h, tree: tree, snap: tree.ID(), sk: sk,
 		selfID: delegation.CrawlerID(h.ID().String()),
-		sink:   svc.Sink, pages: svc.Pages, snapshots: svc.Snapshots, measurer: svc.Measurer,
+		sink:   svc.Sink, pages: svc.Pages, archive: svc.Archive, snapshots: svc.Snapshots, measurer: svc.Measurer,
 		provideCh: make(chan hierarchy.NodeID, 4096),
 		now:       time.Now,
 		dialCh:    make(chan peer.ID, 256),
@@ -740,22 +744,26 @@ func (p *Peer) onGained(rec delegation.Record, prev delegation.CrawlerID, raw []
 }
 
 // recoverFrom pulls, in the background, the page history of subnet s —
-// only of host's block (delegation.BlockOf) when host is valid — from
-// prev, the crawler that crawled it, if prev is live and not this peer:
-// ownership of the subnet, or of the block (a block delegation made,
-// re-decided or dissolved), moved here from prev. raw, the sealed record
-// that moved it, goes with the request: prev learns the move from it and
-// finishes its own fetches of those hosts before it answers. Until the
-// history is in (or the recovery failed), Arriving reports those hosts,
-// so this crawler does not fetch a page prev is sending.
+// only of host's block (delegation.BlockOf) when host is valid — that prev,
+// the crawler that crawled it, kept: ownership of the subnet, or of the
+// block (a block delegation made, re-decided or dissolved), moved here
+// from prev. prev is asked itself (briefly if it is held dead); raw, the
+// sealed record that moved the hosts, goes with the request: prev learns
+// the move from it and finishes its own fetches of those hosts before it
+// answers. When prev does not answer, the archive (the index sink) is
+// asked for what prev delivered. Until the history is in (or both failed), Arriving
+// reports those hosts, so this crawler does not fetch a page it is
+// receiving.
 func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host netip.Addr, raw []byte) {
-	if prev == "" || prev == p.selfID || p.pages == nil || !p.members.IsLive(prev) {
+	if prev == "" || prev == p.selfID || p.pages == nil {
+		return
+	}
+	live := p.members.IsLive(prev)
+	if !live && p.archive == nil {
 		return
 	}
 	from, err := peer.Decode(string(prev))
-	if err != nil {
-		return
-	}
+	asked := err == nil
 	log := p.log.With("subnet", s, "from", prev)
 	var block netip.Prefix
 	if host.IsValid() {
@@ -765,14 +773,37 @@ func (p *Peer) recoverFrom(prev delegation.CrawlerID, s hierarchy.NodeID, host n
 	p.arrive(s, block, +1)
 	if !p.goBackground(func() {
 		defer p.arrive(s, block, -1)
-		n, err := p.recoverPagesWith(p.ctx, from, s, host, raw)
+		if asked {
+			// a crawler this peer holds dead is asked too, briefly: under
+			// load a live one is sometimes held dead, and only its own
+			// answer fences its fetches of the hosts that moved
+			open := p.cfg.RequestTimeout
+			if !live {
+				open /= 4
+			}
+			n, err := p.recoverPagesOpen(p.ctx, from, s, host, raw, open)
+			if err == nil {
+				log.Debug("overlay: pages received", "pages", n)
+				return
+			}
+			if p.ctx.Err() != nil {
+				return
+			}
+			if p.archive == nil {
+				log.Warn("overlay: page recovery failed", "err", err)
+				return
+			}
+			log.Debug("overlay: page recovery failed; asking the archive", "err", err, "live", live)
+		}
+		n, err := p.recoverArchived(p.ctx, s, block)
 		if err != nil {
 			if p.ctx.Err() == nil {
-				log.Warn("overlay: page recovery failed", "err", err)
+				log.Warn("overlay: page recovery from the archive failed", "err", err)
 			}
 			return
 		}
-		log.Debug("overlay: pages received", "pages", n)
+		// (rare: after a crash or a silent owner, worth a line)
+		log.Info("overlay: pages received from the archive", "pages", n)
 	}) {
 		p.arrive(s, block, -1)
 	}
@@ -812,6 +843,19 @@ func (p *Peer) Arriving(a netip.Addr) bool {
 		return true
 	}
 	return p.arriving[arrivingKey{s, delegation.BlockOf(a)}] > 0
+}
+
+// arrivingIn reports whether page history of subnet s — of block, when
+// valid; else of s or any block of it — is still being received.
+func (p *Peer) arrivingIn(s hierarchy.NodeID, block netip.Prefix) bool {
+	p.arrivingMu.Lock()
+	defer p.arrivingMu.Unlock()
+	for k, n := range p.arriving {
+		if n > 0 && k.subnet == s && (!k.block.IsValid() || !block.IsValid() || k.block == block) {
+			return true
+		}
+	}
+	return false
 }
 
 // runMaintenance provides holder records for owned subnets, reprovides them

@@ -25,6 +25,14 @@ type PageState struct {
 	LastFetch    time.Time
 	FetchTimes   []time.Duration
 	HTTPStatus   int
+	// Addr is the address the page's host was placed at, when known (the
+	// archive's answers; a peer's recovery answer does not carry it).
+	Addr netip.Addr
+	// Links are the page's out-links, from the archive: a page recovered
+	// from there is not fetched again, and the URLs only its dead crawler
+	// had queued are found again through them. A live owner hands its
+	// queued URLs over itself, so its answers carry none.
+	Links []string
 }
 
 // PageHistory is the crawler's per-page history (implemented by the node
@@ -39,6 +47,18 @@ type PageHistory interface {
 	// predates block recovery sends the whole subnet, and a subnet's old
 	// owner may still know pages of blocks that other crawlers own.
 	Import(ctx context.Context, s hierarchy.NodeID, pages []PageState) error
+}
+
+// PageArchive is where a subnet's page history outlives its crawlers: the
+// index sink, which keeps every record the crawlers delivered, each with
+// the address its host was placed at (implemented by the node package).
+// A subnet's new owner asks it when the previous owner is dead or does
+// not answer a recovery request.
+type PageArchive interface {
+	// Pages calls emit with the last known state of each page whose host
+	// was placed in the address range [first, last], in batches; it stops
+	// at emit's first error.
+	Pages(ctx context.Context, first, last netip.Addr, emit func([]PageState) error) error
 }
 
 // PageFence is implemented by a PageHistory whose crawler can finish its
@@ -57,6 +77,10 @@ type PageFence interface {
 // stands (a page fetched meanwhile may be fetched again: overlap, never a
 // loss).
 const fenceWait = 2
+
+// arrivalPoll is how often a history request waiting for this peer's own
+// recovery of the same hosts looks again.
+const arrivalPoll = 50 * time.Millisecond
 
 func toPagePB(ps PageState) *pb.PageState {
 	m := &pb.PageState{Url: ps.URL, Etag: ps.ETag, LastModified: ps.LastModified, ContentHash: ps.ContentHash, HttpStatus: uint32(ps.HTTPStatus)}
@@ -184,6 +208,17 @@ func (p *Peer) handleRecover(s network.Stream) {
 		}
 		fcancel()
 	}
+	// this peer may itself still be receiving these hosts' history (from
+	// the crawler before it, or the archive): what it sends includes it
+	// (the keep-alives run meanwhile)
+	wctx, wcancel := context.WithTimeout(ctx, fenceWait*rt)
+	for p.arrivingIn(sub, block) && wctx.Err() == nil {
+		select {
+		case <-wctx.Done():
+		case <-time.After(arrivalPoll):
+		}
+	}
+	wcancel()
 	frame := &pb.RecoverFrame{Version: wireVersion}
 	err := p.pages.History(ctx, sub, block, func(ps PageState) error {
 		frame.Pages = append(frame.Pages, toPagePB(ps))
@@ -229,6 +264,12 @@ func (p *Peer) RecoverBlock(ctx context.Context, from peer.ID, s hierarchy.NodeI
 // record, if any, is the sealed record that moved the pages here, sent
 // along so that from learns the move and stops first (PageFence).
 func (p *Peer) recoverPagesWith(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr, record []byte) (n int, err error) {
+	return p.recoverPagesOpen(ctx, from, s, blockHost, record, p.cfg.RequestTimeout)
+}
+
+// recoverPagesOpen is recoverPagesWith with open bounding the stream's
+// opening (dial and protocol negotiation).
+func (p *Peer) recoverPagesOpen(ctx context.Context, from peer.ID, s hierarchy.NodeID, blockHost netip.Addr, record []byte, open time.Duration) (n int, err error) {
 	if p.pages == nil {
 		return 0, fmt.Errorf("%s: this peer keeps no page history", ProtoRecover)
 	}
@@ -236,7 +277,7 @@ func (p *Peer) recoverPagesWith(ctx context.Context, from peer.ID, s hierarchy.N
 	ctx, cancel := context.WithTimeout(ctx, recoverBudget*rt)
 	defer cancel()
 	end, _ := ctx.Deadline()
-	octx, ocancel := context.WithTimeout(ctx, rt) // dial and protocol negotiation
+	octx, ocancel := context.WithTimeout(ctx, open) // dial and protocol negotiation
 	str, err := p.h.NewStream(octx, from, ProtoRecover)
 	ocancel()
 	if err != nil {
@@ -312,4 +353,75 @@ func (p *Peer) learnMove(s hierarchy.NodeID, blockHost []byte, raw []byte, reque
 	}
 	p.dir.merge(rec, sum, raw)
 	return nil
+}
+
+// recoverArchived pulls the page history of subnet s (of block, when valid)
+// from the archive and imports it: the previous owner is dead, or did not
+// answer. What the archive lacks is what that owner had not delivered yet
+// (its outbox): those pages are fetched again.
+func (p *Peer) recoverArchived(ctx context.Context, s hierarchy.NodeID, block netip.Prefix) (int, error) {
+	first, last, ok := p.rangeOf(s, block)
+	if !ok {
+		return 0, fmt.Errorf("overlay: subnet %d (block %v) has no address range", s, block)
+	}
+	ctx, cancel := context.WithTimeout(ctx, recoverBudget*p.cfg.RequestTimeout)
+	defer cancel()
+	n := 0
+	err := p.archive.Pages(ctx, first, last, func(pages []PageState) error {
+		// the range holds s's sub-subnets too: their pages are not s's
+		mine := pages[:0:0]
+		for _, ps := range pages {
+			if !ps.Addr.IsValid() || p.tree.SmallestNonUnary(ps.Addr) == s {
+				mine = append(mine, ps)
+			}
+		}
+		if len(mine) == 0 {
+			return nil
+		}
+		if err := p.pages.Import(ctx, s, mine); err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		n += len(mine)
+		return nil
+	})
+	p.metrics.pagesArchived.Add(float64(n))
+	if err != nil {
+		return n, fmt.Errorf("overlay: page history of subnet %d from the archive, after %d pages: %w", s, n, err)
+	}
+	return n, nil
+}
+
+// rangeOf is the address range of subnet s, within block when valid.
+func (p *Peer) rangeOf(s hierarchy.NodeID, block netip.Prefix) (first, last netip.Addr, ok bool) {
+	if s == hierarchy.Root || int(s) >= p.tree.Len() {
+		return first, last, false
+	}
+	n := p.tree.Node(s)
+	first, last = n.Start, n.End
+	if !first.IsValid() || !last.IsValid() {
+		return first, last, false
+	}
+	if block.IsValid() {
+		bf, bl := block.Masked().Addr(), lastOf(block)
+		if bf.Is4() != first.Is4() || bl.Less(first) || last.Less(bf) {
+			return first, last, false
+		}
+		if first.Less(bf) {
+			first = bf
+		}
+		if bl.Less(last) {
+			last = bl
+		}
+	}
+	return first, last, true
+}
+
+// lastOf is the last address of prefix b.
+func lastOf(b netip.Prefix) netip.Addr {
+	a := b.Masked().Addr().AsSlice()
+	for i := b.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	l, _ := netip.AddrFromSlice(a)
+	return l
 }

@@ -72,7 +72,9 @@ func TestTestnetRun(t *testing.T) {
 // SIGKILLed mid-crawl; the crawl still completes with every page at the
 // sink (its subnets re-delegated, the URLs handed to it re-routed by their
 // senders' ledgers), and the testnet stops cleanly around the dead node.
-// The pages fetched twice are reported, not asserted (issue 22's bound).
+// What it had delivered is recovered from the sink, so the sink's overlap
+// stays within 1 %; the pages fetched twice at the web (its undelivered
+// outbox) are reported.
 func TestTestnetRunKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a testnet")
@@ -95,6 +97,11 @@ func TestTestnetRunKill(t *testing.T) {
 	}
 	if !r.Complete || r.Pages != r.TotalPages {
 		t.Errorf("after a crash: %d of %d pages at the sink (complete %v), want all", r.Pages, r.TotalPages, r.Complete)
+	}
+	// the killed node's delivered pages are recovered from the sink, not
+	// fetched again: at most 1 % of the pages reach the sink twice
+	if r.Overlap*100 > int64(r.Pages) {
+		t.Errorf("overlap %d records at the sink: more than 1 %% of %d pages", r.Overlap, r.Pages)
 	}
 	t.Logf("overlap %d records at the sink, %d pages fetched twice at the web, of %d\n%s", r.Overlap, r.DuplicateFetches, r.Pages, stderr.String())
 }

@@ -3,6 +3,7 @@ package pack
 import (
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -38,6 +39,7 @@ type RecordJSON struct {
 	Flags        []string      `json:"flags,omitempty"`
 	Error        string        `json:"error,omitempty"`
 	Links        []string      `json:"links,omitempty"`
+	Addr         string        `json:"addr,omitempty"`
 }
 
 // KeywordJSON is a keyword in RecordJSON.
@@ -61,8 +63,15 @@ func (r *Record) JSON(carrier string) RecordJSON {
 		Title: r.Title, Lang: r.Lang, Keywords: kw, OutLinks: r.OutLinks,
 		ContentHash: hex.EncodeToString(r.ContentHash[:]), SimHash: fmt.Sprintf("%016x", r.SimHash),
 		ETag: r.ETag, LastModified: r.LastModified, CrawlerID: r.CrawlerID, Flags: flagNames(r.Flags), Error: r.Error,
-		Links: r.Links,
+		Links: r.Links, Addr: addrString(r.Addr),
 	}
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -21,6 +22,12 @@ const RecordVersion = 1
 // out-links (Record.Links): version 1 followed by them. A record without
 // links is written as version 1, so readers that predate links read it.
 const recordVersionLinks = 2
+
+// recordVersionAddr is the encoding of a record that carries the address
+// its host was placed at (Record.Addr): version 2 (its link count may be
+// 0) followed by the address, 4 or 16 bytes after their count. A record
+// without an address is written as version 1 or 2, as before.
+const recordVersionAddr = 3
 
 // Source says how the page was obtained.
 type Source uint8
@@ -111,13 +118,22 @@ type Record struct {
 	// ships them (crawl.Config.ShipLinks): an indexer builds the link
 	// graph from them. They count in the carrier bytes.
 	Links []string
+	// Addr is the address the host was placed at when it was fetched: the
+	// one delegation placed it by (a loopback testnet maps each host to the
+	// address it emulates). The sink indexes pages by it, so a subnet's new
+	// owner recovers the subnet's page history (docs/sink.md). Zero for
+	// file-system reads and crawls without delegation.
+	Addr netip.Addr
 }
 
 // AppendBinary appends the versioned binary encoding of r to b.
 func (r *Record) AppendBinary(b []byte) []byte {
-	if len(r.Links) > 0 {
+	switch {
+	case r.Addr.IsValid():
+		b = binary.AppendUvarint(b, recordVersionAddr)
+	case len(r.Links) > 0:
 		b = binary.AppendUvarint(b, recordVersionLinks)
-	} else {
+	default:
 		b = binary.AppendUvarint(b, RecordVersion)
 	}
 	b = appendString(b, r.URL)
@@ -147,11 +163,16 @@ func (r *Record) AppendBinary(b []byte) []byte {
 	b = appendString(b, r.LastModified)
 	b = appendString(b, r.CrawlerID)
 	b = appendString(b, r.Error)
-	if len(r.Links) > 0 {
+	if len(r.Links) > 0 || r.Addr.IsValid() {
 		b = binary.AppendUvarint(b, uint64(len(r.Links)))
 		for _, l := range r.Links {
 			b = appendString(b, l)
 		}
+	}
+	if r.Addr.IsValid() {
+		a := r.Addr.Unmap().AsSlice()
+		b = append(b, byte(len(a)))
+		b = append(b, a...)
 	}
 	return b
 }
@@ -163,8 +184,8 @@ func (r *Record) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil), n
 func (r *Record) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
 	v := d.uvarint()
-	if d.err == nil && v != RecordVersion && v != recordVersionLinks {
-		return fmt.Errorf("pack: record version %d not supported (want %d or %d)", v, RecordVersion, recordVersionLinks)
+	if d.err == nil && v != RecordVersion && v != recordVersionLinks && v != recordVersionAddr {
+		return fmt.Errorf("pack: record version %d not supported (want %d to %d)", v, RecordVersion, recordVersionAddr)
 	}
 	*r = Record{}
 	r.URL = d.string()
@@ -202,14 +223,25 @@ func (r *Record) UnmarshalBinary(b []byte) error {
 	r.LastModified = d.string()
 	r.CrawlerID = d.string()
 	r.Error = d.string()
-	if v == recordVersionLinks {
+	if v >= recordVersionLinks {
 		n := d.uvarint()
 		if n > uint64(len(d.b)) { // each link takes at least a byte
 			return errors.New("pack: record link count exceeds record size")
 		}
-		r.Links = make([]string, n)
-		for i := range r.Links {
-			r.Links[i] = d.string()
+		if n > 0 {
+			r.Links = make([]string, n)
+			for i := range r.Links {
+				r.Links[i] = d.string()
+			}
+		}
+	}
+	if v >= recordVersionAddr {
+		n := d.byte()
+		if d.err == nil && n != 4 && n != 16 {
+			return fmt.Errorf("pack: decode record: address of %d bytes", n)
+		}
+		if a, ok := netip.AddrFromSlice(d.bytes(int(n))); ok {
+			r.Addr = a
 		}
 	}
 	if d.err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,5 +152,29 @@ func TestRecordLinksRoundTrip(t *testing.T) {
 	plain := (&Record{URL: "http://a/"}).AppendBinary(nil)
 	if plain[0] != RecordVersion {
 		t.Fatalf("a record without links is version %d", plain[0])
+	}
+}
+
+// A record with an address is written as version 3, with or without
+// links, and read back; a bad address length is refused with a reason.
+func TestRecordAddrRoundTrip(t *testing.T) {
+	for _, r := range []Record{
+		{URL: "http://a/", Addr: netip.MustParseAddr("192.0.2.7")},
+		{URL: "http://a/", Addr: netip.MustParseAddr("2001:db8::1"), Links: []string{"http://a/b"}},
+	} {
+		b := r.AppendBinary(nil)
+		var got Record
+		if err := got.UnmarshalBinary(b); err != nil || got.Addr != r.Addr || len(got.Links) != len(r.Links) || b[0] != recordVersionAddr {
+			t.Fatalf("%v: %v %+v (version %d)", r.Addr, err, got, b[0])
+		}
+		if j := r.JSON("c"); j.Addr != r.Addr.String() {
+			t.Fatalf("JSON addr %q", j.Addr)
+		}
+	}
+	b := (&Record{URL: "http://a/", Addr: netip.MustParseAddr("192.0.2.7")}).AppendBinary(nil)
+	b[len(b)-5] = 5 // the address's length byte
+	var got Record
+	if err := got.UnmarshalBinary(b); err == nil || !strings.Contains(err.Error(), "address of 5 bytes") {
+		t.Fatalf("bad address length: %v", err)
 	}
 }

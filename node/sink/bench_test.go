@@ -2,6 +2,7 @@ package sink
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -10,7 +11,14 @@ import (
 
 // BenchmarkCommit commits carriers of 1,000 records (fsync'd), reporting
 // records/s; `micra bench sink` sets the whole path beside its reference.
+// placed: the records carry their host's address, which the sink also
+// indexes (placed.go), beside plain, the same records without.
 func BenchmarkCommit(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchCommit(b, false) })
+	b.Run("placed", func(b *testing.B) { benchCommit(b, true) })
+}
+
+func benchCommit(b *testing.B, placed bool) {
 	s, err := Open(Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -27,6 +35,9 @@ func BenchmarkCommit(b *testing.B) {
 			}
 			recs[j] = pack.Record{URL: fmt.Sprintf("http://h%d.example/%d/%d", j%97, c, j), Status: 200, Change: pack.ChangeNew,
 				FetchedAt: time.Now(), CrawlerID: "c", Title: "a page title", Keywords: kw}
+			if placed {
+				recs[j].Addr = netip.AddrFrom4([4]byte{192, 0, byte(j % 97), 1})
+			}
 		}
 		cars[c] = pack.EncodeCarrier("c", uint64(c), time.Now(), recs).Data
 	}

@@ -29,7 +29,7 @@ const wireVersion = 2
 // default plus the framing.
 const maxPushMsg = 8<<20 + 1<<10
 
-// Server answers ProtoCarrier on a libp2p host: the sender's identity is
+// Server answers ProtoCarrier and ProtoPages on a libp2p host: the sender's identity is
 // the peer the stream comes from (authenticated by the libp2p handshake),
 // and it must be the carrier's crawler.
 type Server struct {
@@ -50,9 +50,12 @@ type Server struct {
 	Logger     *slog.Logger
 
 	waiting chan struct{}
+	queries chan struct{} // page queries running (ProtoPages)
 }
 
-// Register installs the protocol handler on h.
+// Register installs the protocol handlers on h: carriers in
+// (ProtoCarrier), and page queries (ProtoPages, recover.go) under the same
+// admission.
 func (s *Server) Register(h host.Host) {
 	if s.Timeout <= 0 {
 		s.Timeout = 30 * time.Second
@@ -64,7 +67,9 @@ func (s *Server) Register(h host.Host) {
 		s.Logger = slog.Default()
 	}
 	s.waiting = make(chan struct{}, s.MaxWaiting)
+	s.queries = make(chan struct{}, maxQueries)
 	h.SetStreamHandler(ProtoCarrier, s.handle)
+	h.SetStreamHandler(ProtoPages, s.handlePages)
 }
 
 func (s *Server) handle(st network.Stream) {

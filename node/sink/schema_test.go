@@ -3,6 +3,7 @@ package sink
 import (
 	"encoding/json"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"testing"
@@ -29,7 +30,8 @@ func TestRecordSchemaMatches(t *testing.T) {
 	full := Entry{Seq: 7, Carrier: "c-1", IngestedAt: time.Now(), Overlap: true, Record: pack.Record{
 		URL: "http://a/", FinalURL: "http://a/b", Status: 200, Change: pack.ChangeNew, FetchedAt: time.Now(),
 		ContentType: "text/html", Title: "t", Lang: "en", Keywords: []pack.Keyword{{Term: "x", Weight: 1}},
-		ETag: `"e"`, LastModified: "yesterday", CrawlerID: "c", Flags: pack.FlagNoIndex, Error: "gone", Links: []string{"http://a/c"}}}
+		ETag: `"e"`, LastModified: "yesterday", CrawlerID: "c", Flags: pack.FlagNoIndex, Error: "gone", Links: []string{"http://a/c"},
+		Addr: netip.MustParseAddr("192.0.2.1")}}
 	var got map[string]any
 	out, _ := json.Marshal(StreamEntry(&full))
 	if err := json.Unmarshal(out, &got); err != nil {

@@ -1,8 +1,10 @@
 // Package sink owns micra's index sink, the one central piece the design
 // allows (UCYMicra's coordinator database): it receives the crawlers'
 // carriers over the libp2p protocol /micra/carrier/1 (or from .mcar files),
-// commits their records durably and idempotently into a change log, and
-// serves that log to indexers as resumable streams.
+// commits their records durably and idempotently into a change log,
+// serves that log to indexers as resumable streams, and answers crawlers'
+// page-recovery queries from its index of pages by address (placed.go,
+// /micra/pages/1).
 //
 // The store is a Badger database. Every committed record gets the next
 // sequence number of the change log; a carrier is committed in one
@@ -39,6 +41,7 @@ import (
 //	sk/<crawler>              per crawler               → CrawlerCounts
 //	sm/next                   next log sequence         → uint64
 //	sm/counts                 totals                    → Counts
+//	sa/<addr16><id16>         pages by placed address (placed.go)
 var (
 	pLog     = []byte("sl/")
 	pCarrier = []byte("sc/")
@@ -546,7 +549,8 @@ func (s *Store) commitGroup(group []*prepared) error {
 			c := s.pages.intern(p.h.CrawlerID)
 			for i := range p.recs {
 				r := &p.recs[i]
-				prev, overlap := s.pages.record(pages, pageIDOf(r.URL), c, next)
+				id := pageIDOf(r.URL)
+				prev, overlap := s.pages.record(pages, id, c, next)
 				if prev == 0 {
 					counts.Pages++
 				}
@@ -559,6 +563,11 @@ func (s *Store) commitGroup(group []*prepared) error {
 				addBytes += int64(len(v))
 				if err := txn.Set(logKey(next), v); err != nil {
 					return err
+				}
+				if r.Addr.IsValid() {
+					if err := txn.Set(placedKey(r.Addr.Unmap(), id), nil); err != nil {
+						return err
+					}
 				}
 				next++
 			}

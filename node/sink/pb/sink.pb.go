@@ -414,6 +414,332 @@ func (x *RecordFrame) GetError() string {
 	return ""
 }
 
+// PagesRequest asks on /micra/pages/1 for the latest state of the pages
+// whose host a crawler placed in the address range [first, last] (4 or 16
+// bytes each, one family): a subnet's or a block's page history, for the
+// crawler that owns it now (page recovery). The answer is one page of at
+// most `limit` pages in address order; `after` is the previous answer's
+// `next` (empty: from the start of the range).
+type PagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	First         []byte                 `protobuf:"bytes,2,opt,name=first,proto3" json:"first,omitempty"`
+	Last          []byte                 `protobuf:"bytes,3,opt,name=last,proto3" json:"last,omitempty"`
+	After         []byte                 `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PagesRequest) Reset() {
+	*x = PagesRequest{}
+	mi := &file_sink_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PagesRequest) ProtoMessage() {}
+
+func (x *PagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PagesRequest.ProtoReflect.Descriptor instead.
+func (*PagesRequest) Descriptor() ([]byte, []int) {
+	return file_sink_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PagesRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PagesRequest) GetFirst() []byte {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *PagesRequest) GetLast() []byte {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *PagesRequest) GetAfter() []byte {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *PagesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// PageState is what the sink knows of a page from its latest record: what
+// a crawler needs to revisit it with a conditional GET and to skip it if
+// it was fetched already.
+type PageState struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Url             string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	FinalUrl        string                 `protobuf:"bytes,2,opt,name=final_url,json=finalUrl,proto3" json:"final_url,omitempty"` // where its redirects led, if elsewhere
+	Status          uint32                 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	Etag            string                 `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
+	LastModified    string                 `protobuf:"bytes,5,opt,name=last_modified,json=lastModified,proto3" json:"last_modified,omitempty"`
+	ContentHash     []byte                 `protobuf:"bytes,6,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
+	FetchedUnixNano int64                  `protobuf:"varint,7,opt,name=fetched_unix_nano,json=fetchedUnixNano,proto3" json:"fetched_unix_nano,omitempty"`
+	TotalNs         int64                  `protobuf:"varint,8,opt,name=total_ns,json=totalNs,proto3" json:"total_ns,omitempty"` // the fetch's total time
+	Addr            []byte                 `protobuf:"bytes,9,opt,name=addr,proto3" json:"addr,omitempty"`                       // where the crawler placed its host
+	Seq             uint64                 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`                       // its latest record in the change log
+	Crawler         string                 `protobuf:"bytes,11,opt,name=crawler,proto3" json:"crawler,omitempty"`                // who delivered that record
+	// Its out-links as the record shipped them (a crawler's ship_links),
+	// the count of links the page had, and whether the page said nofollow:
+	// a recovered page is not fetched again, so the URLs its crawler had
+	// queued are found again through its links.
+	Links         []string `protobuf:"bytes,12,rep,name=links,proto3" json:"links,omitempty"`
+	Outlinks      uint32   `protobuf:"varint,13,opt,name=outlinks,proto3" json:"outlinks,omitempty"`
+	Nofollow      bool     `protobuf:"varint,14,opt,name=nofollow,proto3" json:"nofollow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PageState) Reset() {
+	*x = PageState{}
+	mi := &file_sink_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PageState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PageState) ProtoMessage() {}
+
+func (x *PageState) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PageState.ProtoReflect.Descriptor instead.
+func (*PageState) Descriptor() ([]byte, []int) {
+	return file_sink_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PageState) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PageState) GetFinalUrl() string {
+	if x != nil {
+		return x.FinalUrl
+	}
+	return ""
+}
+
+func (x *PageState) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *PageState) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *PageState) GetLastModified() string {
+	if x != nil {
+		return x.LastModified
+	}
+	return ""
+}
+
+func (x *PageState) GetContentHash() []byte {
+	if x != nil {
+		return x.ContentHash
+	}
+	return nil
+}
+
+func (x *PageState) GetFetchedUnixNano() int64 {
+	if x != nil {
+		return x.FetchedUnixNano
+	}
+	return 0
+}
+
+func (x *PageState) GetTotalNs() int64 {
+	if x != nil {
+		return x.TotalNs
+	}
+	return 0
+}
+
+func (x *PageState) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
+func (x *PageState) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PageState) GetCrawler() string {
+	if x != nil {
+		return x.Crawler
+	}
+	return ""
+}
+
+func (x *PageState) GetLinks() []string {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *PageState) GetOutlinks() uint32 {
+	if x != nil {
+		return x.Outlinks
+	}
+	return 0
+}
+
+func (x *PageState) GetNofollow() bool {
+	if x != nil {
+		return x.Nofollow
+	}
+	return false
+}
+
+// PagesAnswer answers a PagesRequest. Any status but OK ends the query
+// with a reason: MALFORMED for a bad request (not retried), NOT_MEMBER or
+// REFUSED for a requester the sink does not admit, UNAVAILABLE when too
+// many queries run. `next` continues the query; `done` says the range
+// holds nothing past this page.
+type PagesAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Status        Status                 `protobuf:"varint,2,opt,name=status,proto3,enum=micra.sink.Status" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Pages         []*PageState           `protobuf:"bytes,4,rep,name=pages,proto3" json:"pages,omitempty"`
+	Next          []byte                 `protobuf:"bytes,5,opt,name=next,proto3" json:"next,omitempty"`
+	Done          bool                   `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PagesAnswer) Reset() {
+	*x = PagesAnswer{}
+	mi := &file_sink_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PagesAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PagesAnswer) ProtoMessage() {}
+
+func (x *PagesAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_sink_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PagesAnswer.ProtoReflect.Descriptor instead.
+func (*PagesAnswer) Descriptor() ([]byte, []int) {
+	return file_sink_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PagesAnswer) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PagesAnswer) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *PagesAnswer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PagesAnswer) GetPages() []*PageState {
+	if x != nil {
+		return x.Pages
+	}
+	return nil
+}
+
+func (x *PagesAnswer) GetNext() []byte {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *PagesAnswer) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 var File_sink_proto protoreflect.FileDescriptor
 
 const file_sink_proto_rawDesc = "" +
@@ -445,7 +771,36 @@ const file_sink_proto_rawDesc = "" +
 	"\vRecordFrame\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06record\x18\x02 \x01(\fR\x06record\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error*|\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"~\n" +
+	"\fPagesRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
+	"\x05first\x18\x02 \x01(\fR\x05first\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\fR\x04last\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\fR\x05after\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"\x83\x03\n" +
+	"\tPageState\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1b\n" +
+	"\tfinal_url\x18\x02 \x01(\tR\bfinalUrl\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\rR\x06status\x12\x12\n" +
+	"\x04etag\x18\x04 \x01(\tR\x04etag\x12#\n" +
+	"\rlast_modified\x18\x05 \x01(\tR\flastModified\x12!\n" +
+	"\fcontent_hash\x18\x06 \x01(\fR\vcontentHash\x12*\n" +
+	"\x11fetched_unix_nano\x18\a \x01(\x03R\x0ffetchedUnixNano\x12\x19\n" +
+	"\btotal_ns\x18\b \x01(\x03R\atotalNs\x12\x12\n" +
+	"\x04addr\x18\t \x01(\fR\x04addr\x12\x10\n" +
+	"\x03seq\x18\n" +
+	" \x01(\x04R\x03seq\x12\x18\n" +
+	"\acrawler\x18\v \x01(\tR\acrawler\x12\x14\n" +
+	"\x05links\x18\f \x03(\tR\x05links\x12\x1a\n" +
+	"\boutlinks\x18\r \x01(\rR\boutlinks\x12\x1a\n" +
+	"\bnofollow\x18\x0e \x01(\bR\bnofollow\"\xc0\x01\n" +
+	"\vPagesAnswer\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12*\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x12.micra.sink.StatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12+\n" +
+	"\x05pages\x18\x04 \x03(\v2\x15.micra.sink.PageStateR\x05pages\x12\x12\n" +
+	"\x04next\x18\x05 \x01(\fR\x04next\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done*|\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\r\n" +
@@ -470,21 +825,26 @@ func file_sink_proto_rawDescGZIP() []byte {
 }
 
 var file_sink_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_sink_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_sink_proto_goTypes = []any{
 	(Status)(0),              // 0: micra.sink.Status
 	(*CarrierPush)(nil),      // 1: micra.sink.CarrierPush
 	(*CarrierAck)(nil),       // 2: micra.sink.CarrierAck
 	(*SubscribeRequest)(nil), // 3: micra.sink.SubscribeRequest
 	(*RecordFrame)(nil),      // 4: micra.sink.RecordFrame
+	(*PagesRequest)(nil),     // 5: micra.sink.PagesRequest
+	(*PageState)(nil),        // 6: micra.sink.PageState
+	(*PagesAnswer)(nil),      // 7: micra.sink.PagesAnswer
 }
 var file_sink_proto_depIdxs = []int32{
 	0, // 0: micra.sink.CarrierAck.status:type_name -> micra.sink.Status
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // 1: micra.sink.PagesAnswer.status:type_name -> micra.sink.Status
+	6, // 2: micra.sink.PagesAnswer.pages:type_name -> micra.sink.PageState
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_sink_proto_init() }
@@ -498,7 +858,7 @@ func file_sink_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sink_proto_rawDesc), len(file_sink_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
