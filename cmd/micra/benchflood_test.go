@@ -32,6 +32,7 @@ func TestBenchFlood(t *testing.T) {
 				t.Fatal(err)
 			}
 			a, v := r.Attack, r.Victim
+			t.Logf("RSS idle %.1f MB, flood peak %.1f MB (%.2f×); attack %+v; victim %+v", r.Idle.MeanMB, r.Flood.PeakMB, r.PeakRatio, a, v)
 			if !r.VictimAlive || r.Idle.Samples == 0 || r.Flood.Samples == 0 || r.PeakRatio <= 0 {
 				t.Fatalf("alive %v, idle %+v, flood %+v", r.VictimAlive, r.Idle, r.Flood)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,15 +209,21 @@ const (
 	handoffURLBytes = 1000
 )
 
-// Handoffs sends maximal /micra/handoff/1 messages from workers streams
-// at once, each as soon as the previous one is answered, with new URLs
-// each time (the victim's seen-set drops none), until ctx ends.
-func (a *Attacker) Handoffs(ctx context.Context, workers int) {
+// HandoffAddr is the address of worker w's hand-offs: its URLs' hosts
+// are in its /24.
+func HandoffAddr(w int) netip.Addr { return netip.AddrFrom4([4]byte{127, 66, byte(w), 1}) }
+
+// Handoffs sends maximal /micra/handoff/1 messages from one stream per
+// subnets entry at once (worker w's URLs on HandoffAddr(w)'s hosts, in
+// subnets[w], the victim's subnet of that address), each as soon as the
+// previous one is answered, with new URLs each time (the victim's seen-set
+// drops none), until ctx ends.
+func (a *Attacker) Handoffs(ctx context.Context, subnets []uint32) {
 	var wg sync.WaitGroup
-	for w := range workers {
+	for w, s := range subnets {
 		wg.Go(func() {
 			for msg := 0; ctx.Err() == nil; msg++ {
-				a.handoff(ctx, handoffRequest(a.snap, w, msg))
+				a.handoff(ctx, handoffRequest(a.snap, s, w, msg))
 			}
 		})
 	}
@@ -224,9 +231,9 @@ func (a *Attacker) Handoffs(ctx context.Context, workers int) {
 }
 
 // handoffRequest is worker w's msg-th message: one batch of 4096 URLs on
-// 16 hosts of 127.66.w.0/24.
-func handoffRequest(snap hierarchy.SnapshotID, w, msg int) *pb.HandoffRequest {
-	b := &pb.HandoffBatch{Subnet: uint32(1 + w), Addr: []byte{127, 66, byte(w), 1}}
+// 16 hosts of HandoffAddr(w)'s /24, in subnet s.
+func handoffRequest(snap hierarchy.SnapshotID, s uint32, w, msg int) *pb.HandoffRequest {
+	b := &pb.HandoffBatch{Subnet: s, Addr: HandoffAddr(w).AsSlice()}
 	pad := strings.Repeat("x", handoffURLBytes)
 	for i := range handoffURLs {
 		u := fmt.Sprintf("http://127.66.%d.%d/flood/%d/%d/", byte(w), 1+i%16, msg, i)

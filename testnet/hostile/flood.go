@@ -150,6 +150,12 @@ func RunFlood(ctx context.Context, o Options) (r Report, err error) {
 	}
 	r.Idle = idle.end()
 
+	// each hand-off worker states the subnet of its URLs' hosts, as the
+	// victim's hierarchy has it (one public snapshot: the attacker has it)
+	subnets, err := handoffSubnets(ctx, v, o.HandoffStreams)
+	if err != nil {
+		return r, err
+	}
 	a, err := NewAttacker(ctx, v.Info, v.Snap)
 	if err != nil {
 		return r, err
@@ -164,7 +170,7 @@ func RunFlood(ctx context.Context, o Options) (r Report, err error) {
 	var wg sync.WaitGroup
 	var idErr error
 	wg.Go(func() { idErr = a.Identities(actx, o.Identities) })
-	wg.Go(func() { a.Handoffs(actx, o.HandoffStreams) })
+	wg.Go(func() { a.Handoffs(actx, subnets) })
 	wg.Go(func() { a.Streams(actx, o.StreamsPerProtocol) })
 	<-actx.Done()
 	r.LoadAvg[1] = loadAvg()
@@ -196,6 +202,32 @@ func RunFlood(ctx context.Context, o Options) (r Report, err error) {
 	fmt.Fprintf(o.Log, "flood RSS peak %.1f MB (%.2f× idle), mean %.1f MB; %d heartbeats, %d hand-offs, %d streams sent\n",
 		r.Flood.PeakMB, r.PeakRatio, r.Flood.MeanMB, r.Attack.Heartbeats, r.Attack.HandoffMsgs, r.Attack.StreamsOpened)
 	return r, nil
+}
+
+// handoffSubnets asks the victim's control API for the subnet of each
+// hand-off worker's address.
+func handoffSubnets(ctx context.Context, v *Victim, workers int) ([]uint32, error) {
+	addrs := make([]string, workers)
+	for w := range addrs {
+		addrs[w] = HandoffAddr(w).String()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	owners, err := v.API.Owners(sctx, addrs, false, false)
+	if err != nil {
+		return nil, fmt.Errorf("hostile: the subnets of the hand-offs' hosts: %w", err)
+	}
+	if len(owners) != workers {
+		return nil, fmt.Errorf("hostile: asked the subnets of %d addresses, got %d", workers, len(owners))
+	}
+	out := make([]uint32, workers)
+	for w, o := range owners {
+		if o.Subnet == 0 {
+			return nil, fmt.Errorf("hostile: %s is in no subnet of the victim's hierarchy", addrs[w])
+		}
+		out[w] = o.Subnet
+	}
+	return out, nil
 }
 
 // victimCounts reads the victim's status and metrics.

@@ -99,7 +99,7 @@ func TestAttackerRefusesNonLoopback(t *testing.T) {
 // A maximal hand-off is what the victim's limits allow at most: 4096 URLs
 // of at most 8 KiB, 4 MiB in all.
 func TestHandoffRequestMaximal(t *testing.T) {
-	req := handoffRequest(hierarchy.SnapshotID{}, 3, 7)
+	req := handoffRequest(hierarchy.SnapshotID{}, 9, 3, 7)
 	urls := req.Batches[0].Urls
 	if len(urls) != 4096 {
 		t.Fatalf("%d URLs", len(urls))
@@ -114,7 +114,7 @@ func TestHandoffRequestMaximal(t *testing.T) {
 	if size := proto.Size(req); size > 4<<20-64<<10 || size < 4<<20-128<<10 {
 		t.Fatalf("request of %d bytes: want just under the receiver's 4 MiB less its margin", size)
 	}
-	if string(handoffRequest(hierarchy.SnapshotID{}, 3, 8).Batches[0].Urls[0]) == urls[0] {
+	if string(handoffRequest(hierarchy.SnapshotID{}, 9, 3, 8).Batches[0].Urls[0]) == urls[0] {
 		t.Fatal("the next message repeats the URLs (the seen-set would drop them)")
 	}
 }
