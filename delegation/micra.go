@@ -102,6 +102,9 @@ type micraChooser struct {
 	nbrs   [][]uint32
 	nbFor  []uint64
 	locGen uint64
+	// noRoom, during a decision with BalanceSecondBest, reports crawlers
+	// without room for the subnet: they are not candidates (nil: all are)
+	noRoom func(ci uint32) bool
 
 	geoCC  string               // country of geoRow
 	geoRow []float64            // by crawler index: distance feature to geoCC
