@@ -35,12 +35,30 @@ func (m *micraChooser) roomFilter(e *engine, s hierarchy.NodeID) func(ci uint32)
 	}
 	pages := e.loads.Pages(s) + extra
 	owner, owned := e.loads.Owner(s)
+	// answers are kept for the decision (loads move only after it): a
+	// crawler met again, as a neighbour or in the walk, costs no lookup
+	m.roomEpoch++
+	if m.roomEpoch == 0 {
+		clear(m.roomMark)
+		m.roomEpoch = 1
+	}
+	epoch := m.roomEpoch
 	return func(ci uint32) bool {
-		c := m.crawler.ids[ci]
-		if owned && c == owner {
-			return !e.hasRoom(c, extra)
+		for int(ci) >= len(m.roomMark) {
+			m.roomMark = append(m.roomMark, 0)
+			m.roomFull = append(m.roomFull, false)
 		}
-		return !e.hasRoom(c, pages)
+		if m.roomMark[ci] == epoch {
+			return m.roomFull[ci]
+		}
+		c := m.crawler.ids[ci]
+		need := pages
+		if owned && c == owner {
+			need = extra
+		}
+		full := !e.hasRoom(c, need)
+		m.roomMark[ci], m.roomFull[ci] = epoch, full
+		return full
 	}
 }
 
@@ -500,7 +518,7 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			}
 			var fresh []CrawlerID
 			for _, c := range holders {
-				if _, done := asked[c]; !done && e.live(c) && (m.noRoom == nil || !m.noRoom(m.crawler.id(c))) {
+				if _, done := asked[c]; !done && e.live(c) {
 					fresh = append(fresh, c)
 				}
 			}
@@ -513,6 +531,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				if budget == 0 {
 					d.Steps = append(d.Steps, ws)
 					break walk
+				}
+				if m.noRoom != nil && m.noRoom(m.crawler.id(c)) {
+					continue // (checked here: a level can hold thousands)
 				}
 				budget--
 				asked[c] = struct{}{}

@@ -402,7 +402,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile (in-use and allocated) at the end of the run to this file")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms)")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk")
 	return cmd
 }
 
@@ -473,7 +473,7 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 		// values MicraConfig would quietly replace by its default, cut or
 		// turn off are refused: the run must be the one asked for
 		switch k {
-		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts":
+		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts", "walk":
 			if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
 				return m, fmt.Errorf("--micra %s=%v: want a whole number", k, x)
 			}
@@ -486,6 +486,10 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 		case "neighbours":
 			if x == 0 || x > 8 {
 				return m, fmt.Errorf("--micra neighbours=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", x)
+			}
+		case "walk":
+			if x == 0 {
+				return m, fmt.Errorf("--micra walk=0: want probes above 0, or a negative number for no walk (leave the key out for the default)")
 			}
 		case "maxcontexts":
 			if x == 0 {
@@ -544,6 +548,8 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 			m.MaxContexts = int(x)
 		case "margin":
 			m.Margin = time.Duration(math.Round(x*1e3)) * time.Microsecond
+		case "walk":
+			m.Walk = int(x)
 		case "blocks":
 			if !(x >= 0 && x < 1) {
 				return m, fmt.Errorf("--micra: blocks=%v: the margin must be in [0, 1) (0: no block delegations)", x)
@@ -553,7 +559,7 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin, walk)", k)
 		}
 	}
 	return m, nil

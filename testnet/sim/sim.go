@@ -54,7 +54,9 @@ var Policies = []PolicySpec{
 	{Name: "micra", New: delegation.NewMicra},
 	{Name: "optimal", New: delegation.NewOptimal, Brute: true},
 	{Name: "hash", New: delegation.NewConsistentHash},
-	{Name: "random", New: delegation.NewRandom},
+	// the crawl-cost baseline: delegation without locality, never balanced
+	// (it spreads load evenly anyway, and balancing would make it probe)
+	{Name: "random", New: delegation.NewRandom, Tweak: func(c *delegation.Config) { c.Balance = delegation.BalanceOff }},
 }
 
 // DefaultPolicies are run when Config.Policies is empty.
@@ -152,6 +154,9 @@ func Preset(name string) (Config, error) {
 		c.Crawlers, c.Hosts, c.Train = 10000, 1000000, 650000
 		c.CapacityFactor, c.CapacitySigma = 1.5, 0.5
 		c.Engine.Balance = delegation.BalanceSecondBest
+		// pairs learned from each record's three lowest answers only: the
+		// pairwise model is most of micra's memory among 10,000 crawlers
+		c.Engine.Micra.PairFromLowest = 3
 	default:
 		return c, fmt.Errorf("sim: unknown preset %q (want paper, paper4 or scale)", name)
 	}
