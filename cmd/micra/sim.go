@@ -241,8 +241,8 @@ seed print the same report. See docs/simulator.md.`,
 				defer pprof.StopCPUProfile()
 			}
 			if memProfile != "" {
-				// the heap at its largest: once every policy has run, before
-				// the worlds are dropped
+				// in use as of the last collection (the policies' state may
+				// be gone by the end), and every allocation of the run
 				defer func() {
 					if err := writeHeapProfile(memProfile); err != nil {
 						fmt.Fprintln(cmd.ErrOrStderr(), "--memprofile:", err)
@@ -400,7 +400,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
-	f.StringVar(&memProfile, "memprofile", "", "write a heap profile (in-use and allocated) at the end of the run to this file")
+	f.StringVar(&memProfile, "memprofile", "", "write a heap profile at the end of the run to this file (in use as of the last garbage collection, and all allocations)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
 	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk")
 	return cmd
