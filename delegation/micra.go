@@ -102,6 +102,13 @@ type micraChooser struct {
 	nbrs   [][]uint32
 	nbFor  []uint64
 	locGen uint64
+	// noRoom, during a decision with BalanceSecondBest, reports crawlers
+	// without room for the subnet: they are not candidates (nil: all are)
+	noRoom func(ci uint32) bool
+	// roomFull[ci] is noRoom's answer for ci while roomMark[ci] == roomEpoch
+	roomMark  []uint32
+	roomFull  []bool
+	roomEpoch uint32
 
 	geoCC  string               // country of geoRow
 	geoRow []float64            // by crawler index: distance feature to geoCC

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"math"
+	"time"
 )
 
 // MicraConfig tunes NewMicra. Zero fields take defaults.
@@ -139,6 +140,13 @@ type MicraConfig struct {
 	// crawlers, a little more with many; BenchmarkLearnedState);
 	// negative: unbounded.
 	MaxContexts int
+	// Margin: the stop rule counts an unprobed candidate as beating the
+	// best answer only when it is faster by more than Margin. Among
+	// thousands of crawlers many sit within a few ms of each other, and
+	// the risk that one of them is a little nearer never falls under Miss:
+	// without a margin decisions probe until MaxProbes for gains of a
+	// millisecond (docs/delegation.md, "At scale"). Default 0 (none).
+	Margin time.Duration
 
 	// OnRound, if set, sees every round of the stop rule (experiments:
 	// `micra sim --calibration` measures how well the risk predicts a

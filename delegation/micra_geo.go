@@ -137,7 +137,7 @@ func (m *micraChooser) addNeighbours(cands []micraCand, a uint32, xa float64, ma
 		if added == m.cfg.Neighbours {
 			break
 		}
-		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || mark[ci] == epoch {
+		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] || mark[ci] == epoch || (m.noRoom != nil && m.noRoom(ci)) {
 			continue
 		}
 		d := greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)

@@ -13,6 +13,55 @@ import (
 	"github.com/micra-crawler/micra/hierarchy"
 )
 
+// minMarginRTT is the floor of the best answer less the margin (ln of zero
+// is −Inf): a probability of beating it is nil in practice.
+const minMarginRTT = time.Microsecond
+
+// roomStandIns is how many of a full crawler's neighbours (by stated
+// position) with room stand in for it as candidates.
+const roomStandIns = 2
+
+// roomFilter returns, with second-best balancing, whether a crawler lacks
+// room for subnet s (its pages and the one being delegated; the owner needs
+// room for one page); nil otherwise: with the release option a full best
+// crawler still wins and moves other subnets away.
+func (m *micraChooser) roomFilter(e *engine, s hierarchy.NodeID) func(ci uint32) bool {
+	if e.c.Balance != BalanceSecondBest || e.loads == nil {
+		return nil
+	}
+	extra := 1
+	if e.redelegating {
+		extra = 0
+	}
+	pages := e.loads.Pages(s) + extra
+	owner, owned := e.loads.Owner(s)
+	// answers are kept for the decision (loads move only after it): a
+	// crawler met again, as a neighbour or in the walk, costs no lookup
+	m.roomEpoch++
+	if m.roomEpoch == 0 {
+		clear(m.roomMark)
+		m.roomEpoch = 1
+	}
+	epoch := m.roomEpoch
+	return func(ci uint32) bool {
+		for int(ci) >= len(m.roomMark) {
+			m.roomMark = append(m.roomMark, 0)
+			m.roomFull = append(m.roomFull, false)
+		}
+		if m.roomMark[ci] == epoch {
+			return m.roomFull[ci]
+		}
+		c := m.crawler.ids[ci]
+		need := pages
+		if owned && c == owner {
+			need = extra
+		}
+		full := !e.hasRoom(c, need)
+		m.roomMark[ci], m.roomFull[ci] = epoch, full
+		return full
+	}
+}
+
 // lowAnswer is one of a round's lowest answers: its crawler index and ln RTT.
 type lowAnswer struct {
 	ci uint32
@@ -84,14 +133,34 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		m.candEpoch = 1
 	}
 	mark, epoch := m.candMark, m.candEpoch
-	// add makes ci a candidate; false if it is not live
+	m.noRoom = m.roomFilter(e, s)
+	defer func() { m.noRoom = nil }()
+	// add makes ci a candidate; false if it is not live. A crawler without
+	// room (second-best balancing) is replaced by its nearest neighbours
+	// with room: the next best is most likely beside it, and probing it
+	// would be wasted.
 	add := func(ci uint32) bool {
 		if int(ci) >= len(m.liveCi) || !m.liveCi[ci] {
 			return false
 		}
-		if mark[ci] != epoch {
-			mark[ci] = epoch
+		if mark[ci] == epoch {
+			return true
+		}
+		mark[ci] = epoch
+		if m.noRoom == nil || !m.noRoom(ci) {
 			ids = append(ids, ci)
+			return true
+		}
+		added := 0
+		for _, nb := range m.neighboursOf(ci) {
+			if added == roomStandIns {
+				break
+			}
+			if int(nb) < len(m.liveCi) && m.liveCi[nb] && mark[nb] != epoch && !m.noRoom(nb) {
+				mark[nb] = epoch
+				ids = append(ids, nb)
+				added++
+			}
 		}
 		return true
 	}
@@ -242,6 +311,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			// probability each unprobed candidate beats the best answer,
 			// with learned predictions shifted by part of the surprise
 			lb := lnMs(best.RTT)
+			if mg := m.cfg.Margin; mg > 0 {
+				// beating the best by more than the margin: below a
+				// floor no answer can come, so nobody can
+				lb = lnMs(max(best.RTT-mg, minMarginRTT))
+			}
 			shift := m.cfg.Shift * surprise
 			total, bound := 0.0, false // bound: total is an upper bound
 			ps := m.psBuf[:0]
@@ -457,6 +531,9 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 				if budget == 0 {
 					d.Steps = append(d.Steps, ws)
 					break walk
+				}
+				if m.noRoom != nil && m.noRoom(m.crawler.id(c)) {
+					continue // (checked here: a level can hold thousands)
 				}
 				budget--
 				asked[c] = struct{}{}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,13 +64,13 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 func simCmd() *cobra.Command {
 	var (
 		tracePolicy, hostDist, preset, thresholds, sitesPath, rttPath, plotPath, policies, balance, micraOpts, names, latency string
-		frontierPlotPath                                                                                                      string
+		frontierPlotPath, cpuProfile, memProfile                                                                              string
 		crawlers, hosts, train, seeds, traceN                                                                                 int
 		seed                                                                                                                  uint64
 		asJSON, worldStats, oracle, review, calibration, frontier                                                             bool
 		oracleEps, oracleHost                                                                                                 string
 		oracleSamples                                                                                                         int
-		capacityFactor, ipv6Share                                                                                             float64
+		capacityFactor, capacitySigma, ipv6Share                                                                              float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -137,10 +138,12 @@ seed print the same report. See docs/simulator.md.`,
 					cfg.Policies = append(cfg.Policies, p)
 				}
 			}
-			if cfg.Engine.Balance, err = delegation.ParseBalanceMode(balance); err != nil {
-				return err
+			if f.Changed("balance") {
+				if cfg.Engine.Balance, err = delegation.ParseBalanceMode(balance); err != nil {
+					return fmt.Errorf("--balance: %w", err)
+				}
 			}
-			if cfg.Engine.Micra, err = parseMicraOptions(micraOpts); err != nil {
+			if cfg.Engine.Micra, err = parseMicraOptionsOver(cfg.Engine.Micra, micraOpts); err != nil {
 				return err
 			}
 			if (sitesPath == "") != (rttPath == "") {
@@ -166,10 +169,19 @@ seed print the same report. See docs/simulator.md.`,
 			// capacity = factor × hosts / crawlers pages; NaN, ±Inf or a
 			// factor that overflows it once became capacity 1 (maximal
 			// balancing) — the opposite of what a huge factor asks for
-			if !finite(capacityFactor) || capacityFactor <= 0 || capacityFactor*float64(cfg.Hosts) > math.MaxInt32 {
-				return fmt.Errorf("--capacity-factor %g: want a positive number with factor × hosts below 2^31", capacityFactor)
+			if f.Changed("capacity-factor") {
+				cfg.CapacityFactor = capacityFactor
 			}
-			cfg.CapacityFactor = capacityFactor
+			if cf := cfg.CapacityFactor; f.Changed("capacity-factor") && (!finite(cf) || cf <= 0 || cf*float64(cfg.Hosts) > math.MaxInt32) {
+				return fmt.Errorf("--capacity-factor %g: want a positive number with factor × hosts below 2^31", cf)
+			}
+			if f.Changed("capacity-sigma") {
+				// σ 3 already puts one crawler in a thousand at 10^4 × the median
+				if !(capacitySigma >= 0 && capacitySigma <= 3) { // NaN too
+					return fmt.Errorf("--capacity-sigma %g: want a number from 0 (equal capacities) to 3", capacitySigma)
+				}
+				cfg.CapacitySigma = capacitySigma
+			}
 			if traceN > 0 {
 				if _, ok := sim.LookupPolicy(tracePolicy); !ok {
 					return fmt.Errorf("--trace-policy %q: unknown policy", tracePolicy)
@@ -217,6 +229,26 @@ seed print the same report. See docs/simulator.md.`,
 				return err
 			}
 			defer frontierPlot.discard()
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
+			if memProfile != "" {
+				// in use as of the last collection (the policies' state may
+				// be gone by the end), and every allocation of the run
+				defer func() {
+					if err := writeHeapProfile(memProfile); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "--memprofile:", err)
+					}
+				}()
+			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
 			if worldStats {
@@ -349,8 +381,9 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
 	f.StringVar(&names, "names", sim.NamesRandom, "crawler names: random (like peer IDs, in no relation to placement) or ordered (c00, c01, … in spread-first placement order)")
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")
-	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor)")
-	f.Float64Var(&capacityFactor, "capacity-factor", 2, "crawler capacity as a multiple of hosts/crawlers (with --balance)")
+	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor; preset scale: second-best)")
+	f.Float64Var(&capacityFactor, "capacity-factor", 2, "mean crawler capacity as a multiple of hosts/crawlers (preset scale: 1.5)")
+	f.Float64Var(&capacitySigma, "capacity-sigma", 0, "crawler capacities log-normal with this σ of ln capacity around the mean; 0: all equal (preset scale: 0.5)")
 	f.StringVar(&latency, "latency", "formula", "latency without --sites/--rtt: formula (distance × per-pair stretch + access + jitter) or hubs (a synthetic matrix routed through regional transit hubs, world.HubMatrix: near on the map is not always near on the network)")
 	f.StringVar(&sitesPath, "sites", "", "measured latency: sites CSV (id,lat,lon[,name])")
 	f.StringVar(&rttPath, "rtt", "", "measured latency: RTT CSV (src,dst,rtt_ms), directed")
@@ -366,9 +399,24 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&oracleSamples, "oracle-samples", 256, "positions per country in the country oracle's prior, drawn from 50,000 × N/256 addresses (1024: converged, about 3× the country variant's time; docs/simulator.md)")
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	f.StringVar(&memProfile, "memprofile", "", "write a heap profile at the end of the run to this file (in use as of the last garbage collection, and all allocations)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk")
 	return cmd
+}
+
+// writeHeapProfile writes the heap profile to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // parseOracleFlags checks --oracle-eps and --oracle-host (given without
@@ -405,7 +453,11 @@ func parseOracleFlags(oracle, epsSet, hostSet bool, eps, host string) (sim.Oracl
 
 // parseMicraOptions reads "miss=0.1,maxprobes=4" into a MicraConfig.
 func parseMicraOptions(s string) (delegation.MicraConfig, error) {
-	var m delegation.MicraConfig
+	return parseMicraOptionsOver(delegation.MicraConfig{}, s)
+}
+
+// parseMicraOptionsOver is parseMicraOptions over a preset's settings m.
+func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.MicraConfig, error) {
 	if strings.TrimSpace(s) == "" {
 		return m, nil
 	}
@@ -421,7 +473,7 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		// values MicraConfig would quietly replace by its default, cut or
 		// turn off are refused: the run must be the one asked for
 		switch k {
-		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts":
+		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts", "walk":
 			if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
 				return m, fmt.Errorf("--micra %s=%v: want a whole number", k, x)
 			}
@@ -435,6 +487,10 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			if x == 0 || x > 8 {
 				return m, fmt.Errorf("--micra neighbours=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", x)
 			}
+		case "walk":
+			if x == 0 {
+				return m, fmt.Errorf("--micra walk=0: want probes above 0, or a negative number for no walk (leave the key out for the default)")
+			}
 		case "maxcontexts":
 			if x == 0 {
 				return m, fmt.Errorf("--micra maxcontexts=0: want a bound above 0, or a negative number for none (leave the key out for the default)")
@@ -442,6 +498,10 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 		case "shift":
 			if x < 0 || x > 1 {
 				return m, fmt.Errorf("--micra shift=%v: want 0 to 1", x)
+			}
+		case "margin":
+			if x < 0 || x > 1000 || x*1e3 != math.Trunc(x*1e3) {
+				return m, fmt.Errorf("--micra margin=%v: want 0 to 1000 ms in whole microseconds", x)
 			}
 		}
 		if k == "pairsamples" && x > math.MaxUint16 {
@@ -486,6 +546,10 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 			m.PairFromLowest = int(x)
 		case "maxcontexts":
 			m.MaxContexts = int(x)
+		case "margin":
+			m.Margin = time.Duration(math.Round(x*1e3)) * time.Microsecond
+		case "walk":
+			m.Walk = int(x)
 		case "blocks":
 			if !(x >= 0 && x < 1) {
 				return m, fmt.Errorf("--micra: blocks=%v: the margin must be in [0, 1) (0: no block delegations)", x)
@@ -495,7 +559,7 @@ func parseMicraOptions(s string) (delegation.MicraConfig, error) {
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin, walk)", k)
 		}
 	}
 	return m, nil

@@ -130,11 +130,31 @@ func TestSimCLI(t *testing.T) {
 	for _, args := range [][]string{{"--sites", "x.csv"}, {"--preset", "nope"}, {"--latency", "nope"},
 		{"--latency", "hubs", "--sites", "../../testnet/world/testdata/sites.csv", "--rtt", "../../testnet/world/testdata/rtt.csv"}, {"--policies", "nope"}, {"--train", "5000"}, {"--balance", "sideways"}, {"--host-dist", "lumpy", "--hosts", "10"},
 		{"--capacity-factor", "NaN"}, {"--capacity-factor", "-1"}, {"--capacity-factor", "1e30"}, {"--capacity-factor", "0"},
+		{"--capacity-sigma", "-0.1"}, {"--capacity-sigma", "NaN"}, {"--capacity-sigma", "4"},
+		{"--micra", "margin=-1"}, {"--micra", "margin=0.0001"}, {"--micra", "walk=0"}, {"--micra", "walk=1.5"},
 		{"--ipv6", "NaN"}, {"--trace", "3", "--trace-policy", "micra", "--policies", "ipmicra"},
 		{"--micra", "blocks=1"}, {"--micra", "blocks=-0.1"}, {"--micra", "blocks=NaN"}, {"--micra", "missfirst=Inf"}, {"--micra", "miss=NaN"},
 		{"--trace", "3", "--trace-policy", "ipmicra-parallel"}} { // not a default policy: nothing traced
 		if _, err := runSim(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// TestSimScalePresetSmall: the scale preset's settings at a small size
+// print the capacity line and table, and flags override the preset.
+func TestSimScalePresetSmall(t *testing.T) {
+	out, err := runSim(t, "--preset", "scale", "--crawlers", "8", "--hosts", "200", "--policies", "micra,hash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"capacity: log-normal σ 0.5, mean ", "pages (1.5 × hosts/crawlers)", "balance second-best", "room excess mean ms", "util max/mean"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	out, err = runSim(t, "--preset", "scale", "--crawlers", "8", "--hosts", "200", "--policies", "micra", "--balance", "off", "--capacity-sigma", "0", "--capacity-factor", "2")
+	if err != nil || !strings.Contains(out, "capacity: equal, mean 50 pages (2 × hosts/crawlers)") || !strings.Contains(out, "balance off") {
+		t.Errorf("flags over the preset: %v\n%s", err, out)
 	}
 }

@@ -37,12 +37,33 @@ type Result struct {
 	CostVsRandom float64 `json:"crawl_cost_vs_random"`
 	// CostVsOptimal is the same relative to every URL at its optimal crawler.
 	CostVsOptimal float64 `json:"crawl_cost_vs_optimal"`
+	// CostVsMinCost is Σ download time relative to the exact min-cost
+	// assignment of every URL within the crawlers' capacities
+	// (delegation.MinCostAssign); 0 where the world is too large for it
+	// (MinCostLimit). A policy that ignores capacity can go below 1.
+	CostVsMinCost float64 `json:"crawl_cost_vs_mincost,omitempty"`
+	// Excess latency over the nearest crawler with room (mean RTT, ms, on
+	// the evaluation URLs): the host's optimal crawler, or when that one
+	// ends the run full, the nearest crawler that still has room (or the
+	// host's own crawler if it is nearer). With many crawlers a few ms
+	// apart, this says more than OptimalPct.
+	ExcessRoomMeanMs float64 `json:"excess_room_mean_ms"`
+	ExcessRoomP95Ms  float64 `json:"excess_room_p95_ms"`
 	// LoadImbalance is the most loaded crawler's URL count over the mean
 	// (1 = perfectly even); LoadCV is the coefficient of variation.
 	LoadImbalance float64 `json:"load_imbalance"`
 	LoadCV        float64 `json:"load_cv"`
-	URLs          int     `json:"urls"`
-	Probes        int64   `json:"probes"`
+	// UtilImbalance is the same for load over capacity (the measure that
+	// means something when capacities differ): the highest utilisation
+	// over the mean one, which is pages / Σ capacity.
+	UtilImbalance float64 `json:"util_imbalance"`
+	// OverCapacity counts crawlers holding more pages than their capacity;
+	// OverPages is the pages above capacity summed over them (means over
+	// seeds when averaged).
+	OverCapacity float64 `json:"over_capacity"`
+	OverPages    float64 `json:"over_capacity_pages"`
+	URLs         int     `json:"urls"`
+	Probes       int64   `json:"probes"`
 	// Reasons counts decisions by why they stopped.
 	Reasons map[string]int `json:"reasons"`
 	// Curve is probes per URL in consecutive windows of CurveWindow URLs.
@@ -67,6 +88,10 @@ type Report struct {
 	// SubnetCeilingPct is the most any policy can reach on OptimalPct when
 	// every subnet keeps one owner (World.SubnetCeiling).
 	SubnetCeilingPct float64 `json:"subnet_ceiling_pct"`
+	// Capacity describes the crawlers' capacities (pages per day).
+	Capacity string `json:"capacity"`
+	// Balance is the engine's load-balancing mode.
+	Balance string `json:"balance"`
 }
 
 func (w *World) score(cfg Config, runs []*run) *Report {
@@ -90,6 +115,8 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 	}
 	rep.OptimalMeanMs /= float64(max(1, n))
 	rep.SubnetCeilingPct = round3(w.SubnetCeiling(cfg.Train))
+	rep.Capacity, rep.Balance = w.capacityText(cfg), cfg.Engine.Balance.String()
+	minCost, minOK := w.minCost()
 	cost := make([]float64, len(runs))
 	randomCost := 0.0
 	for k, r := range runs {
@@ -145,17 +172,31 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		if optCost > 0 {
 			res.CostVsOptimal = cost[k] / optCost
 		}
+		if minOK && minCost > 0 {
+			res.CostVsMinCost = cost[k] / minCost
+		}
 		load := make([]float64, len(w.Crawlers))
 		for i := range w.Hosts {
 			load[r.owner[i]]++
 		}
 		mean := float64(n) / float64(len(load))
-		var sq float64
-		for _, l := range load {
+		var sq, capSum, maxUtil float64
+		for c, l := range load {
 			sq += (l - mean) * (l - mean)
+			capc := float64(max(1, w.Crawlers[c].Capacity))
+			capSum += capc
+			maxUtil = max(maxUtil, l/capc)
+			if l > capc {
+				res.OverCapacity++
+				res.OverPages += l - capc
+			}
 		}
 		res.LoadImbalance = slices.Max(load) / mean
 		res.LoadCV = math.Sqrt(sq/float64(len(load))) / mean
+		if n > 0 {
+			res.UtilImbalance = maxUtil / (float64(n) / capSum)
+		}
+		res.ExcessRoomMeanMs, res.ExcessRoomP95Ms = w.excessOverRoom(cfg.Train, r.owner, load)
 		for lo := 0; lo < n; lo += win {
 			hi := min(lo+win, n)
 			var s int64
@@ -181,7 +222,8 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 // roundResult keeps JSON output stable and readable.
 func roundResult(r Result) Result {
 	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
-		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV} {
+		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV,
+		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages} {
 		*p = round3(*p)
 	}
 	return r
@@ -198,7 +240,8 @@ func (r *Report) WriteText(out io.Writer) error {
 		fmt.Fprintf(out, "hosts at IPv6 addresses: %.0f %%\n", 100*r.IPv6Share)
 	}
 	fmt.Fprintf(out, "latency: %s; mean RTT to the optimal crawler %.1f ms\n", r.Latency, r.OptimalMeanMs)
-	fmt.Fprintf(out, "subnet ceiling: %.1f %% (no policy that gives each subnet one owner can put more evaluation URLs at their optimal crawler)\n\n", r.SubnetCeilingPct)
+	fmt.Fprintf(out, "subnet ceiling: %.1f %% (no policy that gives each subnet one owner can put more evaluation URLs at their optimal crawler)\n", r.SubnetCeilingPct)
+	fmt.Fprintf(out, "capacity: %s; balance %s\n\n", r.Capacity, r.Balance)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	// probes/URL over every URL (training included), the last 50, and the
 	// evaluation URLs — the ones "optimal %" is measured on
@@ -206,6 +249,22 @@ func (r *Report) WriteText(out io.Writer) error {
 	for _, x := range r.Results {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%.3f\t%.2f\t\n", x.Policy, x.OptimalPct, x.ProbesPerURL, x.ProbesPerURLLast50,
 			x.ProbesPerURLEval, x.ExcessMeanMs, x.ExcessP95Ms, x.CostVsRandom, x.LoadImbalance)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// the measures against capacity: what "optimal %" cannot say when many
+	// crawlers sit a few ms apart or the nearest one is full
+	fmt.Fprintln(out, "\nagainst capacity (excess over the nearest crawler with room, evaluation URLs; Σ download time over the exact min-cost assignment within capacities):")
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\troom excess mean ms\troom excess p95 ms\tcost vs min-cost\tload max/mean\tutil max/mean\tover capacity\tpages over\t")
+	for _, x := range r.Results {
+		mc := "-"
+		if x.CostVsMinCost > 0 {
+			mc = fmt.Sprintf("%.3f", x.CostVsMinCost)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%.4g\t%.4g\t\n", x.Policy, x.ExcessRoomMeanMs, x.ExcessRoomP95Ms, mc,
+			x.LoadImbalance, x.UtilImbalance, x.OverCapacity, x.OverPages)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -248,8 +307,10 @@ func (r *Report) WriteJSON(out io.Writer) error {
 			CurveWindow   int     `json:"curve_window"`
 			OptimalMeanMs float64 `json:"optimal_mean_rtt_ms"`
 			Ceiling       float64 `json:"subnet_ceiling_pct"`
+			Capacity      string  `json:"capacity"`
+			Balance       string  `json:"balance"`
 		}{x, r.Seed, r.Seeds, r.Crawlers, r.Hosts, r.Train, r.HostDist, r.IPv6Share, r.Latency, r.CurveWindow,
-			round3(r.OptimalMeanMs), r.SubnetCeilingPct}
+			round3(r.OptimalMeanMs), r.SubnetCeilingPct, r.Capacity, r.Balance}
 		if err := enc.Encode(obj); err != nil {
 			return err
 		}
@@ -382,6 +443,12 @@ func Average(reps []*Report) (*Report, error) {
 			acc.CostVsOptimal += x.CostVsOptimal / n
 			acc.LoadImbalance += x.LoadImbalance / n
 			acc.LoadCV += x.LoadCV / n
+			acc.CostVsMinCost += x.CostVsMinCost / n
+			acc.ExcessRoomMeanMs += x.ExcessRoomMeanMs / n
+			acc.ExcessRoomP95Ms += x.ExcessRoomP95Ms / n
+			acc.UtilImbalance += x.UtilImbalance / n
+			acc.OverCapacity += x.OverCapacity / n
+			acc.OverPages += x.OverPages / n
 			acc.Probes += x.Probes
 			if k > 0 {
 				acc.URLs += x.URLs

@@ -54,7 +54,9 @@ var Policies = []PolicySpec{
 	{Name: "micra", New: delegation.NewMicra},
 	{Name: "optimal", New: delegation.NewOptimal, Brute: true},
 	{Name: "hash", New: delegation.NewConsistentHash},
-	{Name: "random", New: delegation.NewRandom},
+	// the crawl-cost baseline: delegation without locality, never balanced
+	// (it spreads load evenly anyway, and balancing would make it probe)
+	{Name: "random", New: delegation.NewRandom, Tweak: func(c *delegation.Config) { c.Balance = delegation.BalanceOff }},
 }
 
 // DefaultPolicies are run when Config.Policies is empty.
@@ -111,6 +113,10 @@ type Config struct {
 	// load balancing and hash replicas) to this multiple of hosts/crawlers.
 	// Default 2.
 	CapacityFactor float64
+	// CapacitySigma, when positive, draws capacities log-normal with this
+	// σ (of ln capacity) around the same mean, as volunteers' machines
+	// differ; zero: every crawler has the mean.
+	CapacitySigma float64
 	// CurvePoints is the number of windows of the probes/URL curve.
 	// Default 20.
 	CurvePoints int
@@ -134,7 +140,7 @@ const (
 
 // Preset returns a named configuration: "paper" (12 crawlers, 1000 hosts,
 // 650 train, 50 ms), "paper4" (4 crawlers) and "scale" (10,000 crawlers,
-// 1,000,000 hosts).
+// 1,000,000 hosts, log-normal capacities with 1.5× room, balancing on).
 func Preset(name string) (Config, error) {
 	c := Config{Seed: 1, Crawlers: 12, Hosts: 1000, Train: 650, Threshold: 50 * time.Millisecond}
 	switch name {
@@ -142,7 +148,15 @@ func Preset(name string) (Config, error) {
 	case "paper4":
 		c.Crawlers = 4
 	case "scale":
+		// volunteers' machines differ, and at this size hosts pile up on
+		// the crawlers of dense regions: capacities are heterogeneous and
+		// enforced, with half again as much room in all as there are pages
 		c.Crawlers, c.Hosts, c.Train = 10000, 1000000, 650000
+		c.CapacityFactor, c.CapacitySigma = 1.5, 0.5
+		c.Engine.Balance = delegation.BalanceSecondBest
+		// pairs learned from each record's three lowest answers only: the
+		// pairwise model is most of micra's memory among 10,000 crawlers
+		c.Engine.Micra.PairFromLowest = 3
 	default:
 		return c, fmt.Errorf("sim: unknown preset %q (want paper, paper4 or scale)", name)
 	}
@@ -319,7 +333,7 @@ func NewWorldContext(ctx context.Context, cfg Config) (*World, error) {
 	}
 	w.crawlerIdx = make(map[delegation.CrawlerID]int32, cfg.Crawlers)
 	w.crawlerAddr = make(map[netip.Addr]int32, cfg.Crawlers)
-	capacity := max(1, int(cfg.CapacityFactor*float64(cfg.Hosts)/float64(cfg.Crawlers)))
+	caps := capacities(cfg.Seed, cfg.Crawlers, cfg.Hosts, cfg.CapacityFactor, cfg.CapacitySigma)
 	for i, e := range w.CrawlerE {
 		id := name(i)
 		if _, dup := w.crawlerIdx[id]; dup {
@@ -327,7 +341,7 @@ func NewWorldContext(ctx context.Context, cfg Config) (*World, error) {
 		}
 		// A crawler states where it runs, as a volunteer would: its
 		// position rounded to half a degree (≈ 50 km). Hosts state nothing.
-		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: capacity,
+		w.Crawlers = append(w.Crawlers, delegation.Crawler{ID: id, Addr: e.Addr, Capacity: caps[i],
 			Lat: math.Round(float64(e.Loc.Lat)*2) / 2, Lon: math.Round(float64(e.Loc.Lon)*2) / 2, HasPos: true})
 		w.crawlerIdx[id] = int32(i)
 		w.crawlerAddr[e.Addr] = int32(i)
@@ -486,6 +500,11 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 	clock := &Clock{t: simEpoch}
 	ec := cfg.Engine
 	ec.Threshold = cfg.Threshold
+	if ec.HashCapacityUnit == 0 {
+		// capacity-weighted consistent hashing (UbiCrawler): replicas in
+		// proportion to capacity, the mean capacity earning the standard count
+		ec.HashCapacityUnit = meanCapacity(w.Crawlers)
+	}
 	if spec.Tweak != nil {
 		spec.Tweak(&ec)
 	}
