@@ -134,7 +134,12 @@ type lost struct {
 func (p *Peer) watchReturns() {
 	var mu sync.Mutex
 	dead := map[peer.ID]*lost{}
-	pending := false
+	// One schedule of announcement rounds at a time: a return moves it to
+	// start again from the latest return, so a burst of returns (a heal,
+	// or members declared dead and alive again on a loaded machine) costs
+	// one schedule, not one per return.
+	var last time.Time // the latest return
+	done, running := 0, false
 	p.members.OnChange(func(ev MemberEvent) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -149,25 +154,36 @@ func (p *Peer) watchReturns() {
 			return // a first join (or a leave's return): it asks for what it needs
 		}
 		delete(dead, ev.Peer)
-		if pending {
+		last, done = time.Now(), 0
+		if running {
 			return
 		}
-		pending = true
+		running = true
 		p.goBackground(func() {
-			var waited time.Duration
-			for n, d := range returnDelays {
-				select {
-				case <-time.After(d - waited):
-				case <-p.ctx.Done():
+			for {
+				mu.Lock()
+				if done >= len(returnDelays) {
+					running = false
+					mu.Unlock()
 					return
 				}
-				waited = d
-				if n == 0 {
-					mu.Lock()
-					pending = false // (returns from now on get rounds of their own)
-					mu.Unlock()
+				wait := time.Until(last.Add(returnDelays[done]))
+				mu.Unlock()
+				if wait > 0 {
+					select {
+					case <-time.After(wait):
+					case <-p.ctx.Done():
+						return
+					}
+					continue // (a return meanwhile moved the round)
 				}
-				p.announceOwned(p.ctx)
+				mu.Lock()
+				round := done
+				done++
+				mu.Unlock()
+				// the DHT once, so that lookups read the winners too; the
+				// later rounds are gossip only
+				p.announceOwned(p.ctx, round == 0)
 			}
 		})
 	})
@@ -215,7 +231,7 @@ func (p *Peer) watchReturns() {
 // announceOwned re-seals and announces every delegation this peer owns,
 // all on gossip first (what converges the caches), then each in the DHT
 // (what an uncached lookup reads), as the republish loop puts them.
-func (p *Peer) announceOwned(ctx context.Context) {
+func (p *Peer) announceOwned(ctx context.Context, put bool) {
 	type sealed struct {
 		s   hierarchy.NodeID
 		val []byte
@@ -235,6 +251,13 @@ func (p *Peer) announceOwned(ctx context.Context) {
 		out = append(out, sealed{s, val})
 	}
 	for _, r := range out {
+		if !put {
+			// the cache keeps the newer value of this peer's own record
+			if rec, sum, err := p.validator.check(DelegKey(r.s), r.val); err == nil {
+				p.dir.merge(rec, sum, r.val)
+			}
+			continue
+		}
 		if _, err := p.dir.put(ctx, r.s, r.val, false); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -242,5 +265,5 @@ func (p *Peer) announceOwned(ctx context.Context) {
 			p.log.Warn("overlay: putting an owned record after a return failed", "subnet", r.s, "err", err)
 		}
 	}
-	p.log.Info("overlay: owned records announced again after a member returned", "records", len(out))
+	p.log.Info("overlay: owned records announced again after a member returned", "records", len(out), "dht", put)
 }
