@@ -134,12 +134,12 @@ type lost struct {
 func (p *Peer) watchReturns() {
 	var mu sync.Mutex
 	dead := map[peer.ID]*lost{}
-	// One schedule of announcement rounds at a time: a return moves it to
-	// start again from the latest return, so a burst of returns (a heal,
-	// or members declared dead and alive again on a loaded machine) costs
-	// one schedule, not one per return.
-	var last time.Time // the latest return
-	done, running := 0, false
+	// One schedule of announcement rounds at a time, timed from the return
+	// that started it: the returns that come while it runs (a heal's, or
+	// members declared dead and alive again on a loaded machine) get one
+	// more schedule once it ends, not one each. Timing the rounds from the
+	// latest return instead starved them while returns kept coming.
+	running, again := false, false
 	p.members.OnChange(func(ev MemberEvent) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -154,36 +154,32 @@ func (p *Peer) watchReturns() {
 			return // a first join (or a leave's return): it asks for what it needs
 		}
 		delete(dead, ev.Peer)
-		last, done = time.Now(), 0
 		if running {
+			again = true
 			return
 		}
 		running = true
 		p.goBackground(func() {
 			for {
+				start := time.Now()
+				for n, d := range returnDelays {
+					select {
+					case <-time.After(time.Until(start.Add(d))):
+					case <-p.ctx.Done():
+						return
+					}
+					// the DHT once, so that lookups read the winners too;
+					// the later rounds are gossip only
+					p.announceOwned(p.ctx, n == 0)
+				}
 				mu.Lock()
-				if done >= len(returnDelays) {
+				if !again {
 					running = false
 					mu.Unlock()
 					return
 				}
-				wait := time.Until(last.Add(returnDelays[done]))
+				again = false
 				mu.Unlock()
-				if wait > 0 {
-					select {
-					case <-time.After(wait):
-					case <-p.ctx.Done():
-						return
-					}
-					continue // (a return meanwhile moved the round)
-				}
-				mu.Lock()
-				round := done
-				done++
-				mu.Unlock()
-				// the DHT once, so that lookups read the winners too; the
-				// later rounds are gossip only
-				p.announceOwned(p.ctx, round == 0)
 			}
 		})
 	})
