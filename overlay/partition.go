@@ -91,10 +91,12 @@ func (pt *Partition) InterceptUpgraded(network.Conn) (bool, control.DisconnectRe
 // another member returns (revived after it was declared dead: a restart or
 // a healed partition): once the returning peer's gossip mesh has had time
 // to form, gathering the other returns of the same heal into one round,
-// and once more later, because the returning peer drops announcements of
-// an author it does not yet count as live itself, and it may hear this
-// peer's heartbeat a few seconds after this peer heard its.
-var returnDelays = []time.Duration{2 * time.Second, 10 * time.Second}
+// and twice more later, because a peer drops announcements of an author it
+// does not yet count as live itself, and on a loaded machine it may hear
+// this peer's heartbeat many seconds after this peer heard its (a 12-node
+// testnet on a loaded machine had one subnet disagree for over a minute
+// with the first two rounds only).
+var returnDelays = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
 
 // Redialling members that failed (not those that left): the first try
 // redialFirst after the death, each next one twice as late up to
@@ -132,7 +134,12 @@ type lost struct {
 func (p *Peer) watchReturns() {
 	var mu sync.Mutex
 	dead := map[peer.ID]*lost{}
-	pending := false
+	// One schedule of announcement rounds at a time, timed from the return
+	// that started it: the returns that come while it runs (a heal's, or
+	// members declared dead and alive again on a loaded machine) get one
+	// more schedule once it ends, not one each. Timing the rounds from the
+	// latest return instead starved them while returns kept coming.
+	running, again := false, false
 	p.members.OnChange(func(ev MemberEvent) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -147,25 +154,32 @@ func (p *Peer) watchReturns() {
 			return // a first join (or a leave's return): it asks for what it needs
 		}
 		delete(dead, ev.Peer)
-		if pending {
+		if running {
+			again = true
 			return
 		}
-		pending = true
+		running = true
 		p.goBackground(func() {
-			var waited time.Duration
-			for n, d := range returnDelays {
-				select {
-				case <-time.After(d - waited):
-				case <-p.ctx.Done():
+			for {
+				start := time.Now()
+				for n, d := range returnDelays {
+					select {
+					case <-time.After(time.Until(start.Add(d))):
+					case <-p.ctx.Done():
+						return
+					}
+					// the DHT once, so that lookups read the winners too;
+					// the later rounds are gossip only
+					p.announceOwned(p.ctx, n == 0)
+				}
+				mu.Lock()
+				if !again {
+					running = false
+					mu.Unlock()
 					return
 				}
-				waited = d
-				if n == 0 {
-					mu.Lock()
-					pending = false // (returns from now on get rounds of their own)
-					mu.Unlock()
-				}
-				p.announceOwned(p.ctx)
+				again = false
+				mu.Unlock()
 			}
 		})
 	})
@@ -213,7 +227,7 @@ func (p *Peer) watchReturns() {
 // announceOwned re-seals and announces every delegation this peer owns,
 // all on gossip first (what converges the caches), then each in the DHT
 // (what an uncached lookup reads), as the republish loop puts them.
-func (p *Peer) announceOwned(ctx context.Context) {
+func (p *Peer) announceOwned(ctx context.Context, put bool) {
 	type sealed struct {
 		s   hierarchy.NodeID
 		val []byte
@@ -233,6 +247,13 @@ func (p *Peer) announceOwned(ctx context.Context) {
 		out = append(out, sealed{s, val})
 	}
 	for _, r := range out {
+		if !put {
+			// the cache keeps the newer value of this peer's own record
+			if rec, sum, err := p.validator.check(DelegKey(r.s), r.val); err == nil {
+				p.dir.merge(rec, sum, r.val)
+			}
+			continue
+		}
 		if _, err := p.dir.put(ctx, r.s, r.val, false); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -240,5 +261,5 @@ func (p *Peer) announceOwned(ctx context.Context) {
 			p.log.Warn("overlay: putting an owned record after a return failed", "subnet", r.s, "err", err)
 		}
 	}
-	p.log.Info("overlay: owned records announced again after a member returned", "records", len(out))
+	p.log.Info("overlay: owned records announced again after a member returned", "records", len(out), "dht", put)
 }

@@ -227,11 +227,12 @@ type faultRun struct {
 func (t *Testnet) runFaults(ctx context.Context, killed []int) (fr faultRun) {
 	logf := func(format string, a ...any) { fmt.Fprintf(t.o.Log, format+"\n", a...) }
 	if t.o.KillSink {
+		st, _ := t.SinkStatus(ctx)
 		if err := t.KillSink(); err != nil {
 			logf("%v", err)
 		} else {
 			fr.sinkKilled = true
-			logf("killed the sink (SIGKILL) during ingest")
+			logf("killed the sink (SIGKILL) during ingest, at record %d (%d pages)", st.Head, st.Counts.Pages)
 		}
 	}
 	if t.o.Partition > 0 {
