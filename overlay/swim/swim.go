@@ -454,6 +454,9 @@ func (n *Node) Handle(now time.Time, from ID, m Msg) {
 			n.send(from, Msg{Kind: MsgAck, Seq: m.Seq, Target: m.Target})
 			return
 		}
+		if e, ok := n.get(m.Target); !ok || e.state >= Dead {
+			return // probes only members: nobody can make it dial strangers
+		}
 		n.seq++
 		n.relays[n.seq] = relay{to: from, seq: m.Seq, target: m.Target, until: now.Add(n.cfg.Period)}
 		n.send(m.Target, Msg{Kind: MsgPing, Seq: n.seq})
