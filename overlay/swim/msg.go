@@ -15,6 +15,7 @@ const (
 	MsgPing    MsgKind = 1 // are you there? (answered by an Ack of its Seq)
 	MsgPingReq MsgKind = 2 // probe Target for me (answered by an Ack naming Target)
 	MsgAck     MsgKind = 3 // answer; Target set when relayed by a helper
+	MsgGossip  MsgKind = 4 // changes only, to a neighbour (not answered)
 )
 
 // UpdateKind is what an update says of a member.
@@ -153,7 +154,7 @@ func Decode(b []byte) (Msg, error) {
 		return Msg{}, fmt.Errorf("swim: message: %w", err)
 	}
 	switch m.Kind {
-	case MsgPing, MsgAck:
+	case MsgPing, MsgAck, MsgGossip:
 	case MsgPingReq:
 		if m.Target == "" {
 			return Msg{}, errors.New("swim: ping-req without a target")

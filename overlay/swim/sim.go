@@ -157,7 +157,7 @@ func Simulate(c SimConfig) (SimResult, error) {
 		idx[ids[i]] = int32(i)
 		recs[i], _ = OpenSimRecord(SimRecord(ids[i], Inc{Start: 1, Seq: 1}, false, c.RecordBytes))
 	}
-	roster := NewRoster(recs, base.Rings)
+	roster := NewRoster(recs, base.GossipRings)
 	rnd := rand.New(rand.NewPCG(c.Seed, 0x51a))
 	nodes := make([]*Node, c.N)
 	for i := range nodes {
@@ -225,6 +225,26 @@ func Simulate(c SimConfig) (SimResult, error) {
 					allDead = now - crashAt
 				}
 			}
+		}
+		for _, j := range nodes[i].Syncs() {
+			// the full-state exchange (as the overlay's /micra/swim-sync/1):
+			// this node's record one way, every record the other holds back
+			jj := idx[j]
+			if jj == crashed && now >= crashAt {
+				continue
+			}
+			recs := nodes[jj].Records()
+			size := uint64(len(nodes[i].Self().Data) + 2*c.MsgOverhead)
+			for _, r := range recs {
+				size += uint64(len(r) + 3)
+			}
+			if inWindow {
+				bytesOut += size
+				bytesIn += size
+				msgsOut += 2
+			}
+			nodes[jj].Merge(epoch.Add(now), [][]byte{nodes[i].Self().Data}, true)
+			nodes[i].Merge(epoch.Add(now), recs, false)
 		}
 		for _, o := range outs {
 			size := uint64(o.Msg.Size() + c.MsgOverhead)

@@ -82,6 +82,17 @@ type Config struct {
 	// Rings is the number of hash rings: a member probes its successor on
 	// each ring, so each member has Rings observers (default 3).
 	Rings int
+	// GossipRings is the number of rings whose neighbours (successor and
+	// predecessor on each) changes are sent to besides the probes: one
+	// message a period to one of them while changes wait (default 8; a
+	// member keeps about twice as many connections).
+	GossipRings int
+	// SyncMin and SyncPerMember set how often a member exchanges full
+	// state with a neighbour, the backstop for a change the piggybacking
+	// missed: every max(SyncMin, N·SyncPerMember), so what the exchange
+	// costs a member per second stays flat as the network grows (defaults
+	// 30 and 1 periods).
+	SyncMin, SyncPerMember time.Duration
 	// IndirectChecks is the number of helpers asked to probe a member
 	// that did not answer (default 3).
 	IndirectChecks int
@@ -121,6 +132,15 @@ func (c *Config) defaults() error {
 	}
 	if c.Rings <= 0 {
 		c.Rings = 3
+	}
+	if c.GossipRings < c.Rings {
+		c.GossipRings = max(8, c.Rings)
+	}
+	if c.SyncMin <= 0 {
+		c.SyncMin = 30 * c.Period
+	}
+	if c.SyncPerMember <= 0 {
+		c.SyncPerMember = c.Period
 	}
 	if c.IndirectChecks <= 0 {
 		c.IndirectChecks = 3
@@ -216,10 +236,12 @@ type Node struct {
 	relays    map[uint32]relay
 	leave     map[ID]bool // neighbours a leave was sent to: acked?
 
-	queue []*bcast
-	outs  []Out
-	evs   []Event
-	stats Stats
+	queue    []*bcast
+	nextSync time.Time
+	syncs    []ID
+	outs     []Out
+	evs      []Event
+	stats    Stats
 }
 
 // Stats counts what a node did (for the bench and the metrics).
@@ -383,6 +405,17 @@ func (n *Node) Evict(id ID) {
 	e.inc = Inc{Start: math.MaxInt64, Seq: math.MaxUint64}
 }
 
+// Syncs returns the members this node wants to exchange full state with
+// (its host runs the exchange: Records, Merge), since the last call.
+func (n *Node) Syncs() []ID {
+	s := n.syncs
+	n.syncs = nil
+	return s
+}
+
+// Pending is the number of changes waiting to be piggybacked.
+func (n *Node) Pending() int { return len(n.queue) }
+
 // Ready returns the messages to send and the events to apply since the
 // last call.
 func (n *Node) Ready() ([]Out, []Event) {
@@ -410,6 +443,21 @@ func (n *Node) Tick(now time.Time) {
 	}
 	if now.Sub(n.lastProbe) >= n.cfg.Period {
 		n.startProbe(now)
+		if len(n.queue) > 0 {
+			if nb := n.neighbours(); len(nb) > 0 {
+				n.send(nb[n.rnd.IntN(len(nb))], Msg{Kind: MsgGossip})
+			}
+		}
+	}
+	if n.nextSync.IsZero() {
+		// a random phase: the network's exchanges spread evenly in time
+		n.nextSync = now.Add(time.Duration(n.rnd.Int64N(int64(n.syncEvery()))))
+	}
+	if !now.Before(n.nextSync) {
+		n.nextSync = now.Add(n.syncEvery())
+		if nb := n.neighbours(); len(nb) > 0 {
+			n.syncs = append(n.syncs, nb[n.rnd.IntN(len(nb))])
+		}
 	}
 	for id, e := range n.mem {
 		if e.state == Suspect && e.susp != nil && !now.Before(e.susp.deadline(n.cfg.Rings)) {
@@ -422,6 +470,10 @@ func (n *Node) Tick(now time.Time) {
 			delete(n.relays, s)
 		}
 	}
+}
+
+func (n *Node) syncEvery() time.Duration {
+	return max(n.cfg.SyncMin, time.Duration(n.Count())*n.cfg.SyncPerMember)
 }
 
 func (n *Node) startProbe(now time.Time) {
@@ -714,7 +766,7 @@ func (n *Node) ensureRings() {
 			}
 		}
 	}
-	n.rings, n.ringDirty = buildRings(n.cfg.Rings, ids), false
+	n.rings, n.ringDirty = buildRings(n.cfg.GossipRings, ids), false
 }
 
 // walk returns the first member after (dir 1) or before (dir -1) this one
@@ -740,7 +792,7 @@ func (n *Node) walk(r, dir int) (ID, bool) {
 func (n *Node) subjects() []ID {
 	n.ensureRings()
 	var out []ID
-	for r := range n.rings {
+	for r := range min(n.cfg.Rings, len(n.rings)) {
 		if id, ok := n.walk(r, 1); ok && !slices.Contains(out, id) {
 			out = append(out, id)
 		}
@@ -748,12 +800,16 @@ func (n *Node) subjects() []ID {
 	return out
 }
 
-// neighbours are the members this one probes and those that probe it.
+// neighbours are the members next to this one on every ring (those it
+// probes, those that probe it, those it gossips with).
 func (n *Node) neighbours() []ID {
-	out := n.subjects()
+	n.ensureRings()
+	var out []ID
 	for r := range n.rings {
-		if id, ok := n.walk(r, -1); ok && !slices.Contains(out, id) {
-			out = append(out, id)
+		for _, dir := range []int{1, -1} {
+			if id, ok := n.walk(r, dir); ok && !slices.Contains(out, id) {
+				out = append(out, id)
+			}
 		}
 	}
 	return out
@@ -785,8 +841,8 @@ type Roster struct {
 	rings [][]ringEnt
 }
 
-// NewRoster builds a roster from opened records, with rings of k (the
-// nodes' Config.Rings).
+// NewRoster builds a roster from opened records, with k rings (the nodes'
+// Config.GossipRings).
 func NewRoster(recs []Record, k int) *Roster {
 	r := &Roster{recs: make(map[ID]Record, len(recs))}
 	ids := make([]ID, 0, len(recs))
@@ -795,7 +851,7 @@ func NewRoster(recs []Record, k int) *Roster {
 		ids = append(ids, rec.ID)
 	}
 	if k <= 0 {
-		k = 3
+		k = 8
 	}
 	r.rings = buildRings(k, ids)
 	return r

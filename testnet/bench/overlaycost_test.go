@@ -54,3 +54,34 @@ func TestFitGrowth(t *testing.T) {
 		t.Errorf("constant costs: exponent %v", b)
 	}
 }
+
+// The same on SWIM: no heartbeat on gossip, SWIM messages counted, the
+// killed peer declared dead by all, and the simulation sized by the real
+// peers' record and framing.
+func TestRunOverlayCostSWIM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an overlay")
+	}
+	rep, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{5}, Window: 3 * time.Second,
+		Heartbeat: 300 * time.Millisecond, FailureTimeout: time.Second, Seed: 1, Membership: "swim",
+		SimPeerCounts: []int{60}, SimLoss: 0.01, SimWindow: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rows[0]
+	if m := r.ByTopic["micra/membership/1"]; m.MsgsIn != 0 {
+		t.Errorf("heartbeats on gossip under SWIM: %+v", m)
+	}
+	if r.SWIMMsgsIn < 1 || r.ByProtocol["swim"] <= 0 || r.SWIMRecordBytes < 100 {
+		t.Errorf("SWIM traffic not measured: %.2f msgs/s in, %.0f B/s, record %d B", r.SWIMMsgsIn, r.ByProtocol["swim"], r.SWIMRecordBytes)
+	}
+	if r.FailureDetectedBy != r.Peers-1 {
+		t.Errorf("the killed peer declared dead by %d of %d", r.FailureDetectedBy, r.Peers-1)
+	}
+	if len(rep.Sim) != 1 || rep.Sim[0].DetectedBy != 59 || rep.SimRecordBytes != r.SWIMRecordBytes {
+		t.Errorf("simulation %+v (record %d B)", rep.Sim, rep.SimRecordBytes)
+	}
+	if _, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{3}, SimPeerCounts: []int{100}}); err == nil {
+		t.Error("a simulation without real SWIM peers to size it accepted")
+	}
+}
