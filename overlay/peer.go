@@ -262,6 +262,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 			return nil, err
 		}
 		p.swim.suspects = func() { p.metrics.swimSuspicions.Inc() }
+		p.swim.publicOnly = cfg.PublicDHTFilters
 	}
 	if p.handoff, err = newHandoffQueue(p); err != nil {
 		p.topicMem.Close()

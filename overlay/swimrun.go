@@ -18,6 +18,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -69,6 +71,9 @@ type swimRunner struct {
 	snap    hierarchy.SnapshotID
 	nodes   int
 	adm     *Admission
+	// publicOnly: members' stated addresses that are not public are never
+	// dialled (Config.PublicDHTFilters)
+	publicOnly bool
 	// heartbeat builds this member's next heartbeat with a seq above
 	// minSeq (nil once it left).
 	heartbeat func(minSeq uint64, leaving bool) ([]byte, error)
@@ -403,7 +408,11 @@ func (r *swimRunner) sender(ctx context.Context) {
 func (r *swimRunner) send(ctx context.Context, o swim.Out) {
 	to := peer.ID(o.To)
 	if r.h.Network().Connectedness(to) != network.Connected {
-		if addrs := r.members.Addrs(to); len(addrs) > 0 {
+		addrs := r.members.Addrs(to)
+		if r.publicOnly {
+			addrs = slices.DeleteFunc(slices.Clone(addrs), func(a ma.Multiaddr) bool { return !manet.IsPublicAddr(a) })
+		}
+		if len(addrs) > 0 {
 			r.h.Peerstore().AddAddrs(to, addrs, 2*memberForget)
 		}
 	}

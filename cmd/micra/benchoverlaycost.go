@@ -117,16 +117,21 @@ func runBenchOverlayCost(ctx context.Context, out, log io.Writer, o *benchOverla
 			fmt.Fprintf(log, "simulated %d peers: %.0f B/s out per peer; suspected by all %.1f s, dead at all %.1f s\n", r.N, r.BytesOutPerS, r.SuspectedAllS, r.DeadAllS)
 		}}
 	rep, err := bench.RunOverlayCost(ctx, opts)
-	if err != nil {
+	if rep == nil || len(rep.Rows) == 0 {
 		return err
 	}
+	// the sizes measured before a failure are printed: a big size is run
+	// once, and the smaller ones' figures are not lost with it
 	if o.asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if jerr := enc.Encode(rep); jerr != nil {
+			return jerr
+		}
+	} else {
+		printOverlayCost(out, rep)
 	}
-	printOverlayCost(out, rep)
-	return nil
+	return err
 }
 
 func printOverlayCost(w io.Writer, rep *bench.OverlayCostReport) {

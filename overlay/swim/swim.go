@@ -238,6 +238,7 @@ type Node struct {
 
 	queue    []*bcast
 	nextSync time.Time
+	syncGap  time.Duration
 	syncs    []ID
 	outs     []Out
 	evs      []Event
@@ -450,11 +451,19 @@ func (n *Node) Tick(now time.Time) {
 		}
 	}
 	if n.nextSync.IsZero() {
-		// a random phase: the network's exchanges spread evenly in time
-		n.nextSync = now.Add(time.Duration(n.rnd.Int64N(int64(n.syncEvery()))))
+		// a new member exchanges again after 2, 4, 8, … periods until the
+		// regular pace: while a network forms, changes are many and some
+		// piggybacked ones are lost; base members (a simulation's formed
+		// network) start at a random phase, spreading the exchanges in time
+		n.syncGap = 2 * n.cfg.Period
+		if n.cfg.Base != nil {
+			n.syncGap = n.syncEvery()
+		}
+		n.nextSync = now.Add(time.Duration(n.rnd.Int64N(int64(n.syncGap))))
 	}
 	if !now.Before(n.nextSync) {
-		n.nextSync = now.Add(n.syncEvery())
+		n.syncGap = min(2*n.syncGap, n.syncEvery())
+		n.nextSync = now.Add(n.syncGap)
 		if nb := n.neighbours(); len(nb) > 0 {
 			n.syncs = append(n.syncs, nb[n.rnd.IntN(len(nb))])
 		}
