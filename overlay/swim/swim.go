@@ -236,13 +236,14 @@ type Node struct {
 	relays    map[uint32]relay
 	leave     map[ID]bool // neighbours a leave was sent to: acked?
 
-	queue    []*bcast
-	nextSync time.Time
-	syncGap  time.Duration
-	syncs    []ID
-	outs     []Out
-	evs      []Event
-	stats    Stats
+	queue     []*bcast
+	nextSync  time.Time
+	syncGap   time.Duration
+	syncFound bool // an exchange since the last one brought a new record
+	syncs     []ID
+	outs      []Out
+	evs       []Event
+	stats     Stats
 }
 
 // Stats counts what a node did (for the bench and the metrics).
@@ -353,7 +354,9 @@ func (n *Node) Records() [][]byte {
 // at the member it joined through).
 func (n *Node) Merge(now time.Time, recs [][]byte, spread bool) {
 	for _, d := range recs {
-		n.applyAlive(now, d, spread)
+		if n.applyAlive(now, d, spread) {
+			n.syncFound = true
+		}
 	}
 }
 
@@ -451,11 +454,12 @@ func (n *Node) Tick(now time.Time) {
 		}
 	}
 	if n.nextSync.IsZero() {
-		// a new member exchanges again after 2, 4, 8, … periods until the
-		// regular pace: while a network forms, changes are many and some
+		// a new member exchanges again after 2, 4, 8, … periods while its
+		// exchanges bring members it did not know, then at the regular
+		// pace: while a network forms, changes are many and some
 		// piggybacked ones are lost; base members (a simulation's formed
 		// network) start at a random phase, spreading the exchanges in time
-		n.syncGap = 2 * n.cfg.Period
+		n.syncGap, n.syncFound = 2*n.cfg.Period, true
 		if n.cfg.Base != nil {
 			n.syncGap = n.syncEvery()
 		}
@@ -463,6 +467,10 @@ func (n *Node) Tick(now time.Time) {
 	}
 	if !now.Before(n.nextSync) {
 		n.syncGap = min(2*n.syncGap, n.syncEvery())
+		if !n.syncFound {
+			n.syncGap = n.syncEvery() // the last exchange brought nothing new
+		}
+		n.syncFound = false
 		n.nextSync = now.Add(n.syncGap)
 		if nb := n.neighbours(); len(nb) > 0 {
 			n.syncs = append(n.syncs, nb[n.rnd.IntN(len(nb))])
@@ -558,18 +566,20 @@ func (n *Node) apply(now time.Time, u Update) {
 	}
 }
 
-func (n *Node) applyAlive(now time.Time, data []byte, spread bool) {
+// applyAlive applies a member's record; it reports whether the record was
+// newer than what this node held.
+func (n *Node) applyAlive(now time.Time, data []byte, spread bool) bool {
 	rec, err := n.cfg.Open(data)
 	if err != nil {
-		return
+		return false
 	}
 	if rec.ID == n.self.ID {
-		return
+		return false
+	}
+	if e, ok := n.get(rec.ID); ok && rec.Inc.Compare(e.inc) <= 0 {
+		return false // not newer than what this node holds
 	}
 	e := n.own(rec.ID)
-	if e != nil && rec.Inc.Compare(e.inc) <= 0 {
-		return // not newer than what this node holds
-	}
 	if e == nil {
 		e = &entry{state: Dead}
 		n.mem[rec.ID] = e
@@ -587,6 +597,7 @@ func (n *Node) applyAlive(now time.Time, data []byte, spread bool) {
 	if spread {
 		n.enqueue(Update{Kind: UpAlive, Record: data}, rec.ID)
 	}
+	return true
 }
 
 // suspect applies a suspicion of id at inc by from (inc zero: this node's
