@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -97,19 +98,31 @@ type OverlayCostReport struct {
 	Rows        []OverlayCostRow `json:"rows"`
 	// Exponent is b in in+out bytes/s per peer ≈ a·N^b (least squares on
 	// logs): 1 is linear growth per peer, 0 constant.
-	Exponent float64 `json:"growth_exponent"`
+	Exponent Fit `json:"growth_exponent"`
 	// PerAddedPeer is the slope of in+out bytes/s per peer against N: what
 	// each peer pays for one more member.
-	PerAddedPeer float64 `json:"bytes_per_s_per_added_peer"`
-	Transport    string  `json:"transport"`
-	Membership   string  `json:"membership"`
+	PerAddedPeer Fit    `json:"bytes_per_s_per_added_peer"`
+	Transport    string `json:"transport"`
+	Membership   string `json:"membership"`
 	// MembershipExponent is the growth of MembershipBps (as Exponent).
-	MembershipExponent float64 `json:"membership_growth_exponent"`
+	MembershipExponent Fit `json:"membership_growth_exponent"`
 	// Sim is SWIM simulated at SimPeerCounts, with the record size and the
 	// per-message framing measured on the real peers of this run.
 	Sim              []swim.SimResult `json:"sim,omitempty"`
 	SimRecordBytes   int              `json:"sim_record_bytes,omitempty"`
 	SimOverheadBytes float64          `json:"sim_msg_overhead_bytes,omitempty"`
+}
+
+// Fit is a fitted figure; NaN (fewer than two sizes to fit) is null in
+// JSON, which has no NaN.
+type Fit float64
+
+// MarshalJSON writes null for NaN.
+func (f Fit) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
 }
 
 // RunOverlayCost starts, for each size in o.PeerCounts, a fresh overlay of
@@ -159,12 +172,14 @@ func RunOverlayCost(ctx context.Context, o OverlayCostOptions) (*OverlayCostRepo
 			o.Each(row)
 		}
 	}
-	rep.Exponent, rep.PerAddedPeer = fitGrowth(rep.Rows)
+	b, slope := fitGrowth(rep.Rows)
+	rep.Exponent, rep.PerAddedPeer = Fit(b), Fit(slope)
 	mrows := make([]OverlayCostRow, len(rep.Rows))
 	for i, r := range rep.Rows {
 		mrows[i] = OverlayCostRow{Peers: r.Peers, InBps: r.MembershipBps}
 	}
-	rep.MembershipExponent, _ = fitGrowth(mrows)
+	mb, _ := fitGrowth(mrows)
+	rep.MembershipExponent = Fit(mb)
 	if len(o.SimPeerCounts) == 0 {
 		return rep, nil
 	}

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,7 +37,7 @@ func TestRunOverlayCostSmall(t *testing.T) {
 			t.Errorf("%d peers: the killed peer declared dead by %d", r.Peers, r.FailureDetectedBy)
 		}
 	}
-	if math.IsNaN(rep.Exponent) || math.IsNaN(rep.PerAddedPeer) {
+	if math.IsNaN(float64(rep.Exponent)) || math.IsNaN(float64(rep.PerAddedPeer)) {
 		t.Errorf("growth not fitted: %v, %v", rep.Exponent, rep.PerAddedPeer)
 	}
 	if _, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{2}}); err == nil {
@@ -48,6 +50,11 @@ func TestFitGrowth(t *testing.T) {
 	b, slope := fitGrowth(rows)
 	if math.Abs(b-1) > 1e-9 || math.Abs(slope-10) > 1e-9 {
 		t.Errorf("linear costs: exponent %v, slope %v; want 1 and 10", b, slope)
+	}
+	b, _ = fitGrowth(rows[:1])
+	js, err := json.Marshal(OverlayCostReport{Exponent: Fit(b), PerAddedPeer: Fit(b), MembershipExponent: 1.5})
+	if err != nil || !strings.Contains(string(js), `"growth_exponent":null`) || !strings.Contains(string(js), `"membership_growth_exponent":1.5`) {
+		t.Errorf("one size's report in JSON: %s, %v", js, err)
 	}
 	rows = []OverlayCostRow{{Peers: 10, InBps: 50}, {Peers: 100, InBps: 50}}
 	if b, _ := fitGrowth(rows); math.Abs(b) > 1e-9 {
