@@ -268,6 +268,7 @@ type File struct {
 	PSKFile      string   `json:"psk_file,omitempty"`
 	Network      string   `json:"network,omitempty"`
 	Certificate  string   `json:"certificate,omitempty"`
+	Membership   string   `json:"membership,omitempty"` // heartbeat (default), swim
 	CrawlerAddr  string   `json:"crawler_addr,omitempty"`
 	Capacity     int      `json:"capacity,omitempty"`
 	Policy       string   `json:"policy,omitempty"`
@@ -423,6 +424,9 @@ func (f File) Config() (Config, error) {
 	dur("min_delay", f.MinDelay, &c.Crawl.Fetch.MinDelay)
 	if f.PrivatePeers {
 		c.Overlay.PublicDHTFilters = false
+	}
+	if f.Membership == "swim" {
+		c.Overlay.Membership = overlay.MembershipSWIM
 	}
 	dur("balance_hold", f.BalanceHold, &c.BalanceHold)
 	if f.MaxDepth != 0 {

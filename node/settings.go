@@ -116,6 +116,8 @@ var Settings = []Setting{
 		Meaning: "the network key's id (`micra admit init` prints it): join that network with admission, members only; empty: an open network, where anyone who runs micra is a member"},
 	{Key: "certificate", Group: "overlay", Type: "path", Default: `""`, Example: `"membership.cert"`,
 		Meaning: "this node's membership certificate from the network's operator (`micra admit`); default data_dir/membership.cert"},
+	{Key: "membership", Group: "overlay", Type: "string", Default: `"heartbeat"`, Example: `"swim"`, check: checkMembership,
+		Meaning: "the network's membership protocol, the same on every member: heartbeat (each member's heartbeat reaches every peer each second: a peer's cost grows with the network) or swim (SWIM probes among ring neighbours: a peer's cost stays flat; docs/membership.md)"},
 
 	{Key: "seeds", Group: "crawl", Type: "list", Default: `[]`, Example: `["https://example.org/", "https://example.net/"]`,
 		Meaning: "URLs to start from, queued at start (give seeds to any one node: it hands the others' to them)"},
@@ -222,6 +224,13 @@ func checkPolicy(s string) error {
 func checkAutoUpdate(s string) error {
 	_, err := ParseAutoUpdate(s)
 	return err
+}
+
+func checkMembership(s string) error {
+	if s != "heartbeat" && s != "swim" {
+		return fmt.Errorf("%q: want heartbeat or swim", s)
+	}
+	return nil
 }
 
 func checkBalance(s string) error {

@@ -67,6 +67,13 @@ type Config struct {
 	// LeaveTimeout bounds how long Close spends announcing this peer's
 	// leave (Peer.Leave) before it closes anyway (0: 2 s).
 	LeaveTimeout time.Duration
+	// Membership is the membership protocol; every member of a network
+	// must run the same. MembershipHeartbeat (""): each member's heartbeat
+	// reaches every peer on micra/membership/1 each HeartbeatInterval (a
+	// peer's cost grows with the network). MembershipSWIM: SWIM probes on
+	// /micra/swim/1, one per HeartbeatInterval, with members' signed
+	// records piggybacked on them (swimrun.go; a peer's cost stays flat).
+	Membership string
 	// FloodPublish makes a publisher send to every topic peer it knows, not
 	// only its mesh: one hop to everyone in small networks (the default);
 	// turn it off in large ones, where it multiplies traffic.
@@ -202,6 +209,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HeartbeatInterval <= 0 || c.FailureTimeout < 2*c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("overlay: FailureTimeout (%v) must be at least two heartbeats (%v)", c.FailureTimeout, c.HeartbeatInterval))
+	}
+	if c.Membership != MembershipHeartbeat && c.Membership != MembershipSWIM && c.Membership != "heartbeat" {
+		errs = append(errs, fmt.Errorf("overlay: Membership %q: want %q or %q", c.Membership, "heartbeat", MembershipSWIM))
 	}
 	if c.LeaveTimeout < 0 || c.LeaveTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("overlay: LeaveTimeout (%v) must be 0..1m: Close waits for it", c.LeaveTimeout))

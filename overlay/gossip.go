@@ -132,8 +132,24 @@ func dropOwnMessages(self peer.ID) func(peer.ID, *pubsub.RPC) error {
 	}
 }
 
-// decodeHeartbeat checks a membership message: schema, size, plausibility.
+// decodeHeartbeat checks a membership message: schema, size, plausibility,
+// and a time within clockSkew of this peer's clock.
 func decodeHeartbeat(data []byte) (*pb.Heartbeat, error) {
+	hb, err := decodeHeartbeatFields(data)
+	if err != nil {
+		return nil, err
+	}
+	at := time.Unix(0, hb.AtUnixNano)
+	if d := time.Since(at); d > clockSkew || d < -clockSkew {
+		return nil, fmt.Errorf("heartbeat: time %v off by %v", at, d)
+	}
+	return hb, nil
+}
+
+// decodeHeartbeatFields is decodeHeartbeat without the time check: a SWIM
+// member record (swimrun.go) is sealed once and stays its member's
+// statement until it changes.
+func decodeHeartbeatFields(data []byte) (*pb.Heartbeat, error) {
 	if len(data) > maxHeartbeatBytes {
 		return nil, fmt.Errorf("heartbeat of %d bytes exceeds %d", len(data), maxHeartbeatBytes)
 	}
@@ -174,10 +190,6 @@ func decodeHeartbeat(data []byte) (*pb.Heartbeat, error) {
 		// a run cannot start after its own heartbeat: such a start would
 		// order the sender's next run before this one
 		return nil, fmt.Errorf("heartbeat: start %d after its time %d", hb.StartUnixNano, hb.AtUnixNano)
-	}
-	at := time.Unix(0, hb.AtUnixNano)
-	if d := time.Since(at); d > clockSkew || d < -clockSkew {
-		return nil, fmt.Errorf("heartbeat: time %v off by %v", at, d)
 	}
 	return &hb, nil
 }

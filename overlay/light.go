@@ -47,6 +47,9 @@ type LightConfig struct {
 	// HeartbeatInterval, FailureTimeout and LeaveTimeout as in Config
 	// (0: DefaultConfig's).
 	HeartbeatInterval, FailureTimeout, LeaveTimeout time.Duration
+	// Membership is the network's membership protocol, as
+	// Config.Membership ("" heartbeats, "swim").
+	Membership string
 	// LoopbackTestnet disables the gossipsub IP-colocation penalty (every
 	// peer on 127.0.0.1), as in Config.
 	LoopbackTestnet bool
@@ -67,6 +70,7 @@ type LightMember struct {
 	cfg     LightConfig
 	log     *slog.Logger
 	revs    *revocationSync // nil: an open network
+	swim    *swimRunner     // Membership "swim"
 	h       host.Host
 	boot    []peer.AddrInfo
 	members *Members
@@ -110,6 +114,8 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 		return nil, errors.New("overlay: light member: the snapshot's node count is required")
 	case cfg.HeartbeatInterval < 10*time.Millisecond || cfg.HeartbeatInterval > time.Minute:
 		return nil, fmt.Errorf("overlay: light member: HeartbeatInterval (%v) must be 10ms..1m", cfg.HeartbeatInterval)
+	case cfg.Membership != MembershipHeartbeat && cfg.Membership != MembershipSWIM:
+		return nil, fmt.Errorf("overlay: light member: Membership %q: want \"\" (heartbeats) or %q", cfg.Membership, MembershipSWIM)
 	case cfg.FailureTimeout < 2*cfg.HeartbeatInterval:
 		return nil, fmt.Errorf("overlay: light member: FailureTimeout (%v) must be at least two heartbeats", cfg.FailureTimeout)
 	}
@@ -155,10 +161,12 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 		psCancel()
 		return nil, fmt.Errorf("overlay: join %s: %w", TopicMembership, err)
 	}
-	if l.sub, err = l.topic.Subscribe(); err != nil {
-		l.topic.Close()
-		psCancel()
-		return nil, fmt.Errorf("overlay: subscribe %s: %w", TopicMembership, err)
+	if cfg.Membership != MembershipSWIM {
+		if l.sub, err = l.topic.Subscribe(); err != nil {
+			l.topic.Close()
+			psCancel()
+			return nil, fmt.Errorf("overlay: subscribe %s: %w", TopicMembership, err)
+		}
 	}
 	l.psCancel = psCancel
 	var lctx context.Context
@@ -168,6 +176,23 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 		h.SetStreamHandler(ProtoRevocations, l.revs.serve)
 		l.wg.Add(1)
 		go func() { defer l.wg.Done(); l.revs.run(lctx) }()
+	}
+	if cfg.Membership == MembershipSWIM {
+		l.swim, err = newSWIMRunner(h, log, l.members, l.revs, boot, cfg.HeartbeatInterval, snap, nodes, adm, func(minSeq uint64, leaving bool) ([]byte, error) {
+			l.hbMu.Lock()
+			l.seq = max(l.seq, minSeq)
+			l.hbMu.Unlock()
+			return l.heartbeat(leaving)
+		})
+		if err != nil {
+			l.cancel()
+			l.wg.Wait()
+			l.topic.Close()
+			psCancel()
+			return nil, err
+		}
+		l.swim.start(lctx)
+		return l, nil
 	}
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.listen(lctx) }()
@@ -297,6 +322,22 @@ func (l *LightMember) heartbeat(leaving bool) ([]byte, error) {
 // host stays open. Closing again returns the first Close's error.
 func (l *LightMember) Close() error {
 	l.closeOnce.Do(func() {
+		if l.swim != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.LeaveTimeout)
+			if err := l.swim.leave(ctx); err != nil {
+				l.log.Info("overlay: leave not confirmed by every neighbour", "err", err)
+			}
+			cancel()
+			if l.revs != nil {
+				l.h.RemoveStreamHandler(ProtoRevocations)
+			}
+			l.cancel()
+			l.wg.Wait()
+			l.swim.stop()
+			l.closeErr = l.topic.Close()
+			l.psCancel()
+			return
+		}
 		if err := l.leave(); err != nil {
 			l.log.Info("overlay: leave not confirmed by every peer", "err", err)
 		}

@@ -16,9 +16,18 @@ import (
 // hears every peer, also one it is not connected to. Its leave removes it
 // from the peers' sinks at once.
 func TestLightMemberAnnouncesTheSink(t *testing.T) {
+	lightMemberAnnouncesTheSink(t, MembershipHeartbeat, 100*time.Millisecond)
+}
+
+// The same in a network whose membership is SWIM.
+func TestLightMemberAnnouncesTheSinkSWIM(t *testing.T) {
+	lightMemberAnnouncesTheSink(t, MembershipSWIM, 200*time.Millisecond)
+}
+
+func lightMemberAnnouncesTheSink(t *testing.T, membership string, period time.Duration) {
 	tree := testTree(t)
 	fast := func(cfg Config) Config {
-		cfg.HeartbeatInterval, cfg.FailureTimeout = 100*time.Millisecond, time.Second
+		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.Membership = period, 10*period, membership
 		return cfg
 	}
 	c0 := fast(TestnetConfig())
@@ -32,7 +41,7 @@ func TestLightMemberAnnouncesTheSink(t *testing.T) {
 
 	h := rawHost(t)
 	l, err := JoinMembership(context.Background(), h, LightConfig{Snapshot: tree.ID(), Nodes: tree.Len(), Sink: true,
-		Bootstrap: []string{boot}, HeartbeatInterval: 100 * time.Millisecond, FailureTimeout: time.Second, LoopbackTestnet: true})
+		Bootstrap: []string{boot}, HeartbeatInterval: period, FailureTimeout: 10 * period, LoopbackTestnet: true, Membership: membership})
 	if err != nil {
 		t.Fatal(err)
 	}

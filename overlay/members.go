@@ -52,6 +52,8 @@ type Members struct {
 
 	listeners []func(MemberEvent)
 	lastJoin  time.Time // when a member last joined or revived
+	// bySWIM: the SWIM protocol declares deaths (swimrun.go), not silence
+	bySWIM bool
 }
 
 type member struct {
@@ -486,7 +488,7 @@ func (m *Members) sweep(now time.Time) {
 	for id, st := range m.byID {
 		// a member that heartbeats more slowly than this peer's timeout
 		// allows is judged by its own pace, or it would flap dead/alive
-		if !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
+		if !m.bySWIM && !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
 			st.dead, st.reason = true, ReasonFailed
 			evs = append(evs, MemberEvent{Peer: id, Dead: true, Reason: ReasonFailed, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
 		}

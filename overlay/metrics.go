@@ -15,6 +15,7 @@ type metrics struct {
 	learned, learnDropped                                                prometheus.Counter
 	decisionAttempts                                                     prometheus.Histogram
 	decisionInPlace, cachedRoutes                                        prometheus.Counter
+	swimSuspicions                                                       prometheus.Counter
 }
 
 // newMetrics registers the overlay's metrics on reg (nil: unregistered),
@@ -46,10 +47,12 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 			Help: "Policy calls that kept asking new questions and ran their last attempt with its I/O under the policy lock."}),
 		cachedRoutes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "cached_owner_lookups_total",
 			Help: "Owner lookups answered from the cached record without the policy."}),
+		swimSuspicions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "swim_suspicions_total",
+			Help: "Members this peer heard suspected (Membership swim): each is refuted by the member or ends in its death."}),
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.pagesArchived, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.pagesArchived, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes, m.swimSuspicions} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}

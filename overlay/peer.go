@@ -60,6 +60,7 @@ type Peer struct {
 	ps        *pubsub.PubSub
 	topicCal  *pubsub.Topic
 	topicMem  *pubsub.Topic
+	swim      *swimRunner // Membership "swim": the protocol behind members
 	subCal    *pubsub.Subscription
 	subMem    *pubsub.Subscription
 	tree      delegation.Tree
@@ -250,6 +251,19 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		cancel()
 		return nil, err
 	}
+	if cfg.Membership == MembershipSWIM {
+		p.swim, err = newSWIMRunner(h, log, p.members, p.revs, boot, cfg.HeartbeatInterval, p.snap, tree.Len(), cfg.Admission, p.swimHeartbeat)
+		if err != nil {
+			p.topicMem.Close()
+			p.topicCal.Close()
+			p.psCancel()
+			p.dht.Close()
+			cancel()
+			return nil, err
+		}
+		p.swim.suspects = func() { p.metrics.swimSuspicions.Inc() }
+		p.swim.publicOnly = cfg.PublicDHTFilters
+	}
 	if p.handoff, err = newHandoffQueue(p); err != nil {
 		p.topicMem.Close()
 		p.topicCal.Close()
@@ -269,7 +283,11 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 		go func() { defer p.wg.Done(); p.revs.run(pctx) }()
 	}
 
-	p.runMembership(pctx, p.subMem)
+	if p.swim != nil {
+		p.swim.start(pctx)
+	} else {
+		p.runMembership(pctx, p.subMem)
+	}
 	p.wg.Add(4)
 	go func() { defer p.wg.Done(); p.dialMembers(pctx) }()
 	go func() { defer p.wg.Done(); p.runCalibration(pctx) }()
@@ -308,7 +326,9 @@ func (p *Peer) startGossip() error {
 	if p.topicCal, err = ps.Join(TopicCalibration); err != nil {
 		return fmt.Errorf("overlay: join %s: %w", TopicCalibration, err)
 	}
-	if p.subMem, err = p.topicMem.Subscribe(); err != nil {
+	if p.cfg.Membership == MembershipSWIM {
+		// no heartbeats: the topic is joined (a handle) but not subscribed
+	} else if p.subMem, err = p.topicMem.Subscribe(); err != nil {
 		return fmt.Errorf("overlay: subscribe %s: %w", TopicMembership, err)
 	}
 	if p.subCal, err = p.topicCal.Subscribe(); err != nil {
@@ -358,6 +378,9 @@ func (p *Peer) Leave(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.leaveTimeout())
 	defer cancel()
+	if p.swim != nil {
+		return p.swim.leave(ctx)
+	}
 	data, err := p.nextHeartbeat(true)
 	if err != nil || data == nil {
 		return err // nil, nil: left already
@@ -414,12 +437,17 @@ func (p *Peer) shutdown() error {
 	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover), string(ProtoRevocations)} {
 		p.h.RemoveStreamHandler(protocolID(proto))
 	}
-	p.subMem.Cancel()
+	if p.subMem != nil {
+		p.subMem.Cancel()
+	}
 	p.subCal.Cancel()
 	p.bgMu.Lock()
 	p.closing = true
 	p.bgMu.Unlock()
 	p.wg.Wait()
+	if p.swim != nil {
+		p.swim.stop()
+	}
 	var errs []error
 	errs = append(errs, p.handoff.close(), p.topicMem.Close(), p.topicCal.Close())
 	p.psCancel()

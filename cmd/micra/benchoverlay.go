@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/bench"
 	"github.com/micra-crawler/micra/testnet/sim"
 )
@@ -24,7 +25,7 @@ import (
 type benchOverlayOptions struct {
 	peers, hosts, train, calRounds, lookups, replicas, pagesPerPeer, linksPerPage int
 	seed                                                                          uint64
-	policy                                                                        string
+	policy, membership                                                            string
 	threshold, heartbeat, failTimeout, timeout                                    time.Duration
 	asJSON, heartbeatSet, failTimeoutSet                                          bool
 	cpuProfile                                                                    string
@@ -65,6 +66,7 @@ settling, hand-off messages per crawled page, and % optimal / probes per URL.`,
 	f.IntVar(&o.pagesPerPeer, "pages", 100, "pages each peer 'crawls' for the hand-off figure")
 	f.IntVar(&o.linksPerPage, "links", 10, "links per page for the hand-off figure")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "membership heartbeat interval")
+	f.StringVar(&o.membership, "membership", "heartbeat", "membership protocol: heartbeat or swim")
 	f.DurationVar(&o.failTimeout, "failure-timeout", 5*time.Second, "silence after which a peer is declared dead")
 	f.DurationVar(&o.timeout, "timeout", 15*time.Minute, "give up after this long")
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
@@ -97,6 +99,13 @@ func runBenchOverlay(ctx context.Context, out io.Writer, o *benchOverlayOptions)
 	opts := bench.OverlayOptions{Peers: o.peers, Hosts: o.hosts, Train: o.train, Seed: o.seed, Policies: policies,
 		Threshold: o.threshold, Replicas: o.replicas, CalibrationRounds: o.calRounds, Lookups: o.lookups,
 		PagesPerPeer: o.pagesPerPeer, LinksPerPage: o.linksPerPage}
+	switch o.membership {
+	case "heartbeat":
+	case "swim":
+		opts.Membership = overlay.MembershipSWIM
+	default:
+		return fmt.Errorf("--membership %q: want heartbeat or swim", o.membership)
+	}
 	// Unset, they are left to the experiment, which slows them down past
 	// 20 peers.
 	if o.heartbeatSet {

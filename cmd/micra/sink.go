@@ -52,6 +52,7 @@ type sinkOptions struct {
 	admit           string
 	announce        bool
 	heartbeat, fail time.Duration
+	membership      string
 	// a network with admission: its id, this sink's certificate and the
 	// revocation list it spreads
 	network, certificate, revocations string
@@ -105,6 +106,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringVar(&o.certificate, "certificate", "", "this sink's certificate, with the sink role (micra admit --sink; default DATA/membership.cert)")
 	f.StringVar(&o.revocations, "revocations", "", "the network's revocation list (micra admit revoke; read again every 10 s and spread to the members; default DATA/revocations)")
 	f.DurationVar(&o.heartbeat, "heartbeat", 0, "membership heartbeat interval (default 1s, as a node's)")
+	f.StringVar(&o.membership, "membership", "heartbeat", "the network's membership protocol: heartbeat or swim (as its nodes' membership setting)")
 	f.DurationVar(&o.fail, "failure-timeout", 0, "a member silent this long is no longer admitted (default 5s, as a node's)")
 
 	imp := &cobra.Command{
@@ -364,7 +366,15 @@ func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	lm, err := overlay.JoinMembership(ctx, h, overlay.LightConfig{Snapshot: snap, Nodes: nodes, Sink: o.announce,
+	var membership string
+	switch o.membership {
+	case "heartbeat", "":
+	case "swim":
+		membership = overlay.MembershipSWIM
+	default:
+		return nil, fmt.Errorf("--membership %q: want heartbeat or swim", o.membership)
+	}
+	lm, err := overlay.JoinMembership(ctx, h, overlay.LightConfig{Snapshot: snap, Nodes: nodes, Sink: o.announce, Membership: membership,
 		Bootstrap: o.bootstrap, HeartbeatInterval: o.heartbeat, FailureTimeout: o.fail, LoopbackTestnet: loopback,
 		Admission: adm, Logger: slog.Default(), Registerer: reg})
 	if err != nil {

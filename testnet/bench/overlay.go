@@ -52,6 +52,9 @@ type OverlayOptions struct {
 	// Heartbeat and FailureTimeout configure membership; zero picks 1 s and
 	// 5 s, slower past 20 peers (membershipDefaults).
 	Heartbeat, FailureTimeout time.Duration
+	// Membership is the peers' membership protocol (overlay.Config's:
+	// "" heartbeats, "swim").
+	Membership string
 	// CPUProfile, when set, receives a CPU profile of the overlay phases.
 	CPUProfile io.Writer
 
@@ -146,7 +149,7 @@ type OverlayReport struct {
 func (o *OverlayOptions) membershipDefaults() {
 	if o.Heartbeat == 0 {
 		o.Heartbeat = time.Second
-		if o.Peers > 20 {
+		if o.Peers > 20 && o.Membership != overlay.MembershipSWIM {
 			o.Heartbeat = time.Duration(o.Peers) * time.Second / 20
 		}
 	}
@@ -477,7 +480,12 @@ func measureFailureDetection(peers []*overlay.Peer, o OverlayOptions, rep *Overl
 	}
 	killed := time.Now()
 	victim.Kill() // a crash: Close would announce the leave, and no failure would be detected
-	for deadline := killed.Add(3 * o.FailureTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	wait := 3 * o.FailureTimeout
+	if o.Membership == overlay.MembershipSWIM {
+		// a suspicion lasts SWIM's multiple of log10(N) periods
+		wait = max(wait, 120*o.Heartbeat)
+	}
+	for deadline := killed.Add(wait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		fdMu.Lock()
 		n := len(detected)
 		fdMu.Unlock()
@@ -604,6 +612,7 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		c := w.Crawlers[i]
 		cfg := overlay.TestnetConfig()
 		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.Heartbeat, o.FailureTimeout, flood
+		cfg.Membership = o.Membership
 		cfg.CrawlerAddr = c.Addr
 		if c.Capacity > 0 { // (0 in the simulator: no limit; on the overlay, no crawler)
 			cfg.Capacity = c.Capacity

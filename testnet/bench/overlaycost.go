@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	libp2pmetrics "github.com/libp2p/go-libp2p/core/metrics"
 
 	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/overlay/swim"
 	"github.com/micra-crawler/micra/testnet/sim"
 )
 
@@ -27,8 +29,20 @@ type OverlayCostOptions struct {
 	// defaults: 1 s and 5 s).
 	Heartbeat, FailureTimeout time.Duration
 	Seed                      uint64
+	// Membership is the peers' membership protocol ("" heartbeats, "swim").
+	Membership string
+	// SimPeerCounts, if set, are network sizes the SWIM protocol is also
+	// simulated at (swim.Simulate: the real state machine and message
+	// encoding, a member's record as large as the real peers' and each
+	// message's framing as measured on them), with SimLoss of the messages
+	// lost, measured over SimWindow.
+	SimPeerCounts []int
+	SimLoss       float64
+	SimWindow     time.Duration
 	// Each, if set, is called after each network size.
 	Each func(OverlayCostRow)
+	// EachSim, if set, is called after each simulated size.
+	EachSim func(swim.SimResult)
 }
 
 // OverlayCostRow is one network size: what an idle member costs each peer,
@@ -46,6 +60,17 @@ type OverlayCostRow struct {
 	// ByTopic is gossip per peer per second, by topic ("control":
 	// IHAVE/IWANT/GRAFT/PRUNE of every topic).
 	ByTopic map[string]TopicCost `json:"by_topic"`
+	// MembershipBps is what membership and calibration cost a peer, in+out
+	// bytes per second: the gossipsub streams (heartbeats, calibration
+	// events, their control messages) and SWIM's streams.
+	MembershipBps float64 `json:"membership_calibration_bytes_per_s"`
+	// SWIM (Membership "swim"): messages per peer per second each way,
+	// their mean payload, and suspicions raised during the window.
+	SWIMMsgsOut        float64 `json:"swim_msgs_out_per_s,omitempty"`
+	SWIMMsgsIn         float64 `json:"swim_msgs_in_per_s,omitempty"`
+	SWIMPayloadBytes   float64 `json:"swim_payload_bytes_per_msg,omitempty"`
+	SWIMSuspicionsSeen int     `json:"swim_suspicions,omitempty"`
+	SWIMRecordBytes    int     `json:"swim_record_bytes,omitempty"`
 	// FalseSuspicions counts live peers declared dead during the window.
 	FalseSuspicions int `json:"false_suspicions"`
 	// FailureDetectFirstMs / AllMs: a killed peer declared dead by the
@@ -54,6 +79,9 @@ type OverlayCostRow struct {
 	FailureDetectAllMs   float64 `json:"failure_detect_all_ms"`
 	FailureDetectedBy    int     `json:"failure_detected_by"`
 	SetupS               float64 `json:"setup_s"`
+	// QuietS: how long after forming (and settling) the network was until
+	// no SWIM peer had a join's change left to piggyback.
+	QuietS float64 `json:"quiet_s,omitempty"`
 }
 
 // TopicCost is one topic's gossip per peer per second.
@@ -70,11 +98,31 @@ type OverlayCostReport struct {
 	Rows        []OverlayCostRow `json:"rows"`
 	// Exponent is b in in+out bytes/s per peer ≈ a·N^b (least squares on
 	// logs): 1 is linear growth per peer, 0 constant.
-	Exponent float64 `json:"growth_exponent"`
+	Exponent Fit `json:"growth_exponent"`
 	// PerAddedPeer is the slope of in+out bytes/s per peer against N: what
 	// each peer pays for one more member.
-	PerAddedPeer float64 `json:"bytes_per_s_per_added_peer"`
-	Transport    string  `json:"transport"`
+	PerAddedPeer Fit    `json:"bytes_per_s_per_added_peer"`
+	Transport    string `json:"transport"`
+	Membership   string `json:"membership"`
+	// MembershipExponent is the growth of MembershipBps (as Exponent).
+	MembershipExponent Fit `json:"membership_growth_exponent"`
+	// Sim is SWIM simulated at SimPeerCounts, with the record size and the
+	// per-message framing measured on the real peers of this run.
+	Sim              []swim.SimResult `json:"sim,omitempty"`
+	SimRecordBytes   int              `json:"sim_record_bytes,omitempty"`
+	SimOverheadBytes float64          `json:"sim_msg_overhead_bytes,omitempty"`
+}
+
+// Fit is a fitted figure; NaN (fewer than two sizes to fit) is null in
+// JSON, which has no NaN.
+type Fit float64
+
+// MarshalJSON writes null for NaN.
+func (f Fit) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
 }
 
 // RunOverlayCost starts, for each size in o.PeerCounts, a fresh overlay of
@@ -105,19 +153,76 @@ func RunOverlayCost(ctx context.Context, o OverlayCostOptions) (*OverlayCostRepo
 	if !ok {
 		return nil, fmt.Errorf("bench: no micra policy")
 	}
-	rep := &OverlayCostReport{HeartbeatMs: millis(o.Heartbeat), Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
+	membership := "heartbeat"
+	if o.Membership == overlay.MembershipSWIM {
+		membership = "swim"
+	}
+	if len(o.SimPeerCounts) > 0 && o.Membership != overlay.MembershipSWIM {
+		return nil, fmt.Errorf("bench: the SWIM simulation takes its record size and framing from real SWIM peers: set Membership swim")
+	}
+	rep := &OverlayCostReport{HeartbeatMs: millis(o.Heartbeat), Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub", Membership: membership}
 	for _, n := range o.PeerCounts {
 		row, err := overlayCost(ctx, n, spec, o)
 		if err != nil {
 			return rep, fmt.Errorf("bench: %d peers: %w", n, err)
 		}
 		rep.Rows = append(rep.Rows, row)
+		rep.SimRecordBytes = max(rep.SimRecordBytes, row.SWIMRecordBytes)
 		if o.Each != nil {
 			o.Each(row)
 		}
 	}
-	rep.Exponent, rep.PerAddedPeer = fitGrowth(rep.Rows)
+	b, slope := fitGrowth(rep.Rows)
+	rep.Exponent, rep.PerAddedPeer = Fit(b), Fit(slope)
+	mrows := make([]OverlayCostRow, len(rep.Rows))
+	for i, r := range rep.Rows {
+		mrows[i] = OverlayCostRow{Peers: r.Peers, InBps: r.MembershipBps}
+	}
+	mb, _ := fitGrowth(mrows)
+	rep.MembershipExponent = Fit(mb)
+	if len(o.SimPeerCounts) == 0 {
+		return rep, nil
+	}
+	if err := simulateSWIM(rep, o); err != nil {
+		return rep, err
+	}
 	return rep, nil
+}
+
+// simulateSWIM runs swim.Simulate at each simulated size with the record
+// size and the per-message framing of this run's largest real network.
+func simulateSWIM(rep *OverlayCostReport, o OverlayCostOptions) error {
+	var last *OverlayCostRow
+	for i := range rep.Rows {
+		if rep.Rows[i].SWIMMsgsOut > 0 {
+			last = &rep.Rows[i]
+		}
+	}
+	if last == nil || rep.SimRecordBytes == 0 {
+		return fmt.Errorf("bench: no real SWIM traffic measured to size the simulation by")
+	}
+	// framing: SWIM stream bytes per message beyond the payload; a
+	// stream's protocol negotiation is counted under no protocol (""), and
+	// idle, SWIM's one-message streams open nearly all of them
+	perMsg := (last.ByProtocol["swim"] + last.ByProtocol[""]) / (last.SWIMMsgsOut + last.SWIMMsgsIn)
+	rep.SimOverheadBytes = max(0, perMsg-last.SWIMPayloadBytes)
+	window := o.SimWindow
+	if window <= 0 {
+		window = time.Minute
+	}
+	for _, n := range o.SimPeerCounts {
+		res, err := swim.Simulate(swim.SimConfig{N: n, Node: overlay.SWIMConfig(o.Heartbeat), RecordBytes: rep.SimRecordBytes,
+			MsgOverhead: int(math.Round(rep.SimOverheadBytes)), Loss: o.SimLoss, Latency: 30 * time.Millisecond,
+			Warm: 20 * o.Heartbeat, Window: window, Detect: 3 * time.Minute, Seed: o.Seed})
+		if err != nil {
+			return fmt.Errorf("bench: simulate %d: %w", n, err)
+		}
+		rep.Sim = append(rep.Sim, res)
+		if o.EachSim != nil {
+			o.EachSim(res)
+		}
+	}
+	return nil
 }
 
 func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostOptions) (OverlayCostRow, error) {
@@ -132,7 +237,7 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 	for i, h := range w.Hosts {
 		hostIdx[h.Addr] = i
 	}
-	oo := OverlayOptions{Peers: n, Seed: o.Seed, Heartbeat: o.Heartbeat, FailureTimeout: o.FailureTimeout, Threshold: 50 * time.Millisecond}
+	oo := OverlayOptions{Peers: n, Seed: o.Seed, Heartbeat: o.Heartbeat, FailureTimeout: o.FailureTimeout, Threshold: 50 * time.Millisecond, Membership: o.Membership}
 	oo.bandwidth = make([]*libp2pmetrics.BandwidthCounter, n)
 	for i := range oo.bandwidth {
 		oo.bandwidth[i] = libp2pmetrics.NewBandwidthCounter()
@@ -156,6 +261,24 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 		return row, ctx.Err()
 	case <-time.After(settle):
 	}
+	// SWIM: the joins' records are still piggybacked for a while after the
+	// membership formed (a join's cost, not an idle member's): wait until
+	// no peer has any left to send (at most two minutes; the row says how long)
+	q0 := time.Now()
+	for quiet := false; !quiet && time.Since(q0) < 2*time.Minute; {
+		quiet = true
+		for _, p := range peers {
+			quiet = quiet && p.SWIMPending() == 0
+		}
+		if !quiet {
+			select {
+			case <-ctx.Done():
+				return row, ctx.Err()
+			case <-time.After(o.Heartbeat):
+			}
+		}
+	}
+	row.QuietS = time.Since(q0).Seconds()
 	var mu sync.Mutex
 	suspicions := 0
 	measuring := true
@@ -171,6 +294,7 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 	type snap struct {
 		proto map[string]libp2pmetrics.Stats
 		topic map[string]overlay.GossipTraffic
+		swim  swim.Stats
 	}
 	take := func() []snap {
 		out := make([]snap, n)
@@ -180,6 +304,7 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 				out[i].proto[string(pid)] = st
 			}
 			out[i].topic = p.GossipTraffic()
+			out[i].swim = p.SWIMStats()
 		}
 		return out
 	}
@@ -199,6 +324,18 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 
 	row.ByProtocol, row.ByTopic = map[string]float64{}, map[string]TopicCost{}
 	per := secs * float64(n)
+	var payload, msgs float64
+	for i := range peers {
+		a, b := after[i].swim, before[i].swim
+		row.SWIMMsgsOut += float64(a.Sent-b.Sent) / per
+		row.SWIMMsgsIn += float64(a.Received-b.Received) / per
+		row.SWIMSuspicionsSeen += int(a.Suspicions - b.Suspicions)
+		payload += float64(a.BytesSent - b.BytesSent + a.BytesReceived - b.BytesReceived)
+		msgs += float64(a.Sent - b.Sent + a.Received - b.Received)
+	}
+	if msgs > 0 {
+		row.SWIMPayloadBytes = payload / msgs
+	}
 	for i := range peers {
 		for pid, st := range after[i].proto {
 			b := before[i].proto[pid]
@@ -217,6 +354,8 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 			row.ByTopic[topic] = c
 		}
 	}
+	row.MembershipBps = row.ByProtocol["gossipsub"] + row.ByProtocol["swim"] + row.ByProtocol["swim-sync"]
+	row.SWIMRecordBytes = peers[0].SealedRecordSize()
 	var fd OverlayReport
 	others := measureFailureDetection(peers, oo, &fd)
 	row.FailureDetectFirstMs, row.FailureDetectAllMs, row.FailureDetectedBy = fd.FailureDetectFirstMs, fd.FailureDetectAllMs, fd.FailureDetectedBy
@@ -236,6 +375,10 @@ func protocolName(pid string) string {
 		return "identify"
 	case strings.HasPrefix(pid, "/ipfs/ping/"):
 		return "ping"
+	case pid == string(overlay.ProtoSWIM):
+		return "swim"
+	case pid == string(overlay.ProtoSWIMSync):
+		return "swim-sync"
 	}
 	return pid
 }

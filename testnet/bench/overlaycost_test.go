@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,7 +37,7 @@ func TestRunOverlayCostSmall(t *testing.T) {
 			t.Errorf("%d peers: the killed peer declared dead by %d", r.Peers, r.FailureDetectedBy)
 		}
 	}
-	if math.IsNaN(rep.Exponent) || math.IsNaN(rep.PerAddedPeer) {
+	if math.IsNaN(float64(rep.Exponent)) || math.IsNaN(float64(rep.PerAddedPeer)) {
 		t.Errorf("growth not fitted: %v, %v", rep.Exponent, rep.PerAddedPeer)
 	}
 	if _, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{2}}); err == nil {
@@ -49,8 +51,44 @@ func TestFitGrowth(t *testing.T) {
 	if math.Abs(b-1) > 1e-9 || math.Abs(slope-10) > 1e-9 {
 		t.Errorf("linear costs: exponent %v, slope %v; want 1 and 10", b, slope)
 	}
+	b, _ = fitGrowth(rows[:1])
+	js, err := json.Marshal(OverlayCostReport{Exponent: Fit(b), PerAddedPeer: Fit(b), MembershipExponent: 1.5})
+	if err != nil || !strings.Contains(string(js), `"growth_exponent":null`) || !strings.Contains(string(js), `"membership_growth_exponent":1.5`) {
+		t.Errorf("one size's report in JSON: %s, %v", js, err)
+	}
 	rows = []OverlayCostRow{{Peers: 10, InBps: 50}, {Peers: 100, InBps: 50}}
 	if b, _ := fitGrowth(rows); math.Abs(b) > 1e-9 {
 		t.Errorf("constant costs: exponent %v", b)
+	}
+}
+
+// The same on SWIM: no heartbeat on gossip, SWIM messages counted, the
+// killed peer declared dead by all, and the simulation sized by the real
+// peers' record and framing.
+func TestRunOverlayCostSWIM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an overlay")
+	}
+	rep, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{5}, Window: 3 * time.Second,
+		Heartbeat: 300 * time.Millisecond, FailureTimeout: time.Second, Seed: 1, Membership: "swim",
+		SimPeerCounts: []int{60}, SimLoss: 0.01, SimWindow: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rows[0]
+	if m := r.ByTopic["micra/membership/1"]; m.MsgsIn != 0 {
+		t.Errorf("heartbeats on gossip under SWIM: %+v", m)
+	}
+	if r.SWIMMsgsIn < 1 || r.ByProtocol["swim"] <= 0 || r.SWIMRecordBytes < 100 {
+		t.Errorf("SWIM traffic not measured: %.2f msgs/s in, %.0f B/s, record %d B", r.SWIMMsgsIn, r.ByProtocol["swim"], r.SWIMRecordBytes)
+	}
+	if r.FailureDetectedBy != r.Peers-1 {
+		t.Errorf("the killed peer declared dead by %d of %d", r.FailureDetectedBy, r.Peers-1)
+	}
+	if len(rep.Sim) != 1 || rep.Sim[0].DetectedBy != 59 || rep.SimRecordBytes != r.SWIMRecordBytes {
+		t.Errorf("simulation %+v (record %d B)", rep.Sim, rep.SimRecordBytes)
+	}
+	if _, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{3}, SimPeerCounts: []int{100}}); err == nil {
+		t.Error("a simulation without real SWIM peers to size it accepted")
 	}
 }
