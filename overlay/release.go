@@ -124,8 +124,16 @@ type Releases struct {
 	mu      sync.Mutex
 	current *ReleaseAnnouncement             // the announcement published every Every
 	holders map[string]map[peer.ID]time.Time // target → members that announced holding it
-	closed  bool
+	// early: the last announcement of each peer heard before it was a
+	// member here (its heartbeat came second); taken when it joins, as its
+	// author does not send it again before Every
+	early  map[peer.ID]ReleaseAnnouncement
+	joined chan peer.ID
+	closed bool
 }
+
+// maxEarly bounds the announcements kept from peers not yet members.
+const maxEarly = 64
 
 // OpenReleases joins the release topic and serves the release protocol.
 // Close it before the peer.
@@ -146,7 +154,7 @@ func OpenReleases(p *Peer, cfg ReleaseConfig) (*Releases, error) {
 		return nil, fmt.Errorf("overlay: release store: %w", err)
 	}
 	r := &Releases{p: p, cfg: cfg, limiter: cfg.Limiter, slots: make(chan struct{}, cfg.Streams),
-		holders: map[string]map[peer.ID]time.Time{}}
+		holders: map[string]map[peer.ID]time.Time{}, early: map[peer.ID]ReleaseAnnouncement{}, joined: make(chan peer.ID, maxEarly)}
 	if r.limiter == nil {
 		r.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), releaseChunk)
 	}
@@ -180,9 +188,24 @@ func OpenReleases(p *Peer, cfg ReleaseConfig) (*Releases, error) {
 	p.h.SetStreamHandler(ProtoRelease, r.handle)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.ctx, r.cancel = ctx, cancel
-	r.wg.Add(2)
+	p.members.OnChange(func(ev MemberEvent) {
+		if ev.Dead {
+			return
+		}
+		r.mu.Lock()
+		_, ok := r.early[ev.Peer]
+		r.mu.Unlock()
+		if ok {
+			select {
+			case r.joined <- ev.Peer:
+			default:
+			}
+		}
+	})
+	r.wg.Add(3)
 	go func() { defer r.wg.Done(); r.receive(ctx) }()
 	go func() { defer r.wg.Done(); r.republish(ctx) }()
+	go func() { defer r.wg.Done(); r.takeEarly(ctx) }()
 	return r, nil
 }
 
@@ -247,6 +270,11 @@ func (r *Releases) validate(_ context.Context, from peer.ID, msg *pubsub.Message
 		return pubsub.ValidationReject
 	}
 	if !r.p.isMember(author) {
+		r.mu.Lock()
+		if _, ok := r.early[author]; ok || len(r.early) < maxEarly {
+			r.early[author] = a
+		}
+		r.mu.Unlock()
 		r.announced.WithLabelValues("ignore").Inc()
 		return pubsub.ValidationIgnore
 	}
@@ -273,17 +301,45 @@ func (r *Releases) receive(ctx context.Context) {
 		if !ok {
 			continue // this peer's own
 		}
-		if a.Target != "" {
-			r.mu.Lock()
-			if r.holders[a.Target] == nil {
-				r.holders[a.Target] = map[peer.ID]time.Time{}
-			}
-			r.holders[a.Target][a.From] = time.Now()
-			r.mu.Unlock()
+		r.take(a)
+	}
+}
+
+// takeEarly judges, when its author joins, an announcement heard before.
+func (r *Releases) takeEarly(ctx context.Context) {
+	for {
+		var id peer.ID
+		select {
+		case <-ctx.Done():
+			return
+		case id = <-r.joined:
 		}
-		if r.cfg.Deliver != nil {
-			r.cfg.Deliver(a)
+		r.mu.Lock()
+		a, ok := r.early[id]
+		delete(r.early, id)
+		r.mu.Unlock()
+		if !ok || !r.p.isMember(id) {
+			continue
 		}
+		if r.cfg.Verify(a) == ReleaseAccept {
+			r.announced.WithLabelValues("accept").Inc()
+			r.take(a)
+		}
+	}
+}
+
+// take records an accepted announcement's holder and delivers it.
+func (r *Releases) take(a ReleaseAnnouncement) {
+	if a.Target != "" {
+		r.mu.Lock()
+		if r.holders[a.Target] == nil {
+			r.holders[a.Target] = map[peer.ID]time.Time{}
+		}
+		r.holders[a.Target][a.From] = time.Now()
+		r.mu.Unlock()
+	}
+	if r.cfg.Deliver != nil {
+		r.cfg.Deliver(a)
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pubsubpb "github.com/libp2p/go-libp2p-pubsub/pb"
 )
 
 // countingLimiter lets everything through and counts what was asked, or
@@ -245,4 +248,31 @@ func FuzzDecodeReleaseAnnouncement(f *testing.F) {
 			t.Fatalf("decoded %+v", a)
 		}
 	})
+}
+
+// An announcement that arrives before its author's first heartbeat is
+// ignored then, and taken when the author joins: its author does not send
+// it again for minutes (Every), so a member that joined just then would
+// otherwise not learn of the release.
+func TestReleaseAnnouncementBeforeHeartbeatTaken(t *testing.T) {
+	rn := newReleaseNet(t, 1)
+	p, r := rn.tn.peers[0], rn.rels[0]
+	author := newKeyed(t)
+	aid := pid(t, author)
+	data, err := encodeAnnouncement(ReleaseAnnouncement{From: aid, Bundle: []byte("good early"), Target: strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &pubsub.Message{Message: &pubsubpb.Message{From: []byte(aid), Data: data}}
+	if v := r.validate(context.Background(), aid, msg); v != pubsub.ValidationIgnore {
+		t.Fatalf("an announcement of a peer not heard yet: %v, want ignored", v)
+	}
+	if rn.delivered(0, "good early") {
+		t.Fatal("delivered before its author was a member")
+	}
+	heardFrom(p, aid)
+	waitFor(t, 10*time.Second, func() bool { return rn.delivered(0, "good early") })
+	if h := r.Holders(strings.Repeat("ab", 32)); len(h) != 1 || h[0] != aid {
+		t.Fatalf("holders %v, want the author", h)
+	}
 }
