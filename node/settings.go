@@ -160,6 +160,22 @@ var Settings = []Setting{
 }
 
 // Setting returns the setting of a key.
+// WithoutSettingsEnv is environ without micra's setting variables
+// (MICRA_<KEY> of every setting, and MICRA_HOME): for a process that must
+// read its own config.toml only (a testnet's nodes).
+func WithoutSettingsEnv(environ []string) []string {
+	out := environ[:0:0]
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		key, isMicra := strings.CutPrefix(name, "MICRA_")
+		if _, setting := LookupSetting(strings.ToLower(key)); isMicra && (setting || key == "HOME") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 func LookupSetting(key string) (Setting, bool) {
 	i, ok := settingIndex[key]
 	if !ok {

@@ -12,10 +12,10 @@ import (
 	"github.com/micra-crawler/micra/overlay"
 )
 
-// networkKey is a testnet's network key (DIR/network.key): the testnet is
+// NetworkKey is a testnet's network key (DIR/network.key): the testnet is
 // a network with admission, as a public one would be run, and the key
 // admits its nodes, its sink and the node join.toml describes.
-type networkKey struct {
+type NetworkKey struct {
 	sk   crypto.PrivKey
 	id   peer.ID
 	file string
@@ -24,7 +24,8 @@ type networkKey struct {
 // certificateValid is how long a testnet's certificates are valid.
 const certificateValid = 30 * 24 * time.Hour
 
-func newNetworkKey(dir string) (*networkKey, error) {
+// NewNetworkKey opens dir/network.key, creating it on first use.
+func NewNetworkKey(dir string) (*NetworkKey, error) {
 	file := filepath.Join(dir, "network.key")
 	sk, err := overlay.LoadOrCreateKey(file)
 	if err != nil {
@@ -34,13 +35,16 @@ func newNetworkKey(dir string) (*networkKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &networkKey{sk: sk, id: id, file: file}, nil
+	return &NetworkKey{sk: sk, id: id, file: file}, nil
 }
 
-// admit writes the membership certificate of the peer whose data
+// ID is the network's id (the network setting).
+func (k *NetworkKey) ID() peer.ID { return k.id }
+
+// Admit writes the membership certificate of the peer whose data
 // directory is data (its identity key, created now if missing) as
 // data/membership.cert, where a node and the sink read it.
-func (k *networkKey) admit(data string, sink bool) error {
+func (k *NetworkKey) Admit(data string, sink bool) error {
 	sk, err := overlay.LoadOrCreateKey(filepath.Join(data, "identity.key"))
 	if err != nil {
 		return err

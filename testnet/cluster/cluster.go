@@ -161,7 +161,7 @@ type Testnet struct {
 	World *emu.World
 	State State
 
-	key    *networkKey // nil: an open network
+	key    *NetworkKey // nil: an open network
 	sink   *proc
 	nodes  []*proc
 	killed map[int]bool // nodes a crawl SIGKILLed (by index), while they are down
@@ -226,7 +226,7 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	}
 	t.State.Seeds = seeds
 	if !o.Open {
-		if t.key, err = newNetworkKey(o.Dir); err != nil {
+		if t.key, err = NewNetworkKey(o.Dir); err != nil {
 			return t, err
 		}
 		t.State.Network = t.key.id.String()
@@ -313,7 +313,7 @@ func (t *Testnet) startSink(ctx context.Context, boot []string, listen, httpAddr
 	args := []string{"sink", "--data", filepath.Join(dir, "data"),
 		"--listen", or(listen, "/ip4/127.0.0.1/tcp/0"), "--http", or(httpAddr, "127.0.0.1:0"), "--no-sync"}
 	if t.key != nil {
-		if err := t.key.admit(filepath.Join(dir, "data"), true); err != nil {
+		if err := t.key.Admit(filepath.Join(dir, "data"), true); err != nil {
 			return err
 		}
 		args = append(args, "--network", t.key.id.String())
@@ -370,7 +370,7 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		return err
 	}
 	if t.key != nil {
-		if err := t.key.admit(data, false); err != nil {
+		if err := t.key.Admit(data, false); err != nil {
 			return err
 		}
 	}

@@ -130,7 +130,7 @@ func (t *Testnet) writeJoin() error {
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return err
 		}
-		if err := t.key.admit(data, false); err != nil {
+		if err := t.key.Admit(data, false); err != nil {
 			return err
 		}
 	}

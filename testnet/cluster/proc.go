@@ -40,7 +40,7 @@ func start(name, bin, logPath string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = withoutSettings(os.Environ())
+	cmd.Env = node.WithoutSettingsEnv(os.Environ())
 	if _, set := os.LookupEnv("GOLOG_LOG_LEVEL"); !set {
 		// The emulated wire (overlay/delay.go) wraps each TCP connection,
 		// and manet's wrapper hides its keep-alive methods: libp2p's TCP
@@ -77,7 +77,7 @@ func startToFile(name, bin, outPath, logPath string, args ...string) (*proc, err
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = withoutSettings(os.Environ())
+	cmd.Env = node.WithoutSettingsEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = of, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -96,21 +96,6 @@ func startToFile(name, bin, outPath, logPath string, args ...string) (*proc, err
 		p.log.Close()
 	}()
 	return p, nil
-}
-
-// withoutSettings is environ without micra's setting variables (MICRA_<KEY>,
-// MICRA_HOME): a testnet's processes are configured by the testnet only.
-func withoutSettings(environ []string) []string {
-	out := environ[:0:0]
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		key, isMicra := strings.CutPrefix(name, "MICRA_")
-		if _, setting := node.LookupSetting(strings.ToLower(key)); isMicra && (setting || key == "HOME") {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 func (p *proc) read(out io.Reader) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node"
-	"github.com/micra-crawler/micra/overlay"
+	"github.com/micra-crawler/micra/testnet/cluster"
 )
 
 // VictimOptions says how to start the victim.
@@ -79,7 +79,7 @@ func StartVictim(ctx context.Context, o VictimOptions) (*Victim, error) {
 		return nil, err
 	}
 	cmd := exec.Command(o.Binary, append([]string{"node", "--home", o.Dir}, o.Args...)...)
-	cmd.Env = append(withoutMicraSettings(os.Environ()), o.Env...)
+	cmd.Env = append(node.WithoutSettingsEnv(os.Environ()), o.Env...)
 	cmd.Stderr = lf
 	// SIGTERM to the victim should the bench die first: no node outlives it
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -207,45 +207,13 @@ func (v *Victim) exitErr() error {
 
 // admit makes a network key for the run (dir/network.key) and the
 // victim's certificate (data/membership.cert, for its identity key,
-// created now), and returns the network's id.
+// created now), as a testnet does, and returns the network's id.
 func admit(dir, data string) (string, error) {
-	nk, err := overlay.LoadOrCreateKey(filepath.Join(dir, "network.key"))
+	k, err := cluster.NewNetworkKey(dir)
 	if err != nil {
-		return "", fmt.Errorf("hostile: network key: %w", err)
+		return "", fmt.Errorf("hostile: %w", err)
 	}
-	netID, err := peer.IDFromPrivateKey(nk)
-	if err != nil {
-		return "", err
-	}
-	sk, err := overlay.LoadOrCreateKey(filepath.Join(data, "identity.key"))
-	if err != nil {
-		return "", err
-	}
-	id, err := peer.IDFromPrivateKey(sk)
-	if err != nil {
-		return "", err
-	}
-	now := time.Now()
-	raw, err := overlay.IssueCertificate(nk, overlay.Certificate{Peer: id, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour), Serial: 1})
-	if err != nil {
-		return "", err
-	}
-	return netID.String(), os.WriteFile(filepath.Join(data, "membership.cert"), raw, 0o644)
-}
-
-// withoutMicraSettings is environ without micra's setting variables
-// (MICRA_<KEY>, MICRA_HOME): the victim reads its own config.toml only.
-func withoutMicraSettings(environ []string) []string {
-	out := environ[:0:0]
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		key, isMicra := strings.CutPrefix(name, "MICRA_")
-		if _, setting := node.LookupSetting(strings.ToLower(key)); isMicra && (setting || key == "HOME") {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
+	return k.ID().String(), k.Admit(data, false)
 }
 
 func parseSnapshot(s string) (hierarchy.SnapshotID, error) {
