@@ -589,3 +589,60 @@ func TestUnprobedWinnerAddsNoProbe(t *testing.T) {
 	}
 	t.Logf("%d blind decisions", blind)
 }
+
+// TestMemDirectoryRecordsInAndOutOfTree: records of the tree's subnets
+// (kept by node) and of subnets beyond it (another tree's, kept by key)
+// are found, counted, listed in subnet order, replaced by the Select rule
+// and deleted alike.
+func TestMemDirectoryRecordsInAndOutOfTree(t *testing.T) {
+	tr := newSmallWorld(t).tree
+	dir := NewMemDirectory(tr, nil)
+	ctx := context.Background()
+	far := hierarchy.NodeID(tr.Len() + 1000)
+	subnets := []hierarchy.NodeID{far, 1, hierarchy.NodeID(tr.Len() - 1), hierarchy.NodeID(tr.Len())}
+	for k, s := range subnets {
+		if _, err := dir.Publish(ctx, Record{Subnet: s, Owner: CrawlerID(fmt.Sprint("c", k)), Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dir.Len() != len(subnets) {
+		t.Fatalf("Len %d, want %d", dir.Len(), len(subnets))
+	}
+	var got []hierarchy.NodeID
+	for _, r := range dir.Records() {
+		got = append(got, r.Subnet)
+	}
+	if want := slices.Sorted(slices.Values(subnets)); !slices.Equal(got, want) {
+		t.Fatalf("Records lists %v, want %v", got, want)
+	}
+	for k, s := range subnets {
+		if r, ok, err := dir.Lookup(ctx, s); err != nil || !ok || r.Owner != CrawlerID(fmt.Sprint("c", k)) {
+			t.Fatalf("Lookup(%d) = %v, %v, %v", s, r, ok, err)
+		}
+		// a newer epoch replaces it, an older one does not
+		if _, err := dir.Publish(ctx, Record{Subnet: s, Owner: "newer", Epoch: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := dir.Publish(ctx, Record{Subnet: s, Owner: "older", Epoch: 0}); r.Owner != "newer" {
+			t.Fatalf("subnet %d: the older record replaced the newer: %v", s, r)
+		}
+	}
+	for _, s := range subnets[:2] {
+		dir.Delete(s)
+		if _, ok := dir.Get(s); ok {
+			t.Fatalf("subnet %d deleted, still found", s)
+		}
+	}
+	if dir.Len() != 2 {
+		t.Fatalf("Len %d after two deletes of four, want 2", dir.Len())
+	}
+	// a deleted record's slot is reused, and the records stay apart
+	if _, err := dir.Publish(ctx, Record{Subnet: 2, Owner: "again", Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range map[hierarchy.NodeID]CrawlerID{2: "again", subnets[2]: "newer", subnets[3]: "newer"} {
+		if r, ok := dir.Get(s); !ok || r.Owner != want {
+			t.Fatalf("subnet %d: %v, %v; want owner %s", s, r, ok, want)
+		}
+	}
+}

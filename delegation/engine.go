@@ -27,6 +27,15 @@ type roomOrderer interface {
 	roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID)
 }
 
+// roomPicker is implemented by choosers that can pick probeRoom's
+// crawlers themselves, without a pass over every member's id: the live
+// crawlers with room for pages that skipped does not name, in liveIDs'
+// order, or when more than n, the n first in roomOrder's order. ok is
+// false when the chooser cannot answer now (probeRoom picks them itself).
+type roomPicker interface {
+	roomPick(e *engine, s hierarchy.NodeID, pages int, skipped func(CrawlerID) bool, n int) (room []CrawlerID, ok bool)
+}
+
 // engine is the state machine shared by every policy: directory lookups,
 // liveness, publishing with epochs, load balancing, hash fallback.
 type engine struct {
@@ -66,6 +75,8 @@ type engine struct {
 	learnTick   uint64  // counts records offered to learnOnce
 
 	ranking Decision // the decision being ranked (see decide)
+	// victims is release's scratch list (empty between calls)
+	victims []releaseVictim
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {
@@ -126,6 +137,17 @@ func (e *engine) members() map[CrawlerID]Crawler {
 func (e *engine) live(c CrawlerID) bool {
 	_, ok := e.members()[c]
 	return ok
+}
+
+// owns reports whether c still counts as the owner of what it was
+// delegated: the membership's Liveness when it has one (the overlay's
+// holds a silent owner for a grace, and while it sees no quorum), else
+// whether c is live. Candidates for a new delegation are the live ones.
+func (e *engine) owns(c CrawlerID) bool {
+	if l, ok := e.d.Members.(Liveness); ok {
+		return l.IsLive(c)
+	}
+	return e.live(c)
 }
 
 // liveIDs returns the live crawler IDs, sorted (deterministic order). The
@@ -199,17 +221,18 @@ func (e *engine) Delegate(ctx context.Context, ip netip.Addr) (Decision, error) 
 		// dead (the subnet is re-decided on its next host outside)
 		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = b.Owner, b.OwnerRTT, rec, true, ReasonCached
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "block " + b.Block().String() + " already delegated"})
-		if ok && e.live(rec.Owner) {
+		if ok && e.owns(rec.Owner) {
 			// the load book counts pages per subnet (blocks are
 			// delegated only with balancing off)
 			e.loads.AddPages(s, rec.Owner, 1)
 		}
 		return d, nil
 	}
-	if ok && e.live(rec.Owner) {
+	if ok && e.owns(rec.Owner) {
 		d.Owner, d.OwnerRTT, d.Record, d.Cached, d.Reason = rec.Owner, rec.OwnerRTT, rec, true, ReasonCached
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "already delegated"})
-		if e.c.Balance != BalanceOff && !e.hasRoom(rec.Owner, 1) {
+		// (a held owner, silent, has no load to judge: it keeps the subnet)
+		if e.c.Balance != BalanceOff && e.live(rec.Owner) && !e.hasRoom(rec.Owner, 1) {
 			if err := e.rebalanceCached(ctx, s, rec, &d); err != nil {
 				return d, err
 			}
@@ -307,7 +330,7 @@ func (e *engine) liveBlock(rec Record, ip netip.Addr) (BlockDelegation, bool) {
 	if len(rec.Blocks) == 0 {
 		return BlockDelegation{}, false
 	}
-	return rec.LiveBlock(ip, e.live)
+	return rec.LiveBlock(ip, e.owns)
 }
 
 // carryBlocks returns, in a new slice, the blocks of a subnet's record that
@@ -315,7 +338,7 @@ func (e *engine) liveBlock(rec Record, ip netip.Addr) (BlockDelegation, bool) {
 func (e *engine) carryBlocks(blocks []BlockDelegation, owner CrawlerID) []BlockDelegation {
 	var out []BlockDelegation // nil when none stays, like a record without
 	for _, b := range blocks {
-		if b.Owner != owner && e.live(b.Owner) {
+		if b.Owner != owner && e.owns(b.Owner) {
 			out = append(out, b)
 		}
 	}
@@ -410,7 +433,7 @@ func (e *engine) decideAs(ctx context.Context, ip netip.Addr, s hierarchy.NodeID
 // epoch: when a dead owner's record wins, rec is published again above it.
 func (e *engine) publish(ctx context.Context, rec Record) (Record, error) {
 	pub, err := e.d.Dir.Publish(ctx, rec)
-	if err == nil && pub.Owner != rec.Owner && !e.live(pub.Owner) {
+	if err == nil && pub.Owner != rec.Owner && !e.owns(pub.Owner) {
 		rec.Epoch = NextEpoch(pub.Epoch, rec.At)
 		pub, err = e.d.Dir.Publish(ctx, rec)
 	}

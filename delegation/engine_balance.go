@@ -99,12 +99,18 @@ func (e *engine) probeRoom(ctx context.Context, ip netip.Addr, s hierarchy.NodeI
 		return slices.ContainsFunc(skip, func(r ProbeResult) bool { return r.Crawler == c })
 	}
 	var room []CrawlerID
-	for _, c := range e.liveIDs() {
-		if e.hasRoom(c, pages) && !skipped(c) {
-			room = append(room, c)
+	picked := false
+	if rp, ok := e.ch.(roomPicker); ok {
+		room, picked = rp.roomPick(e, s, pages, skipped, e.c.RoomProbes)
+	}
+	if !picked {
+		for _, c := range e.liveIDs() {
+			if e.hasRoom(c, pages) && !skipped(c) {
+				room = append(room, c)
+			}
 		}
 	}
-	if n := e.c.RoomProbes; len(room) > n {
+	if n := e.c.RoomProbes; !picked && len(room) > n {
 		if ro, ok := e.ch.(roomOrderer); ok {
 			ro.roomOrder(e, s, room)
 			room = room[:n]
@@ -226,6 +232,12 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 	return nil
 }
 
+// releaseVictim is a subnet release may move and its probe variance.
+type releaseVictim struct {
+	subnet hierarchy.NodeID
+	vari   float64
+}
+
 // release moves subnets away from crawler c (option a) until it has room
 // for pages more, lowest probe-variance first. It returns how many moved.
 // With only, the candidates are restricted to those subnets. With whole,
@@ -234,11 +246,11 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 // would be crawled from farther away. (A cached subnet's page is added
 // whatever happens, so there any room freed helps.)
 func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, whole bool, only ...hierarchy.NodeID) (int, error) {
-	type victim struct {
-		rec  Record
-		vari float64
-	}
-	var vs []victim
+	// (subnets and variances only, in a buffer kept across calls: a crawler
+	// among 10,000 holds a hundred subnets, and copying every record each
+	// time a full crawler takes a page was most of the simulator's garbage)
+	vs := e.victims[:0]
+	defer func() { e.victims = vs[:0] }()
 	subs := only
 	if len(subs) == 0 {
 		subs = e.loads.Subnets(c)
@@ -254,13 +266,13 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		if !ok || rec.Owner != c || len(rec.Probes) < 2 || e.held(rec) {
 			continue // no next best known (placement or single probe), or held
 		}
-		vs = append(vs, victim{rec, probeVariance(rec.Probes)})
+		vs = append(vs, releaseVictim{rec.Subnet, probeVariance(rec.Probes)})
 	}
-	slices.SortFunc(vs, func(a, b victim) int {
+	slices.SortFunc(vs, func(a, b releaseVictim) int {
 		if c := cmp.Compare(a.vari, b.vari); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.rec.Subnet, b.rec.Subnet)
+		return cmp.Compare(a.subnet, b.subnet)
 	})
 	// plan the moves on the loads as they would become, then publish
 	type move struct {
@@ -274,17 +286,24 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		if room(c, pages) {
 			break
 		}
-		vp := e.loads.Pages(v.rec.Subnet)
-		if v.rec.Subnet == d.Subnet {
+		rec, ok, err := e.d.Dir.Lookup(ctx, v.subnet)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			continue
+		}
+		vp := e.loads.Pages(rec.Subnet)
+		if rec.Subnet == d.Subnet {
 			vp++ // the page being delegated goes with it
 		}
-		alts := slices.Clone(v.rec.Probes)
+		alts := slices.Clone(rec.Probes)
 		slices.SortStableFunc(alts, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
 		for _, a := range alts {
 			if a.Crawler == c || !a.OK || !room(a.Crawler, vp) {
 				continue
 			}
-			plan = append(plan, move{v.rec, a})
+			plan = append(plan, move{rec, a})
 			delta[c] -= vp
 			delta[a.Crawler] += vp
 			break

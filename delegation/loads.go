@@ -9,7 +9,7 @@ import (
 // MemLoadBook is an in-memory LoadBook.
 type MemLoadBook struct {
 	subnet map[hierarchy.NodeID]subnetLoad
-	load   map[CrawlerID]int
+	load   map[CrawlerID]*int // a crawler's counter stays put: counter
 	subs   map[CrawlerID]map[hierarchy.NodeID]struct{}
 }
 
@@ -25,13 +25,29 @@ type subnetLoad struct {
 func NewMemLoadBook() *MemLoadBook {
 	return &MemLoadBook{
 		subnet: make(map[hierarchy.NodeID]subnetLoad),
-		load:   make(map[CrawlerID]int),
+		load:   make(map[CrawlerID]*int),
 		subs:   make(map[CrawlerID]map[hierarchy.NodeID]struct{}),
 	}
 }
 
 // Load implements LoadBook.
-func (b *MemLoadBook) Load(c CrawlerID) int { return b.load[c] }
+func (b *MemLoadBook) Load(c CrawlerID) int {
+	if n := b.load[c]; n != nil {
+		return *n
+	}
+	return 0
+}
+
+// counter is c's load counter (created at 0): a caller holding it reads
+// the load without hashing c's id each time (micraChooser.roomFilter).
+func (b *MemLoadBook) counter(c CrawlerID) *int {
+	n := b.load[c]
+	if n == nil {
+		n = new(int)
+		b.load[c] = n
+	}
+	return n
+}
 
 // Pages implements LoadBook.
 func (b *MemLoadBook) Pages(s hierarchy.NodeID) int { return b.subnet[s].pages }
@@ -50,7 +66,7 @@ func (b *MemLoadBook) AddPages(s hierarchy.NodeID, owner CrawlerID, n int) {
 	}
 	sl.pages += n
 	b.subnet[s] = sl
-	b.load[owner] += n
+	*b.counter(owner) += n
 }
 
 // Move implements LoadBook.
@@ -65,11 +81,11 @@ func (b *MemLoadBook) Move(s hierarchy.NodeID, to CrawlerID) {
 // move gives s (whose entry is sl) to another owner and returns its entry.
 func (b *MemLoadBook) move(s hierarchy.NodeID, sl subnetLoad, to CrawlerID) subnetLoad {
 	if sl.owned {
-		b.load[sl.owner] -= sl.pages
+		*b.counter(sl.owner) -= sl.pages
 		delete(b.subs[sl.owner], s)
 	}
 	sl.owner, sl.owned = to, true
-	b.load[to] += sl.pages
+	*b.counter(to) += sl.pages
 	m, ok := b.subs[to]
 	if !ok {
 		m = make(map[hierarchy.NodeID]struct{})

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/micra-crawler/micra/hierarchy"
 )
@@ -42,8 +43,13 @@ type RoundRisk struct {
 //     probes the candidate most likely to beat the best answer until the
 //     summed probability that any unprobed one does is below
 //     MicraConfig.Miss;
+//   - with more crawlers than it considers, the answers place the host
+//     (a least-squares fit of the distances they imply to the stated
+//     positions of the crawlers that gave them): the crawlers nearest that
+//     place join the candidates (MicraConfig.Locate);
 //   - with far more crawlers than it considers and no answer under
-//     Config.Threshold, it finishes with IPMicra's walk (MicraConfig.Walk).
+//     Config.Threshold, it walks towards that place, then IPMicra's walk
+//     (MicraConfig.Walk).
 //
 // It uses nothing a real deployment lacks: the hierarchy (with the
 // registries' country codes), probe answers and what crawlers say about
@@ -102,9 +108,32 @@ type micraChooser struct {
 	nbrs   [][]uint32
 	nbFor  []uint64
 	locGen uint64
+	// placeList: live crawlers grouped by stated position (places), valid
+	// while placesOK and placesFor == locGen
+	placeList []placeGroup
+	placesFor uint64
+	placesOK  bool
+	// placeCells index placeList for bestPlace (built with it);
+	// groupOrder and cellOrder are bestPlace's reused buffers
+	placeCells placeCells
+	groupOrder []cellBound
+	cellOrder  []cellBound
 	// noRoom, during a decision with BalanceSecondBest, reports crawlers
 	// without room for the subnet: they are not candidates (nil: all are)
 	noRoom func(ci uint32) bool
+	// capOf[ci] is a live crawler's capacity as of locate; loadCtr[ci] its
+	// counter in loadBook (roomFilter's lookups by index)
+	capOf    []int
+	loadBook *MemLoadBook
+	loadCtr  []*int
+	// spreadScope's tables by crawler index, valid where the mark is stGen
+	stMark, sitMark []uint32
+	stAt            []int32
+	stGen           uint32
+	// roomPick's reused buffers
+	roomIDs   []uint32
+	roomCands []micraCand
+	roomTop   []int32
 	// roomFull[ci] is noRoom's answer for ci while roomMark[ci] == roomEpoch
 	roomMark  []uint32
 	roomFull  []bool
@@ -118,6 +147,26 @@ type micraChooser struct {
 	// between a subnet's country centroid and a crawler's stated position
 	geo    geoSums
 	geoFit geoFit
+	// the same pairs in km and ms: RTT grows linearly with distance, so
+	// this fit, inverted, turns an answer into a distance (addLocated)
+	lin geoSums
+	// locErr: answers less their location-based prediction (ln ms), the
+	// bias and spread of those predictions (addLocated)
+	locErr lnStat
+	// locErr1: the same for placements from a single answer
+	locErr1 lnStat
+	// warmPlace: this decision's last best place (an index into
+	// placeList) from two answers or more, whose score bounds the next
+	// placement's search (-1: none); warmTs the answers it was found for
+	warmPlace int
+	warmTs    []locatedTarget
+	// nearList: the crawlers nearest place nearPlace, sorted (addLocated),
+	// for decision key nearS and places of nearGen; valid while nearOK
+	nearList  []nearCi
+	nearOK    bool
+	nearPlace int
+	nearS     uint64
+	nearGen   uint64
 
 	// per reviewed subnet: who was nearest for its hosts (Reviewer)
 	tally map[hierarchy.NodeID]subnetTally
@@ -216,6 +265,15 @@ func (m *micraChooser) learn(e *engine, s hierarchy.NodeID, rec Record) {
 			st, _ := c.addStat(wi)
 			st.wins++
 			c.winTotal++
+		}
+	}
+	if win.OK && win.RTT <= locateAnchor && m.cfg.Locate > 0 && int(wi) < len(m.pos) && m.pos[wi].ok {
+		// the host lies about where the crawler that answered lowest
+		// sits: the other answers against their distance from it
+		for pi, p := range rec.Probes {
+			if ci := cis[pi]; p.OK && p.RTT > 0 && ci != wi && int(ci) < len(m.pos) && m.pos[ci].ok {
+				m.lin.add(chordKm(chord2(&m.pos[wi], &m.pos[ci])), float64(p.RTT)/float64(time.Millisecond))
+			}
 		}
 	}
 	if m.cfg.NoGeo {

@@ -24,6 +24,19 @@ type MicraConfig struct {
 	// MinCandidates every crawler is a candidate already.
 	// Default 2, at most 8; negative: none.
 	Neighbours int
+	// Locate: after every round with an answer from a crawler that
+	// states its position, with more live crawlers than the decision's
+	// candidates, the host is placed at the stated position whose
+	// distances to the answering crawlers best fit their answers (from a
+	// single answer: the place on its ring with the most crawlers around),
+	// every unprobed candidate is predicted anew from its distance to it,
+	// and up to Locate of the live crawlers nearest it join the candidates
+	// (micra_locate.go). When the probes end above
+	// Config.Threshold, the walk first goes there too. Among thousands of
+	// crawlers the learned candidates often sit in another region than the
+	// host (docs/experiments/2026-11-scale-probes.md).
+	// Default 2, at most 8; negative: none.
+	Locate int
 	// MissFirst is the risk accepted after a decision's first probe, when
 	// the estimate rests on a single answer and overstates the risk: in
 	// the simulator, first-probe estimates of 0.06–0.08 missed 1.6 % of
@@ -167,6 +180,10 @@ func (m MicraConfig) withDefaults() MicraConfig {
 		m.Neighbours = 2
 	}
 	m.Neighbours = min(m.Neighbours, nbList) // only nbList are kept per crawler
+	if m.Locate == 0 {
+		m.Locate = 2
+	}
+	m.Locate = min(m.Locate, nbList)
 	switch {
 	case m.MissFirst == 0:
 		m.MissFirst = 0.1

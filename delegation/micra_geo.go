@@ -4,10 +4,26 @@ import (
 	"math"
 )
 
-// crawlerPos is the position a crawler states for itself.
+// crawlerPos is the position a crawler states for itself, and as a unit
+// vector (x, y, z): the chord between two positions orders pairs as the
+// great-circle distance does, at a dot product instead of a haversine —
+// the nearest neighbours among 10,000 crawlers are a scan of all of them.
 type crawlerPos struct {
 	lat, lon float64
+	x, y, z  float64
 	ok       bool
+}
+
+func newCrawlerPos(lat, lon float64) crawlerPos {
+	p, l := lat*math.Pi/180, lon*math.Pi/180
+	return crawlerPos{lat: lat, lon: lon, x: math.Cos(p) * math.Cos(l), y: math.Cos(p) * math.Sin(l), z: math.Sin(p), ok: true}
+}
+
+// chord2 is the squared chord between two stated positions on the unit
+// sphere: monotone in their great-circle distance.
+func chord2(a, b *crawlerPos) float64 {
+	dx, dy, dz := a.x-b.x, a.y-b.y, a.z-b.z
+	return dx*dx + dy*dy + dz*dz
 }
 
 // geoKm0 keeps ln(distance) finite for co-located pairs: below a few
@@ -94,6 +110,21 @@ func (g *geoSums) add(x, y float64) {
 	g.sxx += x * x
 	g.sxy += x * y
 	g.syy += y * y
+}
+
+// line is the least-squares line y = a + b·x of the sums, ok false with
+// fewer than GeoAfter-like support (3 points) or no spread in x.
+func (g *geoSums) line() (a, b float64, ok bool) {
+	if g.n < 3 {
+		return 0, 0, false
+	}
+	mx, my := g.sx/g.n, g.sy/g.n
+	vx := g.sxx/g.n - mx*mx
+	if !(vx > 1e-9) {
+		return 0, 0, false
+	}
+	b = (g.sxy/g.n - mx*my) / vx
+	return my - b*mx, b, true
 }
 
 // geoFit is the distance prior's least-squares fit at n observations.
@@ -199,12 +230,12 @@ func (m *micraChooser) neighboursOf(a uint32) []uint32 {
 	}
 	var buf [nbList]near
 	best := buf[:0]
-	pa := m.pos[a]
+	pa := &m.pos[a]
 	for _, ci := range m.liveOrd {
 		if ci == a || int(ci) >= len(m.pos) || !m.pos[ci].ok {
 			continue
 		}
-		n := near{ci, greatCircleKm(pa.lat, pa.lon, m.pos[ci].lat, m.pos[ci].lon)}
+		n := near{ci, chord2(pa, &m.pos[ci])}
 		if len(best) == nbList && !closer(n, best[len(best)-1]) {
 			continue
 		}

@@ -37,6 +37,15 @@ type micraCand struct {
 	// anchored: predicted from another crawler's answer in this decision
 	// (a neighbour), not from learned statistics: Shift does not apply
 	anchored bool
+	// located: the prediction from where the answers place the host
+	// (addLocated), ln ms before its learned bias; lmu, lsd: the
+	// prediction it was combined with (kept so that a later placement
+	// combines with it afresh)
+	located, lmu, lsd float64
+	hasLoc, hasL      bool
+	// locOne: located from a single answer (a ring, not a point; its
+	// errors are learned apart: locErr1)
+	locOne bool
 
 	// marginal probability to beat the best answer, valid while the best
 	// answer (lnT, shift) is unchanged
@@ -118,17 +127,32 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*scopeSt
 		}
 		cand.mu, cand.sd = mu, vr // sd holds the variance until the end
 	}
+	// many candidates (the probe-for-room pick predicts every crawler with
+	// room): each context's crawlers are spread into a table by crawler
+	// index once, instead of a binary search per candidate
+	dense := len(cands) >= predictDenseFrom
 	for i := len(infos) - 2; i >= 0; i-- {
 		info, kind := infos[i], kinds[i]
 		if info == nil {
 			continue // nothing known here, nobody sits here
+		}
+		if dense {
+			m.spreadScope(info)
 		}
 		w := sig[i]
 		w2 := w * w
 		for k := range cands {
 			cand := &cands[k]
 			mu, vr := cand.mu, cand.sd
-			if st := info.stat(cand.ci); st != nil && st.n > 0 {
+			var st *crawlerStat
+			if dense {
+				if ci := cand.ci; int(ci) < len(m.stMark) && m.stMark[ci] == m.stGen {
+					st = &info.st[m.stAt[ci]]
+				}
+			} else {
+				st = info.stat(cand.ci)
+			}
+			if st != nil && st.n > 0 {
 				tau2 := max(vr-w2, 0.01)     // spread of context means around mu (builtin max: inline, math.Max is a call)
 				pv := 1 / (1/tau2 + st.n/w2) // variance of this context's mean
 				cand.mu = pv * (mu/tau2 + st.n*st.mean/w2)
@@ -139,7 +163,13 @@ func (m *micraChooser) predict(cands []micraCand, ids []uint32, infos []*scopeSt
 				}
 				continue
 			}
-			if info.sitsHere(cand.ci) {
+			sits := false
+			if dense {
+				sits = int(cand.ci) < len(m.sitMark) && m.sitMark[cand.ci] == m.stGen
+			} else {
+				sits = info.sitsHere(cand.ci)
+			}
+			if sits {
 				// sits here but never measured here: as good as the best
 				// known here, so newcomers get tried
 				best := math.Log(10)
@@ -179,6 +209,102 @@ func (m *micraChooser) roomOrder(e *engine, s hierarchy.NodeID, room []CrawlerID
 	for i := range cands {
 		room[i] = cands[i].id
 	}
+}
+
+// predictDenseFrom is the number of candidates from which predict spreads
+// each context into tables by crawler index (spreadScope).
+const predictDenseFrom = 256
+
+// spreadScope marks, for the stamp stGen it advances, every crawler with
+// statistics in info (stAt: its index in info.st) and every crawler sitting
+// there: predict's lookups for many candidates, the answers of info.stat
+// and info.sitsHere.
+func (m *micraChooser) spreadScope(info *scopeStats) {
+	m.stGen++
+	if m.stGen == 0 { // wrapped: forget every old stamp
+		clear(m.stMark)
+		clear(m.sitMark)
+		m.stGen = 1
+	}
+	n := len(m.crawler.ids)
+	for len(m.stMark) < n {
+		m.stMark, m.sitMark, m.stAt = append(m.stMark, 0), append(m.sitMark, 0), append(m.stAt, 0)
+	}
+	for j := range info.st {
+		ci := info.st[j].ci
+		if int(ci) < n {
+			m.stMark[ci], m.stAt[ci] = m.stGen, int32(j)
+		}
+	}
+	for _, ci := range info.sits {
+		if int(ci) < n {
+			m.sitMark[ci] = m.stGen
+		}
+	}
+}
+
+// roomPick implements roomPicker: probeRoom's filter and roomOrder by
+// crawler index, when locate's view is the membership's now and the load
+// book is in memory. Only the n first are ordered: a selection among
+// thousands instead of a sort (candCompare is a total order, so they are
+// the sort's n first).
+func (m *micraChooser) roomPick(e *engine, s hierarchy.NodeID, pages int, skipped func(CrawlerID) bool, n int) ([]CrawlerID, bool) {
+	ver, versioned := membershipVersion(e.d.Members)
+	book, inMem := e.loads.(*MemLoadBook)
+	if !versioned || !m.locValid || ver != m.locVer || !inMem || n < 1 {
+		return nil, false
+	}
+	if book != m.loadBook {
+		m.loadBook, m.loadCtr = book, m.loadCtr[:0]
+	}
+	ids := m.roomIDs[:0]
+	for _, ci := range m.liveOrd {
+		if m.roomByIndex(ci, pages) && !skipped(m.crawler.ids[ci]) {
+			ids = append(ids, ci)
+		}
+	}
+	m.roomIDs = ids
+	if len(ids) <= n {
+		room := make([]CrawlerID, len(ids))
+		for i, ci := range ids {
+			room[i] = m.crawler.ids[ci]
+		}
+		return room, true
+	}
+	// roomOrder's steps, in its order (subnetScopes counts a tick)
+	_, cc := m.subnetScopes(e.d.Tree, s)
+	m.locate(e)
+	infos, kinds := m.subnetScopeStats(false), m.scopeKind
+	if m.cfg.NoGeo {
+		cc = ""
+	}
+	cands := slices.Grow(m.roomCands[:0], len(ids))[:len(ids)]
+	m.predict(cands, ids, infos, kinds, m.spreads(kinds, nil), m.globalMean(), cc)
+	top := m.roomTop[:0]
+	for i := range cands {
+		c := &cands[i]
+		c.tie = m.crawler.tieKey(c.ci, uint64(s))
+		if len(top) == n && candCompare(c, &cands[top[n-1]]) >= 0 {
+			continue
+		}
+		// insert i among the first, in order
+		j := len(top)
+		if j < n {
+			top = append(top, 0)
+		} else {
+			j--
+		}
+		for ; j > 0 && candCompare(c, &cands[top[j-1]]) < 0; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = int32(i)
+	}
+	room := make([]CrawlerID, len(top))
+	for i, k := range top {
+		room[i] = cands[k].id
+	}
+	m.roomCands, m.roomTop = cands, top
+	return room, true
 }
 
 // globalMean is the mean ln RTT over every crawler's overall mean.

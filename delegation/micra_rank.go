@@ -43,6 +43,15 @@ func (m *micraChooser) roomFilter(e *engine, s hierarchy.NodeID) func(ci uint32)
 		m.roomEpoch = 1
 	}
 	epoch := m.roomEpoch
+	// by index when locate's capacities are those of the membership now
+	// (a versioned one, unchanged since) and the book is in memory: the
+	// same answers as hasRoom without hashing ids
+	ver, versioned := membershipVersion(e.d.Members)
+	book, inMem := e.loads.(*MemLoadBook)
+	byIndex := versioned && m.locValid && ver == m.locVer && inMem
+	if byIndex && book != m.loadBook {
+		m.loadBook, m.loadCtr = book, m.loadCtr[:0]
+	}
 	return func(ci uint32) bool {
 		for int(ci) >= len(m.roomMark) {
 			m.roomMark = append(m.roomMark, 0)
@@ -56,10 +65,36 @@ func (m *micraChooser) roomFilter(e *engine, s hierarchy.NodeID) func(ci uint32)
 		if owned && c == owner {
 			need = extra
 		}
-		full := !e.hasRoom(c, need)
+		var full bool
+		if byIndex {
+			full = !m.roomByIndex(ci, need)
+		} else {
+			full = !e.hasRoom(c, need)
+		}
 		m.roomMark[ci], m.roomFull[ci] = epoch, full
 		return full
 	}
+}
+
+// roomByIndex is engine.hasRoom for live-or-not crawler ci, read from
+// locate's capacities and the load book's counters.
+func (m *micraChooser) roomByIndex(ci uint32, pages int) bool {
+	if int(ci) >= len(m.liveCi) || !m.liveCi[ci] {
+		return false
+	}
+	capacity := m.capOf[ci]
+	if capacity <= 0 {
+		return true
+	}
+	for int(ci) >= len(m.loadCtr) {
+		m.loadCtr = append(m.loadCtr, nil)
+	}
+	n := m.loadCtr[ci]
+	if n == nil {
+		n = m.loadBook.counter(m.crawler.ids[ci])
+		m.loadCtr[ci] = n
+	}
+	return *n+pages <= capacity
 }
 
 // lowAnswer is one of a round's lowest answers: its crawler index and ln RTT.
@@ -289,10 +324,23 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 	}
 	sortRanked(all)
 	stop := m.stopBuf[:0]
+	m.warmPlace, m.nearOK = -1, false
 	nbAdded := 0      // neighbour candidates added (Neighbours)
+	locAdded := 0     // located candidates added (Locate)
 	firstMiss := miss // after the first probe of a decision without given answers (not a review)
 	if len(given) == 0 {
 		firstMiss = m.cfg.MissFirst
+	}
+	if len(given) > 0 && m.cfg.Locate > 0 && len(m.liveOrd) > max(len(cands), 4*m.cfg.MaxProbes) {
+		// a review's given answer (the owner's crawl timing) places the
+		// host before its first probe, as a decision's first answer does
+		// — among far more crawlers than a decision considers (as the
+		// walk): with a few dozen, the learned candidates cover them, and
+		// with 12 a ring's place cost 0.25 ms of room excess over 4 seeds
+		n0 := len(cands)
+		cands = m.addLocated(cands, all, mark, epoch, uint64(s))
+		m.candBuf = cands
+		locAdded += len(cands) - n0
 	}
 	baseMiss := miss
 	for d.Probes < m.cfg.MaxProbes {
@@ -453,9 +501,14 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		m.askBuf = ask
 		res := e.probe(ctx, ip, ask, &step, d)
 		newBest := -1
+		answered := false // an answer to place the host from
 		for j, r := range res {
 			all = append(all, r)
 			sortRanked(all)
+			if r.OK && r.RTT > 0 {
+				m.locAnswer(&cands[next[j]], lnMs(r.RTT))
+				answered = true
+			}
 			if r.OK && (!best.OK || r.RTT < best.RTT) {
 				best, newBest = r, next[j]
 				if !cands[newBest].anchored {
@@ -469,6 +522,15 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			cands = m.addNeighbours(cands, cands[newBest].ci, lnMs(best.RTT), mark, epoch, uint64(s))
 			m.candBuf = cands
 			nbAdded += len(cands) - n0
+		}
+		// every answer moves the place, a new best or not: answers from
+		// the learned candidates' region, all far, are what place a host
+		// that sits elsewhere
+		if answered && m.cfg.Locate > 0 && d.Probes < m.cfg.MaxProbes && len(m.liveOrd) > len(cands) {
+			n0 := len(cands)
+			cands = m.addLocated(cands, all, mark, epoch, uint64(s))
+			m.candBuf = cands
+			locAdded += len(cands) - n0
 		}
 	}
 	if len(stop) == 0 {
@@ -494,6 +556,11 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 		b = strconv.AppendInt(b, int64(nbAdded), 10)
 		b = append(b, " neighbours of best answers' crawlers; "...)
 	}
+	if locAdded > 0 {
+		b = append(b, '+')
+		b = strconv.AppendInt(b, int64(locAdded), 10)
+		b = append(b, " near the located host; "...)
+	}
 	b = append(b, stop...)
 	m.noteBuf = b
 	step.Note = string(b)
@@ -510,8 +577,41 @@ func (m *micraChooser) rankWith(ctx context.Context, e *engine, ip netip.Addr, s
 			asked[a.Crawler] = struct{}{}
 		}
 		budget := m.cfg.Walk
+		// first towards where the answers place the host (Locate), then,
+		// with what budget is left, IPMicra's walk
+		for budget > 0 && m.cfg.Locate > 0 && (!best.OK || best.RTT > e.c.Threshold) {
+			n0 := len(cands)
+			cands = m.addLocated(cands, all, mark, epoch, uint64(s))
+			m.candBuf = cands
+			if len(cands) == n0 {
+				break
+			}
+			ws := Step{Kind: StepLevel, Node: s, Note: "walk towards the located host"}
+			for i := n0; i < len(cands) && budget > 0; i++ {
+				budget--
+				cands[i].probed = true
+				asked[cands[i].id] = struct{}{}
+				r := e.probe(ctx, ip, []CrawlerID{cands[i].id}, &ws, d)
+				all = append(all, r...)
+				sortRanked(all)
+				if len(r) == 1 && r[0].OK && r[0].RTT > 0 {
+					m.locAnswer(&cands[i], lnMs(r[0].RTT))
+				}
+				if len(r) == 1 && r[0].OK && (!best.OK || r[0].RTT < best.RTT) {
+					best = r[0]
+				}
+			}
+			if best.OK && best.RTT <= e.c.Threshold {
+				ws.Note = fmt.Sprintf("walk towards the located host: %s under %v", best.Crawler, e.c.Threshold)
+				d.Reason = ReasonUnderThreshold
+			}
+			d.Steps = append(d.Steps, ws)
+		}
 	walk:
 		for _, a := range e.d.Tree.Ancestors(s) {
+			if budget == 0 || (best.OK && best.RTT <= e.c.Threshold) {
+				break
+			}
 			holders, err := e.d.Dir.HoldersUnder(ctx, a)
 			if err != nil {
 				return nil, fmt.Errorf("delegation: holders under %d: %w", a, err)

@@ -319,10 +319,14 @@ func (m *micraChooser) locate(e *engine) {
 			m.pos = append(m.pos, crawlerPos{})
 		}
 		m.pos[ci] = crawlerPos{}
+		for int(ci) >= len(m.capOf) {
+			m.capOf = append(m.capOf, 0)
+		}
+		m.capOf[ci] = cr.Capacity
 		if cr.HasPos && validPos(cr.Lat, cr.Lon) {
 			// an impossible position (NaN, off the globe) is no position:
 			// a NaN distance would poison the shared distance fit for good
-			m.pos[ci] = crawlerPos{cr.Lat, cr.Lon, true}
+			m.pos[ci] = newCrawlerPos(cr.Lat, cr.Lon)
 		}
 		s := e.d.Tree.SmallestNonUnary(cr.Addr)
 		if s == hierarchy.None || s == hierarchy.Root {

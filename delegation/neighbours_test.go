@@ -92,7 +92,7 @@ func countNeighbourNotes(ds []string) int {
 	return n
 }
 
-// Neighbour lists are cached per membership version: deciding with the
+// Neighbour lists (and the places Locate scores) are cached per membership version: deciding with the
 // version hidden (lists rebuilt every decision) or with the crawlers
 // numbered in another order must give the same decisions, through moves,
 // departures and returns — every peer decides alike.
@@ -100,6 +100,15 @@ func TestNeighbourDecisionsDeterministic(t *testing.T) {
 	ref := neighbourRun(t, true, false, nil)
 	if n := countNeighbourNotes(ref); n < 50 {
 		t.Fatalf("only %d of %d decisions added neighbours: the test does not exercise them", n, len(ref))
+	}
+	located := 0
+	for _, d := range ref {
+		if strings.Contains(d, "near the located host") {
+			located++
+		}
+	}
+	if located < 20 {
+		t.Fatalf("only %d of %d decisions added located candidates: the test does not exercise them", located, len(ref))
 	}
 	for _, v := range []struct {
 		name              string

@@ -15,14 +15,96 @@ import (
 type pairModel struct {
 	crawler *crawlerIndex
 	dense   []*pairSamples // [a*denseN+b] for the first denseN crawlers
-	// rows[a][b]: the other pairs, a small map per first crawler — a
+	// rows[a]: the other pairs (a, ·), a small table per first crawler — a
 	// decision reads the pairs of its few lowest answers with every
-	// candidate, so the rows it touches stay in cache (one map of every
-	// pair missed it on nearly every lookup at 1000 crawlers)
-	rows  []map[uint32]*pairSamples
+	// candidate, so the rows it touches stay in cache
+	rows []pairRow
+	// big: the pairs that outgrew their slot's inline samples
+	big   []pairSamples
 	cap   int
 	bw    float64 // kernel bandwidth on x (ln ms)
 	alpha float64 // weight of the prior, in samples
+}
+
+// pairRow holds the pairs (a, b) of one a by b in an open-addressing table
+// (linear probing, a power of two long). Most pairs among thousands of
+// crawlers meet on a host or two: their samples sit in the slot itself, so
+// reading a pair costs the one cache line the lookup lands on, and the
+// table holds no pointers for the collector to follow.
+type pairRow struct {
+	slots []pairSlot
+	used  int
+}
+
+// pairSlot is one pair (a, b) of a row: b + 1 (0: an empty slot), and n
+// samples inline, or pairBig | the pair's index in pairModel.big.
+type pairSlot struct {
+	b  uint32
+	n  uint32
+	in [pairInline]pairSample
+}
+
+// pairInline samples fit a slot of 32 bytes, two to a cache line.
+const pairInline = 3
+
+const pairBig = 1 << 31
+
+// slot is b's slot, or the empty one where b would go (the table is
+// never full: insert grows it at three quarters).
+func (r *pairRow) slot(b uint32) *pairSlot {
+	mask := uint32(len(r.slots) - 1)
+	for i := slotHash(b) & mask; ; i = (i + 1) & mask {
+		if sl := &r.slots[i]; sl.b == b+1 || sl.b == 0 {
+			return sl
+		}
+	}
+}
+
+// find is the slot of b, or nil.
+func (r *pairRow) find(b uint32) *pairSlot {
+	if len(r.slots) == 0 {
+		return nil
+	}
+	if sl := r.slot(b); sl.b != 0 {
+		return sl
+	}
+	return nil
+}
+
+// insert returns the slot of b, taking an empty one when b is new.
+func (r *pairRow) insert(b uint32) *pairSlot {
+	if 4*(r.used+1) > 3*len(r.slots) {
+		r.grow()
+	}
+	sl := r.slot(b)
+	if sl.b == 0 {
+		sl.b = b + 1
+		r.used++
+	}
+	return sl
+}
+
+func (r *pairRow) grow() {
+	old := r.slots
+	r.slots = make([]pairSlot, max(8, 2*len(old)))
+	mask := uint32(len(r.slots) - 1)
+	for _, sl := range old {
+		if sl.b == 0 {
+			continue
+		}
+		i := slotHash(sl.b-1) & mask
+		for r.slots[i].b != 0 {
+			i = (i + 1) & mask
+		}
+		r.slots[i] = sl
+	}
+}
+
+// slotHash spreads crawler indexes over a row (Fibonacci hashing; the
+// mask keeps the low bits, so the product is folded down first).
+func slotHash(b uint32) uint32 {
+	h := b * 0x9e3779b1
+	return h ^ h>>16
 }
 
 // crawlerIndex gives crawlers small dense numbers for compact keys.
@@ -60,10 +142,18 @@ func (x *crawlerIndex) tieKey(ci uint32, s uint64) uint64 { return mix64(x.hash[
 // the samples before below[b] all lie left of any v ≥ that edge, and a
 // query scans forward from there — the binary search's answer, read from
 // the cache line the window starts in instead of a dozen.
+//
+// below exists only from indexFrom samples on: among thousands of crawlers
+// most pairs meet on a host or two, and a scan of a few samples costs less
+// than the 96-byte index each pair would carry.
 type pairSamples struct {
 	s     []pairSample
-	below belowCounts
+	below *belowCounts
 }
+
+// indexFrom is the number of samples from which a pair keeps its bucket
+// index (below): fewer are scanned from the start.
+const indexFrom = 16
 
 // belowCounts are the 48 bucket counts, four uint16 lanes to a word: an
 // insert adds one to every bucket above its own, a word (four buckets) at
@@ -132,13 +222,17 @@ func bucketOf(v float32) int {
 }
 
 // lowerBound is the index of the first sample whose x is at least v.
-func (s *pairSamples) lowerBound(v float32) int {
-	b := bucketOf(v)
+func (s *pairSamples) lowerBound(v float32) int { return lowerBound(s.s, s.below, v) }
+
+// lowerBound is the index of the first of samples ss (bucket counts below,
+// nil for none) whose x is at least v.
+func lowerBound(ss []pairSample, below *belowCounts, v float32) int {
 	i := 0
-	if xBucketEdge[b] <= v {
-		i = s.below.get(b)
+	if below != nil {
+		if b := bucketOf(v); xBucketEdge[b] <= v {
+			i = below.get(b)
+		}
 	}
-	ss := s.s
 	for i < len(ss) && ss[i].x < v {
 		i++
 	}
@@ -160,12 +254,14 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 		s.s = s.s[:j]
 		s.recount()
 	}
-	b := bucketOf(x)
-	i := 0
-	if xBucketEdge[b] <= x {
-		i = s.below.get(b)
-		b++ // buckets b+1… have edges above x
-	} // else x lies below every edge (b is 0): every bucket counts it
+	i, b := 0, 0
+	if s.below != nil {
+		b = bucketOf(x)
+		if xBucketEdge[b] <= x {
+			i = s.below.get(b)
+			b++ // buckets b+1… have edges above x
+		} // else x lies below every edge (b is 0): every bucket counts it
+	}
 	ss := s.s
 	for i < len(ss) && ss[i].x < x {
 		i++
@@ -176,11 +272,24 @@ func (s *pairSamples) add(x, y float32, capacity int) {
 	copy(ss[i+1:], ss[i:])
 	ss[i] = pairSample{x, y}
 	s.s = ss
-	s.below.incFrom(b)
+	switch {
+	case s.below != nil:
+		s.below.incFrom(b)
+	case len(ss) >= indexFrom:
+		s.below = new(belowCounts)
+		s.recount()
+	}
 }
 
-// recount rebuilds below from the samples.
+// recount rebuilds below from the samples (none below indexFrom of them).
 func (s *pairSamples) recount() {
+	if len(s.s) < indexFrom {
+		s.below = nil
+		return
+	}
+	if s.below == nil {
+		s.below = new(belowCounts)
+	}
 	i := 0
 	for b, edge := range xBucketEdge {
 		for i < len(s.s) && s.s[i].x < edge {
@@ -191,45 +300,96 @@ func (s *pairSamples) recount() {
 }
 
 // denseN: pairs of the first denseN crawler indexes live in a flat table
-// (a lookup per candidate and answer, on the hot path), the rest in a map.
+// (a lookup per candidate and answer, on the hot path), the rest in rows.
 const denseN = 64
 
-// samples returns the samples of (a, b), created when create is set (nil
-// otherwise when unknown).
+// samples returns the samples of dense pair (a, b) (a, b < denseN),
+// created when create is set (nil otherwise when unknown).
 func (p *pairModel) samples(a, b uint32, create bool) *pairSamples {
-	if a < denseN && b < denseN {
-		if p.dense == nil {
-			if !create {
-				return nil
-			}
-			p.dense = make([]*pairSamples, denseN*denseN)
-		}
-		s := p.dense[a*denseN+b]
-		if s == nil && create {
-			// pairs of the first crawlers meet often: room for a full
-			// set at once (growing by doubling cost more)
-			s = &pairSamples{s: make([]pairSample, 0, p.cap)}
-			p.dense[a*denseN+b] = s
-		}
-		return s
-	}
-	if int(a) >= len(p.rows) {
+	if p.dense == nil {
 		if !create {
 			return nil
 		}
-		p.rows = append(p.rows, make([]map[uint32]*pairSamples, int(a)+1-len(p.rows))...)
+		p.dense = make([]*pairSamples, denseN*denseN)
 	}
-	row := p.rows[a]
-	s := row[b]
+	s := p.dense[a*denseN+b]
 	if s == nil && create {
-		if row == nil {
-			row = make(map[uint32]*pairSamples)
-			p.rows[a] = row
-		}
-		s = &pairSamples{}
-		row[b] = s
+		// pairs of the first crawlers meet often: room for a full set at
+		// once (growing by doubling cost more)
+		s = &pairSamples{s: make([]pairSample, 0, p.cap)}
+		p.dense[a*denseN+b] = s
 	}
 	return s
+}
+
+// slot is the row slot of (a, b) beyond the dense table, or nil.
+func (p *pairModel) slot(a, b uint32) *pairSlot {
+	if int(a) >= len(p.rows) {
+		return nil
+	}
+	return p.rows[a].find(b)
+}
+
+func (p *pairModel) insertSlot(a, b uint32) *pairSlot {
+	if int(a) >= len(p.rows) {
+		p.rows = append(p.rows, make([]pairRow, int(a)+1-len(p.rows))...)
+	}
+	return p.rows[a].insert(b)
+}
+
+// spill moves a slot's inline samples to a pair of their own in big.
+func (p *pairModel) spill(sl *pairSlot) {
+	n := int(sl.n)
+	ps := pairSamples{s: make([]pairSample, n, 2*pairInline+2)}
+	copy(ps.s, sl.in[:n])
+	ps.recount()
+	sl.n = pairBig | uint32(len(p.big))
+	p.big = append(p.big, ps)
+}
+
+// view is the samples of (a, b) and their bucket counts; ok is false
+// when the pair is unknown (a known pair may have no samples: NaN ones
+// are dropped).
+func (p *pairModel) view(a, b uint32) (ss []pairSample, below *belowCounts, ok bool) {
+	if a < denseN && b < denseN {
+		if s := p.samples(a, b, false); s != nil {
+			return s.s, s.below, true
+		}
+		return nil, nil, false
+	}
+	sl := p.slot(a, b)
+	switch {
+	case sl == nil:
+		return nil, nil, false
+	case sl.n&pairBig != 0:
+		s := &p.big[sl.n&^pairBig]
+		return s.s, s.below, true
+	}
+	return sl.in[:sl.n], nil, true
+}
+
+// add adds the sample (x, y) to pair (a, b): inline while it fits (or
+// the cap thins it), else in a pair of its own.
+func (p *pairModel) add(a, b uint32, x, y float32) {
+	if a < denseN && b < denseN {
+		p.samples(a, b, true).add(x, y, p.cap)
+		return
+	}
+	sl := p.insertSlot(a, b)
+	if sl.n&pairBig == 0 {
+		n := int(sl.n)
+		if n < pairInline || n >= p.cap {
+			// the same insertion (and thinning at the cap) as a pair's
+			// own, within the slot: fewer than indexFrom samples keep no
+			// bucket counts
+			s := pairSamples{s: sl.in[:n:pairInline]}
+			s.add(x, y, p.cap)
+			sl.n = uint32(copy(sl.in[:], s.s))
+			return
+		}
+		p.spill(sl)
+	}
+	p.big[sl.n&^pairBig].add(x, y, p.cap)
 }
 
 func newPairModel(ci *crawlerIndex, capacity int, bandwidth, alpha float64) *pairModel {
@@ -249,8 +409,7 @@ func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64, cut floa
 			if i == j || !b.OK || b.RTT <= 0 || ia == cis[j] {
 				continue
 			}
-			s := p.samples(ia, cis[j], true)
-			s.add(float32(xa), float32(xs[j]-xa), p.cap)
+			p.add(ia, cis[j], float32(xa), float32(xs[j]-xa))
 		}
 	}
 }
@@ -267,8 +426,8 @@ func (p *pairModel) learn(ps []ProbeResult, cis []uint32, xs []float64, cut floa
 // (at the top edge a weight may round to −1e-16 where the plain kernel
 // skips it).
 func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
-	s := p.samples(a, b, false)
-	if s == nil {
+	ss, below, ok := p.view(a, b)
+	if !ok {
 		return prior, 0
 	}
 	t := float32(lnT - xa)
@@ -281,7 +440,7 @@ func (p *pairModel) beat(a, b uint32, xa, lnT, prior float64) (pb, w float64) {
 	if float64(lo) < bottom {
 		lo = nextUp32(lo)
 	}
-	ss := s.s[s.lowerBound(lo):]
+	ss = ss[lowerBound(ss, below, lo):]
 	inv := 1 / hw // a multiplication per sample instead of a division
 	var sd2, nBeat, sBeat float64
 	n := 0

@@ -3,6 +3,7 @@ package delegation
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -116,9 +117,15 @@ func TestPairSamplesDropNaN(t *testing.T) {
 	for _, x := range []float32{1, 2, 3} {
 		s.add(x, 0, 96)
 	}
-	before, below := slices.Clone(s.s), s.below
+	for x := range indexFrom { // enough for the bucket index
+		s.add(4+float32(x), 0, 96)
+	}
+	if s.below == nil {
+		t.Fatalf("%d samples and no bucket index", len(s.s))
+	}
+	before, below := slices.Clone(s.s), *s.below
 	s.add(float32(math.NaN()), 0, 96)
-	if !slices.Equal(s.s, before) || s.below != below {
+	if !slices.Equal(s.s, before) || *s.below != below {
 		t.Fatalf("a NaN sample changed the pair: %v (was %v)", s.s, before)
 	}
 }
@@ -284,7 +291,7 @@ func TestPairFromLowest(t *testing.T) {
 		for i, a := range ps[:n] {
 			learned := 0
 			for j := range ps {
-				if i != j && m.pairs.samples(cis[i], cis[j], false) != nil {
+				if i != j && m.pairs.has(cis[i], cis[j]) {
 					learned++
 				}
 			}
@@ -301,6 +308,72 @@ func TestPairFromLowest(t *testing.T) {
 		}
 		if firsts != tc.wantFirst {
 			t.Errorf("k=%d: %d answers learned as first, want %d", tc.k, firsts, tc.wantFirst)
+		}
+	}
+}
+
+// TestPairSlotsMatchSamples: pairs kept in a row's slots (inline, then
+// spilled to a pair of their own) hold the samples, in the same order,
+// that a pair of their own would hold after the same inserts — through
+// row growth, NaN samples, duplicates and thinning at small and large caps
+// — and beat reads them alike (the dense table's pairs are the reference).
+func TestPairSlotsMatchSamples(t *testing.T) {
+	for _, capacity := range []int{1, 2, 3, 4, 7, 96} {
+		rng := rand.New(rand.NewPCG(uint64(capacity), 7))
+		pm := newPairModel(newCrawlerIndex(), capacity, 0.3, 0.3)
+		ref := map[[2]uint32]*pairSamples{}
+		for range 20000 {
+			// many b per a (rows grow), a few pairs with many samples
+			a := uint32(denseN + rng.IntN(5))
+			b := uint32(rng.IntN(3000))
+			if rng.IntN(4) == 0 {
+				b = uint32(rng.IntN(4))
+			}
+			x := float32(rng.IntN(40)) / 8 // duplicates
+			if rng.IntN(500) == 0 {
+				x = float32(math.NaN())
+			}
+			y := float32(rng.NormFloat64())
+			pm.add(a, b, x, y)
+			k := [2]uint32{a, b}
+			if ref[k] == nil {
+				ref[k] = &pairSamples{}
+			}
+			ref[k].add(x, y, capacity)
+		}
+		inline, spilled := 0, 0
+		keys := slices.SortedFunc(maps.Keys(ref), func(a, b [2]uint32) int {
+			return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+		})
+		for _, k := range keys {
+			want := ref[k]
+			got, _, ok := pm.view(k[0], k[1])
+			if !ok || !slices.Equal(got, want.s) {
+				t.Fatalf("cap %d, pair %v: samples %v (known %v), want %v", capacity, k, got, ok, want.s)
+			}
+			// the same samples as a dense pair: the same estimate, bit for bit
+			d := pm.samples(k[0]%denseN, k[1]%(denseN/2)+denseN/2, true)
+			d.s, d.below = slices.Clone(want.s), nil
+			d.recount()
+			for range 5 {
+				xa, lnT, prior := float64(rng.IntN(40))/8, rng.NormFloat64()+2, rng.Float64()
+				p1, w1 := pm.beat(k[0], k[1], xa, lnT, prior)
+				p2, w2 := pm.beat(k[0]%denseN, k[1]%(denseN/2)+denseN/2, xa, lnT, prior)
+				if p1 != p2 || w1 != w2 {
+					t.Fatalf("cap %d, pair %v: beat %v (w %v) from the row, %v (w %v) from the same samples in the dense table", capacity, k, p1, w1, p2, w2)
+				}
+			}
+			if sl := pm.slot(k[0], k[1]); sl.n&pairBig != 0 {
+				spilled++
+			} else {
+				inline++
+			}
+		}
+		if inline == 0 || (capacity > pairInline && spilled == 0) {
+			t.Fatalf("cap %d: %d pairs inline, %d spilled: the test exercises one kind", capacity, inline, spilled)
+		}
+		if p, w := pm.beat(denseN, 4000, 1, 2, 0.25); p != 0.25 || w != 0 {
+			t.Fatalf("unknown pair: beat %v with weight %v, want the prior 0.25 and 0", p, w)
 		}
 	}
 }

@@ -182,11 +182,15 @@ func TestReviewManyCrawlersMasks(t *testing.T) {
 	// pairs beyond the dense table are kept and read like the others
 	high := 0
 	for a, row := range m.pairs.rows {
-		for b, s := range row {
+		for _, sl := range row.slots {
+			if sl.b == 0 {
+				continue
+			}
+			b := sl.b - 1
 			if a < denseN && b < denseN {
 				t.Fatalf("pair (%d,%d) in the rows, belongs to the dense table", a, b)
 			}
-			if m.pairs.samples(uint32(a), b, false) != s {
+			if got := m.pairs.slot(uint32(a), b); got == nil || *got != sl {
 				t.Fatalf("pair (%d,%d) not found", a, b)
 			}
 			high++
@@ -288,10 +292,10 @@ func canonOf(t *testing.T, p Policy) canonStats {
 		slices.Sort(cc.Located)
 		out.Ctx[k] = cc
 	}
-	add := func(a, b uint32, s *pairSamples) {
-		if s != nil && len(s.s) > 0 {
+	add := func(a, b uint32, ss []pairSample) {
+		if len(ss) > 0 {
 			var xs, ys []float32
-			for _, sm := range s.s {
+			for _, sm := range ss {
 				xs, ys = append(xs, sm.x), append(ys, sm.y)
 			}
 			out.Pairs[[2]CrawlerID{ids[a], ids[b]}] = [2][]float32{xs, ys}
@@ -809,15 +813,24 @@ func TestMicraNoLiveCrawlers(t *testing.T) {
 }
 
 // eachPair calls f with every pair of p that has samples.
-func eachPair(p *pairModel, f func(a, b uint32, s *pairSamples)) {
+func eachPair(p *pairModel, f func(a, b uint32, ss []pairSample)) {
 	for i, s := range p.dense {
 		if s != nil {
-			f(uint32(i/denseN), uint32(i%denseN), s)
+			f(uint32(i/denseN), uint32(i%denseN), s.s)
 		}
 	}
 	for a, row := range p.rows {
-		for b, s := range row {
-			f(uint32(a), b, s)
+		for _, sl := range row.slots {
+			if sl.b != 0 {
+				ss, _, _ := p.view(uint32(a), sl.b-1)
+				f(uint32(a), sl.b-1, ss)
+			}
 		}
 	}
+}
+
+// has tells whether pair (a, b) is known.
+func (p *pairModel) has(a, b uint32) bool {
+	_, _, ok := p.view(a, b)
+	return ok
 }

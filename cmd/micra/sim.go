@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -70,6 +71,9 @@ func simCmd() *cobra.Command {
 		asJSON, worldStats, oracle, review, calibration, frontier                                                             bool
 		oracleEps, oracleHost                                                                                                 string
 		oracleSamples                                                                                                         int
+		memoryLimit                                                                                                           int64
+		gcPercent                                                                                                             int
+		nearestK                                                                                                              int
 		capacityFactor, capacitySigma, ipv6Share                                                                              float64
 	)
 	cmd := &cobra.Command{
@@ -229,6 +233,22 @@ seed print the same report. See docs/simulator.md.`,
 				return err
 			}
 			defer frontierPlot.discard()
+			if f.Changed("memory-limit") {
+				if memoryLimit < 0 {
+					return fmt.Errorf("--memory-limit %d: want MiB above 0, or 0 for none", memoryLimit)
+				}
+				limit := int64(math.MaxInt64) // none
+				if memoryLimit > 0 {
+					limit = memoryLimit << 20
+				}
+				debug.SetMemoryLimit(limit)
+			}
+			if gc, set := simGCPercent(preset, gcPercent, f.Changed("gc-percent"), os.Getenv("GOGC")); set {
+				if gc < 1 {
+					return fmt.Errorf("--gc-percent %d: want a percentage above 0", gc)
+				}
+				debug.SetGCPercent(gc)
+			}
 			if cpuProfile != "" {
 				pf, err := os.Create(cpuProfile)
 				if err != nil {
@@ -254,6 +274,12 @@ seed print the same report. See docs/simulator.md.`,
 			if worldStats {
 				out := cmd.OutOrStdout()
 				return sim.WriteWorldStats(cmd.Context(), cfg, out)
+			}
+			if cmd.Flags().Changed("nearest-bound") {
+				if nearestK < 1 {
+					return fmt.Errorf("--nearest-bound %d: want at least 1 crawler", nearestK)
+				}
+				return sim.WriteNearestBound(cmd.Context(), cfg, out, nearestK)
 			}
 			if seeds < 1 {
 				return fmt.Errorf("--seeds %d: want at least 1", seeds)
@@ -391,6 +417,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&frontierPlotPath, "frontier-plot", "", "write the frontiers (accuracy against probes per URL, micra and IPMicra) as SVG to this file; implies --frontier")
 	f.IntVar(&traceN, "trace", 0, "print the explanation of the first N decisions of --trace-policy (to stderr), beside each host's optimal crawler")
 	f.StringVar(&tracePolicy, "trace-policy", "ipmicra", "policy whose decisions --trace prints")
+	f.IntVar(&nearestK, "nearest-bound", 0, "print, instead of simulating, the excess over the optimal crawler of the best of the k = 1 … N crawlers nearest each evaluation host by its exact position: no policy (policies do not know where hosts are), the reference that says how precisely a host must be located (formula latency only; docs/experiments/2026-11-scale-probes.md)")
 	f.BoolVar(&worldStats, "world-stats", false, "print the latency model's calibration figures (implied stretch, RTT under 500 km, triangle violations) — and the measured matrix's, with --sites/--rtt — instead of simulating")
 	f.BoolVar(&calibration, "calibration", false, "after the policies, print micra's STOP-RULE CALIBRATION: every round's summed risk (binned, after 1, 2 and ≥3 probes) beside how often the best answer so far was not the optimal crawler (evaluation hosts; --micra tunes the run; see docs/delegation.md)")
 	f.BoolVar(&frontier, "frontier", false, "after the policies, print MICRA FRONTIER — micra (as --micra tunes it, MissFirst at the default ratio to Miss unless missfirst is set) at stop-rule risks 1 … 0.008 — and IPMICRA FRONTIER — IPMicra at thresholds 400 … 10 ms, the paper's trade — on the same worlds, each with the accuracy read off at 1.5 probes per evaluation URL and the probes for 95 % (works on --sites/--rtt too; see docs/delegation.md)")
@@ -400,10 +427,30 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&oracleEps, "oracle-eps", "", "the oracle's printed stop thresholds ε (default 0.5,0.3,0.2,0.1,0.05,0.02,0.01,0.005)")
 	f.BoolVar(&review, "review", true, "give each owner's crawl timing of a further host of its subnet to the policies that review delegations with it (micra; --review=false: first decisions only)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	f.Int64Var(&memoryLimit, "memory-limit", 0, "soft limit of the Go runtime's memory in MiB: the garbage collector works harder near it instead of letting the heap double (0: none; unset: GOMEMLIMIT or none). Costly when the live heap comes near it")
+	f.IntVar(&gcPercent, "gc-percent", 100, "the Go collector's heap growth between collections in % (GOGC): lower holds less memory for more collections (preset scale: 50 unless GOGC is set)")
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile at the end of the run to this file (in use as of the last garbage collection, and all allocations)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk, locate")
 	return cmd
+}
+
+// scaleGCPercent is the scale preset's heap growth between collections:
+// its live heap is over a gigabyte and it allocates little per decision,
+// so half the default growth keeps its peak under 2 GB for a few more
+// collections (docs/experiments/2026-11-scale-probes.md).
+const scaleGCPercent = 50
+
+// simGCPercent is the collector's heap growth to set, if any: --gc-percent
+// when given, else the scale preset's unless GOGC is set.
+func simGCPercent(preset string, flag int, changed bool, gogc string) (int, bool) {
+	switch {
+	case changed:
+		return flag, true
+	case preset == "scale" && gogc == "":
+		return scaleGCPercent, true
+	}
+	return 0, false
 }
 
 // writeHeapProfile writes the heap profile to path.
@@ -473,7 +520,7 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 		// values MicraConfig would quietly replace by its default, cut or
 		// turn off are refused: the run must be the one asked for
 		switch k {
-		case "neighbours", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts", "walk":
+		case "neighbours", "locate", "maxprobes", "mincandidates", "parallel", "pairsamples", "reviewevery", "reviewprobe", "pairfrom", "maxcontexts", "walk":
 			if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
 				return m, fmt.Errorf("--micra %s=%v: want a whole number", k, x)
 			}
@@ -483,9 +530,9 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 			if !(x > 0) {
 				return m, fmt.Errorf("--micra %s=%v: want a value above 0 (leave the key out for the default)", k, x)
 			}
-		case "neighbours":
+		case "neighbours", "locate":
 			if x == 0 || x > 8 {
-				return m, fmt.Errorf("--micra neighbours=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", x)
+				return m, fmt.Errorf("--micra %s=%v: want 1 to 8, or a negative number for none (leave the key out for the default)", k, x)
 			}
 		case "walk":
 			if x == 0 {
@@ -512,6 +559,8 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 			m.Miss = x
 		case "neighbours":
 			m.Neighbours = int(x)
+		case "locate":
+			m.Locate = int(x)
 		case "missfirst":
 			m.MissFirst = x
 		case "maxprobes":
@@ -559,7 +608,7 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin, walk)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin, walk, locate)", k)
 		}
 	}
 	return m, nil

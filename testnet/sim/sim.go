@@ -157,6 +157,13 @@ func Preset(name string) (Config, error) {
 		// pairs learned from each record's three lowest answers only: the
 		// pairwise model is most of micra's memory among 10,000 crawlers
 		c.Engine.Micra.PairFromLowest = 3
+		// among thousands of crawlers many sit within a few ms of the
+		// nearest: gains under 3 ms are not worth a probe, and eight
+		// learned candidates (the walk towards where the answers place the
+		// host, MicraConfig.Locate, finds the rest) probe less for the same
+		// excess (docs/experiments/2026-11-scale-probes.md)
+		c.Engine.Micra.Margin = 3 * time.Millisecond
+		c.Engine.Micra.MinCandidates = 8
 	default:
 		return c, fmt.Errorf("sim: unknown preset %q (want paper, paper4 or scale)", name)
 	}
