@@ -308,3 +308,28 @@ func TestPrivatePeersSetting(t *testing.T) {
 		t.Fatalf("testnet: filters %v, %v", c.Overlay.PublicDHTFilters, err)
 	}
 }
+
+// SWIM is the membership by default, on a volunteer's node and a testnet's;
+// heartbeat stays selectable, and another name is an error naming the key.
+func TestMembershipSetting(t *testing.T) {
+	for name, c := range map[string]Config{"default": DefaultConfig(), "testnet": TestnetConfig()} {
+		if c.Overlay.Membership != overlay.MembershipSWIM {
+			t.Fatalf("%s: membership %q, want %q", name, c.Overlay.Membership, overlay.MembershipSWIM)
+		}
+	}
+	for file, want := range map[string]string{
+		`{"data_dir": "d"}`:                                             overlay.MembershipSWIM,
+		`{"data_dir": "d", "testnet": true}`:                            overlay.MembershipSWIM,
+		`{"data_dir": "d", "membership": "swim"}`:                       overlay.MembershipSWIM,
+		`{"data_dir": "d", "membership": "heartbeat"}`:                  overlay.MembershipHeartbeat,
+		`{"data_dir": "d", "testnet": true, "membership": "heartbeat"}`: overlay.MembershipHeartbeat,
+	} {
+		c, err := Parse([]byte(file))
+		if err != nil || c.Overlay.Membership != want {
+			t.Fatalf("%s: membership %q, %v; want %q", file, c.Overlay.Membership, err, want)
+		}
+	}
+	if _, err := Parse([]byte(`{"data_dir": "d", "membership": "gossip"}`)); err == nil || !strings.Contains(err.Error(), "membership") {
+		t.Fatalf("membership gossip: %v", err)
+	}
+}

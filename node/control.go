@@ -525,10 +525,11 @@ type PeersInfo struct {
 // PeerInfo is one overlay member as this node sees it.
 type PeerInfo struct {
 	PeerID string `json:"peer_id"`
-	// State is self (this node), alive, suspected (silent for more than
-	// two of its heartbeat intervals, not yet for the failure timeout) or
-	// dead (silent for the failure timeout; it revives with its next
-	// heartbeat).
+	// State is self (this node), alive, suspected (heartbeat: silent for
+	// more than two of its heartbeat intervals, not yet for the failure
+	// timeout; swim: suspected by the protocol, not refuted yet) or dead
+	// (silent for the failure timeout, or under swim not refuted in time;
+	// it revives with its next heartbeat or record).
 	State       string    `json:"state"`
 	Connected   bool      `json:"connected"` // a libp2p connection is open
 	Addrs       []string  `json:"addrs"`     // advertised listen multiaddrs, with /p2p/<id>
@@ -537,8 +538,11 @@ type PeerInfo struct {
 	Capacity    int       `json:"capacity"`       // pages per day; 0: not a crawler
 	Load        *uint32   `json:"load,omitempty"` // advertised load, pages per day (not for self)
 	Sink        bool      `json:"sink,omitempty"` // it announces itself as the index sink
-	// LastHeard is when its last heartbeat was accepted; SilenceMs how
-	// long ago (neither for self).
+	// LastHeard is when it was last known alive, SilenceMs how long ago
+	// (neither for self): heartbeat, its last heartbeat; swim (which sends
+	// no record while nothing changes), now while the protocol holds it
+	// alive and unsuspected, else when its suspicion began
+	// (overlay.MemberInfo.Heard).
 	LastHeard *time.Time `json:"last_heard,omitempty"`
 	SilenceMs *float64   `json:"silence_ms,omitempty"`
 }
@@ -569,11 +573,11 @@ func (n *Node) Peers() []PeerInfo {
 		if interval <= 0 {
 			interval = n.cfg.Overlay.HeartbeatInterval
 		}
-		silence := now.Sub(m.LastSeen)
+		silence := max(now.Sub(m.Heard), 0)
 		switch {
 		case m.Dead:
 			p.State = "dead"
-		case interval > 0 && silence > 2*interval:
+		case m.Suspected, n.cfg.Overlay.Membership != overlay.MembershipSWIM && interval > 0 && silence > 2*interval:
 			p.State = "suspected"
 		}
 		if m.Crawler.Addr.IsValid() {
@@ -582,7 +586,7 @@ func (n *Node) Peers() []PeerInfo {
 		if m.Crawler.HasPos {
 			p.Position = &Position{m.Crawler.Lat, m.Crawler.Lon}
 		}
-		load, last, ms := m.Load, m.LastSeen, float64(silence)/float64(time.Millisecond)
+		load, last, ms := m.Load, m.Heard, float64(silence)/float64(time.Millisecond)
 		p.Load, p.LastHeard, p.SilenceMs = &load, &last, &ms
 		out = append(out, p)
 	}

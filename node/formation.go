@@ -11,8 +11,8 @@ import (
 // knows at that moment, and IPMicra asks only the crawlers that hold a
 // subnet already; a node that routes before the others are known and have
 // joined owns every subnet, fetches, and then hands hosts over as the
-// others join — robots.txt and pages fetched twice (issue 21: 2–3× per
-// host, 1.7 % of pages).
+// others join — robots.txt and pages fetched twice (2–3× per
+// host, 1.7 % of pages, on a testnet).
 //
 // The membership has formed when every condition holds:
 //   - with bootstrap peers, another member has been heard (the node is in

@@ -40,7 +40,7 @@ func TestSeedWaitRule(t *testing.T) {
 	}
 }
 
-// Regression (issue 21): the seeded node started first, alone, routed its
+// Regression: the seeded node started first, alone, routed its
 // seeds over a membership of one — it owned every subnet, fetched, and
 // handed hosts over as the others joined: robots.txt fetched two or three
 // times per host and pages fetched twice. Now it waits for the membership

@@ -67,6 +67,8 @@ type Node struct {
 	runMu   sync.Mutex
 	running bool
 	closed  bool
+	// restarting: Run stopped for a release, and the leave is not announced
+	restarting atomic.Bool
 
 	adm     *overlay.Admission // nil: an open network
 	updates *updates           // signed releases (update.go)
@@ -290,6 +292,14 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	leaving := make(chan struct{})
 	stopLeave := context.AfterFunc(ctx, func() {
 		defer close(leaving)
+		if errors.Is(context.Cause(ctx), ErrRestart) {
+			// Back in seconds on the new release: unannounced, peers
+			// hold its subnets and spool its hand-offs for their owner
+			// grace (overlay.Config.OwnerGrace), as for a quick restart,
+			// instead of crawling again what it had fetched.
+			n.restarting.Store(true)
+			return
+		}
 		if err := n.peer.Leave(context.Background()); err != nil {
 			n.log.Info("leave not confirmed by every peer", "err", err)
 		}
@@ -309,7 +319,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if ctl != nil {
 		defer n.stopControl(ctl)
 	}
-	wg.Go(func() { n.updates.run(ctx, n.ready, func() { restart(ErrRestart) }) })
+	wg.Go(func() { n.updates.run(ctx, n.ready, n.health, func() { restart(ErrRestart) }) })
 	if n.cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.MetricsAddr)
 		if err != nil {
@@ -387,7 +397,8 @@ func (n *Node) waitFirstMember(ctx context.Context, limit time.Duration) error {
 
 // Close stops the overlay — announcing the leave, so peers re-route what
 // this node owned at once (overlay.Peer.Close) and no more hand-offs
-// arrive — then releases the engine and the store. Run must have returned.
+// arrive, unless Run stopped to restart on a release — then releases the
+// engine and the store. Run must have returned.
 func (n *Node) Close() error {
 	n.runMu.Lock()
 	if n.closed {
@@ -400,7 +411,9 @@ func (n *Node) Close() error {
 	if n.updates != nil {
 		errs = append(errs, n.updates.close()) // its channel before the overlay
 	}
-	if n.peer != nil {
+	if n.peer != nil && n.restarting.Load() {
+		errs = append(errs, n.peer.Kill()) // no leave: see Run
+	} else if n.peer != nil {
 		errs = append(errs, n.peer.Close())
 	}
 	if n.eng != nil {

@@ -22,8 +22,9 @@ import (
 // went to (nh/<owner>\x00<url hash> → URL), in the crawler's Badger store.
 // The owner's acknowledgement makes the URL its responsibility; if that
 // owner dies, what it had queued dies with it. So when the failure
-// detector declares an owner dead, the node routes the URLs it gave that
-// owner again: the subnets' new owners (re-delegated lazily) queue them,
+// detector declares an owner dead and the membership gives its subnets up
+// (after the owner grace, with a quorum: overlay.Members.IsLive), the node
+// routes the URLs it gave that owner again: the subnets' new owners (re-delegated lazily) queue them,
 // and their seen-sets drop those they already have. The price is that pages
 // the dead owner had already fetched are fetched again by the new owner.
 var pLedger = []byte("nh/")
@@ -60,14 +61,21 @@ type death struct {
 // membership, besides the death events (see sweepLedger).
 const ledgerSweepEvery = 5 * time.Minute
 
-// rerouteLoop re-routes the ledger of every owner declared dead, and
-// sweeps the ledger for owners that are not live — deaths this node did
-// not see: it was down, or a burst of deaths overflowed the event queue.
-// The first sweep waits two failure timeouts, so that the membership of a
-// node that just started has heard every live member.
+// rerouteLoop re-routes the ledger of every owner declared dead once the
+// membership gives its subnets up (overlay.Members.IsLive: after the
+// owner grace, and only with a quorum), and sweeps the ledger for owners
+// that are not live — deaths this node did not see: it was down, or a
+// burst of deaths overflowed the event queue. The first sweep waits two
+// failure timeouts, so that the membership of a node that just started
+// has heard every live member.
 func (n *Node) rerouteLoop(ctx context.Context, dead <-chan death) {
 	sweep := time.NewTimer(2 * n.cfg.Overlay.FailureTimeout)
 	defer sweep.Stop()
+	// held: owners declared dead that the membership still holds live
+	// (within the grace, or without a quorum), looked at each heartbeat
+	held := map[delegation.CrawlerID]string{}
+	check := time.NewTicker(n.cfg.Overlay.HeartbeatInterval)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,15 +84,22 @@ func (n *Node) rerouteLoop(ctx context.Context, dead <-chan death) {
 			n.sweepLedger(ctx)
 			sweep.Reset(ledgerSweepEvery)
 		case d := <-dead:
-			// Let the failure detector settle everywhere before re-delegating
-			// (every peer declares the death within about one heartbeat; a
-			// leave reaches them all at once).
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(n.cfg.Overlay.HeartbeatInterval):
+			held[d.owner] = "declared dead: " + d.reason
+		case <-check.C:
+			for owner, why := range held {
+				if ctx.Err() != nil {
+					return
+				}
+				switch m := n.peer.Members(); {
+				case m.Held(owner):
+					continue // its grace, or no quorum: its URLs wait
+				case m.IsLive(owner):
+					delete(held, owner) // back: its ledger stands
+				default:
+					delete(held, owner)
+					n.rerouteOwner(ctx, owner, why)
+				}
 			}
-			n.rerouteOwner(ctx, d.owner, "declared dead: "+d.reason)
 		}
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/micra-crawler/micra/crawl"
 	"github.com/micra-crawler/micra/crawl/frontier"
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/overlay"
@@ -147,5 +149,50 @@ func TestRerouteToSameOwnerKeepsLedger(t *testing.T) {
 	if left := ledgerURLCount(t, n, a); left != len(urls) {
 		t.Fatalf("re-route moved %d URLs back to the same owner A, but only %d of %d remain in A's ledger: if A dies again they are lost",
 			moved, left, len(urls))
+	}
+}
+
+// noQuorumOwner: the overlay makes no delegation (no quorum of the known
+// crawlers is heard) and spools what it is handed.
+type noQuorumOwner struct {
+	*timingOwner
+	spooled []overlay.HandoffItem
+}
+
+func (o *noQuorumOwner) Delegate(context.Context, netip.Addr) (delegation.Decision, error) {
+	return delegation.Decision{}, fmt.Errorf("lookup: %w", overlay.ErrNoQuorum)
+}
+func (o *noQuorumOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
+	o.spooled = append(o.spooled, items...)
+	return nil
+}
+
+// A URL whose subnet nobody may delegate now (no quorum: the other side of
+// a partition might delegate it elsewhere) is routed to no owner and waits
+// in the hand-off spool, written in no ledger. Before, the route failed and
+// the page that linked it stayed queued, to be fetched again.
+func TestNoQuorumRoutesToTheSpool(t *testing.T) {
+	r, err := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &noQuorumOwner{timingOwner: &timingOwner{tree: r.tree}}
+	r.peer = o
+	ledgered := 0
+	r.ledger = func(delegation.CrawlerID, []string) error { ledgered++; return nil }
+	u, _ := url.Parse("http://h1.example/p")
+	ip := netip.MustParseAddr("127.0.0.9")
+	rt, err := r.Route(context.Background(), u, ip)
+	if err != nil {
+		t.Fatalf("route without a quorum: %v, want a route to the spool", err)
+	}
+	if rt.Mine || rt.Owner != "" || rt.Subnet != uint32(r.tree.SmallestNonUnary(ip)) {
+		t.Fatalf("route %+v: want no owner, not mine, in the address's subnet", rt)
+	}
+	if err := r.Handoff(context.Background(), []crawl.Routed{{URL: u.String(), Route: rt}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.spooled) != 1 || o.spooled[0].Owner != "" || len(o.spooled[0].URLs) != 1 || ledgered != 0 {
+		t.Fatalf("spooled %+v, %d ledger writes: want the URL spooled with no owner, no ledger entry", o.spooled, ledgered)
 	}
 }

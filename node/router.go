@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -126,6 +127,15 @@ func (r *Router) Route(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.Ro
 	}
 	a := r.mapAddr(ip)
 	d, err := r.peer.Delegate(ctx, a)
+	if errors.Is(err, overlay.ErrNoQuorum) {
+		if s := r.tree.SmallestNonUnary(a); s != hierarchy.None && s != hierarchy.Root {
+			// nobody may delegate the subnet now: the URL waits in the
+			// hand-off spool, which delivers it to the owner decided once
+			// a quorum is back
+			r.foreign.Inc()
+			return r.routeOf(ip, a, s, "", 0), nil
+		}
+	}
 	if err != nil {
 		return crawl.Route{}, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
 	}

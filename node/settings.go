@@ -102,6 +102,10 @@ var Settings = []Setting{
 		Meaning: "delegation policy: micra (fewest probes for the same accuracy), ipmicra (the paper's), hash, random, optimal (probes every crawler: for experiments)"},
 	{Key: "private_peers", Group: "overlay", Type: "bool", Default: `false`, Example: `true`,
 		Meaning: "keep peers' private and loopback addresses (a network on a LAN); false: only public ones go into the DHT and are dialled, so no member can aim this node at its own network's services (testnet: true)"},
+	{Key: "identities_per_ip", Group: "overlay", Type: "int", Default: `0`, Example: `64`,
+		Meaning: "open network (no network key): members whose heartbeats came over their own connection from one IP; 0: the default, 8 (testnet: no limit, every peer is at 127.0.0.1)"},
+	{Key: "identities_per_peer", Group: "overlay", Type: "int", Default: `0`, Example: `2000`,
+		Meaning: "open network: members one neighbour may introduce by relaying their heartbeats; 0: the default, 512"},
 	{Key: "balance", Group: "overlay", Type: "string", Default: `"second-best"`, Example: `"off"`, check: checkBalance,
 		Meaning: "when the nearest crawler is full: off, release (give the subnet up) or second-best"},
 	{Key: "balance_hold", Group: "overlay", Type: "duration", Default: `"10m"`, Example: `"1h"`, check: checkDuration,
@@ -116,8 +120,8 @@ var Settings = []Setting{
 		Meaning: "the network key's id (`micra admit init` prints it): join that network with admission, members only; empty: an open network, where anyone who runs micra is a member"},
 	{Key: "certificate", Group: "overlay", Type: "path", Default: `""`, Example: `"membership.cert"`,
 		Meaning: "this node's membership certificate from the network's operator (`micra admit`); default data_dir/membership.cert"},
-	{Key: "membership", Group: "overlay", Type: "string", Default: `"heartbeat"`, Example: `"swim"`, check: checkMembership,
-		Meaning: "the network's membership protocol, the same on every member: heartbeat (each member's heartbeat reaches every peer each second: a peer's cost grows with the network) or swim (SWIM probes among ring neighbours: a peer's cost stays flat; docs/membership.md)"},
+	{Key: "membership", Group: "overlay", Type: "string", Default: `"swim"`, Example: `"heartbeat"`, check: checkMembership,
+		Meaning: "the network's membership protocol, the same on every member (and the sink's `--membership`): swim (SWIM probes among ring neighbours: a peer's cost stays flat; docs/membership.md) or heartbeat (each member's heartbeat reaches every peer each second: a peer's cost grows with the network)"},
 
 	{Key: "seeds", Group: "crawl", Type: "list", Default: `[]`, Example: `["https://example.org/", "https://example.net/"]`,
 		Meaning: "URLs to start from, queued at start (give seeds to any one node: it hands the others' to them)"},
@@ -157,6 +161,10 @@ var Settings = []Setting{
 		Meaning: "the network's trusted release root (root.json of micra release init), copied to data_dir/release on first start; later roots come only through verified rotations; empty: releases are not checked until one is installed"},
 	{Key: "release_feed", Group: "release", Type: "path", Default: `""`, Example: `"releases"`,
 		Meaning: "a published release repository (micra release publish --out) this node reads every minute and offers to the network; empty: releases come from the overlay only"},
+	{Key: "release_feed_every", Group: "release", Type: "duration", Default: `"1m"`, Example: `"10s"`, check: checkDuration,
+		Meaning: "how often the release_feed is read"},
+	{Key: "release_rate", Group: "release", Type: "int", Default: `4194304`, Example: `1048576`,
+		Meaning: "bytes a second this node serves release binaries at, to all members together (a volunteer's upload it may use)"},
 }
 
 // Setting returns the setting of a key.

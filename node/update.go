@@ -7,6 +7,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +75,9 @@ type ReleaseConfig struct {
 	Supervised bool
 	// Executable is the binary a release replaces (default os.Executable).
 	Executable string
+	// Rate is the bytes a second this node serves release binaries at, to
+	// all members together (default overlay's 4 MiB).
+	Rate int
 }
 
 func (c ReleaseConfig) validate() error {
@@ -83,6 +89,9 @@ func (c ReleaseConfig) validate() error {
 		}
 	default:
 		return fmt.Errorf("node: auto_update %q: want off, notify or on", c.AutoUpdate)
+	}
+	if c.Rate < 0 {
+		return fmt.Errorf("node: release Rate %d is negative", c.Rate)
 	}
 	if c.FeedEvery < 0 {
 		return fmt.Errorf("node: release FeedEvery %v is negative", c.FeedEvery)
@@ -111,7 +120,36 @@ type ReleaseStatus struct {
 	// back on this node, and why.
 	OnTrial    *upgrade.Pending  `json:"on_trial,omitempty"`
 	RolledBack *upgrade.Rollback `json:"rolled_back,omitempty"`
+	// Paused: with auto_update = on, the available release is held back
+	// here because members rolled it back (why, and since when).
+	Paused      string     `json:"paused,omitempty"`
+	PausedSince *time.Time `json:"paused_since,omitempty"`
+	// Network is what the members' release reports say, this node's
+	// included.
+	Network *NetworkReleases `json:"network,omitempty"`
 }
+
+// NetworkReleases is what the members heard since this node started
+// report of their releases (in their release announcements, signed by
+// gossip), this node included.
+type NetworkReleases struct {
+	Members int            `json:"members"` // nodes reporting
+	Running map[string]int `json:"running"` // version → nodes running it
+	OnTrial int            `json:"on_trial"`
+	// RolledBack is each release members rolled back, most nodes first.
+	RolledBack []NetworkRollback `json:"rolled_back,omitempty"`
+}
+
+// NetworkRollback is one release rolled back on Nodes members.
+type NetworkRollback struct {
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+	Nodes   int    `json:"nodes"`
+	Reason  string `json:"reason"` // one member's
+}
+
+// pauseRecheck is how often a release held back is judged again.
+const pauseRecheck = 5 * time.Second
 
 // bundleFile keeps the newest accepted bundle's wire form in the release
 // directory.
@@ -144,11 +182,14 @@ type updates struct {
 	restart     func()            // ends Run to restart on an installed release (set by Run)
 	scheduled   map[string]time.Time
 	installed   *upgrade.Pending
+	paused      string          // why the release due is held back ("" none)
+	pausedSince time.Time       // since when
+	heard       map[string]bool // peer+sha256 of members' rollbacks logged
 }
 
 func newUpdates(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*updates, error) {
 	u := &updates{cfg: cfg.Release, log: log, now: cfg.Release.Now, binaryOK: map[string]bool{},
-		store: filepath.Join(cfg.DataDir, "release", "targets"), scheduled: map[string]time.Time{}}
+		store: filepath.Join(cfg.DataDir, "release", "targets"), scheduled: map[string]time.Time{}, heard: map[string]bool{}}
 	u.ctx, u.cancel = context.WithCancel(context.Background())
 	if u.cfg.AutoUpdate == "" {
 		u.cfg.AutoUpdate = AutoUpdateNotify
@@ -163,7 +204,11 @@ func newUpdates(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*updat
 		Help: "Release bundles this node refused, by reason (foreign, threshold, expired, rollback, hash, no_target, malformed)."}, []string{"reason"})
 	u.available = prometheus.NewGauge(prometheus.GaugeOpts{Name: "micra_node_release_available",
 		Help: "1 while a verified release newer than this binary is available."})
-	for _, c := range []prometheus.Collector{u.refused, u.available} {
+	rolledBack := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "micra_node_release_members_rolled_back",
+		Help: "Members (this node included) that report rolling back the newest verified release."}, func() float64 {
+		return float64(u.rolledBackOfAvailable())
+	})
+	for _, c := range []prometheus.Collector{u.refused, u.available, rolledBack} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("node: register metrics: %w", err)
 		}
@@ -349,7 +394,13 @@ func (u *updates) keep(rel release.Release, r io.Reader) error {
 func (u *updates) schedule(rel release.Release) {
 	dir := filepath.Dir(u.store)
 	if rb, ok, _ := upgrade.ReadRollback(dir); ok && rb.SHA256 == rel.SHA256 {
-		u.log.Warn("release not installed: it was rolled back on this node", "version", rel.Version, "reason", rb.Reason, "at", rb.At)
+		u.mu.Lock()
+		_, said := u.scheduled[rel.SHA256]
+		u.scheduled[rel.SHA256] = time.Time{} // (never installed: said once)
+		u.mu.Unlock()
+		if !said {
+			u.log.Warn("release not installed: it was rolled back on this node", "version", rel.Version, "reason", rb.Reason, "at", rb.At)
+		}
 		return
 	}
 	if _, ok, _ := upgrade.ReadPending(dir); ok {
@@ -374,10 +425,183 @@ func (u *updates) schedule(rel release.Release) {
 			return
 		case <-t.C:
 		}
+		if !u.waitNotHeldBack(rel) {
+			return
+		}
 		if err := u.install(rel); err != nil {
 			u.log.Error("release not installed", "version", rel.Version, "err", err)
 		}
 	}()
+}
+
+// waitNotHeldBack waits while rel is held back (heldBack), saying so in
+// the log and the status; false if the node stops meanwhile.
+func (u *updates) waitNotHeldBack(rel release.Release) bool {
+	for {
+		why, held := u.heldBack(rel)
+		u.mu.Lock()
+		was := u.paused
+		if held {
+			u.paused = rel.Version + ": " + why
+			if was == "" {
+				u.pausedSince = u.now()
+			}
+		} else {
+			u.paused = ""
+		}
+		u.mu.Unlock()
+		switch {
+		case !held && was != "":
+			u.log.Info("release no longer held back: installing it", "version", rel.Version)
+		case held && was == "":
+			u.log.Warn("release held back: members rolled it back", "version", rel.Version, "why", why)
+		}
+		if !held {
+			return true
+		}
+		select {
+		case <-u.ctx.Done():
+			return false
+		case <-time.After(pauseRecheck):
+		}
+	}
+}
+
+// heldBack says whether rel is not to be installed now: more members
+// (heard since this node started) report rolling it back than report
+// running it confirmed. A release that
+// exits at start on the first nodes of its waves is then tried by no
+// other; one rolled back by a single unlucky machine while others run it
+// healthy goes on.
+func (u *updates) heldBack(rel release.Release) (string, bool) {
+	return heldBackBy(u.reports(), rel)
+}
+
+func heldBackBy(reports []overlay.ReleaseReport, rel release.Release) (string, bool) {
+	rolled, confirmed := 0, 0
+	for _, r := range reports {
+		if r.Running == rel.Version && !r.OnTrial {
+			confirmed++
+		}
+		for _, rb := range r.RolledBack {
+			if rb.SHA256 == rel.SHA256 {
+				rolled++
+				break
+			}
+		}
+	}
+	if rolled > 0 && rolled > confirmed {
+		return fmt.Sprintf("%d members rolled it back, %d run it confirmed", rolled, confirmed), true
+	}
+	return "", false
+}
+
+// report is what this node says of its releases in its announcements.
+func (u *updates) report() overlay.ReleaseReport {
+	dir := filepath.Dir(u.store)
+	r := overlay.ReleaseReport{Running: Build().Version}
+	if _, ok, _ := upgrade.ReadPending(dir); ok {
+		r.OnTrial = true
+	}
+	if rb, ok, _ := upgrade.ReadRollback(dir); ok && rb.SHA256 != "" {
+		r.RolledBack = []overlay.RolledBack{{SHA256: rb.SHA256, Version: rb.Version, Reason: rb.Reason}}
+	}
+	return r
+}
+
+// sendReport makes this node's report the one its announcements carry.
+func (u *updates) sendReport() {
+	u.mu.Lock()
+	rels := u.rels
+	u.mu.Unlock()
+	if rels == nil {
+		return
+	}
+	if err := rels.Report(u.report()); err != nil {
+		u.log.Warn("release report not sent", "err", err)
+	}
+}
+
+// reports are the members' release reports and this node's.
+func (u *updates) reports() []overlay.ReleaseReport {
+	u.mu.Lock()
+	rels := u.rels
+	u.mu.Unlock()
+	out := []overlay.ReleaseReport{u.report()}
+	if rels != nil {
+		for _, r := range rels.Reports() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// network sums the reports.
+func (u *updates) network() *NetworkReleases { return summarize(u.reports()) }
+
+func summarize(reports []overlay.ReleaseReport) *NetworkReleases {
+	n := &NetworkReleases{Running: map[string]int{}}
+	rolled := map[string]*NetworkRollback{}
+	for _, r := range reports {
+		n.Members++
+		if r.Running != "" {
+			n.Running[r.Running]++
+		}
+		if r.OnTrial {
+			n.OnTrial++
+		}
+		for _, rb := range r.RolledBack {
+			nr := rolled[rb.SHA256]
+			if nr == nil {
+				nr = &NetworkRollback{Version: rb.Version, SHA256: rb.SHA256, Reason: rb.Reason}
+				rolled[rb.SHA256] = nr
+			}
+			nr.Nodes++
+		}
+	}
+	for _, nr := range rolled {
+		n.RolledBack = append(n.RolledBack, *nr)
+	}
+	slices.SortFunc(n.RolledBack, func(a, b NetworkRollback) int {
+		return cmp.Or(b.Nodes-a.Nodes, strings.Compare(a.Version, b.Version))
+	})
+	return n
+}
+
+// rolledBackOfAvailable counts the members (this node included) reporting
+// a rollback of the newest verified release.
+func (u *updates) rolledBackOfAvailable() int {
+	if u.keeper == nil {
+		return 0
+	}
+	rel, ok := u.keeper.Available()
+	if !ok {
+		return 0
+	}
+	for _, nr := range u.network().RolledBack {
+		if nr.SHA256 == rel.SHA256 {
+			return nr.Nodes
+		}
+	}
+	return 0
+}
+
+// watchTrial sends the report again once this run's release is
+// confirmed (the supervisor ends the trial; the node is not told).
+func (u *updates) watchTrial() {
+	defer u.wg.Done()
+	dir := filepath.Dir(u.store)
+	for {
+		if _, ok, _ := upgrade.ReadPending(dir); !ok {
+			u.sendReport()
+			return
+		}
+		select {
+		case <-u.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // install puts rel's verified binary in place of the executable and ends
@@ -419,9 +643,10 @@ func (u *updates) install(rel release.Release) error {
 	return nil
 }
 
-// run says the node is healthy once it is ready (under a supervisor: the
-// health check of a release on trial), then reads the feed until ctx ends.
-func (u *updates) run(ctx context.Context, ready <-chan struct{}, restart func()) {
+// run says the node is healthy once it is ready and health says so
+// (under a supervisor: the health check of a release on trial), then reads
+// the feed until ctx ends.
+func (u *updates) run(ctx context.Context, ready <-chan struct{}, health func() (bool, string), restart func()) {
 	u.mu.Lock()
 	u.restart = restart
 	u.mu.Unlock()
@@ -431,8 +656,28 @@ func (u *updates) run(ctx context.Context, ready <-chan struct{}, restart func()
 			return
 		case <-ready:
 		}
+		said := ""
+		for ok, why := health(); !ok; ok, why = health() {
+			if why != said {
+				u.log.Info("ready, not yet healthy", "why", why)
+				said = why
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
 		if err := upgrade.WriteHealthy(filepath.Dir(u.store), Build().Version, u.now()); err != nil {
 			u.log.Warn("healthy marker not written", "err", err)
+		}
+		if _, ok, _ := upgrade.ReadPending(filepath.Dir(u.store)); ok {
+			u.mu.Lock()
+			if u.ctx.Err() == nil {
+				u.wg.Add(1)
+				go u.watchTrial()
+			}
+			u.mu.Unlock()
 		}
 	}
 	if u.keeper == nil || u.cfg.Feed == "" {
@@ -452,6 +697,20 @@ func (u *updates) run(ctx context.Context, ready <-chan struct{}, restart func()
 	}
 }
 
+// healthOf is a ready node's health: a member of the overlay (another
+// live member heard, when it has peers to join) and making progress (no
+// record waiting, or a carrier delivered since it started). A build that
+// starts but cannot join or deliver is rolled back like one that exits.
+func healthOf(bootstraps, membersLive, waiting int, delivered int64) (bool, string) {
+	if bootstraps > 0 && membersLive < 2 {
+		return false, "no other live member yet"
+	}
+	if waiting > 0 && delivered == 0 {
+		return false, fmt.Sprintf("%d records and carriers waiting, none delivered yet", waiting)
+	}
+	return true, ""
+}
+
 // attach opens the overlay's release channel: announcements are judged by
 // the keeper before gossip forwards them, and a newer release's binary is
 // fetched from the members that hold it.
@@ -460,13 +719,14 @@ func (u *updates) attach(p *overlay.Peer) error {
 		return nil
 	}
 	u.self = p.ID().String()
-	rels, err := overlay.OpenReleases(p, overlay.ReleaseConfig{Store: u.store, Verify: u.verify, Deliver: u.deliver})
+	rels, err := overlay.OpenReleases(p, overlay.ReleaseConfig{Store: u.store, Verify: u.verify, Deliver: u.deliver, Rate: u.cfg.Rate})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	u.mu.Lock()
 	u.rels = rels
 	u.mu.Unlock()
+	u.sendReport()
 	if wire, err := os.ReadFile(filepath.Join(filepath.Dir(u.store), bundleFile)); err == nil {
 		if b, err := release.DecodeBundle(wire); err == nil {
 			_, _ = u.offer(b, "data_dir") // a refusal (expired since) is logged and counted
@@ -501,6 +761,16 @@ func (u *updates) verify(a overlay.ReleaseAnnouncement) overlay.ReleaseVerdict {
 // deliver starts fetching the available release's binary when a member
 // announces holding it and this node has not got it yet.
 func (u *updates) deliver(a overlay.ReleaseAnnouncement) {
+	for _, rb := range a.Report.RolledBack {
+		k := a.From.String() + rb.SHA256
+		u.mu.Lock()
+		fresh := !u.heard[k] && len(u.heard) < 1<<16
+		u.heard[k] = true
+		u.mu.Unlock()
+		if fresh {
+			u.log.Warn("a member rolled a release back", "peer", a.From.String(), "version", rb.Version, "reason", rb.Reason)
+		}
+	}
 	rel, ok := u.keeper.Available()
 	if !ok || a.Target != rel.SHA256 {
 		return
@@ -516,6 +786,21 @@ func (u *updates) deliver(a overlay.ReleaseAnnouncement) {
 	go func() {
 		defer u.wg.Done()
 		err := u.fetch(rel)
+		// a holder that has not heard this node's membership yet (it just
+		// joined) or is busy: again in a few heartbeats, not at the next
+		// announcement minutes later
+		for try := 0; try < fetchRetries && errors.Is(err, overlay.ErrReleaseTryLater); try++ {
+			t := time.NewTimer(fetchRetryWait)
+			select {
+			case <-u.ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			if u.ctx.Err() != nil {
+				break
+			}
+			err = u.fetch(rel)
+		}
 		u.mu.Lock()
 		u.fetching = ""
 		u.mu.Unlock()
@@ -524,6 +809,13 @@ func (u *updates) deliver(a overlay.ReleaseAnnouncement) {
 		}
 	}()
 }
+
+// A fetch refused for a while (overlay.ErrReleaseTryLater) is tried again
+// fetchRetries times, fetchRetryWait apart.
+const (
+	fetchRetries   = 10
+	fetchRetryWait = 2 * time.Second
+)
 
 // fetch gets rel's binary from the members holding it, verifies it against
 // the signed metadata and only then keeps it.
@@ -588,6 +880,14 @@ func (u *updates) status() *ReleaseStatus {
 	}
 	s.Trusted = true
 	s.Status = u.keeper.Status()
+	s.Network = u.network()
+	u.mu.Lock()
+	if u.paused != "" {
+		s.Paused = u.paused
+		at := u.pausedSince
+		s.PausedSince = &at
+	}
+	u.mu.Unlock()
 	if a := s.Available; a != nil {
 		u.mu.Lock()
 		s.BinaryVerified = u.binaryOK[a.SHA256]
@@ -596,12 +896,23 @@ func (u *updates) status() *ReleaseStatus {
 			s.Binary = filepath.Join(u.store, a.SHA256)
 		}
 		u.mu.Lock()
-		if at, ok := u.scheduled[a.SHA256]; ok {
+		if at, ok := u.scheduled[a.SHA256]; ok && !at.IsZero() {
 			s.InstallAt = &at
 		}
 		u.mu.Unlock()
 	}
 	return s
+}
+
+// health is healthOf this node now.
+func (n *Node) health() (bool, string) {
+	waiting := 0
+	var delivered int64
+	if n.eng != nil {
+		st := n.eng.Stats()
+		waiting, delivered = st.PendingRecords+st.PendingCarriers, st.CarriersDelivered
+	}
+	return healthOf(len(n.cfg.Overlay.Bootstrap), n.peer.Members().Count(), waiting, delivered)
 }
 
 // OfferRelease verifies a release bundle from source (a peer, a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/micra-crawler/micra/node/release"
 	"github.com/micra-crawler/micra/node/upgrade"
+	"github.com/micra-crawler/micra/overlay"
 	"github.com/micra-crawler/micra/testnet/synthweb"
 )
 
@@ -354,4 +355,107 @@ func TestRestartedHolderAnnouncesAgain(t *testing.T) {
 		s := c.nodes[1].updates.status()
 		return s.Available != nil && s.BinaryVerified
 	})
+}
+
+// A release is held back while more members report rolling it back than
+// run it confirmed: the first rollback stops the others' waves, a single
+// rollback among nodes that run it healthy does not.
+func TestReleaseHeldBackByRollbacks(t *testing.T) {
+	bad := release.Release{Version: "v0.3.0", SHA256: strings.Repeat("ab", 32)}
+	rb := []overlay.RolledBack{{SHA256: bad.SHA256, Version: "v0.3.0", Reason: "exited 3 times"}}
+	for _, c := range []struct {
+		name    string
+		reports []overlay.ReleaseReport
+		held    bool
+	}{
+		{"nobody tried it", []overlay.ReleaseReport{{Running: "v0.2.0"}, {Running: "v0.2.0"}}, false},
+		{"one rolled back, none runs it", []overlay.ReleaseReport{{Running: "v0.2.0", RolledBack: rb}, {Running: "v0.2.0"}}, true},
+		{"one rolled back, one on trial", []overlay.ReleaseReport{{Running: "v0.2.0", RolledBack: rb}, {Running: "v0.3.0", OnTrial: true}}, true},
+		{"one rolled back, two run it confirmed", []overlay.ReleaseReport{{Running: "v0.2.0", RolledBack: rb}, {Running: "v0.3.0"}, {Running: "v0.3.0"}}, false},
+		{"another release rolled back", []overlay.ReleaseReport{{Running: "v0.2.0", RolledBack: []overlay.RolledBack{{SHA256: strings.Repeat("cd", 32)}}}}, false},
+	} {
+		why, held := heldBackBy(c.reports, bad)
+		if held != c.held {
+			t.Errorf("%s: held back %v (%q), want %v", c.name, held, why, c.held)
+		}
+	}
+	n := summarize([]overlay.ReleaseReport{{Running: "v0.2.0", RolledBack: rb}, {Running: "v0.2.0", RolledBack: rb}, {Running: "v0.3.0", OnTrial: true}})
+	if n.Members != 3 || n.Running["v0.2.0"] != 2 || n.Running["v0.3.0"] != 1 || n.OnTrial != 1 ||
+		len(n.RolledBack) != 1 || n.RolledBack[0].Nodes != 2 || n.RolledBack[0].Version != "v0.3.0" {
+		t.Errorf("summary %+v", n)
+	}
+}
+
+// A release on trial is healthy once it is ready, a member and making
+// progress: not while it has peers to join and hears none, nor while
+// records wait and none was delivered.
+func TestHealthBeyondReady(t *testing.T) {
+	for _, c := range []struct {
+		bootstraps, members, waiting int
+		delivered                    int64
+		ok                           bool
+	}{
+		{0, 1, 0, 0, true},  // alone on purpose, nothing to do
+		{2, 1, 0, 0, false}, // has peers to join, hears none
+		{2, 3, 0, 0, true},  // a member with nothing to deliver
+		{2, 3, 40, 0, false},
+		{2, 3, 40, 1, true},
+	} {
+		ok, why := healthOf(c.bootstraps, c.members, c.waiting, c.delivered)
+		if ok != c.ok || ok == (why != "") {
+			t.Errorf("%+v: healthy %v (%q)", c, ok, why)
+		}
+	}
+}
+
+// A node that stops to restart on a release does not announce its leave:
+// its peers declare it dead only for its silence and hold its subnets for
+// their owner grace, so it comes back to its own frontier and outbox
+// instead of finding them crawled again. A plain stop still leaves.
+func TestRestartOnReleaseHoldsSubnets(t *testing.T) {
+	_, feed, root := releaseFeed(t, time.Now, "v9.9.9")
+	exe := filepath.Join(t.TempDir(), "micra")
+	if err := os.WriteFile(exe, []byte("the running build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	web := startWeb(t, synthweb.Config{Hosts: 1, HostsPerIP: 1, PagesPerHost: 1})
+	c := openCluster(t, web, 2, false, func(i int, cfg *Config) {
+		if i == 0 {
+			cfg.Release = ReleaseConfig{AutoUpdate: AutoUpdateOn, Supervised: true, Root: root, Feed: feed, Executable: exe}
+		}
+	})
+	restarter := c.nodes[0].Peer().ID()
+	events := make(chan overlay.MemberEvent, 16)
+	c.nodes[1].Peer().Members().OnChange(func(ev overlay.MemberEvent) {
+		if ev.Peer == restarter && ev.Dead {
+			events <- ev
+		}
+	})
+	c.run(1)
+	c.run(0)
+	select {
+	case err := <-c.done[0]:
+		c.cancel[0] = nil
+		if !errors.Is(err, ErrRestart) {
+			t.Fatalf("Run: %v, want ErrRestart", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node did not stop to restart on the release")
+	}
+	crawler := c.nodes[0].Peer().CrawlerID()
+	if err := c.nodes[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[0] = nil
+	select {
+	case ev := <-events:
+		if ev.Reason != overlay.ReasonFailed {
+			t.Fatalf("the restarting node declared dead with reason %q, want %q (no leave announced)", ev.Reason, overlay.ReasonFailed)
+		}
+		if !c.nodes[1].Peer().Members().Held(crawler) {
+			t.Errorf("the restarting node's subnets are not held by its peer")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the restarting node was never declared dead")
+	}
 }

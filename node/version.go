@@ -50,7 +50,8 @@ func Build() BuildInfo {
 		v.Version = linkVersion
 	}
 	for _, p := range []string{string(overlay.ProtoProbe), string(overlay.ProtoEndorse), string(overlay.ProtoHandoff),
-		string(overlay.ProtoSnapshot), string(overlay.ProtoRecover), string(overlay.ProtoRelease), string(sink.ProtoCarrier), string(sink.ProtoSubscribe)} {
+		string(overlay.ProtoSnapshot), string(overlay.ProtoRecover), string(overlay.ProtoOwned),
+		string(overlay.ProtoSWIM), string(overlay.ProtoSWIMSync), string(overlay.ProtoRelease), string(sink.ProtoCarrier), string(sink.ProtoSubscribe)} {
 		v.Protocols = append(v.Protocols, p)
 	}
 	return v

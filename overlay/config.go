@@ -64,15 +64,25 @@ type Config struct {
 	// Membership: heartbeat period and the silence after which a peer is dead.
 	HeartbeatInterval time.Duration
 	FailureTimeout    time.Duration
+	// OwnerGrace is how long a member declared dead for its silence still
+	// counts as the owner of its subnets: its subnets are not re-delegated
+	// and URLs for it wait in the hand-off spool. A member stopped for a
+	// few seconds (a stall, a quick restart on its data) then comes back
+	// to its own frontier instead of finding its pages crawled twice; and
+	// the deaths of a partition, declared within a heartbeat or two of
+	// each other, are all in before the quorum is judged (members.go,
+	// Members.IsLive). 0: re-delegated as soon as declared dead.
+	OwnerGrace time.Duration
 	// LeaveTimeout bounds how long Close spends announcing this peer's
 	// leave (Peer.Leave) before it closes anyway (0: 2 s).
 	LeaveTimeout time.Duration
 	// Membership is the membership protocol; every member of a network
-	// must run the same. MembershipHeartbeat (""): each member's heartbeat
-	// reaches every peer on micra/membership/1 each HeartbeatInterval (a
-	// peer's cost grows with the network). MembershipSWIM: SWIM probes on
+	// must run the same. MembershipSWIM (DefaultConfig's): SWIM probes on
 	// /micra/swim/1, one per HeartbeatInterval, with members' signed
 	// records piggybacked on them (swimrun.go; a peer's cost stays flat).
+	// MembershipHeartbeat (or "", the zero value): each member's heartbeat
+	// reaches every peer on micra/membership/1 each HeartbeatInterval (a
+	// peer's cost grows with the network).
 	Membership string
 	// FloodPublish makes a publisher send to every topic peer it knows, not
 	// only its mesh: one hop to everyone in small networks (the default);
@@ -80,6 +90,12 @@ type Config struct {
 	FloodPublish bool
 	// LoopbackTestnet disables the gossipsub IP-colocation penalty (all peers share 127.0.0.1).
 	LoopbackTestnet bool
+	// IdentitiesPerIP and IdentitiesPerPeer bound, in an open network (no
+	// Admission), the members whose heartbeats came over their own
+	// connection from one IP, and the members one neighbour introduced by
+	// relaying their heartbeats (identities.go); 0: no limit. A testnet on
+	// loopback, where every peer shares 127.0.0.1, has no per-IP limit.
+	IdentitiesPerIP, IdentitiesPerPeer int
 
 	// Crawler facts advertised in heartbeats.
 	CrawlerAddr netip.Addr // the address whose subnet is delegated to this peer on join
@@ -114,6 +130,9 @@ type Config struct {
 
 	// Request deadlines.
 	RequestTimeout time.Duration
+
+	// Audit checks members' probe answers and crawl progress (audit.go).
+	Audit AuditConfig
 
 	// Handoff batching: URLs queued for one subnet that trigger an early
 	// flush, and the flush period (one message per owner per flush).
@@ -152,7 +171,9 @@ func DefaultConfig() Config {
 		ReprovideInterval: 12 * time.Hour,
 		HeartbeatInterval: time.Second,
 		FailureTimeout:    5 * time.Second,
+		OwnerGrace:        30 * time.Second,
 		LeaveTimeout:      2 * time.Second,
+		Membership:        MembershipSWIM,
 		FloodPublish:      true,
 		Capacity:          100000,
 		ProbeGuard:        PublicOnly,
@@ -160,6 +181,8 @@ func DefaultConfig() Config {
 		HandoffBatch:      256,
 		HandoffInterval:   500 * time.Millisecond,
 		HandoffSyncWrites: true,
+		IdentitiesPerIP:   8,
+		IdentitiesPerPeer: 512,
 	}
 }
 
@@ -171,9 +194,11 @@ func TestnetConfig() Config {
 	c.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	c.NullResourceManager = true
 	c.LoopbackTestnet = true
+	c.IdentitiesPerIP = 0 // every peer is at 127.0.0.1
 	c.ProbeGuard = LoopbackOnly
 	c.HeartbeatInterval = time.Second
 	c.FailureTimeout = 4 * time.Second
+	c.OwnerGrace = 8 * time.Second
 	c.RequestTimeout = 10 * time.Second
 	c.HandoffInterval = 50 * time.Millisecond
 	c.HandoffInMemory = true // set HandoffDir and clear this to test durability
@@ -210,8 +235,12 @@ func (c *Config) Validate() error {
 	if c.HeartbeatInterval <= 0 || c.FailureTimeout < 2*c.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("overlay: FailureTimeout (%v) must be at least two heartbeats (%v)", c.FailureTimeout, c.HeartbeatInterval))
 	}
-	if c.Membership != MembershipHeartbeat && c.Membership != MembershipSWIM && c.Membership != "heartbeat" {
-		errs = append(errs, fmt.Errorf("overlay: Membership %q: want %q or %q", c.Membership, "heartbeat", MembershipSWIM))
+	if c.OwnerGrace < 0 || c.OwnerGrace > memberForget/2 {
+		// past memberForget the dead member is forgotten, grace or not
+		errs = append(errs, fmt.Errorf("overlay: OwnerGrace (%v) must be 0..%v", c.OwnerGrace, memberForget/2))
+	}
+	if c.Membership != "" && c.Membership != MembershipHeartbeat && c.Membership != MembershipSWIM {
+		errs = append(errs, fmt.Errorf("overlay: Membership %q: want %q or %q", c.Membership, MembershipHeartbeat, MembershipSWIM))
 	}
 	if c.LeaveTimeout < 0 || c.LeaveTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("overlay: LeaveTimeout (%v) must be 0..1m: Close waits for it", c.LeaveTimeout))

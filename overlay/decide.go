@@ -301,6 +301,13 @@ func (dp decisionProber) Probe(ctx context.Context, target netip.Addr, crawlers 
 	return out
 }
 
+// ErrNoQuorum: this peer has not heard lately a strict majority of the
+// crawlers it knows (Members.DecisionQuorum), so it makes no delegation:
+// in a partition the other
+// side might make another of the same subnet, and both would crawl it. The
+// node spools such URLs until a quorum returns (node.Router.Route).
+var ErrNoQuorum = errors.New("overlay: no quorum of the known crawlers is heard: no delegation is made until one is")
+
 // decisionDirectory is the Directory the policy sees (Deps).
 type decisionDirectory struct{ p *Peer }
 
@@ -325,9 +332,13 @@ func (dd decisionDirectory) Lookup(ctx context.Context, s hierarchy.NodeID) (del
 
 // Publish releases polMu around the network (endorsement, DHT put, read
 // back): publishing is a decision's last step and holds no scratch state
-// of the policy's. A cut-short attempt publishes nothing.
+// of the policy's. A cut-short attempt publishes nothing, nor does a peer
+// without a quorum (ErrNoQuorum).
 func (dd decisionDirectory) Publish(ctx context.Context, rec delegation.Record) (delegation.Record, error) {
 	p := dd.p
+	if !p.members.DecisionQuorum() {
+		return delegation.Record{}, ErrNoQuorum
+	}
 	a := p.attempt
 	if a == nil || a.inPlace {
 		return p.dir.Publish(ctx, rec)

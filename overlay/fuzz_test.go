@@ -12,7 +12,7 @@ import (
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
-// The decoders of untrusted bytes a peer receives (issue 22, hostile
+// The decoders of untrusted bytes a peer receives (hostile
 // inputs): DHT values, gossip messages and page states. Each must refuse
 // what it cannot read with an error, never panic, and what it accepts must
 // keep the invariants the rest of the code relies on. `make fuzz` runs each

@@ -99,6 +99,11 @@ func newHandoffQueue(p *Peer) (*handoffQueue, error) {
 	q.pend = pend
 	q.seq.Store(sp.seq)
 	q.reloaded.Store(uint64(n))
+	p.members.OnChange(func(ev MemberEvent) {
+		if !ev.Dead {
+			q.wake(delegation.CrawlerID(ev.Peer.String()))
+		}
+	})
 	if n > 0 {
 		p.log.Info("overlay: reloaded unacknowledged hand-offs", "urls", n, "subnets", len(pend))
 		q.kick <- struct{}{}
@@ -253,6 +258,30 @@ func (q *handoffQueue) run(ctx context.Context) {
 		case <-q.kick:
 		}
 		q.flush(ctx)
+	}
+}
+
+// wake makes the URLs waiting for owner due now: it is back (a stall, a
+// restart, a healed partition) and held its subnets meanwhile
+// (Members.IsLive), so nothing else would deliver them before the
+// back-off of the failed sends is over. URLs routed to no owner (no
+// quorum: ErrNoQuorum) are due too: the return may bring one back.
+func (q *handoffQueue) wake(owner delegation.CrawlerID) {
+	q.mu.Lock()
+	n := 0
+	for _, e := range q.pend {
+		if (e.owner == owner || e.owner == "") && e.n > 0 {
+			e.backoff, e.retryAt = 0, time.Time{}
+			n++
+		}
+	}
+	q.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	select {
+	case q.kick <- struct{}{}:
+	default: // a flush is due anyway
 	}
 }
 
@@ -470,6 +499,7 @@ func (q *handoffQueue) deliver(ctx context.Context, owner delegation.CrawlerID, 
 	for i := range acked {
 		acked[i] = !refused[i]
 	}
+	p.audit.delivered(owner, batches, acked) // its crawl progress is checked at the sink later
 	q.messages.Add(1)
 	q.urls.Add(uint64(want))
 	return acked, nil
@@ -579,24 +609,35 @@ func (p *Peer) handleHandoff(s network.Stream) {
 		return // (closed: the request is not read)
 	}
 	st := newIdleStream(s, maxHandoffMsg, rt, time.Now().Add(exchangeBudget(rt, maxHandoffMsg)))
-	var req pb.HandoffRequest
-	if err := st.read(&req); err != nil {
+	// a member's flood would fill this crawler's frontier, disk and memory
+	// and steer its crawl: its URLs are counted against its quota as they
+	// are read (handoff_read.go), with few of its messages read at once; the
+	// sender's spool keeps what is refused and retries
+	from := s.Conn().RemotePeer()
+	limited := func(why string) {
+		p.metrics.handoffsRefused.Inc()
+		_ = st.write(&pb.HandoffResponse{Version: wireVersion, Status: pb.Status_UNAVAILABLE, Error: why})
+	}
+	if !p.handoffReads.enter(from) {
+		limited(fmt.Sprintf("rate limited: a member may have %d hand-offs read at once", maxHandoffsInFlight))
+		return
+	}
+	defer p.handoffReads.leave(from)
+	q := &quotaTaker{lim: p.handoffLimit.limiter(from, handoffRate, handoffBurst), now: p.now()}
+	req, err := readHandoff(st.r, maxHandoffMsg, q)
+	if errors.Is(err, errHandoffQuota) {
+		q.refund()
+		limited(fmt.Sprintf("rate limited: a member may hand off %d URLs a second (%d at once)", handoffRate, handoffBurst))
+		return
+	}
+	if err != nil {
+		q.refund()
 		s.Reset()
 		return
 	}
+	q.settle()
 	resp := &pb.HandoffResponse{Version: wireVersion, BatchId: req.BatchId}
-	n := 0
-	for _, b := range req.Batches {
-		n += len(b.Urls)
-	}
-	if !p.handoffLimit.allowN(s.Conn().RemotePeer(), handoffRate, handoffBurst, p.now(), n) {
-		// a member's flood would fill this crawler's frontier and disk and
-		// steer its crawl; the sender's spool keeps the URLs and retries
-		p.metrics.handoffsRefused.Inc()
-		resp.Status, resp.Error = pb.Status_UNAVAILABLE, fmt.Sprintf("rate limited: a member may hand off %d URLs a second (%d at once)", handoffRate, handoffBurst)
-	} else {
-		resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(&req)
-	}
+	resp.Status, resp.Error, resp.Accepted, resp.NotOwnerBatch = p.acceptHandoff(req)
 	st.setEnd(time.Now().Add(rt))
 	seen := map[uint32]bool{}
 	for _, i := range resp.NotOwnerBatch {

@@ -35,7 +35,7 @@ func sealRaw(t *testing.T, r delegation.Record, k keyed, unknown []byte) []byte 
 	return val
 }
 
-// TestHostileRecordsRefused: the records issue 22 found a hostile peer could
+// TestHostileRecordsRefused: the records a hostile peer could
 // take or freeze a subnet with are refused by every peer's validator, and
 // an honest record after a dead owner's still wins.
 func TestHostileRecordsRefused(t *testing.T) {

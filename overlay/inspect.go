@@ -24,25 +24,46 @@ type MemberInfo struct {
 	Crawler  delegation.Crawler
 	Load     uint32 // advertised load, pages per day
 	Addrs    []ma.Multiaddr
-	LastSeen time.Time     // when its last heartbeat was accepted
+	LastSeen time.Time     // when its last heartbeat (SWIM: record) was accepted
 	Interval time.Duration // its heartbeat interval
-	Dead     bool          // declared dead (silent for the failure timeout)
-	Reason   string        // for Dead: ReasonLeft or ReasonFailed
-	Sink     bool          // it announces the index sink role
+	// Heard is when it was last known alive: with heartbeats its last
+	// heartbeat; under SWIM, which sends no record while nothing changes,
+	// now while the protocol holds it alive and unsuspected, else when
+	// the suspicion that ended in its death began (or its death, or its
+	// leave). The time since Heard is its silence.
+	Heard time.Time
+	// Suspected: SWIM suspects it (not refuted yet); it is still live.
+	Suspected bool
+	Dead      bool   // declared dead (silent for the failure timeout; SWIM: not refuted)
+	Reason    string // for Dead: ReasonLeft or ReasonFailed
+	Sink      bool   // it announces the index sink role
 }
 
-func (st *member) info(id peer.ID) MemberInfo {
+func (m *Members) info(id peer.ID, st *member, now time.Time) MemberInfo {
+	heard := st.lastSeen
+	if m.bySWIM {
+		switch {
+		case !st.suspectAt.IsZero():
+			heard = st.suspectAt
+		case !st.dead:
+			heard = now
+		case !st.deadAt.IsZero():
+			heard = st.deadAt
+		}
+	}
 	return MemberInfo{Peer: id, Crawler: st.crawler, Load: st.load, Addrs: st.addrs,
-		LastSeen: st.lastSeen, Interval: st.interval, Dead: st.dead, Reason: st.reason, Sink: st.sink}
+		LastSeen: st.lastSeen, Interval: st.interval, Heard: heard, Suspected: !st.dead && !st.suspectAt.IsZero(),
+		Dead: st.dead, Reason: st.reason, Sink: st.sink}
 }
 
 // Snapshot lists every member heard of since start, dead ones included
 // (this peer is not one), sorted by peer id.
 func (m *Members) Snapshot() []MemberInfo {
+	now := m.now()
 	m.mu.RLock()
 	out := make([]MemberInfo, 0, len(m.byID))
 	for id, st := range m.byID {
-		out = append(out, st.info(id))
+		out = append(out, m.info(id, st, now))
 	}
 	m.mu.RUnlock()
 	slices.SortFunc(out, func(a, b MemberInfo) int { return strings.Compare(string(a.Peer), string(b.Peer)) })

@@ -1,9 +1,11 @@
 package overlay
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/micra-crawler/micra/delegation"
 	"github.com/micra-crawler/micra/overlay/pb"
+	"github.com/micra-crawler/micra/overlay/swim"
 )
 
 // neverFails is a failure timeout no test outlives: a member declared dead
@@ -56,8 +59,13 @@ func nextEvent(t *testing.T, ch <-chan MemberEvent, what string) MemberEvent {
 // key, a later run) is a member again at its first heartbeat, although its
 // sequence starts from 1 within the failure timeout of its leave.
 func TestLeaveDeclaredDeadAtOnceAndRestartRevives(t *testing.T) {
+	forEachProtocol(t, testLeaveDeclaredDeadAtOnceAndRestartRevives)
+}
+
+func testLeaveDeclaredDeadAtOnceAndRestartRevives(t *testing.T, membership string) {
 	keyDir := t.TempDir()
 	tn := newTestNet(t, 3, func(i int, c *Config, _ *Services) {
+		c.Membership = membership
 		c.FailureTimeout = neverFails
 		if i == 2 {
 			c.KeyFile = filepath.Join(keyDir, "leaver.key")
@@ -88,6 +96,7 @@ func TestLeaveDeclaredDeadAtOnceAndRestartRevives(t *testing.T) {
 
 	// Restart: same identity, bootstrapped to peer 0.
 	cfg := TestnetConfig()
+	cfg.Membership = membership
 	cfg.FailureTimeout = neverFails
 	cfg.KeyFile = filepath.Join(keyDir, "leaver.key")
 	cfg.CrawlerAddr = leaver.cfg.CrawlerAddr
@@ -123,10 +132,37 @@ func signedMessage(t *testing.T, topic string, author peer.ID, sk crypto.PrivKey
 
 // A leave is the author's own: a forged leave for another peer — a
 // heartbeat with leaving set whose From names that peer, signed by the
-// forger — is rejected by the signature check and changes nothing, while
+// forger (under SWIM: a leaving record naming that peer, signed by the
+// forger) — is rejected by the signature check and changes nothing, while
 // the forger, speaking the same wire, can join and then leave itself.
 func TestForgedLeaveRejected(t *testing.T) {
-	tn := newTestNet(t, 2, func(_ int, c *Config, _ *Services) { c.FailureTimeout = neverFails })
+	t.Run("heartbeat", testForgedLeaveRejectedHeartbeat)
+	t.Run("swim", testForgedLeaveRejectedSWIM)
+}
+
+// checkForgedLeaveIgnored checks that b, after a forged leave of victim and
+// the forger's own join and leave, still holds victim live, told nothing of
+// it (victimEvents) and counted one death by leave (the forger's).
+func checkForgedLeaveIgnored(t *testing.T, b, victim *Peer, victimEvents <-chan MemberEvent) {
+	t.Helper()
+	if !b.Members().IsPeerLive(victim.ID()) {
+		t.Error("a forged leave made the victim dead")
+	}
+	select {
+	case ev := <-victimEvents:
+		t.Errorf("event about the victim after a forged leave: %+v", ev)
+	default:
+	}
+	if n := counterValue(t, b.metrics.deaths.WithLabelValues(ReasonLeft)); n != 1 {
+		t.Errorf("%v deaths by leave counted, want 1 (the forger's own)", n)
+	}
+}
+
+func testForgedLeaveRejectedHeartbeat(t *testing.T) {
+	tn := newTestNet(t, 2, func(_ int, c *Config, _ *Services) {
+		c.Membership = MembershipHeartbeat
+		c.FailureTimeout = neverFails
+	})
 	victim, b := tn.peers[0], tn.peers[1]
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
 	defer cancel()
@@ -178,16 +214,78 @@ func TestForgedLeaveRejected(t *testing.T) {
 		t.Fatalf("forger's own leave: %+v, want dead with reason %q", ev, ReasonLeft)
 	}
 
-	if !b.Members().IsPeerLive(victim.ID()) {
-		t.Error("a forged leave made the victim dead")
+	checkForgedLeaveIgnored(t, b, victim, victimEvents)
+}
+
+func testForgedLeaveRejectedSWIM(t *testing.T) {
+	tn := newTestNet(t, 2, func(_ int, c *Config, _ *Services) { c.Membership = MembershipSWIM })
+	victim, b := tn.peers[0], tn.peers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+
+	m := rawHost(t)
+	if err := m.Connect(ctx, b.AddrInfo()); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case ev := <-victimEvents:
-		t.Errorf("event about the victim after a forged leave: %+v", ev)
-	default:
+	sk := m.Peerstore().PrivKey(m.ID())
+	// record is member's record as the forger seals it (with its own key)
+	record := func(member peer.ID, seq uint64, leaving bool) []byte {
+		now := time.Now()
+		hb, err := proto.Marshal(&pb.Heartbeat{Version: wireVersion, Seq: seq, AtUnixNano: now.UnixNano(),
+			StartUnixNano: now.Add(-time.Minute).UnixNano(), IntervalMs: 1000, Snapshot: b.snap[:], Leaving: leaving})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := sealSWIMRecord(sk, member, hb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
 	}
-	if n := counterValue(t, b.metrics.deaths.WithLabelValues(ReasonLeft)); n != 1 {
-		t.Errorf("%v deaths by leave counted, want 1 (the forger's own)", n)
+	send := func(rec []byte) {
+		t.Helper()
+		s, err := m.NewStream(ctx, b.ID(), ProtoSWIM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := swim.Msg{Kind: swim.MsgGossip, Updates: []swim.Update{{Kind: swim.UpAlive, Record: rec}}}.Encode()
+		if _, err := s.Write(append(binary.AppendUvarint(nil, uint64(len(body))), body...)); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	victimEvents := memberEvents(b, victim.ID())
+	forgerEvents := memberEvents(b, m.ID())
+	refused := func() float64 { return counterValue(t, b.metrics.swimRefused) }
+
+	// the forgery: the victim's leaving record, the forger's signature
+	send(record(victim.ID(), 1_000_000, true))
+	waitFor(t, slowdown*30*time.Second, func() bool { return refused() == 1 })
+	// the forger joins by a full-state exchange with its own record, then
+	// leaves by its own leaving record
+	s, err := m.NewStream(ctx, b.ID(), ProtoSWIMSync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRecords(s, [][]byte{record(m.ID(), 1, false)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.CloseWrite()
+	if _, err := readRecords(bufio.NewReader(s)); err != nil {
+		t.Fatalf("the forger's own join refused: %v", err)
+	}
+	s.Close()
+	if ev := nextEvent(t, forgerEvents, "the forger's own record"); ev.Dead {
+		t.Fatalf("forger's record: %+v, want a join", ev)
+	}
+	send(record(m.ID(), 2, true))
+	if ev := nextEvent(t, forgerEvents, "the forger's own leave"); !ev.Dead || ev.Reason != ReasonLeft {
+		t.Fatalf("forger's own leave: %+v, want dead with reason %q", ev, ReasonLeft)
+	}
+
+	checkForgedLeaveIgnored(t, b, victim, victimEvents)
+	if n := refused(); n != 1 {
+		t.Errorf("%v records refused, want 1 (the forgery)", n)
 	}
 }
 
@@ -235,7 +333,7 @@ func TestMembersLeaveAndRestartOrdering(t *testing.T) {
 	}
 }
 
-// Regression (the defect it caught, issue 21): a peer restarted within the
+// Regression: a peer restarted within the
 // failure timeout counts its seq from 1 again, and its heartbeats were
 // ignored as replays until the timeout had passed since its last run's last
 // heartbeat — so peers declared it dead after it had already rejoined. Its
@@ -327,6 +425,51 @@ func TestRestartedPeerKeepsItsNeighbours(t *testing.T) {
 		}
 		if n := counterValue(t, b.metrics.gossipRejected.WithLabelValues(TopicMembership, pubsub.RejectSelfOrigin)); n != 0 {
 			t.Errorf("run %d: %v of its own messages reached pubsub, which counts them against the neighbour", run, n)
+		}
+	}
+}
+
+// A network's first peer, which has no bootstrap peer, stops cleanly and
+// is started again on its key and address: the others heard it leave, and
+// they redial it, so it is a member again without dialling anyone itself.
+// Before, only members that failed were redialled, and it stayed alone.
+func TestLeftMemberRedialled(t *testing.T) { forEachProtocol(t, testLeftMemberRedialled) }
+
+func testLeftMemberRedialled(t *testing.T, membership string) {
+	tree := testTree(t)
+	key := filepath.Join(t.TempDir(), "first.key")
+	cfg := TestnetConfig()
+	cfg.Membership = membership
+	cfg.FailureTimeout = neverFails
+	cfg.KeyFile = key
+	cfg.CrawlerAddr = netip.MustParseAddr("127.0.0.1")
+	first := openPeer(t, tree, cfg, Services{})
+	id, addr := first.ID(), first.h.Addrs()[0]
+	c := TestnetConfig()
+	c.Membership = membership
+	c.FailureTimeout = neverFails
+	c.CrawlerAddr = netip.MustParseAddr("127.0.1.1")
+	c.Bootstrap = []string{addr.String() + "/p2p/" + id.String()}
+	other := openPeer(t, tree, c, Services{})
+	events := memberEvents(other, id)
+	if ev := nextEvent(t, events, "the first peer's heartbeat"); ev.Dead {
+		t.Fatalf("%+v, want the first peer live", ev)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events, "the first peer's leave"); !ev.Dead || ev.Reason != ReasonLeft {
+		t.Fatalf("%+v, want dead with reason %q", ev, ReasonLeft)
+	}
+	cfg.ListenAddrs = []string{addr.String()} // (no bootstrap: it dials nobody)
+	again := openPeer(t, tree, cfg, Services{})
+	if ev := nextEvent(t, events, "the first peer's return"); ev.Dead {
+		t.Fatalf("%+v, want the restarted first peer live", ev)
+	}
+	back := memberEvents(again, other.ID())
+	if _, heard := again.Members().Member(other.ID()); !heard {
+		if ev := nextEvent(t, back, "the other peer heard by the restarted one"); ev.Dead {
+			t.Fatalf("%+v, want the other peer live at the restarted one", ev)
 		}
 	}
 }

@@ -47,8 +47,10 @@ type LightConfig struct {
 	// HeartbeatInterval, FailureTimeout and LeaveTimeout as in Config
 	// (0: DefaultConfig's).
 	HeartbeatInterval, FailureTimeout, LeaveTimeout time.Duration
-	// Membership is the network's membership protocol, as
-	// Config.Membership ("" heartbeats, "swim").
+	// Membership is the network's membership protocol: MembershipSWIM or
+	// MembershipHeartbeat; "" is DefaultConfig's (swim), as for the durations
+	// above, so that a light member left at the zero value joins a network
+	// of peers on DefaultConfig.
 	Membership string
 	// LoopbackTestnet disables the gossipsub IP-colocation penalty (every
 	// peer on 127.0.0.1), as in Config.
@@ -105,6 +107,9 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 	if cfg.LeaveTimeout == 0 {
 		cfg.LeaveTimeout = d.LeaveTimeout
 	}
+	if cfg.Membership == "" {
+		cfg.Membership = d.Membership
+	}
 	switch {
 	case cfg.Admission != nil && cfg.Admission.Own() == nil:
 		return nil, errors.New("overlay: light member: a network with admission needs this member's certificate (micra admit)")
@@ -115,7 +120,7 @@ func JoinMembership(ctx context.Context, h host.Host, cfg LightConfig) (*LightMe
 	case cfg.HeartbeatInterval < 10*time.Millisecond || cfg.HeartbeatInterval > time.Minute:
 		return nil, fmt.Errorf("overlay: light member: HeartbeatInterval (%v) must be 10ms..1m", cfg.HeartbeatInterval)
 	case cfg.Membership != MembershipHeartbeat && cfg.Membership != MembershipSWIM:
-		return nil, fmt.Errorf("overlay: light member: Membership %q: want \"\" (heartbeats) or %q", cfg.Membership, MembershipSWIM)
+		return nil, fmt.Errorf("overlay: light member: Membership %q: want %q or %q", cfg.Membership, MembershipHeartbeat, MembershipSWIM)
 	case cfg.FailureTimeout < 2*cfg.HeartbeatInterval:
 		return nil, fmt.Errorf("overlay: light member: FailureTimeout (%v) must be at least two heartbeats", cfg.FailureTimeout)
 	}

@@ -11,10 +11,18 @@ import (
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
-// Heartbeats carry a crawler's position and load: Members.Live has the
-// positions, and every peer's load book sees the load an owner reports.
+// Heartbeats (SWIM: records) carry a crawler's position and load:
+// Members.Live has the positions, and every peer's load book sees the load
+// an owner reports — at its next heartbeat, or under SWIM at its record's
+// next sealing (at most every swimRefresh, so that the network's changes
+// stay few) and the piggybacking after it.
 func TestHeartbeatsCarryPositionAndLoad(t *testing.T) {
+	forEachProtocol(t, testHeartbeatsCarryPositionAndLoad)
+}
+
+func testHeartbeatsCarryPositionAndLoad(t *testing.T, membership string) {
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		c.Membership = membership
 		if i < 2 {
 			c.Lat, c.Lon, c.HasPos = 52.37-float64(i)*10, 4.9+float64(i)*20, true
 		}
@@ -24,7 +32,11 @@ func TestHeartbeatsCarryPositionAndLoad(t *testing.T) {
 	for i, p := range tn.peers {
 		loads[i] = p.Deps().Loads
 	}
-	waitFor(t, 5*time.Second, func() bool {
+	within := 5 * time.Second
+	if membership == MembershipSWIM {
+		within = swimRefresh(len(tn.peers)) + detectionTime(tn.peers[0].cfg, len(tn.peers))
+	}
+	waitFor(t, slowdown*within, func() bool {
 		return loads[0].Load(tn.peers[1].CrawlerID()) == 777 && loads[2].Load(tn.peers[1].CrawlerID()) == 777
 	})
 	if got := loads[1].Load(tn.peers[1].CrawlerID()); got != 777 {

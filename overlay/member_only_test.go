@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestHandoffFromStrangerRefused(t *testing.T) {
 	}
 }
 
-// The probe protocol is not a scanner (issue 22: any peer had 1,200 ports
+// The probe protocol is not a scanner (any peer had 1,200 ports
 // probed in 244 ms): a stranger is refused; a member may ask only for the
 // network's probe ports and, for an HTTP probe, only / or /robots.txt of
 // the target address itself; and each requester is rate-limited.
@@ -68,11 +69,12 @@ func TestProbeScansNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	target := []byte{127, 6, 1, 1}
+	subnet := uint32(p.tree.SmallestNonUnary(netip.AddrFrom4([4]byte(target))))
 	probe := func(port uint32, url string) error {
 		t.Helper()
 		var resp pb.ProbeResponse
 		err := roundTrip(ctx, asker, p.ID(), ProtoProbe, maxProbeMsg, 2*time.Second,
-			&pb.ProbeRequest{Version: wireVersion, Target: target, Port: port, Url: url}, &resp)
+			&pb.ProbeRequest{Version: wireVersion, Target: target, Subnet: subnet, Port: port, Url: url}, &resp)
 		if err != nil {
 			return err
 		}
@@ -128,7 +130,7 @@ func TestProbeRateLimit(t *testing.T) {
 	}
 }
 
-// A dead member is forgotten once silent for memberForget (issue 22: the
+// A dead member is forgotten once silent for memberForget (the
 // member table kept every identity ever announced), and a heartbeat of its
 // makes it a member again; a live one is kept however long. Time is the
 // sweep's.
@@ -172,7 +174,7 @@ func TestDeadMembersForgotten(t *testing.T) {
 
 // A member's flood of slow-page events (each empties a record from every
 // peer's cache) is applied up to the author's burst and rate, the rest
-// ignored and counted (issue 22: one member's flood emptied every cache).
+// ignored and counted (one member's flood emptied every cache).
 func TestCalibrationFloodBounded(t *testing.T) {
 	tn := newTestNet(t, 2, nil)
 	a, b := tn.peers[0], tn.peers[1]
@@ -242,7 +244,7 @@ func TestEndorseFromStrangerRefused(t *testing.T) {
 	}
 }
 
-// A member's hand-offs are bounded (issue 22: 409,600 URLs in 5 s): past
+// A member's hand-offs are bounded (409,600 URLs in 5 s): past
 // its burst it is answered UNAVAILABLE with the reason, nothing of the
 // refused message reaches the crawler, and the bucket refills with time;
 // a batch whose address is not in its subnet is refused.

@@ -31,20 +31,31 @@ import (
 // seq) or any of a later run (its start time is later).
 //
 // It implements delegation.Membership, delegation.Liveness and
-// delegation.Versioned.
+// delegation.Versioned. Liveness (IsLive) is the owners' view, which holds
+// a member declared dead for its silence as the owner of its subnets for a
+// while and without a quorum (IsLive); Live lists only members heard.
 type Members struct {
 	self    peer.ID
 	selfC   delegation.Crawler
 	timeout time.Duration
 	started time.Time
 	log     *slog.Logger
+	// grace: how long a member dead by failure stays its subnets' owner
+	// (Config.OwnerGrace); now: the clock of IsLive's judgements
+	grace time.Duration
+	now   func() time.Time
+	// distrusts, when set, names the members this peer's audit holds to
+	// be lying (audit.go): not live to delegation, as if dead.
+	distrusts func(delegation.CrawlerID) bool
 
 	mu      sync.RWMutex
 	byID    map[peer.ID]*member
 	byCID   map[delegation.CrawlerID]*member // same members, keyed for the sub-µs IsLive path
 	live    []delegation.Crawler             // sorted by ID; built again when read after a change (lists)
 	crawls  []delegation.Crawler             // the live peers that crawl (Crawlers)
-	stale   bool                             // live and crawls predate a change
+	stale   bool                             // live, crawls and quorum predate a change
+	quorum  bool                             // this peer sees a strict majority of the crawlers it knows (build)
+	hasQ    bool                             // quorum was built once (for the log of its changes)
 	builds  int                              // times live and crawls were built
 	version atomic.Uint64
 	load    atomic.Uint32
@@ -66,9 +77,13 @@ type member struct {
 	load     uint32
 	addrs    []ma.Multiaddr
 	dead     bool
-	reason   string // why dead: ReasonLeft or ReasonFailed
-	sink     bool   // it announces the index sink role (Heartbeat.sink)
-	cert     []byte // its membership certificate (a network with admission)
+	reason   string    // why dead: ReasonLeft or ReasonFailed
+	deadAt   time.Time // when declared dead (for ReasonFailed: OwnerGrace runs from it)
+	sink     bool      // it announces the index sink role (Heartbeat.sink)
+	cert     []byte    // its membership certificate (a network with admission)
+	// suspectAt: when SWIM's current suspicion of it began (zero: none;
+	// its next record ends it)
+	suspectAt time.Time
 }
 
 // Why a member was declared dead (MemberEvent.Reason, the logs and
@@ -92,7 +107,7 @@ type MemberEvent struct {
 }
 
 func newMembers(self peer.ID, c delegation.Crawler, timeout time.Duration, log *slog.Logger) *Members {
-	m := &Members{self: self, selfC: c, timeout: timeout, started: time.Now(), log: log, byID: make(map[peer.ID]*member), byCID: make(map[delegation.CrawlerID]*member)}
+	m := &Members{self: self, selfC: c, timeout: timeout, started: time.Now(), log: log, now: time.Now, byID: make(map[peer.ID]*member), byCID: make(map[delegation.CrawlerID]*member)}
 	m.rebuild()
 	return m
 }
@@ -115,21 +130,140 @@ func (m *Members) Live() []delegation.Crawler {
 // Version implements delegation.Versioned.
 func (m *Members) Version() uint64 { return m.version.Load() }
 
-// IsLive implements delegation.Liveness. A peer never heard of is presumed
-// live only during the first failure timeout after start (it may simply not
-// have heartbeated yet); afterwards it is dead.
+// IsLive implements delegation.Liveness: whether c counts as the owner of
+// what it was delegated. A peer never heard of is presumed live only during
+// the first failure timeout after start (it may simply not have heartbeated
+// yet); afterwards it is dead. A member that left or was revoked is dead.
+//
+// A member declared dead for its silence is held, still live here, for
+// OwnerGrace after the declaration, and after that for as long as this
+// peer does not see a quorum (Quorum). Silence does not tell a crash from
+// a partition: in a partition each side would take over the other's
+// subnets and both would crawl them. A side without a strict majority of
+// the crawlers it knows therefore keeps the silent owners, and the URLs
+// for them wait in the hand-off spool until they or a quorum return; a
+// crash of a minority is re-delegated once the grace is over. The grace
+// lets a stalled or quickly restarted member come back to its own frontier
+// and outbox, and lets a partition's deaths, declared within a heartbeat
+// or two of each other, all be in before the quorum is judged.
 func (m *Members) IsLive(c delegation.CrawlerID) bool {
 	if c == m.selfC.ID {
 		return true
 	}
+	if m.distrusts != nil && m.distrusts(c) {
+		return false
+	}
 	m.mu.RLock()
 	st, ok := m.byCID[c]
-	dead := ok && st.dead
+	var dead, failed bool
+	var deadAt time.Time
+	if ok {
+		dead, failed, deadAt = st.dead, st.reason == ReasonFailed, st.deadAt
+	}
 	m.mu.RUnlock()
 	if !ok {
 		return time.Since(m.started) < m.timeout
 	}
-	return !dead
+	if !dead {
+		return true
+	}
+	return failed && m.held(deadAt)
+}
+
+// Held reports whether c is a member declared dead for its silence that
+// IsLive still holds live (within OwnerGrace, or without a quorum).
+func (m *Members) Held(c delegation.CrawlerID) bool {
+	m.mu.RLock()
+	st, ok := m.byCID[c]
+	failed := ok && st.dead && st.reason == ReasonFailed
+	var deadAt time.Time
+	if failed {
+		deadAt = st.deadAt
+	}
+	m.mu.RUnlock()
+	return failed && m.held(deadAt)
+}
+
+// DecisionQuorum is Quorum for making a delegation, judged on crawlers
+// heard recently rather than on those not yet declared dead: at the start
+// of a partition both sides still count each other live for a failure
+// timeout, and a subnet each side decided then is crawled by both. A
+// crawler counts as heard when its last heartbeat is no older than two of
+// its intervals (and half the failure timeout); under SWIM, which sends no
+// record while nothing changes, when the protocol holds it alive and does
+// not suspect it (its observers probe it every period and suspect it after
+// one unanswered). One that is late or suspected counts against the
+// quorum, as a dead one does.
+func (m *Members) DecisionQuorum() bool {
+	if !m.Quorum() {
+		return false
+	}
+	now := m.now()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	fresh, known := 1, 1
+	for id, st := range m.byID {
+		if id == m.self || st.crawler.Capacity <= 0 {
+			continue
+		}
+		switch {
+		case !st.dead:
+			known++
+			if m.heardLately(st, now) {
+				fresh++
+			}
+		case st.reason == ReasonFailed:
+			known++
+		}
+	}
+	return 2*fresh > known || known <= 2
+}
+
+// heardLately reports whether a live member counts as heard for
+// DecisionQuorum (under m.mu).
+func (m *Members) heardLately(st *member, now time.Time) bool {
+	if m.bySWIM {
+		return st.suspectAt.IsZero()
+	}
+	return now.Sub(st.lastSeen) <= max(2*st.interval, m.timeout/2)
+}
+
+// suspect records SWIM's suspicion of a live member: it still owns its
+// subnets and is live (the protocol declares it dead if it does not
+// refute), but it no longer counts as heard for DecisionQuorum.
+func (m *Members) suspect(id peer.ID, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.byID[id]; ok && !st.dead && st.suspectAt.IsZero() {
+		st.suspectAt = now
+	}
+}
+
+func (m *Members) held(deadAt time.Time) bool {
+	return (m.grace > 0 && m.now().Sub(deadAt) < m.grace) || !m.Quorum()
+}
+
+// Quorum reports whether this peer sees a strict majority of the crawlers
+// it knows: itself and the crawlers heard within the failure timeout,
+// against those plus the crawlers declared dead for their silence and not
+// yet forgotten (memberForget). Members that left or were revoked are not
+// counted; nor are members that do not crawl (the sink). A network of two
+// crawlers always has one: with one of two silent, a peer cannot tell a
+// crash from a partition, and waiting would stop it until the other is
+// forgotten.
+func (m *Members) Quorum() bool {
+	m.mu.RLock()
+	if !m.stale {
+		defer m.mu.RUnlock()
+		return m.quorum
+	}
+	m.mu.RUnlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stale {
+		m.build()
+	}
+	return m.quorum
 }
 
 // IsPeerLive is IsLive by peer ID.
@@ -183,7 +317,7 @@ func (m *Members) Member(id peer.ID) (MemberInfo, bool) {
 	if !ok {
 		return MemberInfo{}, false
 	}
-	return st.info(id), true
+	return m.info(id, st, m.now()), true
 }
 
 // LoadOf returns the load a member advertised (pages per day).
@@ -283,7 +417,7 @@ func (m *Members) build() {
 	live := make([]delegation.Crawler, 0, len(m.byID)+1)
 	live = append(live, m.selfC)
 	for _, st := range m.byID {
-		if !st.dead {
+		if !st.dead && (m.distrusts == nil || !m.distrusts(st.crawler.ID)) {
 			live = append(live, st.crawler)
 		}
 	}
@@ -298,6 +432,30 @@ func (m *Members) build() {
 	})
 	m.live = live
 	m.crawls = slices.DeleteFunc(slices.Clone(live), func(c delegation.Crawler) bool { return c.Capacity <= 0 })
+	// the quorum: this peer (whatever its role: it is the one judging) and
+	// the crawlers it hears, over those and the crawlers that fell silent
+	seen, known := 1, 1
+	for id, st := range m.byID {
+		if id == m.self || st.crawler.Capacity <= 0 {
+			continue
+		}
+		switch {
+		case !st.dead:
+			seen++
+			known++
+		case st.reason == ReasonFailed:
+			known++
+		}
+	}
+	q := 2*seen > known || known <= 2
+	if m.hasQ && q != m.quorum && m.log != nil {
+		if q {
+			m.log.Info("overlay: quorum regained: silent members' subnets may be re-delegated", "crawlers_heard", seen, "crawlers_known", known)
+		} else {
+			m.log.Warn("overlay: no quorum: silent members keep their subnets, URLs for them wait in the spool", "crawlers_heard", seen, "crawlers_known", known)
+		}
+	}
+	m.quorum, m.hasQ = q, true
 	m.stale = false
 	m.builds++
 }
@@ -404,7 +562,7 @@ func (m *Members) observe(id peer.ID, hb *pb.Heartbeat, now time.Time) {
 	changed := !ok || st.dead || st.crawler != c || st.sink != hb.Sink
 	st.crawler, st.lastSeen, st.seq, st.at, st.start, st.load, st.addrs = c, now, hb.Seq, hb.AtUnixNano, hb.StartUnixNano, hb.Load, addrs
 	st.sink, st.cert = hb.Sink, hb.Certificate
-	st.dead, st.reason = false, ""
+	st.dead, st.reason, st.suspectAt = false, "", time.Time{}
 	st.interval = time.Duration(hb.IntervalMs) * time.Millisecond
 	if changed {
 		m.rebuild()
@@ -484,12 +642,13 @@ const memberForget = 3 * clockSkew
 // forgets those dead for memberForget.
 func (m *Members) sweep(now time.Time) {
 	var evs []MemberEvent
+	forgot := false
 	m.mu.Lock()
 	for id, st := range m.byID {
 		// a member that heartbeats more slowly than this peer's timeout
 		// allows is judged by its own pace, or it would flap dead/alive
 		if !m.bySWIM && !st.dead && now.Sub(st.lastSeen) > max(m.timeout, 3*st.interval) {
-			st.dead, st.reason = true, ReasonFailed
+			st.dead, st.reason, st.deadAt = true, ReasonFailed, now
 			evs = append(evs, MemberEvent{Peer: id, Dead: true, Reason: ReasonFailed, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen})
 		}
 	}
@@ -501,9 +660,10 @@ func (m *Members) sweep(now time.Time) {
 		if st.dead && now.Sub(st.lastSeen) > memberForget {
 			delete(m.byID, id)
 			delete(m.byCID, delegation.CrawlerID(id.String()))
+			forgot = true
 		}
 	}
-	if len(evs) > 0 {
+	if len(evs) > 0 || forgot { // (one forgotten changes the quorum)
 		m.rebuild()
 	}
 	ls := m.listeners
@@ -612,7 +772,11 @@ func (p *Peer) nextHeartbeat(leaving bool) ([]byte, error) {
 
 // validateHeartbeat is the micra/membership/1 topic validator.
 func (p *Peer) validateHeartbeat(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-	return checkHeartbeat(p.snap, p.tree.Len(), p.cfg.Admission, p.log, from, msg)
+	res := checkHeartbeat(p.snap, p.tree.Len(), p.cfg.Admission, p.log, from, msg)
+	if res == pubsub.ValidationAccept && !p.admitIdentity(msg.GetFrom(), from) {
+		return pubsub.ValidationIgnore // an open network's identity limits (identities.go)
+	}
+	return res
 }
 
 // checkHeartbeat validates a membership message for a peer on snapshot

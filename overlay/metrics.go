@@ -16,6 +16,9 @@ type metrics struct {
 	decisionAttempts                                                     prometheus.Histogram
 	decisionInPlace, cachedRoutes                                        prometheus.Counter
 	swimSuspicions                                                       prometheus.Counter
+	swimRefused                                                          prometheus.Counter
+	identitiesRefused                                                    prometheus.Counter
+	ownedRecords                                                         *prometheus.CounterVec // by outcome: sent, merged, refused
 }
 
 // newMetrics registers the overlay's metrics on reg (nil: unregistered),
@@ -49,10 +52,16 @@ func newMetrics(reg prometheus.Registerer, peerID string) (*metrics, error) {
 			Help: "Owner lookups answered from the cached record without the policy."}),
 		swimSuspicions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "swim_suspicions_total",
 			Help: "Members this peer heard suspected (Membership swim): each is refuted by the member or ends in its death."}),
+		swimRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "swim_records_refused_total",
+			Help: "SWIM records refused (Membership swim): not signed by the member they name, another snapshot, no admission, past the identity limits; as the heartbeat topic's rejections."}),
+		identitiesRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "identities_refused_total",
+			Help: "Heartbeats of new identities ignored for an open network's limits per IP and per neighbour (also counted as ignored gossip)."}),
+		ownedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "micra", Subsystem: "overlay", Name: "owned_records_total",
+			Help: "Owned delegation records moved over /micra/owned/1 to members back from the dead, by outcome: sent (taken by the member), merged or refused (received)."}, []string{"outcome"}),
 	}
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"peer": peerID}, reg)
-		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.pagesArchived, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes, m.swimSuspicions} {
+		for _, c := range []prometheus.Collector{m.dhtGet, m.dhtPut, m.probesSent, m.probesServed, m.endorsements, m.delegations, m.handoffsRefused, m.pagesRecovered, m.pagesArchived, m.calibrationEvents, m.deaths, m.gossipRejected, m.learned, m.learnDropped, m.decisionAttempts, m.decisionInPlace, m.cachedRoutes, m.swimSuspicions, m.swimRefused, m.identitiesRefused, m.ownedRecords} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("overlay: metrics: %w", err)
 			}

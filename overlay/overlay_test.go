@@ -93,8 +93,13 @@ func TestConcurrentDiscoverersAgree(t *testing.T) {
 	}
 }
 
-func TestKilledPeerDeclaredDead(t *testing.T) {
-	tn := newTestNet(t, 8, nil)
+// A crashed peer (no leave) is declared dead by every other, within the
+// protocol's detection time: the failure timeout after its last
+// heartbeat, or SWIM's probe round and longest suspicion.
+func TestKilledPeerDeclaredDead(t *testing.T) { forEachProtocol(t, testKilledPeerDeclaredDead) }
+
+func testKilledPeerDeclaredDead(t *testing.T, membership string) {
+	tn := newTestNet(t, 8, func(_ int, c *Config, _ *Services) { c.Membership = membership })
 	victim := tn.peers[5]
 	var mu sync.Mutex
 	declared := map[int]time.Duration{}
@@ -111,8 +116,8 @@ func TestKilledPeerDeclaredDead(t *testing.T) {
 	if err := victim.Kill(); err != nil { // a crash: no leave announced
 		t.Fatal(err)
 	}
-	timeout := tn.peers[0].cfg.FailureTimeout
-	deadline := killed.Add(slowdown * (timeout + tn.peers[0].cfg.HeartbeatInterval + time.Second))
+	timeout := detectionTime(tn.peers[0].cfg, len(tn.peers))
+	deadline := killed.Add(slowdown * timeout)
 	for {
 		mu.Lock()
 		n := len(declared)
@@ -131,6 +136,16 @@ func TestKilledPeerDeclaredDead(t *testing.T) {
 			t.Errorf("peer %d still lists the victim as live", i)
 		}
 	}
+}
+
+// detectionTime bounds how long after a member of a network of n crashes
+// every other declares it dead, for cfg's membership protocol (one more
+// period: the sweep or the death's dissemination).
+func detectionTime(cfg Config, n int) time.Duration {
+	if cfg.Membership == MembershipSWIM {
+		return SWIMConfig(cfg.HeartbeatInterval).DeadWithin(n) + 2*cfg.HeartbeatInterval
+	}
+	return cfg.FailureTimeout + cfg.HeartbeatInterval + time.Second
 }
 
 func TestCalibrationReachesAll(t *testing.T) {

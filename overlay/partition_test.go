@@ -56,17 +56,30 @@ func TestPartitionGatesConnections(t *testing.T) {
 	}
 }
 
-// Two halves of a network, split by their gaters, each re-delegate the
-// subnets they discover to their own side; once healed, the halves find
+// Two halves of a network, split by their gaters, decide the same subnets
+// differently in the seconds before they declare each other dead; once
+// healed, the halves find
 // each other again by themselves (members declared dead are redialled)
 // and every cache agrees on one owner per subnet (owners announce their
-// records again when a member returns).
-func TestPartitionHealConverges(t *testing.T) {
+// records again when a member returns). Under SWIM nobody probes a dead
+// member: the redialled ones are told they were declared dead and refute
+// (swimRunner.recheck).
+func TestPartitionHealConverges(t *testing.T) { forEachProtocol(t, testPartitionHealConverges) }
+
+func testPartitionHealConverges(t *testing.T, membership string) {
 	const n = 6
 	parts := make([]*Partition, n)
 	tn := newTestNet(t, n, func(i int, c *Config, _ *Services) {
 		parts[i] = NewPartition()
 		c.Partition = parts[i]
+		c.Membership = membership
+		// the decisions below come before the members across the split
+		// are unheard: heartbeats late for half the failure timeout, or
+		// suspected by SWIM a period after their last answered probe
+		c.FailureTimeout = 10 * time.Second
+		if membership == MembershipSWIM {
+			c.HeartbeatInterval = 3 * time.Second
+		}
 	})
 	tn.joinWithMicra(t)
 	half := func(i int) []peer.ID {
@@ -90,16 +103,10 @@ func TestPartitionHealConverges(t *testing.T) {
 		}
 		return c
 	}
-	timeout := tn.peers[0].cfg.FailureTimeout
-	waitFor(t, slowdown*(3*timeout+5*time.Second), func() bool {
-		for _, p := range tn.peers {
-			if liveCount(p) != n/2 {
-				return false
-			}
-		}
-		return true
-	})
-	// each side decides the same fresh subnets among its own members
+	// each side decides the same fresh subnets among its own members (the
+	// probes across the split fail at once), before either side has
+	// declared the other dead: once it has, neither half of 6 has a quorum
+	// and neither decides anything (TestNoQuorumNoDelegation)
 	ctx, cancel := context.WithTimeout(context.Background(), slowdown*60*time.Second)
 	defer cancel()
 	var targets []netip.Addr
@@ -121,6 +128,22 @@ func TestPartitionHealConverges(t *testing.T) {
 			t.Fatalf("subnet %d: both halves chose %s across the partition", s, a.Owner)
 		}
 	}
+	split := time.Now()
+	// half the probes now go unanswered: under SWIM each member's local
+	// health stretches its probe period, as Lifeguard means it to
+	detect := detectionTime(tn.peers[0].cfg, n)
+	if membership == MembershipSWIM {
+		detect = SWIMConfig(tn.peers[0].cfg.HeartbeatInterval).DeadWithinUnhealthy(n) + 2*tn.peers[0].cfg.HeartbeatInterval
+	}
+	waitFor(t, slowdown*(detect+2*tn.peers[0].cfg.FailureTimeout), func() bool {
+		for _, p := range tn.peers {
+			if liveCount(p) != n/2 {
+				return false
+			}
+		}
+		return true
+	})
+	detected := time.Since(split)
 	bad, _ := tn.disagreements(tn.peers)
 	healed := time.Now()
 	for i, p := range tn.peers {
@@ -141,6 +164,6 @@ func TestPartitionHealConverges(t *testing.T) {
 			t.Errorf("subnet %d has no owner after the heal", s)
 		}
 	}
-	t.Logf("%d subnets disagreed across the partition; after the heal every peer saw all %d members in %v and every cache agreed in %v",
-		bad, n, rejoined, time.Since(healed))
+	t.Logf("%d subnets disagreed across the partition, split detected in %v; after the heal every peer saw all %d members in %v and every cache agreed in %v",
+		bad, detected.Round(time.Millisecond), n, rejoined, time.Since(healed))
 }

@@ -73,6 +73,7 @@ type Peer struct {
 	dir     *Directory
 	members *Members
 	prober  *Prober
+	audit   *auditor // members that lie within their rights (audit.go)
 	handoff *handoffQueue
 	probes  probeLog
 	// revs spreads the revocation lists of a network with admission (nil:
@@ -80,10 +81,21 @@ type Peer struct {
 	revs *revocationSync
 	// probeLimit bounds the probes each requester has this peer send;
 	// calLimit the cache-emptying calibration events each author has this
-	// peer apply
-	probeLimit, calLimit peerLimiter
-	// handoffLimit bounds the URLs each member hands this peer
+	// peer apply; ownedLimit the owned records each member has it verify
+	// and ownedReplies how often it sends its own back (ProtoOwned)
+	probeLimit, calLimit, ownedLimit, ownedReplies peerLimiter
+	// ownedGiven: when this peer last gave each member its owned records
+	ownedGiven givenLog
+	// probeScope bounds the addresses each requester has this peer probe
+	// to few per subnet being decided
+	probeScope probeScope
+	// idLimits bounds an open network's members per IP and per neighbour
+	// (nil: a network with admission, or no limits)
+	idLimits *identityLimits
+	// handoffLimit bounds the URLs each member hands this peer, and
+	// handoffReads the messages of each read at once
 	handoffLimit peerLimiter
+	handoffReads handoffReads
 	// now is the clock of the rate limits (tests set it)
 	now     func() time.Time
 	sink    HandoffSink
@@ -205,9 +217,22 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	if p.measurer == nil {
 		p.measurer = NetMeasurer{Guard: cfg.ProbeGuard}
 	}
+	if p.audit, err = newAuditor(p, cfg.Audit, cfg.Registerer); err != nil {
+		cancel()
+		return nil, err
+	}
 	p.tracer = newGossipTracer(p.metrics)
+	if cfg.Admission == nil && (cfg.IdentitiesPerIP > 0 || cfg.IdentitiesPerPeer > 0) {
+		silence := 2 * max(cfg.FailureTimeout, 3*cfg.HeartbeatInterval)
+		if cfg.Membership == MembershipSWIM {
+			silence = 0 // SWIM sends no record while nothing changes: its deaths free the places
+		}
+		p.idLimits = newIdentityLimits(cfg.IdentitiesPerIP, cfg.IdentitiesPerPeer, silence)
+	}
 	p.validator = RecordValidator{Snapshot: p.snap, Nodes: tree.Len(), Tree: tree, MaxAge: cfg.MaxRecordAge, Verified: NewVerifiedCache(8192), Admission: cfg.Admission}
 	p.members = newMembers(h.ID(), p.selfCrawler(), cfg.FailureTimeout, log)
+	p.members.grace = cfg.OwnerGrace
+	p.members.distrusts = p.audit.distrusts
 	p.members.OnChange(func(ev MemberEvent) {
 		if ev.Dead {
 			p.metrics.deaths.WithLabelValues(ev.Reason).Inc()
@@ -262,7 +287,16 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 			return nil, err
 		}
 		p.swim.suspects = func() { p.metrics.swimSuspicions.Inc() }
+		p.swim.refused = func() { p.metrics.swimRefused.Inc() }
 		p.swim.publicOnly = cfg.PublicDHTFilters
+		if p.idLimits != nil {
+			p.swim.admit = p.admitIdentity
+			p.members.OnChange(func(ev MemberEvent) {
+				if ev.Dead {
+					p.idLimits.release(ev.Peer)
+				}
+			})
+		}
 	}
 	if p.handoff, err = newHandoffQueue(p); err != nil {
 		p.topicMem.Close()
@@ -277,6 +311,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	h.SetStreamHandler(ProtoHandoff, p.handleHandoff)
 	h.SetStreamHandler(ProtoSnapshot, p.handleSnapshot)
 	h.SetStreamHandler(ProtoRecover, p.handleRecover)
+	h.SetStreamHandler(ProtoOwned, p.handleOwned)
 	if p.revs != nil {
 		h.SetStreamHandler(ProtoRevocations, p.revs.serve)
 		p.wg.Add(1)
@@ -334,7 +369,7 @@ func (p *Peer) startGossip() error {
 	if p.subCal, err = p.topicCal.Subscribe(); err != nil {
 		return fmt.Errorf("overlay: subscribe %s: %w", TopicCalibration, err)
 	}
-	return nil
+	return p.audit.startGossip()
 }
 
 // Close stops the peer: it announces its leave (Leave, for at most
@@ -354,7 +389,8 @@ func (p *Peer) Close() error {
 
 // Kill stops the peer as Close does but without announcing its leave: to
 // the others it is a crash, which they detect after the failure timeout
-// (tests and benchmarks of the failure detector).
+// (a node restarting on a release, whose peers hold its subnets meanwhile;
+// tests and benchmarks of the failure detector).
 func (p *Peer) Kill() error {
 	p.closeOnce.Do(func() { p.closeErr = p.shutdown() })
 	return p.closeErr
@@ -434,13 +470,14 @@ func (p *Peer) shutdown() error {
 	p.left = true // nothing more to announce
 	p.hbMu.Unlock()
 	p.cancel()
-	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover), string(ProtoRevocations)} {
+	for _, proto := range []string{string(ProtoProbe), string(ProtoEndorse), string(ProtoHandoff), string(ProtoSnapshot), string(ProtoRecover), string(ProtoRevocations), string(ProtoOwned)} {
 		p.h.RemoveStreamHandler(protocolID(proto))
 	}
 	if p.subMem != nil {
 		p.subMem.Cancel()
 	}
 	p.subCal.Cancel()
+	p.audit.stopGossip()
 	p.bgMu.Lock()
 	p.closing = true
 	p.bgMu.Unlock()
@@ -449,7 +486,7 @@ func (p *Peer) shutdown() error {
 		p.swim.stop()
 	}
 	var errs []error
-	errs = append(errs, p.handoff.close(), p.topicMem.Close(), p.topicCal.Close())
+	errs = append(errs, p.handoff.close(), p.topicMem.Close(), p.topicCal.Close(), p.audit.closeTopic())
 	p.psCancel()
 	errs = append(errs, p.dht.Close())
 	if p.ownsHost {
@@ -552,6 +589,11 @@ func (p *Peer) Delegate(ctx context.Context, ip netip.Addr) (delegation.Decision
 	d, err := p.decide(ctx, p.tree.SmallestNonUnary(ip), func(ctx context.Context, pol delegation.Policy) (delegation.Decision, error) {
 		return pol.Delegate(ctx, ip)
 	})
+	if err == nil && !d.Cached && !p.members.DecisionQuorum() {
+		// a decision left unpublished (hashed when no probe answered):
+		// the other side of a partition may route the subnet elsewhere
+		return delegation.Decision{}, ErrNoQuorum
+	}
 	if err == nil && !d.Cached {
 		p.metrics.delegations.Inc()
 	}

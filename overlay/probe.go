@@ -19,6 +19,7 @@ import (
 
 	"github.com/micra-crawler/micra/crawl/netguard"
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/overlay/pb"
 )
 
@@ -205,13 +206,22 @@ func (p *Peer) handleProbe(s network.Stream) {
 	defer s.Close()
 	st := newStream(s, maxProbeMsg, p.cfg.RequestTimeout)
 	var req pb.ProbeRequest
-	resp := &pb.ProbeResponse{Version: wireVersion}
 	if err := st.read(&req); err != nil {
 		s.Reset()
 		return
 	}
+	resp := p.serveProbe(s.Conn().RemotePeer(), &req)
+	p.metrics.probesServed.Inc()
+	if err := st.write(resp); err != nil {
+		s.Reset()
+	}
+}
+
+// serveProbe answers a probe request from a peer: the checks, then the
+// measurement.
+func (p *Peer) serveProbe(from peer.ID, req *pb.ProbeRequest) *pb.ProbeResponse {
+	resp := &pb.ProbeResponse{Version: wireVersion}
 	target, ok := netip.AddrFromSlice(req.Target)
-	from := s.Conn().RemotePeer()
 	switch {
 	case !p.isMember(from):
 		// a probe makes this peer send traffic: members only
@@ -232,7 +242,14 @@ func (p *Peer) handleProbe(s network.Stream) {
 		resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("port %d is not one this network probes", req.Port)
 	case req.Url != "" && !probeURLAllowed(req.Url, target):
 		resp.Status, resp.Error = pb.Status_REFUSED, "a probe URL must be / or /robots.txt of the target address itself"
+	case !p.probeSubnetOK(hierarchy.NodeID(req.Subnet), target.Unmap()):
+		resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("target %v is not an address of subnet %d being decided (by this peer's hierarchy, a decision for it decides subnet %d)",
+			target.Unmap(), req.Subnet, p.tree.SmallestNonUnary(target.Unmap()))
 	default:
+		if why := p.probeScope.admit(from, hierarchy.NodeID(req.Subnet), target.Unmap(), p.now()); why != "" {
+			resp.Status, resp.Error = pb.Status_REFUSED, fmt.Sprintf("%s from %s (%d addresses a subnet, %d new subnets a second)", why, shortID(from), probeTargetsPerSubnet, probeSubnetRate)
+			break
+		}
 		timeout := min(time.Duration(req.TimeoutMs)*time.Millisecond, p.cfg.RequestTimeout)
 		if timeout <= 0 {
 			timeout = p.cfg.RequestTimeout
@@ -248,13 +265,10 @@ func (p *Peer) handleProbe(s network.Stream) {
 			resp.RttNs = append(resp.RttNs, int64(r))
 		}
 		if len(rtts) > 0 {
-			p.probes.add(s.Conn().RemotePeer(), target.Unmap(), minDur(rtts))
+			p.probes.add(from, target.Unmap(), minDur(rtts))
 		}
 	}
-	p.metrics.probesServed.Inc()
-	if err := st.write(resp); err != nil {
-		s.Reset()
-	}
+	return resp
 }
 
 func minDur(ds []time.Duration) time.Duration {
@@ -274,6 +288,7 @@ type Prober struct{ p *Peer }
 func (pr *Prober) Probe(ctx context.Context, target netip.Addr, crawlers []delegation.CrawlerID) []delegation.ProbeResult {
 	p := pr.p
 	out := make([]delegation.ProbeResult, len(crawlers))
+	took := make([]time.Duration, len(crawlers))
 	t := ProbeTarget{Addr: target.Unmap(), Method: p.cfg.ProbeMethod, Port: p.cfg.ProbePort}
 	var wg sync.WaitGroup
 	for i, c := range crawlers {
@@ -281,7 +296,9 @@ func (pr *Prober) Probe(ctx context.Context, target netip.Addr, crawlers []deleg
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			rtt, err := p.ProbeOne(ctx, c, t)
+			took[i] = time.Since(start)
 			if err != nil {
 				p.log.Debug("overlay: probe failed", "crawler", c, "target", target, "err", err)
 				return
@@ -291,6 +308,7 @@ func (pr *Prober) Probe(ctx context.Context, target netip.Addr, crawlers []deleg
 	}
 	wg.Wait()
 	p.metrics.probesSent.Add(float64(len(crawlers)))
+	p.audit.probed(ctx, target.Unmap(), out, took) // impossible answers leave the decision
 	return out
 }
 
@@ -313,7 +331,7 @@ func (p *Peer) ProbeOne(ctx context.Context, c delegation.CrawlerID, t ProbeTarg
 		return 0, fmt.Errorf("probe: crawler %q: %w", c, err)
 	}
 	req := &pb.ProbeRequest{Version: wireVersion, Target: t.Addr.AsSlice(), Method: t.Method, Port: uint32(t.Port), Url: t.URL,
-		Samples: 1, TimeoutMs: uint32(p.cfg.RequestTimeout / time.Millisecond)}
+		Subnet: uint32(p.tree.SmallestNonUnary(t.Addr)), Samples: 1, TimeoutMs: uint32(p.cfg.RequestTimeout / time.Millisecond)}
 	var resp pb.ProbeResponse
 	if err := roundTrip(ctx, p.h, id, ProtoProbe, maxProbeMsg, p.cfg.RequestTimeout, req, &resp); err != nil {
 		return 0, err
@@ -336,6 +354,12 @@ func (p *Peer) ProbeOne(ctx context.Context, c delegation.CrawlerID, t ProbeTarg
 
 var _ delegation.Prober = (*Prober)(nil)
 var _ = strconv.Itoa
+
+// probeSubnetOK reports whether s is the subnet a decision for target
+// decides, by this peer's hierarchy (probe_scope.go).
+func (p *Peer) probeSubnetOK(s hierarchy.NodeID, target netip.Addr) bool {
+	return s != hierarchy.Root && s != hierarchy.None && int(s) < p.tree.Len() && p.tree.SmallestNonUnary(target) == s
+}
 
 // probeURLAllowed: an HTTP probe asks for / or /robots.txt of the target
 // address itself, never a requester's host name or path (the prober would
@@ -377,6 +401,11 @@ func (l *peerLimiter) allow(id peer.ID, r float64, b int, now time.Time) bool {
 
 // allowN takes n tokens of id's bucket at once, or none.
 func (l *peerLimiter) allowN(id peer.ID, r float64, b int, now time.Time, n int) bool {
+	return l.limiter(id, r, b).AllowN(now, n)
+}
+
+// limiter returns id's bucket (every r a second, burst b).
+func (l *peerLimiter) limiter(id peer.ID, r float64, b int) *rate.Limiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil || len(l.m) >= maxLimitedPeers {
@@ -387,5 +416,5 @@ func (l *peerLimiter) allowN(id peer.ID, r float64, b int, now time.Time, n int)
 		lim = rate.NewLimiter(rate.Limit(r), b)
 		l.m[id] = lim
 	}
-	return lim.AllowN(now, n)
+	return lim
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,8 +41,13 @@ const (
 	// (maxCalibrationBytes+1024); a bundle's wire form with a few root
 	// versions is ~2 KB.
 	maxAnnounceBytes = 16 << 10
-	announceMagic    = "MRA1"
-	releaseChunk     = 32 << 10
+	// announceMagic is an announcement with its author's report;
+	// announceMagicV1 one without (builds before reports: still read)
+	announceMagic   = "MRA2"
+	announceMagicV1 = "MRA1"
+	maxRolledBack   = 4
+	maxReportText   = 256
+	releaseChunk    = 32 << 10
 )
 
 // Status bytes of a /micra/release/1 answer.
@@ -54,6 +60,11 @@ const (
 )
 
 var relStatusText = map[byte]string{relNotFound: "not held", relNotMember: "not a member", relBusy: "busy", relBadOffset: "offset past the end"}
+
+// ErrReleaseTryLater is a holder's refusal that passes by itself: it has
+// not heard the fetcher's membership yet (a node that just joined), or it
+// serves as many fetches as it may.
+var ErrReleaseTryLater = errors.New("try again shortly")
 
 // ReleaseVerdict is the node's judgement of an announcement.
 type ReleaseVerdict int
@@ -76,6 +87,29 @@ type ReleaseAnnouncement struct {
 	// Target is the hex SHA-256 of the release binary the author holds and
 	// serves ("" when it holds none yet).
 	Target string
+	// Report is what the author says of its own releases.
+	Report ReleaseReport
+}
+
+// ReleaseReport is what a member says of the releases it ran, in each of
+// its announcements (signed by gossip as their author): the network learns
+// which version each member runs and which releases members rolled back,
+// so a bad release is seen network-wide, not only in one node's status.
+type ReleaseReport struct {
+	Running string // the version the author runs
+	// OnTrial: the version it runs is a release still on trial (not yet
+	// confirmed healthy by its supervisor).
+	OnTrial bool
+	// RolledBack are releases the author installed and rolled back, the
+	// most recent first (at most 4).
+	RolledBack []RolledBack
+}
+
+// RolledBack is one release a member rolled back.
+type RolledBack struct {
+	SHA256  string // the release binary's hex SHA-256
+	Version string
+	Reason  string
 }
 
 // ReleaseLimiter paces the bytes a peer serves (rate.Limiter is one).
@@ -124,6 +158,8 @@ type Releases struct {
 	mu      sync.Mutex
 	current *ReleaseAnnouncement             // the announcement published every Every
 	holders map[string]map[peer.ID]time.Time // target → members that announced holding it
+	report  ReleaseReport                    // this peer's, carried in its announcements
+	reports map[peer.ID]ReleaseReport        // each member's last report
 	// early: the last announcement of each peer heard before it was a
 	// member here (its heartbeat came second); taken when it joins, as its
 	// author does not send it again before Every
@@ -132,8 +168,12 @@ type Releases struct {
 	closed bool
 }
 
-// maxEarly bounds the announcements kept from peers not yet members.
-const maxEarly = 64
+// maxEarly bounds the announcements kept from peers not yet members;
+// maxReports the members' reports kept.
+const (
+	maxEarly   = 64
+	maxReports = 1 << 16
+)
 
 // OpenReleases joins the release topic and serves the release protocol.
 // Close it before the peer.
@@ -154,7 +194,7 @@ func OpenReleases(p *Peer, cfg ReleaseConfig) (*Releases, error) {
 		return nil, fmt.Errorf("overlay: release store: %w", err)
 	}
 	r := &Releases{p: p, cfg: cfg, limiter: cfg.Limiter, slots: make(chan struct{}, cfg.Streams),
-		holders: map[string]map[peer.ID]time.Time{}, early: map[peer.ID]ReleaseAnnouncement{}, joined: make(chan peer.ID, maxEarly)}
+		holders: map[string]map[peer.ID]time.Time{}, reports: map[peer.ID]ReleaseReport{}, early: map[peer.ID]ReleaseAnnouncement{}, joined: make(chan peer.ID, maxEarly)}
 	if r.limiter == nil {
 		r.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), releaseChunk)
 	}
@@ -233,14 +273,44 @@ func (r *Releases) Close() error {
 // replaced. It does not wait on the network, so it may be called from
 // anywhere, a validator included.
 func (r *Releases) Announce(bundle []byte, target string) error {
-	a := ReleaseAnnouncement{From: r.p.ID(), Bundle: bundle, Target: target}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := ReleaseAnnouncement{From: r.p.ID(), Bundle: bundle, Target: target, Report: r.report}
 	if _, err := encodeAnnouncement(a); err != nil {
 		return err
 	}
-	r.mu.Lock()
 	r.current = &a
-	r.mu.Unlock()
 	return nil
+}
+
+// Report makes rep this peer's report, carried by its announcements from
+// now on (published again within a second when one is current).
+func (r *Releases) Report(rep ReleaseReport) error {
+	rep.RolledBack = slices.Clone(rep.RolledBack[:min(len(rep.RolledBack), maxRolledBack)])
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current != nil {
+		a := *r.current
+		a.Report = rep
+		if _, err := encodeAnnouncement(a); err != nil {
+			return err
+		}
+		r.current = &a
+	} else if _, err := encodeReport(nil, rep); err != nil {
+		return err
+	}
+	r.report = rep
+	return nil
+}
+
+// Reports are the last report of each member heard from since this peer
+// started (this peer's own not among them), live now or not: a member
+// that rolled a release back and is restarting, or held dead for a moment
+// under load, still counts against that release.
+func (r *Releases) Reports() map[peer.ID]ReleaseReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.reports)
 }
 
 // Holders are the live members that announced holding target, the most
@@ -328,16 +398,22 @@ func (r *Releases) takeEarly(ctx context.Context) {
 	}
 }
 
-// take records an accepted announcement's holder and delivers it.
+// take records an accepted announcement's holder and report, and
+// delivers it.
 func (r *Releases) take(a ReleaseAnnouncement) {
+	r.mu.Lock()
 	if a.Target != "" {
-		r.mu.Lock()
 		if r.holders[a.Target] == nil {
 			r.holders[a.Target] = map[peer.ID]time.Time{}
 		}
 		r.holders[a.Target][a.From] = time.Now()
-		r.mu.Unlock()
 	}
+	if a.Report.Running != "" || len(a.Report.RolledBack) > 0 {
+		if _, ok := r.reports[a.From]; ok || len(r.reports) < maxReports {
+			r.reports[a.From] = a.Report
+		}
+	}
+	r.mu.Unlock()
 	if r.cfg.Deliver != nil {
 		r.cfg.Deliver(a)
 	}
@@ -390,11 +466,15 @@ func (r *Releases) republish(ctx context.Context) {
 	}
 }
 
-// An announcement on the wire: "MRA1", 8 bytes of the time it was sent
+// An announcement on the wire: "MRA2", 8 bytes of the time it was sent
 // and the author's peer id (uvarint length, bytes) — gossip's message ids
 // are content hashes, so without them a republished announcement, or two
 // holders' identical ones, would be dropped as duplicates — then one byte
-// of target length (0 or 32) and the SHA-256, then the bundle.
+// of target length (0 or 32) and the SHA-256, the report, then the bundle.
+// The report is the running version (uvarint length, bytes), a flags byte
+// (1: on trial) and a count byte of releases rolled back, each its
+// SHA-256, version and reason (uvarint length, bytes). "MRA1" is the same
+// without the report.
 func encodeAnnouncement(a ReleaseAnnouncement) ([]byte, error) {
 	var sum []byte
 	if a.Target != "" {
@@ -409,6 +489,10 @@ func encodeAnnouncement(a ReleaseAnnouncement) ([]byte, error) {
 	data = append(data, id...)
 	data = append(data, byte(len(sum)))
 	data = append(data, sum...)
+	data, err := encodeReport(data, a.Report)
+	if err != nil {
+		return nil, err
+	}
 	data = append(data, a.Bundle...)
 	if len(data) > maxAnnounceBytes {
 		return nil, fmt.Errorf("overlay: release announcement of %d bytes, more than %d", len(data), maxAnnounceBytes)
@@ -416,9 +500,79 @@ func encodeAnnouncement(a ReleaseAnnouncement) ([]byte, error) {
 	return data, nil
 }
 
+func encodeReport(data []byte, rep ReleaseReport) ([]byte, error) {
+	if len(rep.RolledBack) > maxRolledBack {
+		return nil, fmt.Errorf("overlay: release report: %d releases rolled back, at most %d", len(rep.RolledBack), maxRolledBack)
+	}
+	text := func(s string) {
+		s = s[:min(len(s), maxReportText)]
+		data = binary.AppendUvarint(data, uint64(len(s)))
+		data = append(data, s...)
+	}
+	text(rep.Running)
+	var flags byte
+	if rep.OnTrial {
+		flags |= 1
+	}
+	data = append(data, flags, byte(len(rep.RolledBack)))
+	for _, rb := range rep.RolledBack {
+		sum, err := hex.DecodeString(rb.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, fmt.Errorf("overlay: release rolled back %q is not a hex SHA-256", rb.SHA256)
+		}
+		data = append(data, sum...)
+		text(rb.Version)
+		text(rb.Reason)
+	}
+	return data, nil
+}
+
+func decodeReport(rest []byte) (ReleaseReport, []byte, error) {
+	var rep ReleaseReport
+	bad := errors.New("release announcement: bad report")
+	text := func() (string, bool) {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n > maxReportText || uint64(len(rest)-w) < n {
+			return "", false
+		}
+		s := string(rest[w : w+int(n)])
+		rest = rest[w+int(n):]
+		return s, true
+	}
+	var ok bool
+	if rep.Running, ok = text(); !ok || len(rest) < 2 {
+		return rep, nil, bad
+	}
+	rep.OnTrial = rest[0]&1 != 0
+	n := int(rest[1])
+	rest = rest[2:]
+	if n > maxRolledBack {
+		return rep, nil, bad
+	}
+	for range n {
+		if len(rest) < sha256.Size {
+			return rep, nil, bad
+		}
+		rb := RolledBack{SHA256: hex.EncodeToString(rest[:sha256.Size])}
+		rest = rest[sha256.Size:]
+		if rb.Version, ok = text(); !ok {
+			return rep, nil, bad
+		}
+		if rb.Reason, ok = text(); !ok {
+			return rep, nil, bad
+		}
+		rep.RolledBack = append(rep.RolledBack, rb)
+	}
+	return rep, rest, nil
+}
+
 func decodeAnnouncement(data []byte) (ReleaseAnnouncement, error) {
 	var a ReleaseAnnouncement
-	if len(data) > maxAnnounceBytes || len(data) < len(announceMagic) || string(data[:len(announceMagic)]) != announceMagic {
+	if len(data) > maxAnnounceBytes || len(data) < len(announceMagic) {
+		return a, errors.New("not a release announcement")
+	}
+	withReport := string(data[:len(announceMagic)]) == announceMagic
+	if !withReport && string(data[:len(announceMagicV1)]) != announceMagicV1 {
 		return a, errors.New("not a release announcement")
 	}
 	rest := data[len(announceMagic):]
@@ -446,7 +600,13 @@ func decodeAnnouncement(data []byte) (ReleaseAnnouncement, error) {
 	if tl > 0 {
 		a.Target = hex.EncodeToString(rest[1 : 1+tl])
 	}
-	a.Bundle = rest[1+tl:]
+	rest = rest[1+tl:]
+	if withReport {
+		if a.Report, rest, err = decodeReport(rest); err != nil {
+			return a, err
+		}
+	}
+	a.Bundle = rest
 	if len(a.Bundle) == 0 {
 		return a, errors.New("release announcement: no bundle")
 	}
@@ -606,7 +766,11 @@ func (r *Releases) fetchFrom(ctx context.Context, id peer.ID, sum []byte, length
 	if _, err := io.ReadFull(s, hdr[:]); err != nil {
 		return false, err
 	}
-	if hdr[0] != relOK {
+	switch hdr[0] {
+	case relOK:
+	case relNotMember, relBusy:
+		return false, fmt.Errorf("refused: %s: %w", relStatusText[hdr[0]], ErrReleaseTryLater)
+	default:
 		return false, fmt.Errorf("refused: %s", relStatusText[hdr[0]])
 	}
 	if size := int64(binary.BigEndian.Uint64(hdr[1:])); size != length {

@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,6 +140,37 @@ func TestReleaseAnnounceAndFetch(t *testing.T) {
 	}
 }
 
+// A member's report rides on its announcements: the others learn the
+// version it runs and the releases it rolled back, and a changed report is
+// published again without a new bundle.
+func TestReleaseReportSpreads(t *testing.T) {
+	rn := newReleaseNet(t, 3)
+	_, target := storeBinary(t, rn.rels[0], 1<<10)
+	if err := rn.rels[0].Report(ReleaseReport{Running: "v0.2.0", OnTrial: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rn.rels[0].Announce([]byte("good bundle"), target); err != nil {
+		t.Fatal(err)
+	}
+	id := rn.tn.peers[0].ID()
+	waitFor(t, 20*time.Second, func() bool {
+		return rn.rels[1].Reports()[id].Running == "v0.2.0" && rn.rels[2].Reports()[id].OnTrial
+	})
+	rb := ReleaseReport{Running: "v0.1.0", RolledBack: []RolledBack{{SHA256: target, Version: "v0.2.0", Reason: "exited 3 times"}}}
+	if err := rn.rels[0].Report(rb); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		return reflect.DeepEqual(rn.rels[1].Reports()[id], rb) && reflect.DeepEqual(rn.rels[2].Reports()[id], rb)
+	})
+	if _, ok := rn.rels[0].Reports()[id]; ok {
+		t.Error("a peer lists its own report among the members'")
+	}
+	if err := rn.rels[0].Report(ReleaseReport{RolledBack: []RolledBack{{SHA256: "not hex"}}}); err == nil {
+		t.Error("a report naming a release by something else than its SHA-256 was taken")
+	}
+}
+
 // The holder closes the stream mid-transfer; the next fetch resumes where
 // the cut left the partial file, and only the rest crosses the wire.
 func TestReleaseFetchResumesAfterCut(t *testing.T) {
@@ -218,19 +251,38 @@ func TestReleaseProtocolMembersOnly(t *testing.T) {
 func TestReleaseAnnouncementWire(t *testing.T) {
 	p := lonePeer(t, testTree(t))
 	sum := sha256.Sum256([]byte("x"))
-	a := ReleaseAnnouncement{From: p.ID(), Bundle: []byte("MRB1..."), Target: hex.EncodeToString(sum[:])}
+	a := ReleaseAnnouncement{From: p.ID(), Bundle: []byte("MRB1..."), Target: hex.EncodeToString(sum[:]),
+		Report: ReleaseReport{Running: "v0.1.0", OnTrial: true, RolledBack: []RolledBack{
+			{SHA256: hex.EncodeToString(sum[:]), Version: "v0.3.0", Reason: "exited 3 times before it was healthy"}}}}
 	data, err := encodeAnnouncement(a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := decodeAnnouncement(data)
-	if err != nil || b.From != a.From || b.Target != a.Target || !bytes.Equal(b.Bundle, a.Bundle) {
+	if err != nil || b.From != a.From || b.Target != a.Target || !bytes.Equal(b.Bundle, a.Bundle) || !reflect.DeepEqual(b.Report, a.Report) {
 		t.Fatalf("round trip: %+v %v", b, err)
 	}
 	if _, err := encodeAnnouncement(ReleaseAnnouncement{From: p.ID(), Bundle: make([]byte, maxAnnounceBytes)}); err == nil {
 		t.Error("an oversized announcement encoded")
 	}
-	for _, bad := range [][]byte{nil, []byte("MRA1"), data[:len(data)-len(a.Bundle)], append([]byte("MRA2"), data[4:]...)} {
+	// a build before reports: the same without one
+	v1 := ReleaseAnnouncement{From: p.ID(), Bundle: a.Bundle, Target: a.Target}
+	old, err := encodeAnnouncement(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old = append([]byte(announceMagicV1), old[len(announceMagic):]...)
+	old = slices.Delete(old, len(old)-len(a.Bundle)-3, len(old)-len(a.Bundle)) // (an empty report is 3 bytes)
+	if b, err := decodeAnnouncement(old); err != nil || b.Target != a.Target || !bytes.Equal(b.Bundle, a.Bundle) || b.Report.Running != "" {
+		t.Fatalf("an MRA1 announcement: %+v %v", b, err)
+	}
+	many := a
+	many.Report.RolledBack = slices.Repeat(a.Report.RolledBack, maxRolledBack+1)
+	if _, err := encodeAnnouncement(many); err == nil {
+		t.Error("a report of more releases rolled back than the limit encoded")
+	}
+	for _, bad := range [][]byte{nil, []byte("MRA1"), []byte("MRA2"), data[:len(data)-len(a.Bundle)], append([]byte("MRA3"), data[4:]...),
+		data[:len(data)-len(a.Bundle)-10]} {
 		if _, err := decodeAnnouncement(bad); err == nil {
 			t.Errorf("decoded %q", bad)
 		}
@@ -239,12 +291,13 @@ func TestReleaseAnnouncementWire(t *testing.T) {
 
 func FuzzDecodeReleaseAnnouncement(f *testing.F) {
 	f.Add([]byte("MRA1\x00\x00\x00\x00\x00\x00\x00\x01\x02ab\x00bundle"))
+	f.Add([]byte("MRA2\x00\x00\x00\x00\x00\x00\x00\x01\x02ab\x00\x06v0.1.0\x01\x00bundle"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := decodeAnnouncement(data)
 		if err != nil {
 			return
 		}
-		if len(a.Bundle) == 0 || (a.Target != "" && len(a.Target) != 64) {
+		if len(a.Bundle) == 0 || (a.Target != "" && len(a.Target) != 64) || len(a.Report.RolledBack) > maxRolledBack {
 			t.Fatalf("decoded %+v", a)
 		}
 	})

@@ -61,21 +61,7 @@ func (p *Peer) handleSnapshot(s network.Stream) {
 		s.Reset()
 		return
 	}
-	hdr := &pb.SnapshotHeader{Version: wireVersion}
-	var data []byte
-	switch {
-	case len(req.Id) != len(hierarchy.SnapshotID{}):
-		hdr.Status, hdr.Error = pb.Status_BAD_REQUEST, fmt.Sprintf("snapshot id of %d bytes", len(req.Id))
-	case p.snapshots == nil:
-		hdr.Status, hdr.Error = pb.Status_NOT_FOUND, "this peer serves no snapshots"
-	default:
-		var ok bool
-		data, ok = p.snapshots.Snapshot(hierarchy.SnapshotID(req.Id))
-		if !ok {
-			hdr.Status, hdr.Error = pb.Status_NOT_FOUND, fmt.Sprintf("snapshot %x not held", req.Id[:6])
-		}
-		hdr.Size = uint64(len(data))
-	}
+	hdr, data := p.snapshotFor(&req)
 	st.setEnd(start.Add(snapshotBudget(rt, hdr.Size)))
 	if err := st.write(hdr); err != nil {
 		s.Reset()
@@ -178,4 +164,25 @@ func (p *Peer) FetchSnapshotAny(ctx context.Context, id hierarchy.SnapshotID) ([
 		}
 	}
 	return nil, "", fmt.Errorf("overlay: snapshot %x: no peer served it (%d tried): %v", id[:6], len(errs), errs)
+}
+
+// snapshotFor answers a snapshot request: its header, and the snapshot's
+// bytes when the header is OK.
+func (p *Peer) snapshotFor(req *pb.SnapshotRequest) (*pb.SnapshotHeader, []byte) {
+	hdr := &pb.SnapshotHeader{Version: wireVersion}
+	var data []byte
+	switch {
+	case len(req.Id) != len(hierarchy.SnapshotID{}):
+		hdr.Status, hdr.Error = pb.Status_BAD_REQUEST, fmt.Sprintf("snapshot id of %d bytes", len(req.Id))
+	case p.snapshots == nil:
+		hdr.Status, hdr.Error = pb.Status_NOT_FOUND, "this peer serves no snapshots"
+	default:
+		var ok bool
+		data, ok = p.snapshots.Snapshot(hierarchy.SnapshotID(req.Id))
+		if !ok {
+			hdr.Status, hdr.Error = pb.Status_NOT_FOUND, fmt.Sprintf("snapshot %x not held", req.Id[:6])
+		}
+		hdr.Size = uint64(len(data))
+	}
+	return hdr, data
 }

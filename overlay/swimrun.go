@@ -28,9 +28,11 @@ import (
 	"github.com/micra-crawler/micra/overlay/swim"
 )
 
-// Membership protocols (Config.Membership).
+// Membership protocols (Config.Membership, LightConfig.Membership).
+// Config's zero value "" also means heartbeats (DefaultConfig sets SWIM);
+// LightConfig's means DefaultConfig's.
 const (
-	MembershipHeartbeat = ""
+	MembershipHeartbeat = "heartbeat"
 	MembershipSWIM      = "swim"
 )
 
@@ -88,7 +90,24 @@ type swimRunner struct {
 	ctx      context.Context
 	wg       sync.WaitGroup
 	suspects func() // counts a suspicion (metrics)
+	refused  func() // counts a record refused (metrics)
+	// admit, when set, applies an open network's identity limits
+	// (identities.go) to a member's record delivered by via: the peer
+	// whose message or full-state exchange is being applied (r.mu held)
+	admit func(author, via peer.ID) bool
+	via   peer.ID
+	// kept: the ring neighbours whose connections the connection manager
+	// must not trim (loop's goroutine only)
+	kept map[peer.ID]bool
 }
+
+// swimKeepTag protects a ring neighbour's connection in the connection
+// manager: trimmed at its high water, every probe to it would open a new
+// connection (Noise, identify) once a period.
+const swimKeepTag = "micra-swim"
+
+// errIdentityLimit: a record of a member the identity limits refuse.
+var errIdentityLimit = errors.New("swim record: past the open network's identity limits for the peer that delivered it")
 
 func newSWIMRunner(h host.Host, log *slog.Logger, members *Members, revs *revocationSync, boot []peer.AddrInfo, period time.Duration,
 	snap hierarchy.SnapshotID, nodes int, adm *Admission, heartbeat func(uint64, bool) ([]byte, error)) (*swimRunner, error) {
@@ -103,7 +122,20 @@ func newSWIMRunner(h host.Host, log *slog.Logger, members *Members, revs *revoca
 		return nil, err
 	}
 	cfg := SWIMConfig(period)
-	cfg.Open = func(b []byte) (swim.Record, error) { rec, _, err := r.open(b); return rec, err }
+	cfg.Open = func(b []byte) (swim.Record, error) {
+		rec, _, err := r.open(b)
+		if err == nil && r.admit != nil && !r.admit(peer.ID(rec.ID), r.via) {
+			err = errIdentityLimit
+		}
+		if err != nil {
+			r.log.Debug("overlay: swim record refused", "via", shortID(r.via), "err", err)
+			if r.refused != nil {
+				r.refused()
+			}
+			return swim.Record{}, err
+		}
+		return rec, nil
+	}
 	cfg.Refute = func(seq uint64) []byte {
 		b, err := r.seal(seq, false)
 		if err != nil {
@@ -136,8 +168,14 @@ func newSWIMRunner(h host.Host, log *slog.Logger, members *Members, revs *revoca
 // the heartbeat detector's at small sizes; refutation by the buddy rule is
 // quick enough that the simulation at 5 % loss declares no live member
 // dead with it.
+//
+// A message carries up to 8 KiB of changes (memberlist's 1,200 bytes fit a
+// UDP packet; a libp2p stream has no such bound): a change costs the same
+// bytes either way, but a burst of them — a network forming, a restart of
+// many members — goes out in fewer periods. With 1,200 bytes (three
+// records with certificates) a 12-node testnet took 34–41 s to form.
 func SWIMConfig(period time.Duration) swim.Config {
-	return swim.Config{Period: period, SuspicionMult: 2}
+	return swim.Config{Period: period, SuspicionMult: 2, MaxPiggyback: 8 << 10}
 }
 
 // seal builds and signs this member's record (nil data, no error: it left).
@@ -146,8 +184,13 @@ func (r *swimRunner) seal(minSeq uint64, leaving bool) ([]byte, error) {
 	if err != nil || hb == nil {
 		return nil, err
 	}
-	id := []byte(r.h.ID())
-	sig, err := r.sk.Sign(swimSigned(id, hb))
+	return sealSWIMRecord(r.sk, r.h.ID(), hb)
+}
+
+// sealSWIMRecord signs heartbeat hb as member id's record with its key sk.
+func sealSWIMRecord(sk crypto.PrivKey, member peer.ID, hb []byte) ([]byte, error) {
+	id := []byte(member)
+	sig, err := sk.Sign(swimSigned(id, hb))
 	if err != nil {
 		return nil, fmt.Errorf("overlay: swim: sign record: %w", err)
 	}
@@ -287,14 +330,40 @@ func (r *swimRunner) loop(ctx context.Context) {
 				lastForget = now
 			}
 			r.refresh(now)
+			nb := r.node.Neighbours()
 			r.mu.Unlock()
+			r.keep(nb)
 			r.flush()
+			// (deaths are the protocol's; the sweep forgets the members
+			// dead for memberForget, so they stop counting against the
+			// quorum, as under heartbeats)
+			r.members.sweep(now)
 			if alone && now.Sub(lastJoin) >= r.period {
 				r.join(ctx)
 				lastJoin = time.Now()
 			}
 		}
 	}
+}
+
+// keep protects the connections to the ring neighbours nb and releases
+// those that are no longer neighbours.
+func (r *swimRunner) keep(nb []swim.ID) {
+	cm := r.h.ConnManager()
+	now := make(map[peer.ID]bool, len(nb))
+	for _, id := range nb {
+		p := peer.ID(id)
+		now[p] = true
+		if !r.kept[p] {
+			cm.Protect(p, swimKeepTag)
+		}
+	}
+	for p := range r.kept {
+		if !now[p] {
+			cm.Unprotect(p, swimKeepTag)
+		}
+	}
+	r.kept = now
 }
 
 // refresh seals this member's record again if what it states changed and
@@ -370,7 +439,15 @@ func (r *swimRunner) flush() {
 			// a backlog: a lost message, which the protocol tolerates
 		}
 	}
-	now := time.Now()
+	r.apply(evs, time.Now())
+}
+
+// apply feeds the protocol's events into Members, the path every
+// membership change takes: a record is a heartbeat (observe: joins,
+// revivals, leaves), a suspicion makes the member unheard for decisions
+// (suspect), a death is a failure (fail: the owner grace and the quorum
+// run from it as from a heartbeat timeout).
+func (r *swimRunner) apply(evs []swim.Event, now time.Time) {
 	for _, ev := range evs {
 		id := peer.ID(ev.ID)
 		switch ev.State {
@@ -385,12 +462,27 @@ func (r *swimRunner) flush() {
 			}
 		case swim.Suspect:
 			r.log.Debug("overlay: member suspected", "member", shortID(id), "by", shortID(peer.ID(ev.From)))
+			r.members.suspect(id, now)
 			if r.suspects != nil {
 				r.suspects()
 			}
 		case swim.Dead:
 			r.members.fail(id, now)
 		}
+	}
+}
+
+// recheck asks a member this peer's protocol holds dead whether it is
+// there, telling it it was declared dead: if it is, it refutes with a new
+// record, which its answer carries, and it is alive again here (and
+// spreads from here). Nothing else would revive it: nobody probes a dead
+// member, and after a partition each side holds the other dead.
+func (r *swimRunner) recheck(id peer.ID) {
+	r.mu.Lock()
+	ok := r.node.Recheck(swim.ID(id))
+	r.mu.Unlock()
+	if ok {
+		r.flush()
 	}
 }
 
@@ -458,7 +550,9 @@ func (r *swimRunner) serve(s network.Stream) {
 		r.revs.heard(from, m.Revocations)
 	}
 	r.mu.Lock()
+	r.via = from
 	r.node.Handle(now, swim.ID(from), m)
+	r.via = ""
 	r.mu.Unlock()
 	r.flush()
 }
@@ -517,7 +611,9 @@ func (r *swimRunner) syncWith(ctx context.Context, id peer.ID) error {
 		return err
 	}
 	r.mu.Lock()
+	r.via = id
 	r.node.Merge(time.Now(), recs, false)
+	r.via = ""
 	r.mu.Unlock()
 	r.flush()
 	return nil
@@ -540,11 +636,16 @@ func (r *swimRunner) serveSync(s network.Stream) {
 	}
 	if rec, _, err := r.open(recs[0]); err != nil || peer.ID(rec.ID) != from {
 		r.log.Debug("overlay: swim join refused", "from", shortID(from), "err", err)
+		if r.refused != nil {
+			r.refused()
+		}
 		s.Reset()
 		return
 	}
 	r.mu.Lock()
+	r.via = from
 	r.node.Merge(time.Now(), recs, true)
+	r.via = ""
 	all := r.node.Records()
 	r.mu.Unlock()
 	r.flush()
@@ -641,7 +742,7 @@ func (m *Members) fail(id peer.ID, now time.Time) {
 		return
 	}
 	ev := MemberEvent{Peer: id, Dead: true, Reason: ReasonFailed, Silence: now.Sub(st.lastSeen), LastSeen: st.lastSeen}
-	st.dead, st.reason = true, ReasonFailed
+	st.dead, st.reason, st.deadAt = true, ReasonFailed, now
 	st.lastSeen = now // forgotten memberForget after its death
 	m.rebuild()
 	ls := m.listeners

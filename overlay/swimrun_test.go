@@ -139,3 +139,55 @@ func TestSWIMRecordsAreSigned(t *testing.T) {
 		t.Errorf("a member that left sealed a new record (%d bytes, %v)", len(data), err)
 	}
 }
+
+// Every member keeps its connections to its ring neighbours (the
+// connection manager does not trim them), and lets go of a neighbour that
+// died.
+func TestSWIMNeighboursKept(t *testing.T) {
+	tn := swimNet(t, 6)
+	for _, p := range tn.peers {
+		waitFor(t, slowdown*20*time.Second, func() bool { return p.Members().Count() == len(tn.peers) })
+	}
+	neighbours := func(p *Peer) []peer.ID {
+		p.swim.mu.Lock()
+		defer p.swim.mu.Unlock()
+		var out []peer.ID
+		for _, id := range p.swim.node.Neighbours() {
+			out = append(out, peer.ID(id))
+		}
+		return out
+	}
+	for i, p := range tn.peers {
+		nb := neighbours(p)
+		if len(nb) == 0 {
+			t.Fatalf("peer %d has no ring neighbours", i)
+		}
+		waitFor(t, slowdown*5*time.Second, func() bool {
+			for _, id := range nb {
+				if !p.h.ConnManager().IsProtected(id, swimKeepTag) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	victim := tn.peers[3]
+	var watchers []*Peer
+	for _, p := range tn.peers {
+		if p != victim && p.h.ConnManager().IsProtected(victim.ID(), swimKeepTag) {
+			watchers = append(watchers, p)
+		}
+	}
+	if len(watchers) == 0 {
+		t.Fatal("nobody keeps a connection to peer 3")
+	}
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range watchers {
+		waitFor(t, slowdown*30*time.Second, func() bool { return !p.h.ConnManager().IsProtected(victim.ID(), swimKeepTag) })
+		if slices.Contains(neighbours(p), victim.ID()) {
+			t.Errorf("%s still lists the dead peer as a ring neighbour", shortID(p.ID()))
+		}
+	}
+}

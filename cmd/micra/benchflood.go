@@ -98,8 +98,8 @@ func printFlood(r hostile.Report) {
 	fmt.Printf("  victim alive after the flood     %v\n", r.VictimAlive)
 	a, v := r.Attack, r.Victim
 	fmt.Printf("attack sent                        victim took / counted\n")
-	fmt.Printf("  %9d heartbeats of %6d ids  members live %d (crawlers %d); membership gossip rejected or ignored %.0f\n",
-		a.Heartbeats, r.Identities, v.MembersLive, v.CrawlersLive, v.MembershipRejected)
+	fmt.Printf("  %9d heartbeats of %6d ids  members live %d (crawlers %d); membership gossip rejected or ignored %.0f; their stream cut %d times\n",
+		a.Heartbeats, r.Identities, v.MembersLive, v.CrawlersLive, v.MembershipRejected, a.GossipStreamsCut)
 	fmt.Printf("  %9d hand-off messages        %d URLs accepted of %d; %d refused, %d other status, %d unanswered; victim counted %.0f refused\n",
 		a.HandoffMsgs, a.HandoffAccepted, a.HandoffURLs, a.HandoffRefused, a.HandoffOther, a.HandoffErrors, v.HandoffsRefused)
 	fmt.Printf("  %9d streams opened           %d held (%d closed by the victim), %d reset, %d failed to open\n",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,20 +13,21 @@ import (
 // A short `micra bench flood` against a real micra node process, in a
 // network with admission and in an open one. With admission the sybils'
 // heartbeats are ignored (no certificate): the victim's only member is
-// itself, it refuses every hand-off and survives. Open, the identities
-// become members (an open network has no identity limit), and the victim
-// survives too. The memory figures are the 60 s command's, not asserted
-// here.
+// itself, it refuses every hand-off and survives. Open, as many identities
+// become members as one neighbour may introduce (identities_per_peer, 50
+// here), the rest are ignored, and the victim survives too. The memory
+// figures are the 60 s command's, not asserted here.
 func TestBenchFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a node process")
 	}
+	const perPeer = 50
 	for _, open := range []bool{false, true} {
 		name := map[bool]string{false: "admission", true: "open"}[open]
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			r, err := hostile.RunFlood(ctx, hostile.Options{Binary: os.Args[0], VictimEnv: []string{mainEnv + "=1"},
+			r, err := hostile.RunFlood(ctx, hostile.Options{Binary: os.Args[0], VictimEnv: []string{mainEnv + "=1", "MICRA_IDENTITIES_PER_PEER=" + strconv.Itoa(perPeer)},
 				Open: open, Duration: 3 * time.Second, Identities: 300, HandoffStreams: 1, StreamsPerProtocol: 4,
 				Settle: time.Second, Idle: time.Second})
 			if err != nil {
@@ -40,8 +42,12 @@ func TestBenchFlood(t *testing.T) {
 				t.Fatalf("the attack sent nothing of some kind: %+v", a)
 			}
 			if open {
-				if v.MembersLive < 2 {
-					t.Fatalf("open network: %d members live, want the sybils among them", v.MembersLive)
+				// the victim, the attacker's own identity, and the sybils it relayed up to the limit
+				if v.MembersLive < 2 || v.MembersLive > 2+perPeer {
+					t.Fatalf("open network: %d members live, want the victim, the attacker and at most %d sybils", v.MembersLive, perPeer)
+				}
+				if v.MembershipRejected == 0 {
+					t.Fatalf("open network: no heartbeat ignored past the identity limit: %+v", v.GossipRejected)
 				}
 				return
 			}

@@ -23,10 +23,12 @@ import (
 
 type benchOverlayCostOptions struct {
 	peers, membership, simPeers       string
+	transport, profileDir             string
 	window, heartbeat, failureTimeout time.Duration
 	simWindow                         time.Duration
 	simLoss                           float64
 	seed                              uint64
+	wave                              int
 	asJSON                            bool
 }
 
@@ -45,14 +47,15 @@ times its detection, and fits the growth of a peer's bytes/s with the network's 
 (N^b). All peers share this machine's CPUs: past ~100 peers at a 1 s heartbeat the
 process itself may be the bottleneck (false suspicions show it).
 
-With --membership swim the peers run SWIM (overlay/swim) instead of heartbeats to
-every peer, and --sim sizes simulate SWIM at thousands of peers (the real state
+The peers run SWIM (overlay/swim, the product's default; --membership heartbeat:
+every heartbeat to every peer), and --sim sizes simulate SWIM at thousands of peers (the real state
 machine and message encoding in a discrete-event simulation, each message lost with
 --sim-loss), with a member's record and each message's framing as large as measured
 on this run's real peers.`,
 		Example: `  micra bench overlay-cost
   micra bench overlay-cost --peers 20,50,100 --window 30s --json
-  micra bench overlay-cost --membership swim --peers 20,50,100,200 --sim 1000,10000 --sim-loss 0.01`,
+  micra bench overlay-cost --membership heartbeat --peers 20,50
+  micra bench overlay-cost --peers 20,50,100 --sim 1000,10000 --sim-loss 0.01`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBenchOverlayCost(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
@@ -64,10 +67,13 @@ on this run's real peers.`,
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "membership heartbeat interval (the product's default)")
 	f.DurationVar(&o.failureTimeout, "failure-timeout", 5*time.Second, "silence after which a peer is declared dead (the product's default)")
 	f.Uint64Var(&o.seed, "seed", 1, "world seed (the peers' places)")
-	f.StringVar(&o.membership, "membership", "heartbeat", "membership protocol: heartbeat or swim")
+	f.StringVar(&o.membership, "membership", "swim", "membership protocol: swim (the product's default) or heartbeat")
+	f.StringVar(&o.transport, "transport", "tcp", "the peers' transport on 127.0.0.1: tcp, or quic (one socket per peer: 200 peers fit one process)")
 	f.StringVar(&o.simPeers, "sim", "", "with --membership swim: network sizes to simulate SWIM at, comma-separated (3..100000 each)")
 	f.Float64Var(&o.simLoss, "sim-loss", 0.01, "fraction of the simulated messages lost")
 	f.DurationVar(&o.simWindow, "sim-window", time.Minute, "simulated measurement window (simulated time)")
+	f.IntVar(&o.wave, "wave", 0, "open each network's peers this many at a time, each wave a formed membership before the next opens (a bench setting; 0: all at once)")
+	f.StringVar(&o.profileDir, "profile", "", "write pprof profiles of each size to this directory: CPU while forming and while measured, heap at the end")
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	benchParentCmd().AddCommand(cmd)
 }
@@ -81,6 +87,9 @@ func runBenchOverlayCost(ctx context.Context, out, log io.Writer, o *benchOverla
 		}
 		sizes = append(sizes, n)
 	}
+	if o.wave < 0 {
+		return fmt.Errorf("--wave %d: want 0 (all at once) or a number of peers", o.wave)
+	}
 	if o.window < time.Second {
 		return fmt.Errorf("--window %v: want at least 1s", o.window)
 	}
@@ -91,6 +100,9 @@ func runBenchOverlayCost(ctx context.Context, out, log io.Writer, o *benchOverla
 		membership = overlay.MembershipSWIM
 	default:
 		return fmt.Errorf("--membership %q: want heartbeat or swim", o.membership)
+	}
+	if o.transport != "tcp" && o.transport != "quic" {
+		return fmt.Errorf("--transport %q: want tcp or quic", o.transport)
 	}
 	var simSizes []int
 	if o.simPeers != "" {
@@ -109,9 +121,11 @@ func runBenchOverlayCost(ctx context.Context, out, log io.Writer, o *benchOverla
 		return fmt.Errorf("--sim-loss %v: want 0 <= loss < 1", o.simLoss)
 	}
 	opts := bench.OverlayCostOptions{PeerCounts: sizes, Window: o.window, Heartbeat: o.heartbeat, FailureTimeout: o.failureTimeout, Seed: o.seed,
-		Membership: membership, SimPeerCounts: simSizes, SimLoss: o.simLoss, SimWindow: o.simWindow,
+		Membership: membership, Transport: o.transport, SimPeerCounts: simSizes, SimLoss: o.simLoss, SimWindow: o.simWindow,
+		ProfileDir: o.profileDir, Wave: o.wave,
 		Each: func(r bench.OverlayCostRow) {
-			fmt.Fprintf(log, "%d peers: %.0f B/s in, %.0f B/s out per peer (membership+calibration %.0f B/s); %d false suspicions\n", r.Peers, r.InBps, r.OutBps, r.MembershipBps, r.FalseSuspicions)
+			fmt.Fprintf(log, "%d peers: %.0f B/s in, %.0f B/s out per peer (membership+calibration %.0f B/s); %d false suspicions; formed in %.0f s (%.0f CPU-s), then %.4f CPU-s/s, %.1f MiB and %.1f connections per peer (load %.1f)\n",
+				r.Peers, r.InBps, r.OutBps, r.MembershipBps, r.FalseSuspicions, r.SetupS+r.QuietS, r.FormCPUS, r.CPUPerPeer, r.HeapPerPeerMiB, r.ConnsPerPeer, r.LoadAvg)
 		},
 		EachSim: func(r swim.SimResult) {
 			fmt.Fprintf(log, "simulated %d peers: %.0f B/s out per peer; suspected by all %.1f s, dead at all %.1f s\n", r.N, r.BytesOutPerS, r.SuspectedAllS, r.DeadAllS)
@@ -149,13 +163,24 @@ func printOverlayCost(w io.Writer, rep *bench.OverlayCostReport) {
 			r.ByProtocol["dht"], r.FalseSuspicions, r.FailureDetectAllMs)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\ngrowth: a peer's bytes/s ≈ a·N^%.2f (1: linear in the network's size, 0: constant); +%.0f B/s per peer for each added peer\n",
-		rep.Exponent, rep.PerAddedPeer)
-	fmt.Fprintf(w, "membership+calibration bytes/s ≈ a·N^%.2f", rep.MembershipExponent)
-	if n := len(rep.Rows); n >= 2 && rep.Rows[0].MembershipBps > 0 {
-		fmt.Fprintf(w, "; at %d peers %.2f× its value at %d", rep.Rows[n-1].Peers, rep.Rows[n-1].MembershipBps/rep.Rows[0].MembershipBps, rep.Rows[0].Peers)
+	fmt.Fprintln(w, "\nwhat the peers cost this process (all peers of a size in it):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "peers\tsetup s\tquiet s\tforming CPU-s\tCPU-s/s per peer\theap MiB per peer\tgoroutines per peer\tconns per peer\tload avg\t")
+	for _, r := range rep.Rows {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.4f\t%.2f\t%.0f\t%.1f\t%.1f\t\n", r.Peers, r.SetupS, r.QuietS, r.FormCPUS, r.CPUPerPeer, r.HeapPerPeerMiB, r.GoroutinesPerPeer, r.ConnsPerPeer, r.LoadAvg)
 	}
-	fmt.Fprintln(w)
+	tw.Flush()
+	if len(rep.Rows) < 2 {
+		fmt.Fprintln(w, "\ngrowth: one size measured (give --peers two or more to fit it)")
+	} else {
+		fmt.Fprintf(w, "\ngrowth: a peer's bytes/s ≈ a·N^%.2f (1: linear in the network's size, 0: constant); +%.0f B/s per peer for each added peer\n",
+			rep.Exponent, rep.PerAddedPeer)
+		fmt.Fprintf(w, "membership+calibration bytes/s ≈ a·N^%.2f", rep.MembershipExponent)
+		if n := len(rep.Rows); rep.Rows[0].MembershipBps > 0 {
+			fmt.Fprintf(w, "; at %d peers %.2f× its value at %d", rep.Rows[n-1].Peers, rep.Rows[n-1].MembershipBps/rep.Rows[0].MembershipBps, rep.Rows[0].Peers)
+		}
+		fmt.Fprintln(w)
+	}
 	if len(rep.Sim) > 0 {
 		fmt.Fprintf(w, "\nSWIM simulated (record %d B, framing %.0f B per message as measured above; %.0f%% of messages lost):\n", rep.SimRecordBytes, rep.SimOverheadBytes, 100*rep.Sim[0].Loss)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

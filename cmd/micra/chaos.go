@@ -98,12 +98,7 @@ func runChaos(ctx context.Context, w io.Writer, o *chaosOptions) error {
 		printChaos(w, rep)
 	}
 	if !rep.Held {
-		n := 0
-		for _, c := range rep.Checks {
-			if !c.Held {
-				n++
-			}
-		}
+		n := cluster.NotHeld(rep.Checks)
 		return fmt.Errorf("testnet chaos: %d invariants did not hold (seed %d)", n, rep.Seed)
 	}
 	return nil

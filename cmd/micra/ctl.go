@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -388,6 +389,9 @@ func printStatus(w io.Writer, v node.StatusInfo, now time.Time) {
 	}
 	if r := v.Release; r != nil {
 		fmt.Fprintf(tw, "release\t%s\n", releaseLine(r, now))
+		if r.Network != nil {
+			fmt.Fprintf(tw, "releases\t%s\n", networkReleasesLine(r.Network))
+		}
 	}
 	tw.Flush()
 }
@@ -424,8 +428,29 @@ func releaseLine(r *node.ReleaseStatus, now time.Time) string {
 	if rb := r.RolledBack; rb != nil {
 		s += fmt.Sprintf("; %s ROLLED BACK %s: %s", rb.Version, rb.At.Local().Format(time.DateTime), rb.Reason)
 	}
+	if r.Paused != "" {
+		s += fmt.Sprintf("; HELD BACK since %s: %s", r.PausedSince.Local().Format(time.DateTime), r.Paused)
+	}
 	if r.Refusal != "" {
 		s += fmt.Sprintf("; last refused %s: %s", r.RefusedAt.Local().Format(time.DateTime), r.Refusal)
+	}
+	return s
+}
+
+// networkReleasesLine is the status's line of what the members report:
+// the versions they run and the releases they rolled back.
+func networkReleasesLine(n *node.NetworkReleases) string {
+	vs := slices.Sorted(maps.Keys(n.Running))
+	var run []string
+	for _, v := range vs {
+		run = append(run, fmt.Sprintf("%s on %d", v, n.Running[v]))
+	}
+	s := fmt.Sprintf("%d nodes report: %s", n.Members, strings.Join(run, ", "))
+	if n.OnTrial > 0 {
+		s += fmt.Sprintf(" (%d on trial)", n.OnTrial)
+	}
+	for _, rb := range n.RolledBack {
+		s += fmt.Sprintf("; %s ROLLED BACK on %d nodes (sha256 %s…: %s)", rb.Version, rb.Nodes, rb.SHA256[:min(12, len(rb.SHA256))], rb.Reason)
 	}
 	return s
 }

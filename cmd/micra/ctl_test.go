@@ -112,13 +112,20 @@ func TestControlCommands(t *testing.T) {
 		t.Errorf("seed --file (the same seed): %v\n%s", err, out)
 	}
 
-	out, err = runMicra(t, "status", "--data", data, "--json")
-	if err != nil {
-		t.Fatalf("status: %v\n%s", err, out)
-	}
+	// the web server saw the request before the crawler counted the page
 	var st node.StatusInfo
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, err = runMicra(t, "status", "--data", data, "--json")
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		st = node.StatusInfo{}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, out)
+		}
+		if st.Crawl == nil || st.Crawl.PagesFetched >= 1 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if st.PeerID != id.PeerID || st.MembersLive != 1 || st.SubnetsOwned != 1 || st.Crawl == nil || st.Crawl.PagesFetched < 1 {
 		t.Errorf("status %+v crawl %+v", st, st.Crawl)

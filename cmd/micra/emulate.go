@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 
+	golog "github.com/ipfs/go-log/v2"
 	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/node"
 	"github.com/micra-crawler/micra/testnet/emu"
@@ -42,6 +43,12 @@ func applyEmulation(ctx context.Context, cfg *node.Config, file string, i int) e
 	cfg.World = pl // the console draws each crawled host at its place
 	cfg.Overlay.ProbeGuard = pl.Guard
 	cfg.Overlay.WireDelay = pl.WireRTT
+	// The emulated wire wraps each dialled TCP connection, which hides its
+	// keep-alive methods from libp2p's TCP transport: it would log an error
+	// for every connection. Nothing is wrong with them.
+	if err := golog.SetLogLevel("tcp-tpt", "fatal"); err != nil {
+		return fmt.Errorf("node: --emulate: %w", err)
+	}
 	return nil
 }
 

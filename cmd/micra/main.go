@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	golog "github.com/ipfs/go-log/v2"
+	"github.com/libp2p/go-libp2p/gologshim"
 	"github.com/spf13/cobra"
 )
 
@@ -40,6 +42,9 @@ attributions.`,
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})))
+	// libp2p logs through go-log, as the DHT and pubsub do: one set of
+	// levels (GOLOG_LOG_LEVEL, default error) and one format for all three.
+	gologshim.SetDefaultHandler(golog.SlogHandler())
 	rootCmd.PersistentFlags().BoolP("verbose", "v", false, "debug logging")
 	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := rootCmd.ExecuteContext(ctx)

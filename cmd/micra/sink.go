@@ -72,13 +72,14 @@ sequence number. Indexers read the log over HTTP (docs/sink.md):
   GET /v1/events   (Server-Sent Events, resumable with Last-Event-ID)
   GET /v1/status   GET /v1/search?q=WORDS   GET /metrics
 
-The sink is a light member of the network (micra/membership/1 only): it follows
-the members' heartbeats and takes carriers only from live members (--admit
-members; others are answered NOT_MEMBER and keep their carriers), and it
-announces itself in its own heartbeats, so nodes with no sink setting find it
-and deliver here. --bootstrap joins the network through its peers; without it
-the sink hears the members that connect to it. Nodes and sink must share the
-hierarchy snapshot (--hierarchy, default the embedded one).
+The sink is a light member of the network (the membership protocol only,
+--membership as the nodes' setting: swim by default, or heartbeat): it follows
+the members and takes carriers only from live members (--admit members; others
+are answered NOT_MEMBER and keep their carriers), and it announces itself in
+its own record (heartbeats), so nodes with no sink setting find it and deliver
+here. --bootstrap joins the network through its peers; without it the sink
+hears the members that connect to it. Nodes and sink must share the hierarchy
+snapshot (--hierarchy, default the embedded one).
 
 --stream nats://HOST:PORT also publishes every record to a NATS JetStream stream
 (MICRA, subject micra.records, the record's sequence as the message id), for
@@ -106,7 +107,7 @@ The data directory holds the identity key (identity.key) and the log (log/).`,
 	f.StringVar(&o.certificate, "certificate", "", "this sink's certificate, with the sink role (micra admit --sink; default DATA/membership.cert)")
 	f.StringVar(&o.revocations, "revocations", "", "the network's revocation list (micra admit revoke; read again every 10 s and spread to the members; default DATA/revocations)")
 	f.DurationVar(&o.heartbeat, "heartbeat", 0, "membership heartbeat interval (default 1s, as a node's)")
-	f.StringVar(&o.membership, "membership", "heartbeat", "the network's membership protocol: heartbeat or swim (as its nodes' membership setting)")
+	f.StringVar(&o.membership, "membership", "swim", "the network's membership protocol: swim or heartbeat (as its nodes' membership setting)")
 	f.DurationVar(&o.fail, "failure-timeout", 0, "a member silent this long is no longer admitted (default 5s, as a node's)")
 
 	imp := &cobra.Command{
@@ -368,8 +369,9 @@ func joinNetwork(ctx context.Context, h host.Host, o *sinkOptions, reg prometheu
 	}
 	var membership string
 	switch o.membership {
-	case "heartbeat", "":
-	case "swim":
+	case "heartbeat":
+		membership = overlay.MembershipHeartbeat
+	case "swim", "":
 		membership = overlay.MembershipSWIM
 	default:
 		return nil, fmt.Errorf("--membership %q: want heartbeat or swim", o.membership)

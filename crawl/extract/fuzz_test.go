@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// FuzzExtract: a page body as any web server may send it (issue 22, hostile
+// FuzzExtract: a page body as any web server may send it (hostile
 // inputs). Extraction must never panic and must keep its bounds: at most
 // MaxKeywords keywords, MaxLinks links, MaxTitle bytes of title, links
 // that parse as absolute http(s) URLs. `make fuzz` runs it briefly; the seeds are

@@ -3,7 +3,7 @@ package fetch
 import "testing"
 
 // FuzzRobotsAllowed: a robots.txt as any server may send it, matched for
-// any URL (issue 22, hostile inputs). Google's matcher (the grobotstxt
+// any URL (hostile inputs). Google's matcher (the grobotstxt
 // port) panics on some paths; robotsAllowed must turn that into a refusal,
 // never crash the crawler. `make fuzz` runs it briefly; the seeds are the
 // committed corpus.

@@ -6,7 +6,7 @@ import (
 )
 
 // FuzzDecodeWithin: a carrier as the sink receives it from a crawler it
-// does not trust (issue 22, hostile inputs). It must be refused with an
+// does not trust (hostile inputs). It must be refused with an
 // error or decoded within its limits, never panic; what is accepted holds
 // at most the records its header claims. `make fuzz` runs it briefly; the
 // seeds are the committed corpus.

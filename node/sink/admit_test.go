@@ -1,7 +1,9 @@
 package sink
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protodelim"
 
 	"github.com/micra-crawler/micra/crawl/pack"
 	"github.com/micra-crawler/micra/hierarchy"
@@ -150,4 +153,51 @@ func counter(t *testing.T, reg *prometheus.Registry, family, name, value string)
 		}
 	}
 	return 0
+}
+
+// A stranger is refused before its carrier is read: one that announces an
+// 8 MiB push and sends only its first bytes is answered at once, not when
+// the sink's read would time out, and a version-2 stranger is told
+// NOT_MEMBER, a version-1 one UNAVAILABLE.
+func TestSinkRefusesStrangerUnread(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sinkHost, strangerHost := newHost(t), newHost(t)
+	lm := joinTest(t, sinkHost, true)
+	(&Server{Store: s, Timeout: time.Minute, Admit: AdmitMembers(lm.Members())}).Register(sinkHost)
+	strangerHost.Peerstore().AddAddrs(sinkHost.ID(), sinkHost.Addrs(), time.Hour)
+	for _, v := range []uint64{2, 1} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := strangerHost.NewStream(ctx, sinkHost.ID(), ProtoCarrier)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the length of an 8 MiB message, then its version field only
+		head := binary.AppendUvarint(nil, 8<<20)
+		head = append(head, versionTag)
+		head = binary.AppendUvarint(head, v)
+		if _, err := st.Write(head); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.SetReadDeadline(time.Now().Add(10 * time.Second)) // the sink's read would wait a minute
+		var ack pb.CarrierAck
+		if err := protodelim.UnmarshalFrom(bufio.NewReader(st), &ack); err != nil {
+			t.Fatalf("version %d: no answer before the carrier was sent: %v", v, err)
+		}
+		want := pb.Status_NOT_MEMBER
+		if v < 2 {
+			want = pb.Status_UNAVAILABLE
+		}
+		if ack.Status != want || !strings.Contains(ack.Reason, "heard no heartbeat") {
+			t.Errorf("version %d: answered %v %q, want %v with the reason", v, ack.Status, ack.Reason, want)
+		}
+		st.Reset()
+		cancel()
+	}
+	if s.Head() != 0 {
+		t.Fatalf("a stranger's push moved the head to %d", s.Head())
+	}
 }

@@ -1,7 +1,9 @@
 package sink
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-crawler/micra/crawl/pack"
@@ -75,6 +78,12 @@ func (s *Server) Register(h host.Host) {
 func (s *Server) handle(st network.Stream) {
 	var req pb.CarrierPush
 	from := st.Conn().RemotePeer()
+	if s.Admit != nil {
+		if err := s.Admit(from); err != nil {
+			s.refuseUnread(st, from, err)
+			return
+		}
+	}
 	overlay.ServeRequest(st, maxPushMsg, s.Timeout, &req, func() proto.Message {
 		ack := s.push(from, &req)
 		if ack.Status != pb.Status_OK {
@@ -84,23 +93,58 @@ func (s *Server) handle(st network.Stream) {
 	})
 }
 
+// refusal is the answer to a sender Admit refused (err), counted.
+func (s *Server) refusal(err error, version uint32) *pb.CarrierAck {
+	re, ok := err.(*RefusedError)
+	if !ok {
+		re = &RefusedError{Status: pb.Status_NOT_MEMBER, Reason: err.Error()}
+	}
+	s.Store.countRefusal(re.Status)
+	st := re.Status
+	if st == pb.Status_NOT_MEMBER && version < 2 {
+		// a sender that predates NOT_MEMBER would keep the carrier
+		// aside: it is told to send it later
+		st = pb.Status_UNAVAILABLE
+	}
+	return &pb.CarrierAck{Version: wireVersion, Status: st, Reason: re.Reason}
+}
+
+// refuseUnread answers a sender Admit refused having read only its
+// message's length and wire version (the message's first field), not its
+// carrier: a stranger's push of up to 8 MiB costs the sink a few bytes. A
+// sender still writing a large carrier sees its stream closed instead, and
+// keeps the carrier as after any failed delivery.
+func (s *Server) refuseUnread(st network.Stream, from peer.ID, err error) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(s.Timeout))
+	br := bufio.NewReaderSize(st, 16)
+	if _, rerr := binary.ReadUvarint(br); rerr != nil {
+		st.Reset()
+		return
+	}
+	var version uint32
+	if tag, rerr := br.ReadByte(); rerr == nil && tag == versionTag {
+		v, _ := binary.ReadUvarint(br)
+		version = uint32(min(v, 1<<31))
+	}
+	ack := s.refusal(err, version)
+	s.Logger.Warn("carrier refused unread", "from", from.String(), "status", strings.ToLower(ack.Status.String()), "reason", ack.Reason)
+	if _, werr := protodelim.MarshalTo(st, ack); werr != nil {
+		st.Reset()
+	}
+}
+
+// versionTag is the key of a message's field 1 (version, a varint): the
+// first bytes of every message of this protocol that sets it.
+const versionTag = 1<<3 | 0
+
 func (s *Server) push(from peer.ID, req *pb.CarrierPush) *pb.CarrierAck {
 	nack := func(st pb.Status, reason string) *pb.CarrierAck {
 		return &pb.CarrierAck{Version: wireVersion, Status: st, Reason: reason}
 	}
 	if s.Admit != nil {
 		if err := s.Admit(from); err != nil {
-			re, ok := err.(*RefusedError)
-			if !ok {
-				re = &RefusedError{Status: pb.Status_NOT_MEMBER, Reason: err.Error()}
-			}
-			s.Store.countRefusal(re.Status)
-			if re.Status == pb.Status_NOT_MEMBER && req.Version < 2 {
-				// a sender that predates NOT_MEMBER would keep the
-				// carrier aside: it is told to send it later
-				return nack(pb.Status_UNAVAILABLE, re.Reason)
-			}
-			return nack(re.Status, re.Reason)
+			return s.refusal(err, req.Version)
 		}
 	}
 	select {

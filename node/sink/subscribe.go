@@ -41,8 +41,8 @@ func (s *Store) RegisterSubscribe(h host.Host, timeout time.Duration) {
 func (s *Store) serveSubscription(st network.Stream, timeout time.Duration) {
 	defer st.Close()
 	_ = st.SetReadDeadline(time.Now().Add(timeout))
-	var req pb.SubscribeRequest
-	if err := (protodelim.UnmarshalOptions{MaxSize: maxSubscribeReq}).UnmarshalFrom(bufio.NewReader(st), &req); err != nil {
+	req, f, err := readSubscribeRequest(bufio.NewReader(st))
+	if err != nil {
 		st.Reset()
 		return
 	}
@@ -56,7 +56,6 @@ func (s *Store) serveSubscription(st network.Stream, timeout time.Duration) {
 			cancel()
 		}
 	}()
-	f := Filter{Host: req.Host, Suffix: req.Suffix, Keyword: req.Keyword, Lang: req.Lang, Changed: req.Changed}
 	rd := s.readers.add("libp2p", st.Conn().RemotePeer().String(), req.Follow, f, req.After)
 	defer rd.done()
 	w := bufio.NewWriter(st)
@@ -113,6 +112,16 @@ func (s *Store) serveSubscription(st network.Stream, timeout time.Duration) {
 			}
 		}
 	}
+}
+
+// readSubscribeRequest reads a subscriber's request (at most
+// maxSubscribeReq bytes) and the filter it asks for.
+func readSubscribeRequest(r *bufio.Reader) (*pb.SubscribeRequest, Filter, error) {
+	var req pb.SubscribeRequest
+	if err := (protodelim.UnmarshalOptions{MaxSize: maxSubscribeReq}).UnmarshalFrom(r, &req); err != nil {
+		return nil, Filter{}, err
+	}
+	return &req, Filter{Host: req.Host, Suffix: req.Suffix, Keyword: req.Keyword, Lang: req.Lang, Changed: req.Changed}, nil
 }
 
 // Subscription is a subscriber's end of /micra/subscribe/1.

@@ -608,14 +608,17 @@ func (x *Decision) GetCertificates() [][]byte {
 }
 
 type ProbeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Target        []byte                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"` // netip.Addr binary form
-	Method        ProbeMethod            `protobuf:"varint,3,opt,name=method,proto3,enum=micra.overlay.ProbeMethod" json:"method,omitempty"`
-	Port          uint32                 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`       // TCP connect / HTTP port; 0 = method default
-	Url           string                 `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`          // HTTP HEAD URL (host must resolve to target); optional
-	Samples       uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // 1..5
-	TimeoutMs     uint32                 `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Version   uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Target    []byte                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"` // netip.Addr binary form
+	Method    ProbeMethod            `protobuf:"varint,3,opt,name=method,proto3,enum=micra.overlay.ProbeMethod" json:"method,omitempty"`
+	Port      uint32                 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`       // TCP connect / HTTP port; 0 = method default
+	Url       string                 `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`          // HTTP HEAD URL (host must resolve to target); optional
+	Samples   uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"` // 1..5
+	TimeoutMs uint32                 `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The subnet being decided (a hierarchy node id): the target must lie in
+	// it, by the prober's own hierarchy.
+	Subnet        uint32 `protobuf:"varint,8,opt,name=subnet,proto3" json:"subnet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +698,13 @@ func (x *ProbeRequest) GetSamples() uint32 {
 func (x *ProbeRequest) GetTimeoutMs() uint32 {
 	if x != nil {
 		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *ProbeRequest) GetSubnet() uint32 {
+	if x != nil {
+		return x.Subnet
 	}
 	return 0
 }
@@ -899,6 +909,207 @@ func (x *EndorseResponse) GetEnvelope() []byte {
 	return nil
 }
 
+// OwnedRequest carries the delegation records the sender owns to a member
+// that returned after it was declared dead (a restart, a healed
+// partition): gossip does not replay what that member missed.
+type OwnedRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Snapshot []byte                 `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Records  []*OwnedRecord         `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	// reply asks the receiver for its own owned records in return: each side
+	// of a heal may have declared the other dead while the other did not
+	Reply         bool `protobuf:"varint,4,opt,name=reply,proto3" json:"reply,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnedRequest) Reset() {
+	*x = OwnedRequest{}
+	mi := &file_overlay_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnedRequest) ProtoMessage() {}
+
+func (x *OwnedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnedRequest.ProtoReflect.Descriptor instead.
+func (*OwnedRequest) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OwnedRequest) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *OwnedRequest) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *OwnedRequest) GetRecords() []*OwnedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *OwnedRequest) GetReply() bool {
+	if x != nil {
+		return x.Reply
+	}
+	return false
+}
+
+type OwnedRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subnet        uint32                 `protobuf:"varint,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"` // the signed DHT value
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnedRecord) Reset() {
+	*x = OwnedRecord{}
+	mi := &file_overlay_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnedRecord) ProtoMessage() {}
+
+func (x *OwnedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnedRecord.ProtoReflect.Descriptor instead.
+func (*OwnedRecord) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *OwnedRecord) GetSubnet() uint32 {
+	if x != nil {
+		return x.Subnet
+	}
+	return 0
+}
+
+func (x *OwnedRecord) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type OwnedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Status        Status                 `protobuf:"varint,2,opt,name=status,proto3,enum=micra.overlay.Status" json:"status,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`      // the first record refused, or why all were
+	Merged        uint32                 `protobuf:"varint,4,opt,name=merged,proto3" json:"merged,omitempty"`   // records that passed the checks
+	Refused       uint32                 `protobuf:"varint,5,opt,name=refused,proto3" json:"refused,omitempty"` // records that did not
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnedResponse) Reset() {
+	*x = OwnedResponse{}
+	mi := &file_overlay_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnedResponse) ProtoMessage() {}
+
+func (x *OwnedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnedResponse.ProtoReflect.Descriptor instead.
+func (*OwnedResponse) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OwnedResponse) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *OwnedResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *OwnedResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *OwnedResponse) GetMerged() uint32 {
+	if x != nil {
+		return x.Merged
+	}
+	return 0
+}
+
+func (x *OwnedResponse) GetRefused() uint32 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
 // HandoffRequest carries URLs for several subnets owned by the receiver:
 // one message per owner per flush, which keeps hand-off traffic below one
 // message per crawled page.
@@ -914,7 +1125,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1137,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[9]
+	mi := &file_overlay_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1150,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{9}
+	return file_overlay_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HandoffRequest) GetVersion() uint32 {
@@ -984,7 +1195,7 @@ type HandoffBatch struct {
 
 func (x *HandoffBatch) Reset() {
 	*x = HandoffBatch{}
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1207,7 @@ func (x *HandoffBatch) String() string {
 func (*HandoffBatch) ProtoMessage() {}
 
 func (x *HandoffBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[10]
+	mi := &file_overlay_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1220,7 @@ func (x *HandoffBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffBatch.ProtoReflect.Descriptor instead.
 func (*HandoffBatch) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{10}
+	return file_overlay_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HandoffBatch) GetSubnet() uint32 {
@@ -1051,7 +1262,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1274,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[11]
+	mi := &file_overlay_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1287,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{11}
+	return file_overlay_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HandoffResponse) GetVersion() uint32 {
@@ -1138,7 +1349,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1361,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[12]
+	mi := &file_overlay_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1374,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{12}
+	return file_overlay_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SnapshotRequest) GetVersion() uint32 {
@@ -1194,7 +1405,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1417,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1430,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{13}
+	return file_overlay_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotHeader) GetVersion() uint32 {
@@ -1259,7 +1470,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1482,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1495,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{14}
+	return file_overlay_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -1318,7 +1529,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1541,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1554,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{15}
+	return file_overlay_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecoverRequest) GetVersion() uint32 {
@@ -1396,7 +1607,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1619,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1632,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{16}
+	return file_overlay_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PageState) GetUrl() string {
@@ -1487,7 +1698,7 @@ type RecoverFrame struct {
 
 func (x *RecoverFrame) Reset() {
 	*x = RecoverFrame{}
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1710,7 @@ func (x *RecoverFrame) String() string {
 func (*RecoverFrame) ProtoMessage() {}
 
 func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1723,7 @@ func (x *RecoverFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverFrame.ProtoReflect.Descriptor instead.
 func (*RecoverFrame) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{17}
+	return file_overlay_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecoverFrame) GetVersion() uint32 {
@@ -1595,7 +1806,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1818,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1831,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{18}
+	return file_overlay_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Heartbeat) GetVersion() uint32 {
@@ -1766,7 +1977,7 @@ type MembershipCertificate struct {
 
 func (x *MembershipCertificate) Reset() {
 	*x = MembershipCertificate{}
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1989,7 @@ func (x *MembershipCertificate) String() string {
 func (*MembershipCertificate) ProtoMessage() {}
 
 func (x *MembershipCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +2002,7 @@ func (x *MembershipCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipCertificate.ProtoReflect.Descriptor instead.
 func (*MembershipCertificate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{19}
+	return file_overlay_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MembershipCertificate) GetVersion() uint32 {
@@ -1846,7 +2057,7 @@ type RevocationsRequest struct {
 
 func (x *RevocationsRequest) Reset() {
 	*x = RevocationsRequest{}
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2069,7 @@ func (x *RevocationsRequest) String() string {
 func (*RevocationsRequest) ProtoMessage() {}
 
 func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2082,7 @@ func (x *RevocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsRequest.ProtoReflect.Descriptor instead.
 func (*RevocationsRequest) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{20}
+	return file_overlay_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevocationsRequest) GetVersion() uint32 {
@@ -1893,7 +2104,7 @@ type RevocationsResponse struct {
 
 func (x *RevocationsResponse) Reset() {
 	*x = RevocationsResponse{}
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2116,7 @@ func (x *RevocationsResponse) String() string {
 func (*RevocationsResponse) ProtoMessage() {}
 
 func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2129,7 @@ func (x *RevocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationsResponse.ProtoReflect.Descriptor instead.
 func (*RevocationsResponse) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{21}
+	return file_overlay_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevocationsResponse) GetVersion() uint32 {
@@ -1964,7 +2175,7 @@ type RevocationList struct {
 
 func (x *RevocationList) Reset() {
 	*x = RevocationList{}
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2187,7 @@ func (x *RevocationList) String() string {
 func (*RevocationList) ProtoMessage() {}
 
 func (x *RevocationList) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2200,7 @@ func (x *RevocationList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationList.ProtoReflect.Descriptor instead.
 func (*RevocationList) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{22}
+	return file_overlay_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevocationList) GetVersion() uint32 {
@@ -2037,7 +2248,7 @@ type CalibrationEvent struct {
 
 func (x *CalibrationEvent) Reset() {
 	*x = CalibrationEvent{}
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2260,7 @@ func (x *CalibrationEvent) String() string {
 func (*CalibrationEvent) ProtoMessage() {}
 
 func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2273,7 @@ func (x *CalibrationEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalibrationEvent.ProtoReflect.Descriptor instead.
 func (*CalibrationEvent) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{23}
+	return file_overlay_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CalibrationEvent) GetVersion() uint32 {
@@ -2172,7 +2383,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12%\n" +
 	"\x0eowner_envelope\x18\x02 \x01(\fR\rownerEnvelope\x12\"\n" +
-	"\fcertificates\x18\x03 \x03(\fR\fcertificates\"\xd3\x01\n" +
+	"\fcertificates\x18\x03 \x03(\fR\fcertificates\"\xeb\x01\n" +
 	"\fProbeRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\fR\x06target\x122\n" +
@@ -2181,7 +2392,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x03url\x18\x05 \x01(\tR\x03url\x12\x18\n" +
 	"\asamples\x18\x06 \x01(\rR\asamples\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\a \x01(\rR\ttimeoutMs\"\x85\x01\n" +
+	"timeout_ms\x18\a \x01(\rR\ttimeoutMs\x12\x16\n" +
+	"\x06subnet\x18\b \x01(\rR\x06subnet\"\x85\x01\n" +
 	"\rProbeResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
@@ -2195,7 +2407,21 @@ const file_overlay_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
-	"\benvelope\x18\x04 \x01(\fR\benvelope\"\x98\x01\n" +
+	"\benvelope\x18\x04 \x01(\fR\benvelope\"\x90\x01\n" +
+	"\fOwnedRequest\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\fR\bsnapshot\x124\n" +
+	"\arecords\x18\x03 \x03(\v2\x1a.micra.overlay.OwnedRecordR\arecords\x12\x14\n" +
+	"\x05reply\x18\x04 \x01(\bR\x05reply\";\n" +
+	"\vOwnedRecord\x12\x16\n" +
+	"\x06subnet\x18\x01 \x01(\rR\x06subnet\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xa0\x01\n" +
+	"\rOwnedResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12-\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x15.micra.overlay.StatusR\x06status\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06merged\x18\x04 \x01(\rR\x06merged\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\rR\arefused\"\x98\x01\n" +
 	"\x0eHandoffRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1a\n" +
@@ -2332,7 +2558,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_overlay_proto_goTypes = []any{
 	(Status)(0),                   // 0: micra.overlay.Status
 	(ProbeMethod)(0),              // 1: micra.overlay.ProbeMethod
@@ -2346,21 +2572,24 @@ var file_overlay_proto_goTypes = []any{
 	(*ProbeResponse)(nil),         // 9: micra.overlay.ProbeResponse
 	(*EndorseRequest)(nil),        // 10: micra.overlay.EndorseRequest
 	(*EndorseResponse)(nil),       // 11: micra.overlay.EndorseResponse
-	(*HandoffRequest)(nil),        // 12: micra.overlay.HandoffRequest
-	(*HandoffBatch)(nil),          // 13: micra.overlay.HandoffBatch
-	(*HandoffResponse)(nil),       // 14: micra.overlay.HandoffResponse
-	(*SnapshotRequest)(nil),       // 15: micra.overlay.SnapshotRequest
-	(*SnapshotHeader)(nil),        // 16: micra.overlay.SnapshotHeader
-	(*SnapshotChunk)(nil),         // 17: micra.overlay.SnapshotChunk
-	(*RecoverRequest)(nil),        // 18: micra.overlay.RecoverRequest
-	(*PageState)(nil),             // 19: micra.overlay.PageState
-	(*RecoverFrame)(nil),          // 20: micra.overlay.RecoverFrame
-	(*Heartbeat)(nil),             // 21: micra.overlay.Heartbeat
-	(*MembershipCertificate)(nil), // 22: micra.overlay.MembershipCertificate
-	(*RevocationsRequest)(nil),    // 23: micra.overlay.RevocationsRequest
-	(*RevocationsResponse)(nil),   // 24: micra.overlay.RevocationsResponse
-	(*RevocationList)(nil),        // 25: micra.overlay.RevocationList
-	(*CalibrationEvent)(nil),      // 26: micra.overlay.CalibrationEvent
+	(*OwnedRequest)(nil),          // 12: micra.overlay.OwnedRequest
+	(*OwnedRecord)(nil),           // 13: micra.overlay.OwnedRecord
+	(*OwnedResponse)(nil),         // 14: micra.overlay.OwnedResponse
+	(*HandoffRequest)(nil),        // 15: micra.overlay.HandoffRequest
+	(*HandoffBatch)(nil),          // 16: micra.overlay.HandoffBatch
+	(*HandoffResponse)(nil),       // 17: micra.overlay.HandoffResponse
+	(*SnapshotRequest)(nil),       // 18: micra.overlay.SnapshotRequest
+	(*SnapshotHeader)(nil),        // 19: micra.overlay.SnapshotHeader
+	(*SnapshotChunk)(nil),         // 20: micra.overlay.SnapshotChunk
+	(*RecoverRequest)(nil),        // 21: micra.overlay.RecoverRequest
+	(*PageState)(nil),             // 22: micra.overlay.PageState
+	(*RecoverFrame)(nil),          // 23: micra.overlay.RecoverFrame
+	(*Heartbeat)(nil),             // 24: micra.overlay.Heartbeat
+	(*MembershipCertificate)(nil), // 25: micra.overlay.MembershipCertificate
+	(*RevocationsRequest)(nil),    // 26: micra.overlay.RevocationsRequest
+	(*RevocationsResponse)(nil),   // 27: micra.overlay.RevocationsResponse
+	(*RevocationList)(nil),        // 28: micra.overlay.RevocationList
+	(*CalibrationEvent)(nil),      // 29: micra.overlay.CalibrationEvent
 }
 var file_overlay_proto_depIdxs = []int32{
 	3,  // 0: micra.overlay.DelegationRecord.probes:type_name -> micra.overlay.ProbeSample
@@ -2368,18 +2597,20 @@ var file_overlay_proto_depIdxs = []int32{
 	1,  // 2: micra.overlay.ProbeRequest.method:type_name -> micra.overlay.ProbeMethod
 	0,  // 3: micra.overlay.ProbeResponse.status:type_name -> micra.overlay.Status
 	0,  // 4: micra.overlay.EndorseResponse.status:type_name -> micra.overlay.Status
-	13, // 5: micra.overlay.HandoffRequest.batches:type_name -> micra.overlay.HandoffBatch
-	0,  // 6: micra.overlay.HandoffResponse.status:type_name -> micra.overlay.Status
-	0,  // 7: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
-	0,  // 8: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
-	19, // 9: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
-	0,  // 10: micra.overlay.RevocationsResponse.status:type_name -> micra.overlay.Status
-	2,  // 11: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 5: micra.overlay.OwnedRequest.records:type_name -> micra.overlay.OwnedRecord
+	0,  // 6: micra.overlay.OwnedResponse.status:type_name -> micra.overlay.Status
+	16, // 7: micra.overlay.HandoffRequest.batches:type_name -> micra.overlay.HandoffBatch
+	0,  // 8: micra.overlay.HandoffResponse.status:type_name -> micra.overlay.Status
+	0,  // 9: micra.overlay.SnapshotHeader.status:type_name -> micra.overlay.Status
+	0,  // 10: micra.overlay.RecoverFrame.status:type_name -> micra.overlay.Status
+	22, // 11: micra.overlay.RecoverFrame.pages:type_name -> micra.overlay.PageState
+	0,  // 12: micra.overlay.RevocationsResponse.status:type_name -> micra.overlay.Status
+	2,  // 13: micra.overlay.CalibrationEvent.kind:type_name -> micra.overlay.CalibrationKind
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -2393,7 +2624,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

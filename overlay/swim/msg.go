@@ -16,6 +16,7 @@ const (
 	MsgPingReq MsgKind = 2 // probe Target for me (answered by an Ack naming Target)
 	MsgAck     MsgKind = 3 // answer; Target set when relayed by a helper
 	MsgGossip  MsgKind = 4 // changes only, to a neighbour (not answered)
+	MsgNack    MsgKind = 5 // a helper could not reach Target either (Seq: the asker's)
 )
 
 // UpdateKind is what an update says of a member.
@@ -155,9 +156,9 @@ func Decode(b []byte) (Msg, error) {
 	}
 	switch m.Kind {
 	case MsgPing, MsgAck, MsgGossip:
-	case MsgPingReq:
+	case MsgPingReq, MsgNack:
 		if m.Target == "" {
-			return Msg{}, errors.New("swim: ping-req without a target")
+			return Msg{}, fmt.Errorf("swim: message kind %d without a target", m.Kind)
 		}
 	default:
 		return Msg{}, fmt.Errorf("swim: message kind %d unknown", m.Kind)

@@ -16,10 +16,12 @@
 package swim
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -104,6 +106,17 @@ type Config struct {
 	// RetransmitMult: each update is piggybacked RetransmitMult ·
 	// ceil(log10(N+1)) times (default 4).
 	RetransmitMult int
+	// LocalHealth is the largest multiplier of Lifeguard's local health
+	// (memberlist's awareness, default 8; 1 turns it off): a member whose
+	// own probes go unanswered while a helper does not even nack (say it
+	// could not reach the target either), or who has to refute a
+	// suspicion of itself, is more likely slow itself (a starved process,
+	// a saturated link) than surrounded by failures, so each such sign
+	// stretches its probe period and timeouts by one more Period (up to
+	// LocalHealth times), and each answered probe shrinks them by one. A starved
+	// member then suspects its healthy neighbours less, which is what
+	// would otherwise set off a cascade of suspicions and refutations.
+	LocalHealth int
 	// MaxPiggyback bounds the update bytes one message carries (default
 	// 1200; an update larger than that still goes alone).
 	MaxPiggyback int
@@ -127,6 +140,43 @@ func (c *Config) defaults() error {
 	if c.Open == nil || c.Refute == nil {
 		return errors.New("swim: Open and Refute are required")
 	}
+	c.tuning()
+	return nil
+}
+
+// Suspicion is the shortest and the longest a suspicion lasts in a
+// network of n members (Lifeguard: the longest when nobody confirms it).
+func (c Config) Suspicion(n int) (shortest, longest time.Duration) {
+	c.tuning()
+	shortest = time.Duration(c.SuspicionMult * math.Log10(math.Max(float64(n), 10)) * float64(c.Period))
+	return shortest, time.Duration(c.SuspicionMaxMult * float64(shortest))
+}
+
+// DeadWithin bounds, with no message lost, how long after a member of a
+// network of n crashes its first healthy observer declares it dead: the
+// observer probes it once every Rings periods, the probe and its helpers
+// take a period, and the suspicion lasts its longest. Every other member
+// declares it as the death reaches it (log(n) periods of piggybacking).
+func (c Config) DeadWithin(n int) time.Duration { return c.deadWithin(n, 1) }
+
+// DeadWithinUnhealthy is DeadWithin for an observer at its worst local
+// health, as when a partition cuts it off from many members: most of its
+// probes go unanswered, so it stretches its probe period and timeouts
+// LocalHealth times (the suspicion itself is not stretched).
+func (c Config) DeadWithinUnhealthy(n int) time.Duration {
+	c.tuning()
+	return c.deadWithin(n, c.LocalHealth)
+}
+
+// deadWithin is DeadWithin with the probe period stretched stretch times.
+func (c Config) deadWithin(n, stretch int) time.Duration {
+	c.tuning()
+	_, longest := c.Suspicion(n)
+	return time.Duration((c.Rings+1)*stretch)*c.Period + longest
+}
+
+// tuning fills in the tuning's defaults.
+func (c *Config) tuning() {
 	if c.ProbeTimeout <= 0 || c.ProbeTimeout >= c.Period {
 		c.ProbeTimeout = c.Period / 2
 	}
@@ -154,10 +204,12 @@ func (c *Config) defaults() error {
 	if c.RetransmitMult <= 0 {
 		c.RetransmitMult = 4
 	}
+	if c.LocalHealth <= 0 {
+		c.LocalHealth = 8
+	}
 	if c.MaxPiggyback <= 0 {
 		c.MaxPiggyback = 1200
 	}
-	return nil
 }
 
 // Event reports a change of a member's state to the host.
@@ -209,6 +261,11 @@ type probe struct {
 	sent     time.Time
 	indirect bool
 	acked    bool
+	// helpers were asked to probe target; nackers said they could not
+	// reach it either. A failed probe is judged at judgeAt: the helpers
+	// that did not nack count against this node's own health.
+	helpers, nackers []ID
+	judgeAt          time.Time
 }
 
 type relay struct {
@@ -216,6 +273,8 @@ type relay struct {
 	seq    uint32
 	target ID
 	until  time.Time
+	nackAt time.Time // no ack from target by then: tell the asker
+	nacked bool
 }
 
 // Node is one member's protocol state.
@@ -224,13 +283,22 @@ type Node struct {
 	self Record
 	rnd  *rand.Rand
 
-	mem       map[ID]*entry // this node's view, over the base's
-	live      int           // alive or suspect members, this one excluded
-	rings     [][]ringEnt   // nil: rebuild (product); shared (Base)
+	mem map[ID]*entry // this node's view, over the base's
+	// held maps a hash of every sealed record this node holds (its own
+	// included) to its member: a copy of one is dropped without Open. A
+	// record arrives many times over (from each member spreading it and in
+	// every full-state exchange), and Open's signature check is what a
+	// record costs its receiver.
+	held      map[uint64]ID
+	hseed     maphash.Seed
+	live      int         // alive or suspect members, this one excluded
+	rings     [][]ringEnt // nil: rebuild (product); shared (Base)
 	ringDirty bool
 
 	seq       uint32
+	health    int // Lifeguard's local health score: 0 healthy … LocalHealth-1
 	cur       *probe
+	judged    *probe // the last failed probe, until its nacks are counted
 	lastProbe time.Time
 	next      int // round robin over the subjects
 	relays    map[uint32]relay
@@ -249,8 +317,18 @@ type Node struct {
 // Stats counts what a node did (for the bench and the metrics).
 type Stats struct {
 	Probes, Indirect, Suspicions, Refutes uint64
-	Sent, Received                        uint64
-	BytesSent, BytesReceived              uint64
+	// Nacks: helpers that said they could not reach a member this node
+	// asked them to probe
+	Nacks uint64
+	// Health is the local health score now (0: healthy; Config.LocalHealth
+	// − 1 at most): the probe period and timeouts are (Health+1) times
+	// the configured ones.
+	Health         int
+	Sent, Received uint64
+	// Duplicates: records received that this node held already, dropped
+	// without opening them.
+	Duplicates               uint64
+	BytesSent, BytesReceived uint64
 }
 
 type bcast struct {
@@ -269,7 +347,8 @@ func New(cfg Config, self []byte) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(errors.New("swim: own record"), err)
 	}
-	n := &Node{cfg: cfg, self: rec, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x5717)), mem: map[ID]*entry{}, relays: map[uint32]relay{}, ringDirty: true}
+	n := &Node{cfg: cfg, self: rec, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x5717)), mem: map[ID]*entry{}, relays: map[uint32]relay{}, ringDirty: true,
+		held: map[uint64]ID{}, hseed: maphash.MakeSeed()}
 	if cfg.Base != nil {
 		n.live = len(cfg.Base.recs)
 		if _, in := cfg.Base.recs[rec.ID]; in {
@@ -409,6 +488,22 @@ func (n *Node) Evict(id ID) {
 	e.inc = Inc{Start: math.MaxInt64, Seq: math.MaxUint64}
 }
 
+// Recheck sends a member this node holds dead (failed, not left) a probe
+// that tells it so; it reports whether it sent one. A member that is
+// there refutes, and its answer carries its new record, which revives it
+// here: after a partition heals, each side holds the other dead and
+// nobody probes a dead member, so the host rechecks the dead members it
+// reaches again.
+func (n *Node) Recheck(id ID) bool {
+	e, ok := n.mem[id]
+	if !ok || e.state != Dead {
+		return false
+	}
+	n.seq++
+	n.send(id, Msg{Kind: MsgPing, Seq: n.seq, Updates: []Update{{Kind: UpDead, ID: id, Inc: e.inc, From: n.self.ID}}})
+	return true
+}
+
 // Syncs returns the members this node wants to exchange full state with
 // (its host runs the exchange: Records, Merge), since the last call.
 func (n *Node) Syncs() []ID {
@@ -432,20 +527,33 @@ func (n *Node) Ready() ([]Out, []Event) {
 // asks helpers for one unanswered, suspects a member nobody could reach,
 // and declares dead the suspects whose time ran out.
 func (n *Node) Tick(now time.Time) {
+	if j := n.judged; j != nil && !now.Before(j.judgeAt) {
+		n.judge(j)
+		n.judged = nil
+	}
+	scale := time.Duration(n.health + 1)
 	if p := n.cur; p != nil && !p.acked {
 		switch {
-		case !p.indirect && now.Sub(p.sent) >= n.cfg.ProbeTimeout:
+		case !p.indirect && now.Sub(p.sent) >= scale*n.cfg.ProbeTimeout:
 			p.indirect = true
 			n.stats.Indirect++
-			for _, h := range n.helpers(p.target) {
+			p.helpers = n.helpers(p.target)
+			for _, h := range p.helpers {
 				n.send(h, Msg{Kind: MsgPingReq, Seq: p.seq, Target: p.target})
 			}
-		case p.indirect && now.Sub(p.sent) >= n.cfg.Period:
+		case p.indirect && now.Sub(p.sent) >= scale*n.cfg.Period:
 			n.suspect(now, p.target, n.self.ID, Inc{})
 			n.cur = nil
+			// the helpers' nacks may still be on their way: they get a
+			// period more
+			if n.judged != nil {
+				n.judge(n.judged)
+			}
+			p.judgeAt = now.Add(n.cfg.Period)
+			n.judged = p
 		}
 	}
-	if now.Sub(n.lastProbe) >= n.cfg.Period {
+	if now.Sub(n.lastProbe) >= scale*n.cfg.Period {
 		n.startProbe(now)
 		if len(n.queue) > 0 {
 			if nb := n.neighbours(); len(nb) > 0 {
@@ -473,7 +581,15 @@ func (n *Node) Tick(now time.Time) {
 		n.syncFound = false
 		n.nextSync = now.Add(n.syncGap)
 		if nb := n.neighbours(); len(nb) > 0 {
-			n.syncs = append(n.syncs, nb[n.rnd.IntN(len(nb))])
+			to := nb[n.rnd.IntN(len(nb))]
+			n.syncs = append(n.syncs, to)
+			// the exchange carries live members' records: the deaths and
+			// leaves this node holds go beside it, so a notice the
+			// piggybacking lost still reaches a member that does not
+			// probe the one gone (it would hold it alive)
+			if gone := n.goneNotices(); len(gone) > 0 {
+				n.send(to, Msg{Kind: MsgGossip, Updates: gone})
+			}
 		}
 	}
 	for id, e := range n.mem {
@@ -485,8 +601,39 @@ func (n *Node) Tick(now time.Time) {
 	for s, r := range n.relays {
 		if now.After(r.until) {
 			delete(n.relays, s)
+			continue
+		}
+		if !r.nacked && !now.Before(r.nackAt) {
+			r.nacked = true
+			n.relays[s] = r
+			n.send(r.to, Msg{Kind: MsgNack, Seq: r.seq, Target: r.target})
 		}
 	}
+}
+
+// judge moves the local health by a failed probe (Lifeguard): when every
+// helper nacked, the target is unreachable, not this node, and the miss
+// costs nothing; a helper that neither answered nor nacked is a sign this
+// node is the slow one (it did not get their messages in time), and so is
+// a miss with no helper to ask. Such a probe counts once, not once per
+// silent helper as in memberlist: this node's gossip goes out with its
+// probes, so a steeper score would also starve the refutations a cut-off
+// member needs to hear of (TestSuspicionRefuted).
+func (n *Node) judge(p *probe) {
+	if len(p.helpers) == 0 || len(p.nackers) < len(p.helpers) {
+		n.worse()
+	}
+}
+
+// worse and better move the local health score (Config.LocalHealth).
+func (n *Node) worse() {
+	n.health = min(n.health+1, n.cfg.LocalHealth-1)
+	n.stats.Health = n.health
+}
+
+func (n *Node) better() {
+	n.health = max(n.health-1, 0)
+	n.stats.Health = n.health
 }
 
 func (n *Node) syncEvery() time.Duration {
@@ -524,11 +671,24 @@ func (n *Node) Handle(now time.Time, from ID, m Msg) {
 			return
 		}
 		if e, ok := n.get(m.Target); !ok || e.state >= Dead {
-			return // probes only members: nobody can make it dial strangers
+			// probes only members: nobody can make it dial strangers; and
+			// one it holds dead it need not reach to say it cannot
+			n.send(from, Msg{Kind: MsgNack, Seq: m.Seq, Target: m.Target})
+			return
 		}
 		n.seq++
-		n.relays[n.seq] = relay{to: from, seq: m.Seq, target: m.Target, until: now.Add(n.cfg.Period)}
+		// the nack must reach the asker before it judges its probe, a
+		// period after it suspected the target
+		n.relays[n.seq] = relay{to: from, seq: m.Seq, target: m.Target, until: now.Add(n.cfg.Period),
+			nackAt: now.Add(n.cfg.ProbeTimeout * 4 / 5)}
 		n.send(m.Target, Msg{Kind: MsgPing, Seq: n.seq})
+	case MsgNack:
+		for _, p := range []*probe{n.cur, n.judged} {
+			if p != nil && p.seq == m.Seq && p.target == m.Target && slices.Contains(p.helpers, from) && !slices.Contains(p.nackers, from) {
+				p.nackers = append(p.nackers, from)
+				n.stats.Nacks++
+			}
+		}
 	case MsgAck:
 		if r, ok := n.relays[m.Seq]; ok && r.target == from {
 			delete(n.relays, m.Seq)
@@ -536,7 +696,10 @@ func (n *Node) Handle(now time.Time, from ID, m Msg) {
 			return
 		}
 		if p := n.cur; p != nil && p.seq == m.Seq && (from == p.target || m.Target == p.target) {
-			p.acked = true
+			if !p.acked {
+				p.acked = true
+				n.better()
+			}
 			return
 		}
 		if _, ok := n.leave[from]; ok {
@@ -569,11 +732,19 @@ func (n *Node) apply(now time.Time, u Update) {
 // applyAlive applies a member's record; it reports whether the record was
 // newer than what this node held.
 func (n *Node) applyAlive(now time.Time, data []byte, spread bool) bool {
+	h := maphash.Bytes(n.hseed, data)
+	if n.holds(h, data) {
+		n.stats.Duplicates++
+		return false // not newer than itself
+	}
 	rec, err := n.cfg.Open(data)
 	if err != nil {
 		return false
 	}
 	if rec.ID == n.self.ID {
+		if bytes.Equal(data, n.self.Data) {
+			n.held[h] = rec.ID
+		}
 		return false
 	}
 	if e, ok := n.get(rec.ID); ok && rec.Inc.Compare(e.inc) <= 0 {
@@ -585,6 +756,10 @@ func (n *Node) applyAlive(now time.Time, data []byte, spread bool) bool {
 		n.mem[rec.ID] = e
 		n.ringDirty = true
 	}
+	if e.rec.Data != nil {
+		delete(n.held, maphash.Bytes(n.hseed, e.rec.Data))
+	}
+	n.held[h] = rec.ID
 	e.rec, e.inc, e.susp = rec, rec.Inc, nil
 	st := Alive
 	if rec.Leaving {
@@ -598,6 +773,25 @@ func (n *Node) applyAlive(now time.Time, data []byte, spread bool) bool {
 		n.enqueue(Update{Kind: UpAlive, Record: data}, rec.ID)
 	}
 	return true
+}
+
+// holds reports whether data (of hash h) is a sealed record this node
+// holds: its own or a member's current one. A hash left by a member no
+// longer held is dropped.
+func (n *Node) holds(h uint64, data []byte) bool {
+	id, ok := n.held[h]
+	if !ok {
+		return false
+	}
+	if id == n.self.ID {
+		return bytes.Equal(data, n.self.Data)
+	}
+	e, ok := n.get(id)
+	if !ok {
+		delete(n.held, h)
+		return false
+	}
+	return bytes.Equal(data, e.rec.Data)
 }
 
 // suspect applies a suspicion of id at inc by from (inc zero: this node's
@@ -626,15 +820,21 @@ func (n *Node) suspect(now time.Time, id, from ID, inc Inc) {
 		return
 	}
 	e.inc = inc
-	min := time.Duration(n.cfg.SuspicionMult * math.Log10(math.Max(float64(n.Count()), 10)) * float64(n.cfg.Period))
-	e.susp = &suspicion{start: now, confirm: map[ID]bool{from: true}, min: min, max: time.Duration(n.cfg.SuspicionMaxMult * float64(min))}
+	min, max := n.cfg.Suspicion(n.Count())
+	e.susp = &suspicion{start: now, confirm: map[ID]bool{from: true}, min: min, max: max}
 	n.declare(now, id, e, Suspect, from)
 	n.stats.Suspicions++
 	n.enqueue(u, id)
 }
 
 func (n *Node) refute(inc Inc) {
-	if n.self.Leaving || inc.Compare(n.self.Inc) < 0 {
+	if n.self.Leaving {
+		return
+	}
+	if inc.Compare(n.self.Inc) < 0 {
+		// refuted already, but whoever said it has not heard: spread the
+		// record that refuted it again (its answer to a Recheck)
+		n.enqueue(Update{Kind: UpAlive, Record: n.self.Data}, n.self.ID)
 		return
 	}
 	data := n.cfg.Refute(max(inc.Seq, n.self.Seq()))
@@ -644,6 +844,7 @@ func (n *Node) refute(inc Inc) {
 	}
 	n.self = rec
 	n.stats.Refutes++
+	n.worse() // suspected while alive: likely slow to answer
 	n.enqueue(Update{Kind: UpAlive, Record: data}, rec.ID)
 }
 
@@ -663,6 +864,35 @@ func (n *Node) declare(now time.Time, id ID, e *entry, st State, from ID) {
 		e.susp = nil
 	}
 	n.evs = append(n.evs, Event{ID: id, State: st, Record: e.rec, From: from})
+}
+
+// maxGoneNotices bounds the deaths and leaves sent beside a full-state
+// exchange (the most recent).
+const maxGoneNotices = 16
+
+// goneNotices are the most recent deaths (as death notices) and leaves (as
+// the leaving records) this node holds.
+func (n *Node) goneNotices() []Update {
+	type gone struct {
+		id ID
+		e  *entry
+	}
+	var all []gone
+	for id, e := range n.mem {
+		if e.state >= Dead {
+			all = append(all, gone{id, e})
+		}
+	}
+	slices.SortFunc(all, func(a, b gone) int { return b.e.since.Compare(a.e.since) })
+	out := make([]Update, 0, min(len(all), maxGoneNotices))
+	for _, g := range all[:min(len(all), maxGoneNotices)] {
+		if g.e.state == Left {
+			out = append(out, Update{Kind: UpAlive, Record: g.e.rec.Data})
+		} else {
+			out = append(out, Update{Kind: UpDead, ID: g.id, Inc: g.e.inc, From: n.self.ID})
+		}
+	}
+	return out
 }
 
 // Forget drops members dead or gone since before the cutoff from this
@@ -687,6 +917,9 @@ func (n *Node) Forget(before time.Time) {
 func (n *Node) send(to ID, m Msg) {
 	n.limitQueue()
 	budget := n.cfg.MaxPiggyback
+	for _, u := range m.Updates {
+		budget -= u.size()
+	}
 	if e, ok := n.mem[to]; ok && e.state == Suspect && m.Kind == MsgPing {
 		// a suspect always hears of it from the members that probe it,
 		// however often the suspicion was sent: it can refute only what it
@@ -706,6 +939,9 @@ func (n *Node) send(to ID, m Msg) {
 		return cmp.Compare(a.sent, b.sent)
 	})
 	for _, b := range n.queue {
+		if len(m.Updates) == MaxUpdates {
+			break // what a receiver decodes (small updates: a large budget holds more)
+		}
 		if b.size > budget && len(m.Updates) > 0 {
 			continue
 		}
@@ -822,6 +1058,11 @@ func (n *Node) subjects() []ID {
 
 // neighbours are the members next to this one on every ring (those it
 // probes, those that probe it, those it gossips with).
+// Neighbours lists the members this node talks to for ever while the
+// membership holds still: its successor and predecessor on every ring (its
+// probe subjects among them). The host keeps its connections to them.
+func (n *Node) Neighbours() []ID { return n.neighbours() }
+
 func (n *Node) neighbours() []ID {
 	n.ensureRings()
 	var out []ID

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"runtime/pprof"
@@ -55,11 +56,26 @@ type OverlayOptions struct {
 	// Membership is the peers' membership protocol (overlay.Config's:
 	// "" heartbeats, "swim").
 	Membership string
+	// Transport is the peers' libp2p transport on 127.0.0.1: "" or "tcp",
+	// or "quic" (one UDP socket per peer: hundreds of peers in one process
+	// without two file descriptors per connection).
+	Transport string
 	// CPUProfile, when set, receives a CPU profile of the overlay phases.
 	CPUProfile io.Writer
 
+	// Wave, when > 0, opens the peers Wave at a time: each wave joins the
+	// network formed by the ones before and every peer opened so far must
+	// know all of them before the next wave opens (a bench setting: a
+	// real network forms one volunteer at a time; opened all at once, 200
+	// peers' handshakes and DHT refreshes starve each other's membership
+	// on a small machine). 0 opens them all, then waits.
+	Wave int
 	// bandwidth[i], when set, counts peer i's streams (RunOverlayCost).
 	bandwidth []*libp2pmetrics.BandwidthCounter
+	// configure, when set, adjusts peer i's config; measurer, when set,
+	// gives peer i's prober from its world-model one (RunLiar).
+	configure func(i int, cfg *overlay.Config)
+	measurer  func(i int, wm *worldMeasurer) overlay.Measurer
 }
 
 // QualityRow is one policy's delegation quality over the simulator's host
@@ -111,6 +127,7 @@ type OverlayReport struct {
 	Train       int     `json:"train"`
 	Seed        uint64  `json:"seed"`
 	Policy      string  `json:"policy"`
+	Membership  string  `json:"membership"` // swim or heartbeat
 	ThresholdMs float64 `json:"threshold_ms"`
 	Transport   string  `json:"transport"`
 	HeartbeatMs float64 `json:"heartbeat_ms"`
@@ -128,6 +145,8 @@ type OverlayReport struct {
 	CalibrationRounds   int     `json:"calibration_rounds"`
 	CalibrationMissed   int     `json:"calibration_missed"`
 
+	// FailureTimeoutMs is what detection is compared to: heartbeats' timeout
+	// of silence, or SWIM's bound for its first declaration (DeadWithin).
 	FailureTimeoutMs     float64 `json:"failure_timeout_ms"`
 	FailureDetectFirstMs float64 `json:"failure_detect_first_ms"`
 	FailureDetectAllMs   float64 `json:"failure_detect_all_ms"`
@@ -209,7 +228,8 @@ func RunOverlay(ctx context.Context, o OverlayOptions) (*OverlayReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &OverlayReport{Peers: o.Peers, Hosts: o.Hosts, Train: scfg.Train, Seed: o.Seed, Policy: strings.Join(names, ","),
+	membership := membershipName(o.Membership)
+	rep := &OverlayReport{Peers: o.Peers, Hosts: o.Hosts, Train: scfg.Train, Seed: o.Seed, Policy: strings.Join(names, ","), Membership: membership,
 		ThresholdMs: float64(o.Threshold.Microseconds()) / 1000, HeartbeatMs: millis(o.Heartbeat), Flood: flood, Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"}
 	for _, spec := range specs {
 		row := PolicyRow{Policy: spec.Name}
@@ -504,7 +524,13 @@ func measureFailureDetection(peers []*overlay.Peer, o OverlayOptions, rep *Overl
 		all = max(all, d)
 	}
 	fdMu.Unlock()
-	rep.FailureTimeoutMs, rep.FailureDetectFirstMs, rep.FailureDetectAllMs = millis(o.FailureTimeout), millis(first), millis(all)
+	bound := o.FailureTimeout
+	if o.Membership == overlay.MembershipSWIM {
+		// SWIM has no timeout of silence: its bound for the first
+		// observer's declaration (probe, helpers, the longest suspicion)
+		bound = overlay.SWIMConfig(o.Heartbeat).DeadWithin(o.Peers)
+	}
+	rep.FailureTimeoutMs, rep.FailureDetectFirstMs, rep.FailureDetectAllMs = millis(bound), millis(first), millis(all)
 	return others
 }
 
@@ -613,6 +639,9 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		cfg := overlay.TestnetConfig()
 		cfg.HeartbeatInterval, cfg.FailureTimeout, cfg.FloodPublish = o.Heartbeat, o.FailureTimeout, flood
 		cfg.Membership = o.Membership
+		if o.Transport == "quic" {
+			cfg.ListenAddrs = []string{"/ip4/127.0.0.1/udp/0/quic-v1"}
+		}
 		cfg.CrawlerAddr = c.Addr
 		if c.Capacity > 0 { // (0 in the simulator: no limit; on the overlay, no crawler)
 			cfg.Capacity = c.Capacity
@@ -627,10 +656,15 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		for _, j := range brng.Perm(len(boot))[:min(4, len(boot))] {
 			cfg.Bootstrap = append(cfg.Bootstrap, boot[j])
 		}
-		p, err := overlay.Open(ctx, w.Tree, cfg, overlay.Services{
-			Sink:     &sinkCounter{},
-			Measurer: &worldMeasurer{w: w, hosts: hostIdx, self: i, rng: rand.New(rand.NewPCG(o.Seed, 0x70726f6265+uint64(i)))},
-		})
+		if o.configure != nil {
+			o.configure(i, &cfg)
+		}
+		wm := &worldMeasurer{w: w, hosts: hostIdx, self: i, rng: rand.New(rand.NewPCG(o.Seed, 0x70726f6265+uint64(i)))}
+		var ms overlay.Measurer = wm
+		if o.measurer != nil {
+			ms = o.measurer(i, wm)
+		}
+		p, err := overlay.Open(ctx, w.Tree, cfg, overlay.Services{Sink: &sinkCounter{}, Measurer: ms})
 		if err != nil {
 			return peers, err
 		}
@@ -643,9 +677,16 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		for _, a := range p.Host().Addrs() {
 			boot = append(boot, a.String()+"/p2p/"+p.ID().String())
 		}
+		if o.Wave > 0 && (len(peers)%o.Wave == 0 || len(peers) == o.Peers) {
+			if err := formWave(ctx, peers, o.Wave, t0); err != nil {
+				return peers, err
+			}
+		}
 	}
-	for _, p := range peers {
-		p.DHT().RefreshRoutingTable()
+	if o.Wave <= 0 {
+		for _, p := range peers {
+			p.DHT().RefreshRoutingTable()
+		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer wcancel()
@@ -654,6 +695,7 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 			return peers, err
 		}
 	}
+	slog.Info("bench: membership formed", "peers", o.Peers, "after", time.Since(t0).Round(time.Millisecond))
 	// Positions arrive with the heartbeats: micra's prior needs every
 	// member's before the first decision.
 	for _, p := range peers {
@@ -674,12 +716,39 @@ func startNetwork(ctx context.Context, w *sim.World, spec sim.PolicySpec, o Over
 		}
 	}
 	for _, p := range peers {
-		if _, err := p.Join(ctx); err != nil {
+		// a DHT read may time out on a loaded machine: try again
+		var err error
+		for range 3 {
+			if _, err = p.Join(ctx); err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+		if err != nil {
 			return peers, err
 		}
 	}
 	row.SetupS = time.Since(t0).Seconds()
+	slog.Info("bench: network set up", "peers", o.Peers, "after", time.Since(t0).Round(time.Millisecond))
 	return peers, nil
+}
+
+// formWave refreshes the routing tables of the last wave of peers opened
+// and waits (two minutes at most) until every peer opened so far knows all
+// of them.
+func formWave(ctx context.Context, peers []*overlay.Peer, wave int, t0 time.Time) error {
+	from := (len(peers) - 1) / wave * wave
+	for _, p := range peers[from:] {
+		p.DHT().RefreshRoutingTable()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, p := range peers {
+		if err := p.WaitMembers(wctx, len(peers)); err != nil {
+			return fmt.Errorf("wave of peers %d..%d: %w", from, len(peers)-1, err)
+		}
+	}
+	slog.Info("bench: wave formed", "peers", len(peers), "after", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 // measureQuality delegates the simulator's host stream across peers (host i
@@ -738,4 +807,13 @@ func measureQuality(ctx context.Context, w *sim.World, peers []*overlay.Peer, tr
 	row.DelegateP50Ms, row.DelegateP95Ms = quantile(delegMs, 0.5), quantile(delegMs, 0.95)
 	row.Subnets, row.Disagreements = overlaySettle(peers, 10*time.Second)
 	return nil
+}
+
+// membershipName is the report's name of an overlay.Config.Membership
+// ("" is heartbeats).
+func membershipName(m string) string {
+	if m == overlay.MembershipSWIM {
+		return "swim"
+	}
+	return "heartbeat"
 }

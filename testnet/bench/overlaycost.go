@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	ma "github.com/multiformats/go-multiaddr"
 
 	libp2pmetrics "github.com/libp2p/go-libp2p/core/metrics"
 
@@ -31,6 +37,9 @@ type OverlayCostOptions struct {
 	Seed                      uint64
 	// Membership is the peers' membership protocol ("" heartbeats, "swim").
 	Membership string
+	// Transport is the peers' transport: "" or "tcp", or "quic" (one UDP
+	// socket per peer, so the largest sizes fit a process's descriptors).
+	Transport string
 	// SimPeerCounts, if set, are network sizes the SWIM protocol is also
 	// simulated at (swim.Simulate: the real state machine and message
 	// encoding, a member's record as large as the real peers' and each
@@ -43,6 +52,14 @@ type OverlayCostOptions struct {
 	Each func(OverlayCostRow)
 	// EachSim, if set, is called after each simulated size.
 	EachSim func(swim.SimResult)
+	// Wave, when > 0, opens each network's peers Wave at a time, each wave
+	// formed before the next opens (OverlayOptions.Wave).
+	Wave int
+	// ProfileDir, if set, receives pprof profiles of each size: CPU while
+	// the network forms (cpu-N-forming.pprof) and while it is measured
+	// (cpu-N-settled.pprof), and the heap at the window's end
+	// (heap-N.pprof).
+	ProfileDir string
 }
 
 // OverlayCostRow is one network size: what an idle member costs each peer,
@@ -73,12 +90,26 @@ type OverlayCostRow struct {
 	SWIMRecordBytes    int     `json:"swim_record_bytes,omitempty"`
 	// FalseSuspicions counts live peers declared dead during the window.
 	FalseSuspicions int `json:"false_suspicions"`
+	// ConnsByTransport counts the peers' open connections at the window's
+	// end by transport ("tcp", "quic-v1"), each end counted.
+	ConnsByTransport map[string]int `json:"conns_by_transport"`
 	// FailureDetectFirstMs / AllMs: a killed peer declared dead by the
 	// first / the last of the others.
 	FailureDetectFirstMs float64 `json:"failure_detect_first_ms"`
 	FailureDetectAllMs   float64 `json:"failure_detect_all_ms"`
 	FailureDetectedBy    int     `json:"failure_detected_by"`
 	SetupS               float64 `json:"setup_s"`
+	// What the peers cost this process (every peer of a size runs in it):
+	// CPU seconds while the network formed (setup and settling), CPU
+	// seconds per peer per second of the window, Go heap in use per peer
+	// and goroutines per peer at the window's end, and the machine's
+	// 1-minute load average then (other work shares the CPUs).
+	FormCPUS          float64 `json:"form_cpu_s"`
+	CPUPerPeer        float64 `json:"cpu_s_per_peer_per_s"`
+	HeapPerPeerMiB    float64 `json:"heap_per_peer_mib"`
+	GoroutinesPerPeer float64 `json:"goroutines_per_peer"`
+	ConnsPerPeer      float64 `json:"conns_per_peer"`
+	LoadAvg           float64 `json:"load_avg"`
 	// QuietS: how long after forming (and settling) the network was until
 	// no SWIM peer had a join's change left to piggyback.
 	QuietS float64 `json:"quiet_s,omitempty"`
@@ -153,14 +184,15 @@ func RunOverlayCost(ctx context.Context, o OverlayCostOptions) (*OverlayCostRepo
 	if !ok {
 		return nil, fmt.Errorf("bench: no micra policy")
 	}
-	membership := "heartbeat"
-	if o.Membership == overlay.MembershipSWIM {
-		membership = "swim"
-	}
+	membership := membershipName(o.Membership)
 	if len(o.SimPeerCounts) > 0 && o.Membership != overlay.MembershipSWIM {
 		return nil, fmt.Errorf("bench: the SWIM simulation takes its record size and framing from real SWIM peers: set Membership swim")
 	}
-	rep := &OverlayCostReport{HeartbeatMs: millis(o.Heartbeat), Transport: "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub", Membership: membership}
+	transport := "TCP 127.0.0.1, Noise, yamux; DHT /micra; gossipsub"
+	if o.Transport == "quic" {
+		transport = "QUIC 127.0.0.1; DHT /micra; gossipsub"
+	}
+	rep := &OverlayCostReport{HeartbeatMs: millis(o.Heartbeat), Transport: transport, Membership: membership}
 	for _, n := range o.PeerCounts {
 		row, err := overlayCost(ctx, n, spec, o)
 		if err != nil {
@@ -237,17 +269,28 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 	for i, h := range w.Hosts {
 		hostIdx[h.Addr] = i
 	}
-	oo := OverlayOptions{Peers: n, Seed: o.Seed, Heartbeat: o.Heartbeat, FailureTimeout: o.FailureTimeout, Threshold: 50 * time.Millisecond, Membership: o.Membership}
+	oo := OverlayOptions{Peers: n, Seed: o.Seed, Heartbeat: o.Heartbeat, FailureTimeout: o.FailureTimeout, Threshold: 50 * time.Millisecond, Membership: o.Membership, Transport: o.Transport, Wave: o.Wave}
 	oo.bandwidth = make([]*libp2pmetrics.BandwidthCounter, n)
 	for i := range oo.bandwidth {
 		oo.bandwidth[i] = libp2pmetrics.NewBandwidthCounter()
 	}
 	var prow PolicyRow
+	cpu0 := cpuTime()
+	stopProf, err := startCPUProfile(o.ProfileDir, fmt.Sprintf("cpu-%d-forming.pprof", n))
+	if err != nil {
+		return row, err
+	}
+	defer func() { stopProf() }()
 	// flood publishing off, as on a network past a few dozen peers
 	peers, err := startNetwork(ctx, w, spec, oo, false, hostIdx, func(netip.Addr) error { return nil }, &prow)
 	defer func() {
+		// killed, not closed: each leave would wait for neighbours that
+		// left before it (LeaveTimeout each, minutes at 200 peers); and one
+		// by one: hosts closed concurrently in one process deadlock in
+		// libp2p's event bus (an identify push from a closing neighbour
+		// blocks on a subscription whose owner is closing it)
 		for _, p := range peers {
-			p.Close()
+			p.Kill()
 		}
 	}()
 	if err != nil {
@@ -279,6 +322,11 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 		}
 	}
 	row.QuietS = time.Since(q0).Seconds()
+	stopProf()
+	row.FormCPUS = (cpuTime() - cpu0).Seconds()
+	if stopProf, err = startCPUProfile(o.ProfileDir, fmt.Sprintf("cpu-%d-settled.pprof", n)); err != nil {
+		return row, err
+	}
 	var mu sync.Mutex
 	suspicions := 0
 	measuring := true
@@ -309,7 +357,7 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 		return out
 	}
 	before := take()
-	t0 := time.Now()
+	t0, cpuW := time.Now(), cpuTime()
 	select {
 	case <-ctx.Done():
 		return row, ctx.Err()
@@ -317,6 +365,20 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 	}
 	after := take()
 	secs := time.Since(t0).Seconds()
+	row.CPUPerPeer = (cpuTime() - cpuW).Seconds() / secs / float64(n)
+	stopProf()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	row.HeapPerPeerMiB = float64(ms.HeapInuse) / float64(1<<20) / float64(n)
+	row.GoroutinesPerPeer = float64(runtime.NumGoroutine()) / float64(n)
+	row.LoadAvg = loadAvg()
+	if err := writeHeapProfile(o.ProfileDir, fmt.Sprintf("heap-%d.pprof", n)); err != nil {
+		return row, err
+	}
+	row.ConnsByTransport = connsByTransport(peers)
+	for _, c := range row.ConnsByTransport {
+		row.ConnsPerPeer += float64(c) / float64(n)
+	}
 	mu.Lock()
 	measuring = false
 	row.FalseSuspicions = suspicions
@@ -361,6 +423,50 @@ func overlayCost(ctx context.Context, n int, spec sim.PolicySpec, o OverlayCostO
 	row.FailureDetectFirstMs, row.FailureDetectAllMs, row.FailureDetectedBy = fd.FailureDetectFirstMs, fd.FailureDetectAllMs, fd.FailureDetectedBy
 	peers = others
 	return row, nil
+}
+
+// startCPUProfile profiles the process's CPU into dir/name until the
+// returned stop is called (again: nothing); no dir, no profile.
+func startCPUProfile(dir, name string) (stop func(), err error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("bench: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: profile %s: %w", f.Name(), err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
+}
+
+// writeHeapProfile writes the heap's live objects to dir/name; no dir,
+// nothing.
+func writeHeapProfile(dir, name string) error {
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return fmt.Errorf("bench: profile: %w", err)
+	}
+	runtime.GC()
+	err = pprof.WriteHeapProfile(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("bench: profile %s: %w", f.Name(), err)
+	}
+	return nil
 }
 
 // protocolName shortens a libp2p protocol id for the table: the DHT's
@@ -414,4 +520,25 @@ func (r OverlayCostRow) TopProtocols() []string {
 	}
 	sort.Slice(ps, func(i, j int) bool { return r.ByProtocol[ps[i]] > r.ByProtocol[ps[j]] })
 	return slices.Clip(ps)
+}
+
+// connsByTransport counts peers' open connections by their transport.
+func connsByTransport(peers []*overlay.Peer) map[string]int {
+	out := map[string]int{}
+	for _, p := range peers {
+		for _, c := range p.Host().Network().Conns() {
+			t := "other"
+			ma.ForEach(c.RemoteMultiaddr(), func(comp ma.Component) bool {
+				switch comp.Protocol().Code {
+				case ma.P_TCP:
+					t = "tcp"
+				case ma.P_QUIC_V1:
+					t = "quic-v1"
+				}
+				return true
+			})
+			out[t]++
+		}
+	}
+	return out
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,20 +64,34 @@ func TestFitGrowth(t *testing.T) {
 	}
 }
 
-// The same on SWIM: no heartbeat on gossip, SWIM messages counted, the
-// killed peer declared dead by all, and the simulation sized by the real
-// peers' record and framing.
+// The same on SWIM over QUIC: no heartbeat on gossip, SWIM messages
+// counted, the killed peer declared dead by all, and the simulation sized by
+// the real peers' record and framing.
 func TestRunOverlayCostSWIM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an overlay")
 	}
+	dir := t.TempDir()
 	rep, err := RunOverlayCost(context.Background(), OverlayCostOptions{PeerCounts: []int{5}, Window: 3 * time.Second,
-		Heartbeat: 300 * time.Millisecond, FailureTimeout: time.Second, Seed: 1, Membership: "swim",
-		SimPeerCounts: []int{60}, SimLoss: 0.01, SimWindow: 20 * time.Second})
+		Heartbeat: 300 * time.Millisecond, FailureTimeout: time.Second, Seed: 1, Membership: "swim", Transport: "quic",
+		SimPeerCounts: []int{60}, SimLoss: 0.01, SimWindow: 20 * time.Second, Wave: 2, ProfileDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rep.Rows[0]
+	// opened in waves of 2 (2, 4, 5): every peer still connected to the others
+	if r.FormCPUS <= 0 || r.CPUPerPeer <= 0 || r.HeapPerPeerMiB <= 0 || r.GoroutinesPerPeer < 1 || r.ConnsPerPeer < 2 {
+		t.Errorf("what the peers cost the process not measured: %.2f CPU-s forming, %.4f CPU-s/s, %.1f MiB, %.0f goroutines, %.1f connections per peer",
+			r.FormCPUS, r.CPUPerPeer, r.HeapPerPeerMiB, r.GoroutinesPerPeer, r.ConnsPerPeer)
+	}
+	for _, name := range []string{"cpu-5-forming.pprof", "cpu-5-settled.pprof", "heap-5.pprof"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s not written: %v", name, err)
+		}
+	}
+	if c := r.ConnsByTransport; c["quic-v1"] == 0 || c["tcp"] != 0 {
+		t.Errorf("connections by transport %v: want QUIC only", c)
+	}
 	if m := r.ByTopic["micra/membership/1"]; m.MsgsIn != 0 {
 		t.Errorf("heartbeats on gossip under SWIM: %+v", m)
 	}

@@ -123,12 +123,7 @@ type Cost struct {
 }
 
 // Check is one invariant and whether it held.
-type Check struct {
-	Invariant string `json:"invariant"`
-	Goal      string `json:"goal"`
-	Measured  string `json:"measured"`
-	Held      bool   `json:"held"`
-}
+type Check = cluster.Check
 
 // Report is what a chaos run did and what held.
 type Report struct {
@@ -467,20 +462,7 @@ func (r *run) checks() {
 	add := func(inv, goal, measured string, held bool) {
 		r.rep.Checks = append(r.rep.Checks, Check{Invariant: inv, Goal: goal, Measured: measured, Held: held})
 	}
-	pct := func(n int64) float64 { return 100 * float64(n) / float64(max(1, res.Pages)) }
-	add("coverage", "100 % of the web's pages at the sink",
-		fmt.Sprintf("%d of %d (%.1f %%)", res.Pages, res.TotalPages, res.CoveragePct), res.Complete && res.Pages == res.TotalPages)
-	add("overlap at the sink", "≤ 1 % of the pages delivered by a second crawler",
-		fmt.Sprintf("%d records (%.1f %%)", res.Overlap, pct(res.Overlap)), pct(res.Overlap) <= 1)
-	add("fetched twice at the web", "reported (≤ 1 % is the goal of overlap)",
-		fmt.Sprintf("%d pages (%.1f %%)", res.DuplicateFetches, pct(res.DuplicateFetches)), true)
-	add("acknowledged records lost", "0 (records the subscriber read, missing from the log after)",
-		fmt.Sprint(d.Lost), d.Lost == 0 && d.Followed > 0)
-	add("ingested twice", "0 (one fetch of a page committed at two sequences)",
-		fmt.Sprintf("%d (%d carriers acknowledged again without a change)", d.IngestedTwice, d.RedeliveredCarriers), d.IngestedTwice == 0)
-	add("subscriber resumes", "every record once, in order, up to the head",
-		fmt.Sprintf("%d of %d, %d gaps, %d repeats", d.Followed, d.Head, d.Gaps, d.Repeats),
-		d.Gaps == 0 && d.Repeats == 0 && uint64(d.Followed) == d.Head && d.Head > 0)
+	r.rep.Checks = append(r.rep.Checks, cluster.CrawlChecks(res, d)...)
 	worst := 0.0
 	failed := 0
 	for _, c := range r.rep.ConvergeS {

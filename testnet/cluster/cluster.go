@@ -53,6 +53,11 @@ type Options struct {
 	Web synthweb.Config
 	// NodeArgs are extra flags for every `micra node`.
 	NodeArgs []string
+	// NodeBinary, if set, is the binary node i runs instead of Binary (a
+	// node that installs releases replaces its own executable);
+	// NodeArgsFor, if set, adds flags to node i's after NodeArgs.
+	NodeBinary  func(i int) string
+	NodeArgsFor func(i int) []string
 	// Kill is how many crawler nodes a crawl SIGKILLs once KillAt (a
 	// fraction, default 0.3) of the web's pages have been fetched: crash
 	// faults, measured at the sink (coverage, overlap) and the web (pages
@@ -303,6 +308,21 @@ func Up(ctx context.Context, o Options) (t *Testnet, err error) {
 	return t, nil
 }
 
+// membershipArg is the membership protocol node flags set (--membership
+// X or --membership=X; the last one), "" if none.
+func membershipArg(args []string) string {
+	m := ""
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--membership="):
+			m = strings.TrimPrefix(a, "--membership=")
+		case a == "--membership" && i+1 < len(args):
+			m = args[i+1]
+		}
+	}
+	return m
+}
+
 // startSink starts the sink on DIR/sink; listen and httpAddr are its
 // addresses ("": any free port), the last run's when it starts again.
 func (t *Testnet) startSink(ctx context.Context, boot []string, listen, httpAddr string) error {
@@ -320,6 +340,9 @@ func (t *Testnet) startSink(ctx context.Context, boot []string, listen, httpAddr
 	}
 	for _, b := range boot {
 		args = append(args, "--bootstrap", b)
+	}
+	if m := membershipArg(t.o.NodeArgs); m != "" {
+		args = append(args, "--membership", m) // the network's: the nodes'
 	}
 	p, err := start("sink", t.o.Binary, filepath.Join(dir, "sink.log"), args...)
 	if err != nil {
@@ -380,7 +403,14 @@ func (t *Testnet) startNode(ctx context.Context, i int, worldFile string, boot [
 		args = append(args, "--bootstrap", b)
 	}
 	args = append(args, t.o.NodeArgs...)
-	p, err := start(fmt.Sprintf("node %d", i), t.o.Binary, filepath.Join(home, "node.log"), args...)
+	bin := t.o.Binary
+	if t.o.NodeBinary != nil {
+		bin = t.o.NodeBinary(i)
+	}
+	if t.o.NodeArgsFor != nil {
+		args = append(args, t.o.NodeArgsFor(i)...)
+	}
+	p, err := start(fmt.Sprintf("node %d", i), bin, filepath.Join(home, "node.log"), args...)
 	if err != nil {
 		return err
 	}

@@ -41,12 +41,6 @@ func start(name, bin, logPath string, args ...string) (*proc, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = node.WithoutSettingsEnv(os.Environ())
-	if _, set := os.LookupEnv("GOLOG_LOG_LEVEL"); !set {
-		// The emulated wire (overlay/delay.go) wraps each TCP connection,
-		// and manet's wrapper hides its keep-alive methods: libp2p's TCP
-		// transport would log every connection at error level for it.
-		cmd.Env = append(cmd.Env, "GOLOG_LOG_LEVEL=error,tcp-tpt=ERROR+4")
-	}
 	cmd.Stderr = lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	out, err := cmd.StdoutPipe()

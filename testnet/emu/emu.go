@@ -407,6 +407,24 @@ func (p *Place) WireRTT(remote netip.Addr) time.Duration {
 	return time.Duration(p.w.Spec.WireScale * float64(world.Duration(p.w.model.MeanRTT(&p.w.crawlerE[p.self], &p.w.crawlerE[j]))))
 }
 
+// PeerRTT implements overlay.PeerRTTs: the modelled mean round trip
+// between this place and the peer listening at remote, unscaled — the
+// world the probes answer in, against which the overlay audits other
+// peers' probe answers (WireRTT may be scaled down, so a request's round
+// trip is not that world's).
+func (p *Place) PeerRTT(remote netip.Addr) (time.Duration, bool) {
+	j, ok := p.w.peerAt(remote)
+	if !ok {
+		return 0, false
+	}
+	if j == p.self {
+		return 0, true
+	}
+	return world.Duration(p.w.model.MeanRTT(&p.w.crawlerE[p.self], &p.w.crawlerE[j])), true
+}
+
+var _ overlay.PeerRTTs = (*Place)(nil)
+
 // MapAddr implements node.AddrMapper: a host's loopback address becomes its
 // place in the world; other addresses stay as they are.
 func (p *Place) MapAddr(a netip.Addr) netip.Addr {

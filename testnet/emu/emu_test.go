@@ -245,6 +245,13 @@ func TestWireRTTBetweenPeers(t *testing.T) {
 	if d := p0.WireRTT(PeerLoopback(2)); d != time.Duration(0.25*float64(rtt)) {
 		t.Errorf("at wire scale 0.25: %v, want a quarter of %v", d, rtt)
 	}
+	// the audit's round trip between peers is the world's, whatever the wire's scale
+	if d, ok := p0.PeerRTT(PeerLoopback(2)); !ok || d != want {
+		t.Errorf("PeerRTT at wire scale 0.25: %v %v, want the model's mean %v", d, ok, want)
+	}
+	if _, ok := p0.PeerRTT(netip.MustParseAddr("127.0.0.1")); ok {
+		t.Error("PeerRTT of the sink's address answered")
+	}
 	w.Spec.WireScale = 0
 	if d := p0.WireRTT(PeerLoopback(2)); d != 0 {
 		t.Errorf("at wire scale 0: %v, want no delay", d)

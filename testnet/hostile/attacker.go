@@ -55,7 +55,7 @@ type attackCounters struct {
 	handoffMsgs, handoffURLs, handoffAccepted           atomic.Uint64
 	handoffRefused, handoffOther, handoffErrors         atomic.Uint64
 	streamsOpened, streamsHeld, streamsReset, streamErr atomic.Uint64
-	streamsClosedByVictim                               atomic.Uint64
+	streamsClosedByVictim, gossipStreamsCut             atomic.Uint64
 }
 
 // AttackCounts is what the attacker sent and what it was answered.
@@ -63,6 +63,9 @@ type AttackCounts struct {
 	Heartbeats     uint64 `json:"heartbeats"`      // signed heartbeats written to the victim
 	HeartbeatRPCs  uint64 `json:"heartbeat_rpcs"`  // gossipsub RPCs they went in
 	HeartbeatBytes uint64 `json:"heartbeat_bytes"` // their bytes
+	// GossipStreamsCut: times the victim reset or refused the stream the
+	// heartbeats go on (each opened again).
+	GossipStreamsCut uint64 `json:"gossip_streams_cut"`
 	// Hand-off messages sent (each maximal: 4096 URLs, ~4 MiB) and how
 	// they were answered: OK (URLs accepted), REFUSED, another status, or
 	// no answer (a reset stream).
@@ -86,7 +89,8 @@ type AttackCounts struct {
 func (a *Attacker) Counts() AttackCounts {
 	c := &a.c
 	return AttackCounts{Heartbeats: c.heartbeats.Load(), HeartbeatRPCs: c.heartbeatRPCs.Load(), HeartbeatBytes: c.heartbeatBytes.Load(),
-		HandoffMsgs: c.handoffMsgs.Load(), HandoffURLs: c.handoffURLs.Load(), HandoffAccepted: c.handoffAccepted.Load(),
+		GossipStreamsCut: c.gossipStreamsCut.Load(),
+		HandoffMsgs:      c.handoffMsgs.Load(), HandoffURLs: c.handoffURLs.Load(), HandoffAccepted: c.handoffAccepted.Load(),
 		HandoffRefused: c.handoffRefused.Load(), HandoffOther: c.handoffOther.Load(), HandoffErrors: c.handoffErrors.Load(),
 		StreamsOpened: c.streamsOpened.Load(), StreamsHeld: c.streamsHeld.Load(), StreamsClosedByVictim: c.streamsClosedByVictim.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamErrors: c.streamErr.Load()}
@@ -135,7 +139,8 @@ func (a *Attacker) Close() error { return a.h.Close() }
 // Identities announces n identities (the host's own among them) to the
 // victim over one gossipsub stream, as fast as the victim reads, round
 // after round, until ctx ends. Each heartbeat is signed by its own
-// identity.
+// identity. A stream the victim resets or refuses (its resource manager,
+// its pubsub) is counted and opened again: a persistent attacker.
 func (a *Attacker) Identities(ctx context.Context, n int) error {
 	if n < 1 {
 		return fmt.Errorf("hostile: %d identities: want at least 1", n)
@@ -144,9 +149,41 @@ func (a *Attacker) Identities(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
+	// The host's own identity heartbeats every second besides, as an
+	// honest member does: in an open network it is then a member from the
+	// start, whose hand-offs the victim reads, however far behind the
+	// victim is with the others.
+	start, lastOwn := time.Now(), time.Time{}
+	for ctx.Err() == nil {
+		err := a.identitiesOnce(ctx, sybils, start, &lastOwn)
+		var cut streamCut
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &cut):
+			a.c.gossipStreamsCut.Add(1)
+			pause(ctx, 10*time.Millisecond)
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// streamCut is a stream the victim reset, closed or refused to open.
+type streamCut struct{ err error }
+
+func (c streamCut) Error() string {
+	return "hostile: the victim cut the gossip stream: " + c.err.Error()
+}
+func (c streamCut) Unwrap() error { return c.err }
+
+// identitiesOnce announces the sybils on one stream until the victim cuts
+// it (streamCut) or ctx ends.
+func (a *Attacker) identitiesOnce(ctx context.Context, sybils []sybil, start time.Time, lastOwn *time.Time) error {
 	s, err := a.h.NewStream(ctx, a.victim.ID, gossipProtocol)
 	if err != nil {
-		return fmt.Errorf("hostile: gossip stream: %w", err)
+		return streamCut{err}
 	}
 	stop := context.AfterFunc(ctx, func() { s.Reset() })
 	defer stop()
@@ -158,19 +195,18 @@ func (a *Attacker) Identities(ctx context.Context, n int) error {
 			err = w.Flush()
 		}
 		a.c.heartbeatBytes.Add(uint64(n))
-		return err
+		if err != nil {
+			return streamCut{err}
+		}
+		return nil
 	}
 	sub := &pubsubpb.RPC{Subscriptions: []*pubsubpb.RPC_SubOpts{{Subscribe: proto.Bool(true), Topicid: proto.String(overlay.TopicMembership)}}}
 	if err := write(sub); err != nil {
-		return ctxErr(ctx, err)
+		return err
 	}
-	// The host's own identity heartbeats every second besides, as an
-	// honest member does: in an open network it is then a member from the
-	// start, whose hand-offs the victim reads, however far behind the
-	// victim is with the others.
-	start, own, lastOwn := time.Now(), &sybils[0], time.Time{}
+	own := &sybils[0]
 	send := func(rpc *pubsubpb.RPC, k int) error {
-		if time.Since(lastOwn) >= time.Second {
+		if time.Since(*lastOwn) >= time.Second {
 			data, err := own.heartbeat(a.snap, start, a.h.Addrs(), 0)
 			if err != nil {
 				return err
@@ -179,7 +215,7 @@ func (a *Attacker) Identities(ctx context.Context, n int) error {
 			if err != nil {
 				return err
 			}
-			rpc.Publish, k, lastOwn = append([]*pubsubpb.Message{m}, rpc.Publish...), k+1, time.Now()
+			rpc.Publish, k, *lastOwn = append([]*pubsubpb.Message{m}, rpc.Publish...), k+1, time.Now()
 		}
 		if err := write(rpc); err != nil {
 			return err
@@ -195,7 +231,7 @@ func (a *Attacker) Identities(ctx context.Context, n int) error {
 			pause(ctx, time.Second)
 		}
 		if err != nil {
-			return ctxErr(ctx, err)
+			return err
 		}
 	}
 	return nil
@@ -345,12 +381,4 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// ctxErr is nil when err is the attack's end (ctx done), else err.
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }

@@ -62,7 +62,7 @@ func (o *Options) defaults() {
 	}
 }
 
-// Goal is issue 22's bound: the victim's RSS under the flood at most this
+// Goal is the bound the flood is judged by: the victim's RSS under the flood at most this
 // many times its idle RSS.
 const Goal = 1.2
 

@@ -56,7 +56,9 @@ func StartVictim(ctx context.Context, o VictimOptions) (*Victim, error) {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	f := node.File{DataDir: "data", Testnet: true, Pprof: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}}
+	// heartbeats: the attack floods the heartbeat topic (the hostile peer
+	// speaks no SWIM yet)
+	f := node.File{DataDir: "data", Testnet: true, Pprof: true, Listen: []string{"/ip4/127.0.0.1/tcp/0"}, Membership: "heartbeat"}
 	var netID string
 	if !o.Open {
 		id, err := admit(o.Dir, data)
