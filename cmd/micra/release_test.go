@@ -71,6 +71,13 @@ func TestStatusReleaseLine(t *testing.T) {
 		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateOn, Trusted: true, Status: release.Status{Running: "v0.2.0", RootVersion: 1, Checked: now},
 			RolledBack: &upgrade.Rollback{Version: "v0.3.0", Reason: "exited 3 times before it was healthy (last exit status 1)", At: now}},
 			"v0.3.0 ROLLED BACK " + now.Local().Format(time.DateTime) + ": exited 3 times"},
+		{node.ReleaseStatus{AutoUpdate: node.AutoUpdateOn, Trusted: true, Status: release.Status{Running: "v0.2.0", RootVersion: 1, Checked: now,
+			Available: &release.Available{Version: "v0.3.0", Target: "micra-linux-amd64", SHA256: "5e0f3c2a9b1d77aa"}},
+			Paused: "v0.3.0: 2 members rolled it back, 0 run it confirmed", PausedSince: &now,
+			Network: &node.NetworkReleases{Members: 12, Running: map[string]int{"v0.2.0": 11, "v0.3.0": 1}, OnTrial: 1,
+				RolledBack: []node.NetworkRollback{{Version: "v0.3.0", SHA256: "5e0f3c2a9b1d77aa", Nodes: 2, Reason: "exited 3 times"}}}},
+			"HELD BACK since " + now.Local().Format(time.DateTime) + ": v0.3.0: 2 members rolled it back, 0 run it confirmed\n" +
+				"releases       12 nodes report: v0.2.0 on 11, v0.3.0 on 1 (1 on trial); v0.3.0 ROLLED BACK on 2 nodes (sha256 5e0f3c2a9b1d…: exited 3 times)"},
 	} {
 		var b strings.Builder
 		printStatus(&b, node.StatusInfo{Release: &c.r}, now)

@@ -205,7 +205,7 @@ Traffic between the nodes themselves is not delayed.`,
 		},
 	}
 	dn.flags(downCmd, false)
-	root.AddCommand(upCmd, runCmd, statusCmd, downCmd, chaosCommand())
+	root.AddCommand(upCmd, runCmd, statusCmd, downCmd, chaosCommand(), upgradeCommand())
 	rootCmd.AddCommand(root)
 }
 
