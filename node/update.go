@@ -179,6 +179,7 @@ type updates struct {
 	fetching    string            // the sha256 being fetched ("" none)
 	bundle      []byte            // the wire form of the newest accepted bundle
 	self        string            // this node's peer id (its wave delay)
+	members     *overlay.Members  // the live members, who share the rollout window
 	restart     func()            // ends Run to restart on an installed release (set by Run)
 	scheduled   map[string]time.Time
 	installed   *upgrade.Pending
@@ -411,7 +412,13 @@ func (u *updates) schedule(rel release.Release) {
 		u.mu.Unlock()
 		return
 	}
-	delay := upgrade.WaveDelay(u.self, rel.SHA256, rel.Rollout)
+	var members []string
+	if u.members != nil {
+		for _, c := range u.members.Live() {
+			members = append(members, string(c.ID))
+		}
+	}
+	delay := upgrade.WaveDelay(u.self, rel.SHA256, rel.Rollout, members)
 	u.scheduled[rel.SHA256] = u.now().Add(delay)
 	u.wg.Add(1)
 	u.mu.Unlock()
@@ -719,6 +726,7 @@ func (u *updates) attach(p *overlay.Peer) error {
 		return nil
 	}
 	u.self = p.ID().String()
+	u.members = p.Members()
 	rels, err := overlay.OpenReleases(p, overlay.ReleaseConfig{Store: u.store, Verify: u.verify, Deliver: u.deliver, Rate: u.cfg.Rate})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,11 +189,11 @@ func TestWaveDelay(t *testing.T) {
 	const window = time.Hour
 	var buckets [4]int
 	for i := range 400 {
-		d := WaveDelay(fmt.Sprintf("peer-%d", i), "ab12", window)
+		d := WaveDelay(fmt.Sprintf("peer-%d", i), "ab12", window, nil)
 		if d < 0 || d >= window {
 			t.Fatalf("delay %v outside [0, %v)", d, window)
 		}
-		if d != WaveDelay(fmt.Sprintf("peer-%d", i), "ab12", window) {
+		if d != WaveDelay(fmt.Sprintf("peer-%d", i), "ab12", window, nil) {
 			t.Fatal("not the same delay for the same node and release")
 		}
 		buckets[d*4/window]++
@@ -202,7 +203,53 @@ func TestWaveDelay(t *testing.T) {
 			t.Errorf("quarter %d of the window holds %d of 400 nodes: %v", q, n, buckets)
 		}
 	}
-	if WaveDelay("a", "b", 0) != 0 {
+	if WaveDelay("a", "b", 0, nil) != 0 {
 		t.Error("no window: a delay")
 	}
+}
+
+// Members that know each other take one slot each: n nodes restart
+// window/n apart whatever their ids, and the order changes with the
+// release.
+func TestWaveDelaySlots(t *testing.T) {
+	const window = 8 * time.Second
+	orders := map[string]bool{}
+	for rel := range 20 {
+		sha := fmt.Sprintf("%064x", rel)
+		members := []string{"12D3KooWA", "12D3KooWB", "12D3KooWC"}
+		var delays []time.Duration
+		first := ""
+		for _, id := range members {
+			// each node's view: the others, itself included or not
+			d := WaveDelay(id, sha, window, members)
+			if d != WaveDelay(id, sha, window, others(members, id)) {
+				t.Fatalf("%s: %v depends on whether the view holds itself", id, d)
+			}
+			if d == window/6 {
+				first = id
+			}
+			delays = append(delays, d)
+		}
+		slices.Sort(delays)
+		want := []time.Duration{window / 6, window / 2, window * 5 / 6}
+		for i := range want {
+			if delays[i].Round(time.Millisecond) != want[i].Round(time.Millisecond) {
+				t.Fatalf("release %d: delays %v, want %v", rel, delays, want)
+			}
+		}
+		orders[first] = true
+	}
+	if len(orders) < 2 {
+		t.Errorf("the same node goes first for 20 releases: %v", orders)
+	}
+}
+
+func others(ids []string, self string) []string {
+	var out []string
+	for _, id := range ids {
+		if id != self {
+			out = append(out, id)
+		}
+	}
+	return out
 }
