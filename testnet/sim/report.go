@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -66,6 +67,9 @@ type Result struct {
 	Probes       int64   `json:"probes"`
 	// Reasons counts decisions by why they stopped.
 	Reasons map[string]int `json:"reasons"`
+	// EvalByReason splits the evaluation URLs by why their decision
+	// stopped: where the probes and the excess over the optimal crawler go.
+	EvalByReason map[string]ReasonFigures `json:"eval_by_reason,omitempty"`
 	// Curve is probes per URL in consecutive windows of CurveWindow URLs.
 	Curve []float64 `json:"probes_curve"`
 }
@@ -158,6 +162,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		res.ProbesPerURLLast50 = float64(probesLast) / float64(min(50, max(1, n)))
 		res.ProbesPerURLEval = float64(probesEval) / float64(max(1, eval))
 		if len(excess) > 0 {
+			res.EvalByReason = byReason(r.reason, r.probes, excess, cfg.Train)
 			var s float64
 			for _, e := range excess {
 				s += e
@@ -220,11 +225,62 @@ func pct(a, b int) float64 {
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // roundResult keeps JSON output stable and readable.
+// ReasonFigures are the evaluation URLs whose decision stopped for one
+// reason: their number, their probes per URL, their mean excess RTT over
+// the optimal crawler (of the crawler that crawls them at the end) and
+// their share of all the evaluation URLs' excess.
+type ReasonFigures struct {
+	Decisions    int     `json:"decisions"`
+	ProbesPerURL float64 `json:"probes_per_url"`
+	ExcessMeanMs float64 `json:"excess_mean_ms"`
+	ExcessShare  float64 `json:"excess_share"`
+}
+
+// byReason sums the evaluation URLs' probes and excess by reason.
+func byReason(reason []string, probes []uint32, excess []float64, from int) map[string]ReasonFigures {
+	out := map[string]ReasonFigures{}
+	var total float64
+	for i := from; i < len(reason); i++ {
+		e := excess[i-from]
+		f := out[reason[i]]
+		f.Decisions++
+		f.ProbesPerURL += float64(probes[i])
+		f.ExcessMeanMs += e
+		total += e
+		out[reason[i]] = f
+	}
+	for why, f := range out {
+		f.ExcessShare = round3(f.ExcessMeanMs / max(total, 1e-9))
+		f.ProbesPerURL = round3(f.ProbesPerURL / float64(f.Decisions))
+		f.ExcessMeanMs = round3(f.ExcessMeanMs / float64(f.Decisions))
+		out[why] = f
+	}
+	return out
+}
+
+// mergeByReason adds b's figures to a's, weighting means by decisions
+// (shares are averaged over the n reports).
+func mergeByReason(a map[string]ReasonFigures, b map[string]ReasonFigures, n float64) {
+	for why, y := range b {
+		x := a[why]
+		d := float64(x.Decisions + y.Decisions)
+		x.ProbesPerURL = (x.ProbesPerURL*float64(x.Decisions) + y.ProbesPerURL*float64(y.Decisions)) / d
+		x.ExcessMeanMs = (x.ExcessMeanMs*float64(x.Decisions) + y.ExcessMeanMs*float64(y.Decisions)) / d
+		x.ExcessShare += y.ExcessShare / n
+		x.Decisions += y.Decisions
+		a[why] = x
+	}
+}
+
 func roundResult(r Result) Result {
 	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
 		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV,
 		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages} {
 		*p = round3(*p)
+	}
+	for why, f := range r.EvalByReason {
+		f.ProbesPerURL, f.ExcessMeanMs, f.ExcessShare = round3(f.ProbesPerURL), round3(f.ExcessMeanMs), round3(f.ExcessShare)
+		r.EvalByReason[why] = f
 	}
 	return r
 }
@@ -268,6 +324,30 @@ func (r *Report) WriteText(out io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	// where the probes and the excess go, for the policies whose decisions
+	// stop for more than one reason
+	var rows []string
+	for _, x := range r.Results {
+		if len(x.EvalByReason) < 2 {
+			continue
+		}
+		whys := slices.Sorted(maps.Keys(x.EvalByReason))
+		for _, why := range whys {
+			f := x.EvalByReason[why]
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%d\t%.2f\t%.1f\t%.2f\t", x.Policy, why, f.Decisions, f.ProbesPerURL, f.ExcessMeanMs, f.ExcessShare))
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Fprintln(out, "\nevaluation URLs by why their decision stopped (excess over the optimal crawler, of the crawler at the end):")
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\treason\tdecisions\tprobes/URL\texcess mean ms\tshare of excess\t")
+		for _, row := range rows {
+			fmt.Fprintln(tw, row)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(out, "\nprobes/URL as the hierarchy trains (windows of %d URLs):\n", r.CurveWindow)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -455,6 +535,12 @@ func Average(reps []*Report) (*Report, error) {
 			}
 			for why, v := range x.Reasons {
 				acc.Reasons[why] += v
+			}
+			if x.EvalByReason != nil {
+				if acc.EvalByReason == nil {
+					acc.EvalByReason = map[string]ReasonFigures{}
+				}
+				mergeByReason(acc.EvalByReason, x.EvalByReason, n)
 			}
 			for j := range acc.Curve {
 				if j < len(x.Curve) {

@@ -487,6 +487,7 @@ type run struct {
 	spec    PolicySpec
 	owner   []int32  // per host: who crawls it at the end of the run
 	probes  []uint32 // per host
+	reason  []string // per host: why its decision stopped (the review's, when reviewed)
 	reasons map[string]int
 	total   int64
 	elapsed time.Duration
@@ -524,7 +525,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 			return nil, fmt.Errorf("sim: %s: join %s: %w", spec.Name, c.ID, err)
 		}
 	}
-	r := &run{spec: spec, owner: make([]int32, len(w.Hosts)), probes: make([]uint32, len(w.Hosts)), reasons: map[string]int{}}
+	r := &run{spec: spec, owner: make([]int32, len(w.Hosts)), probes: make([]uint32, len(w.Hosts)), reason: make([]string, len(w.Hosts)), reasons: map[string]int{}}
 	subnets := make([]hierarchy.NodeID, len(w.Hosts))
 	start := time.Now()
 	for i := range w.Hosts {
@@ -568,7 +569,8 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 				d.Owner, w.Model.MeanRTT(&w.CrawlerE[ci], &w.Hosts[i]), mark, w.Crawlers[opt].ID, w.OptimalRTT[i])
 		}
 		r.probes[i] = uint32(pr.probes - before)
-		r.reasons[d.Reason.String()]++
+		r.reason[i] = d.Reason.String()
+		r.reasons[r.reason[i]]++
 	}
 	r.elapsed = time.Since(start)
 	r.total = pr.probes

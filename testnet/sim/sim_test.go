@@ -412,3 +412,49 @@ func TestRunSeedsParallelSameReports(t *testing.T) {
 		last = i
 	}
 }
+
+// The evaluation URLs split by reason add up to the run's figures: every
+// URL in one reason, the probes and the excess of all of them; averaging
+// a report with itself doubles the decisions and keeps the means.
+func TestEvalByReason(t *testing.T) {
+	cfg := small(1)
+	rep, _, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := cfg.Hosts - cfg.Train
+	for _, x := range rep.Results {
+		var n int
+		var probes, excess, share float64
+		for _, f := range x.EvalByReason {
+			n += f.Decisions
+			probes += f.ProbesPerURL * float64(f.Decisions)
+			excess += f.ExcessMeanMs * float64(f.Decisions)
+			share += f.ExcessShare
+		}
+		if n != eval {
+			t.Fatalf("%s: %d decisions by reason, %d evaluation URLs", x.Policy, n, eval)
+		}
+		if math.Abs(probes/float64(eval)-x.ProbesPerURLEval) > 0.01 {
+			t.Errorf("%s: probes by reason %.3f per URL, the run %.3f", x.Policy, probes/float64(eval), x.ProbesPerURLEval)
+		}
+		if math.Abs(excess/float64(eval)-x.ExcessMeanMs) > 0.01 {
+			t.Errorf("%s: excess by reason %.3f ms, the run %.3f", x.Policy, excess/float64(eval), x.ExcessMeanMs)
+		}
+		if x.ExcessMeanMs > 0 && math.Abs(share-1) > 0.01*float64(len(x.EvalByReason)) {
+			t.Errorf("%s: shares of the excess sum to %.3f", x.Policy, share)
+		}
+	}
+	twice, err := Average([]*Report{rep, rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range twice.Results {
+		for why, f := range x.EvalByReason {
+			one := rep.Results[i].EvalByReason[why]
+			if f.Decisions != 2*one.Decisions || f.ExcessMeanMs != one.ExcessMeanMs || f.ExcessShare != one.ExcessShare {
+				t.Errorf("%s %s: averaged with itself %+v, once %+v", x.Policy, why, f, one)
+			}
+		}
+	}
+}
