@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/micra-crawler/micra/hierarchy"
 )
 
 // Result is one policy's row of the paper's table.
@@ -67,6 +69,14 @@ type Result struct {
 	Probes       int64   `json:"probes"`
 	// Reasons counts decisions by why they stopped.
 	Reasons map[string]int `json:"reasons"`
+	// SubnetFloorMs is the mean excess over the optimal crawler the
+	// evaluation URLs would have if every subnet the policy delegated went
+	// to the one crawler best for its evaluation hosts, capacity ignored:
+	// what delegating by subnet costs whatever the owners (block
+	// delegations, Record.Blocks, can go below it). Exact up to
+	// subnetFloorExactLimit, else an upper estimate (see there). 0 when
+	// the policy delegates no subnets.
+	SubnetFloorMs float64 `json:"subnet_floor_ms,omitempty"`
 	// EvalByReason splits the evaluation URLs by why their decision
 	// stopped: where the probes and the excess over the optimal crawler go.
 	EvalByReason map[string]ReasonFigures `json:"eval_by_reason,omitempty"`
@@ -163,6 +173,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		res.ProbesPerURLEval = float64(probesEval) / float64(max(1, eval))
 		if len(excess) > 0 {
 			res.EvalByReason = byReason(r.reason, r.probes, excess, cfg.Train)
+			res.SubnetFloorMs = w.subnetFloor(r.subnet, cfg.Train)
 			var s float64
 			for _, e := range excess {
 				s += e
@@ -225,6 +236,60 @@ func pct(a, b int) float64 {
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // roundResult keeps JSON output stable and readable.
+// subnetFloorExactLimit: up to this many crawlers × evaluation hosts the
+// subnet floor tries every crawler for every subnet; above it, the
+// subnet's hosts' own optimal crawlers (the floor is then an upper
+// estimate: a crawler between spread hosts can beat all of theirs).
+const subnetFloorExactLimit = 500_000_000
+
+// subnetFloor is Result.SubnetFloorMs for the subnets by host.
+func (w *World) subnetFloor(subnet []hierarchy.NodeID, from int) float64 {
+	exact := len(w.Crawlers)*(len(w.Hosts)-from) <= subnetFloorExactLimit
+	return w.subnetFloorOf(subnet, from, exact)
+}
+
+func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact bool) float64 {
+	if subnet == nil || from >= len(w.Hosts) {
+		return 0
+	}
+	groups := map[hierarchy.NodeID][]int{}
+	for i := from; i < len(w.Hosts); i++ {
+		if subnet[i] != hierarchy.None {
+			groups[subnet[i]] = append(groups[subnet[i]], i)
+		}
+	}
+	if len(groups) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, hosts := range groups {
+		best := math.Inf(1)
+		try := func(c int32) {
+			var s float64
+			for _, x := range hosts {
+				s += w.Model.MeanRTT(&w.CrawlerE[c], &w.Hosts[x]) - w.OptimalRTT[x]
+			}
+			best = min(best, s)
+		}
+		if exact {
+			for c := range w.Crawlers {
+				try(int32(c))
+			}
+		} else {
+			tried := map[int32]bool{}
+			for _, h := range hosts {
+				if c := w.Optimal[h]; !tried[c] {
+					tried[c] = true
+					try(c)
+				}
+			}
+		}
+		sum += best
+	}
+	// hosts outside any subnet count at their optimal crawler (0)
+	return sum / float64(len(w.Hosts)-from)
+}
+
 // ReasonFigures are the evaluation URLs whose decision stopped for one
 // reason: their number, their probes per URL, their mean excess RTT over
 // the optimal crawler (of the crawler that crawls them at the end) and
@@ -275,7 +340,7 @@ func mergeByReason(a map[string]ReasonFigures, b map[string]ReasonFigures, n flo
 func roundResult(r Result) Result {
 	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
 		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV,
-		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages} {
+		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages, &r.SubnetFloorMs} {
 		*p = round3(*p)
 	}
 	for why, f := range r.EvalByReason {
@@ -529,6 +594,7 @@ func Average(reps []*Report) (*Report, error) {
 			acc.UtilImbalance += x.UtilImbalance / n
 			acc.OverCapacity += x.OverCapacity / n
 			acc.OverPages += x.OverPages / n
+			acc.SubnetFloorMs += x.SubnetFloorMs / n
 			acc.Probes += x.Probes
 			if k > 0 {
 				acc.URLs += x.URLs

@@ -485,9 +485,10 @@ var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // run is the raw outcome of one policy over the host stream.
 type run struct {
 	spec    PolicySpec
-	owner   []int32  // per host: who crawls it at the end of the run
-	probes  []uint32 // per host
-	reason  []string // per host: why its decision stopped (the review's, when reviewed)
+	owner   []int32            // per host: who crawls it at the end of the run
+	probes  []uint32           // per host
+	reason  []string           // per host: why its decision stopped (the review's, when reviewed)
+	subnet  []hierarchy.NodeID // per host: the subnet its decision delegated
 	reasons map[string]int
 	total   int64
 	elapsed time.Duration
@@ -527,6 +528,7 @@ func (w *World) runPolicy(ctx context.Context, cfg Config, spec PolicySpec) (*ru
 	}
 	r := &run{spec: spec, owner: make([]int32, len(w.Hosts)), probes: make([]uint32, len(w.Hosts)), reason: make([]string, len(w.Hosts)), reasons: map[string]int{}}
 	subnets := make([]hierarchy.NodeID, len(w.Hosts))
+	r.subnet = subnets
 	start := time.Now()
 	for i := range w.Hosts {
 		// often: a decision of micra among 10,000 crawlers can take

@@ -458,3 +458,34 @@ func TestEvalByReason(t *testing.T) {
 		}
 	}
 }
+
+// The subnet floor is a floor: no policy that gives each subnet one owner
+// (IPMicra, brute force, hashing, random) has a lower excess, and the
+// estimate from the hosts' own optimal crawlers is never below the exact
+// floor.
+func TestSubnetFloor(t *testing.T) {
+	cfg := small(2)
+	cfg.Crawlers, cfg.Hosts, cfg.Train = 60, 1500, 1000
+	cfg.HostDist, cfg.Policies = "zipf", []string{"ipmicra", "optimal", "hash", "random", "micra"}
+	rep, w, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.Results {
+		if x.SubnetFloorMs <= 0 {
+			t.Fatalf("%s: subnet floor %v", x.Policy, x.SubnetFloorMs)
+		}
+		if x.Policy != "micra" && x.ExcessMeanMs < x.SubnetFloorMs-0.001 {
+			t.Errorf("%s: excess %.3f ms below the subnet floor %.3f", x.Policy, x.ExcessMeanMs, x.SubnetFloorMs)
+		}
+	}
+	subnets := make([]hierarchy.NodeID, len(w.Hosts))
+	for i := range w.Hosts {
+		subnets[i] = w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
+	}
+	exact, estimate := w.subnetFloorOf(subnets, cfg.Train, true), w.subnetFloorOf(subnets, cfg.Train, false)
+	t.Logf("floor: exact %.4f ms, estimate %.4f ms; policies %+v", exact, estimate, rep.Results[0].SubnetFloorMs)
+	if exact <= 0 || estimate < exact-1e-9 {
+		t.Fatalf("exact floor %.4f, estimate %.4f", exact, estimate)
+	}
+}
