@@ -121,6 +121,15 @@ type MicraConfig struct {
 	// "Measured").
 	// Default 2 (the second host only); negative: never.
 	ReviewProbeUpTo int
+	// ReviewPool, in (0, 1): a review whose best answer beats the owner's
+	// timing by this fraction is a vote against the owner, and the
+	// subnet goes to that answer's crawler once such votes outnumber the
+	// owner's. Among thousands of crawlers a few ms apart, the hosts that
+	// find the owner slow each find a different faster crawler, so no
+	// single one outvotes the owner (a plurality tally) however bad the
+	// owner is: pooled, they do. 0 or negative: off (the default; the
+	// plurality alone decides).
+	ReviewPool float64
 	// PairFromLowest: a pair (a, b) is learned from a record only when a's
 	// answer is among its PairFromLowest lowest (b may be any answer); 0 or
 	// negative: every pair. A decision conditions on its few lowest answers,

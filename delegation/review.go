@@ -180,10 +180,13 @@ func okOnly(rs []ProbeResult) []ProbeResult {
 // re-delegation after the owner died, a calibration event, load balancing)
 // starts a new tally, in which its owner has the host that decided it.
 type subnetTally struct {
-	epoch  uint64
-	used   uint64 // micraChooser.tick of its last review (MaxContexts)
-	hosts  uint32 // hosts of the subnet under this record, the deciding one included
-	counts []struct{ ci, n uint32 }
+	epoch uint64
+	used  uint64 // micraChooser.tick of its last review (MaxContexts)
+	hosts uint32 // hosts of the subnet under this record, the deciding one included
+	// against: reviews whose best answer beat the owner's timing by
+	// MicraConfig.ReviewPool
+	against uint32
+	counts  []struct{ ci, n uint32 }
 }
 
 func (t *subnetTally) add(ci uint32) {
@@ -250,11 +253,16 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 		win = m.crawler.id(ranked[0].Crawler)
 	}
 	t.add(win)
+	pooled := false
+	if win != owner && m.cfg.ReviewPool > 0 && m.cfg.ReviewPool < 1 && float64(ranked[0].RTT) <= (1-m.cfg.ReviewPool)*float64(took) {
+		t.against++
+		pooled = t.against > t.count(owner)
+	}
 	t.used = m.tick
 	m.tally[s] = t
 	switch {
 	case win == owner:
-	case t.count(win) > t.count(owner):
+	case t.count(win) > t.count(owner) || pooled:
 		// the record the engine now publishes starts a new tally; its
 		// owner leads the old one by exactly one host, as it will lead
 		// the new one

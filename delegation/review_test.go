@@ -626,3 +626,55 @@ func TestReviewerProbesEarlyHosts(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewerPoolsVotesAgainstTheOwner: S's later hosts each find a
+// different crawler faster than the owner a (b for one, c for the next),
+// so under the plurality tally neither outvotes a's deciding host after
+// two reviews; with ReviewPool the two clear votes against a hand S over
+// at the second review. A faster answer inside the margin is no vote.
+func TestReviewerPoolsVotesAgainstTheOwner(t *testing.T) {
+	votes := []map[CrawlerID]time.Duration{
+		{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 9 * time.Millisecond},
+		{"a": 90 * time.Millisecond, "b": 9 * time.Millisecond, "c": 6 * time.Millisecond},
+	}
+	for _, pool := range []float64{0, 0.2} {
+		t.Run(fmt.Sprintf("pool=%v", pool), func(t *testing.T) {
+			cfg := Config{}
+			cfg.Micra.ReviewPool = pool
+			cfg.Micra.ReviewMiss = 1e-9 // probe every crawler
+			w := newReviewWorld(t, cfg, votes[0], true)
+			w.delegateFirst(t, "a")
+			var last Decision
+			for i, v := range votes {
+				w.later = v
+				last = w.review(t, laterHost(i+1), "a", v["a"])
+				t.Logf("review %d: %v", i+1, last)
+				if i == 0 && last.Reason != ReasonKept {
+					t.Fatalf("first review: one vote against a's one: want kept, got %v", last)
+				}
+			}
+			want := ReasonKept
+			if pool > 0 {
+				want = ReasonHandedOver
+			}
+			if last.Reason != want || (want == ReasonHandedOver) != (last.Owner != "a") {
+				t.Fatalf("second review: b and c each faster once: want %v, got %v", want, last)
+			}
+		})
+	}
+	// inside the margin: 80 ms against the owner's 90 is no clear vote
+	cfg := Config{}
+	cfg.Micra.ReviewPool, cfg.Micra.ReviewMiss = 0.2, 1e-9
+	near := []map[CrawlerID]time.Duration{
+		{"a": 90 * time.Millisecond, "b": 80 * time.Millisecond, "c": 85 * time.Millisecond},
+		{"a": 90 * time.Millisecond, "b": 85 * time.Millisecond, "c": 80 * time.Millisecond},
+	}
+	w := newReviewWorld(t, cfg, near[0], true)
+	w.delegateFirst(t, "a")
+	for i, v := range near {
+		w.later = v
+		if d := w.review(t, laterHost(i+1), "a", v["a"]); d.Reason != ReasonKept {
+			t.Fatalf("review %d inside the margin: want kept, got %v", i+1, d)
+		}
+	}
+}

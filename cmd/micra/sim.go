@@ -431,7 +431,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.IntVar(&gcPercent, "gc-percent", 100, "the Go collector's heap growth between collections in % (GOGC): lower holds less memory for more collections (preset scale: 50 unless GOGC is set)")
 	f.StringVar(&memProfile, "memprofile", "", "write a heap profile at the end of the run to this file (in use as of the last garbage collection, and all allocations)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per policy (and threshold) per line")
-	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin (ms), walk, locate")
+	f.StringVar(&micraOpts, "micra", "", "tune the micra policy (variants for docs/delegation.md): comma-separated key=value of miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, reviewpool, pairfrom, blocks, maxcontexts, margin (ms), walk, locate")
 	return cmd
 }
 
@@ -591,6 +591,11 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 			m.ReviewEvery = int(x)
 		case "reviewprobe":
 			m.ReviewProbeUpTo = int(x)
+		case "reviewpool":
+			if !(x >= 0 && x < 1) {
+				return m, fmt.Errorf("--micra: reviewpool=%v: the margin must be in [0, 1) (0: off)", x)
+			}
+			m.ReviewPool = x
 		case "pairfrom":
 			m.PairFromLowest = int(x)
 		case "maxcontexts":
@@ -608,7 +613,7 @@ func parseMicraOptionsOver(m delegation.MicraConfig, s string) (delegation.Micra
 				m.BlockMargin = -1 // off (0 in MicraConfig means the default)
 			}
 		default:
-			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, pairfrom, blocks, maxcontexts, margin, walk, locate)", k)
+			return m, fmt.Errorf("--micra: unknown key %q (miss, missfirst, neighbours, maxprobes, blind, shift, pairprior, mincandidates, parallel, nopairs, pairsamples, bandwidth, nogeo, geoafter, review, reviewevery, reviewprobe, reviewpool, pairfrom, blocks, maxcontexts, margin, walk, locate)", k)
 		}
 	}
 	return m, nil

@@ -77,6 +77,10 @@ type Result struct {
 	// subnetFloorExactLimit, else an upper estimate (see there). 0 when
 	// the policy delegates no subnets.
 	SubnetFloorMs float64 `json:"subnet_floor_ms,omitempty"`
+	// SubnetWholeMs is the same with each subnet's crawler chosen for all
+	// its hosts, the training ones too (one owner serves them all): the
+	// evaluation URLs' excess under the best static owner per subnet.
+	SubnetWholeMs float64 `json:"subnet_whole_ms,omitempty"`
 	// EvalByReason splits the evaluation URLs by why their decision
 	// stopped: where the probes and the excess over the optimal crawler go.
 	EvalByReason map[string]ReasonFigures `json:"eval_by_reason,omitempty"`
@@ -173,7 +177,7 @@ func (w *World) score(cfg Config, runs []*run) *Report {
 		res.ProbesPerURLEval = float64(probesEval) / float64(max(1, eval))
 		if len(excess) > 0 {
 			res.EvalByReason = byReason(r.reason, r.probes, excess, cfg.Train)
-			res.SubnetFloorMs = w.subnetFloor(r.subnet, cfg.Train)
+			res.SubnetFloorMs, res.SubnetWholeMs = w.subnetFloor(r.subnet, cfg.Train)
 			var s float64
 			for _, e := range excess {
 				s += e
@@ -242,13 +246,17 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 // estimate: a crawler between spread hosts can beat all of theirs).
 const subnetFloorExactLimit = 500_000_000
 
-// subnetFloor is Result.SubnetFloorMs for the subnets by host.
-func (w *World) subnetFloor(subnet []hierarchy.NodeID, from int) float64 {
+// subnetFloor is Result.SubnetFloorMs for the subnets by host, and
+// Result.SubnetWholeMs.
+func (w *World) subnetFloor(subnet []hierarchy.NodeID, from int) (floor, whole float64) {
 	exact := len(w.Crawlers)*(len(w.Hosts)-from) <= subnetFloorExactLimit
-	return w.subnetFloorOf(subnet, from, exact)
+	return w.subnetFloorOf(subnet, from, exact, false), w.subnetFloorOf(subnet, from, exact, true)
 }
 
-func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact bool) float64 {
+// subnetFloorOf is the evaluation hosts' mean excess when each subnet has
+// the crawler with the least excess summed over its evaluation hosts, or
+// over all its hosts (whole: the training ones too).
+func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact, whole bool) float64 {
 	if subnet == nil || from >= len(w.Hosts) {
 		return 0
 	}
@@ -261,15 +269,28 @@ func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact bool) f
 	if len(groups) == 0 {
 		return 0
 	}
+	if whole {
+		for i := range from {
+			if g, ok := groups[subnet[i]]; ok {
+				groups[subnet[i]] = append(g, i)
+			}
+		}
+	}
 	var sum float64
 	for _, hosts := range groups {
-		best := math.Inf(1)
+		best, bestEval := math.Inf(1), 0.0
 		try := func(c int32) {
-			var s float64
+			var s, eval float64
 			for _, x := range hosts {
-				s += w.Model.MeanRTT(&w.CrawlerE[c], &w.Hosts[x]) - w.OptimalRTT[x]
+				e := w.Model.MeanRTT(&w.CrawlerE[c], &w.Hosts[x]) - w.OptimalRTT[x]
+				s += e
+				if x >= from {
+					eval += e
+				}
 			}
-			best = min(best, s)
+			if s < best {
+				best, bestEval = s, eval
+			}
 		}
 		if exact {
 			for c := range w.Crawlers {
@@ -284,7 +305,7 @@ func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact bool) f
 				}
 			}
 		}
-		sum += best
+		sum += bestEval
 	}
 	// hosts outside any subnet count at their optimal crawler (0)
 	return sum / float64(len(w.Hosts)-from)
@@ -340,7 +361,7 @@ func mergeByReason(a map[string]ReasonFigures, b map[string]ReasonFigures, n flo
 func roundResult(r Result) Result {
 	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
 		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV,
-		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages, &r.SubnetFloorMs} {
+		&r.CostVsMinCost, &r.ExcessRoomMeanMs, &r.ExcessRoomP95Ms, &r.UtilImbalance, &r.OverCapacity, &r.OverPages, &r.SubnetFloorMs, &r.SubnetWholeMs} {
 		*p = round3(*p)
 	}
 	for why, f := range r.EvalByReason {
@@ -595,6 +616,7 @@ func Average(reps []*Report) (*Report, error) {
 			acc.OverCapacity += x.OverCapacity / n
 			acc.OverPages += x.OverPages / n
 			acc.SubnetFloorMs += x.SubnetFloorMs / n
+			acc.SubnetWholeMs += x.SubnetWholeMs / n
 			acc.Probes += x.Probes
 			if k > 0 {
 				acc.URLs += x.URLs

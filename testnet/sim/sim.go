@@ -164,6 +164,10 @@ func Preset(name string) (Config, error) {
 		// excess (docs/experiments/2026-11-scale-probes.md)
 		c.Engine.Micra.Margin = 3 * time.Millisecond
 		c.Engine.Micra.MinCandidates = 8
+		// the hosts that find an owner slow each find a different faster
+		// crawler among thousands: their votes are pooled
+		// (docs/experiments/2026-11-scale-excess.md)
+		c.Engine.Micra.ReviewPool = 0.1
 	default:
 		return c, fmt.Errorf("sim: unknown preset %q (want paper, paper4 or scale)", name)
 	}

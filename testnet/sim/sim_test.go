@@ -483,7 +483,10 @@ func TestSubnetFloor(t *testing.T) {
 	for i := range w.Hosts {
 		subnets[i] = w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
 	}
-	exact, estimate := w.subnetFloorOf(subnets, cfg.Train, true), w.subnetFloorOf(subnets, cfg.Train, false)
+	exact, estimate := w.subnetFloorOf(subnets, cfg.Train, true, false), w.subnetFloorOf(subnets, cfg.Train, false, false)
+	if whole := w.subnetFloorOf(subnets, cfg.Train, true, true); whole < exact-1e-9 {
+		t.Fatalf("the owner best for all of a subnet's hosts gives its evaluation hosts %.4f ms, below the floor %.4f", whole, exact)
+	}
 	t.Logf("floor: exact %.4f ms, estimate %.4f ms; policies %+v", exact, estimate, rep.Results[0].SubnetFloorMs)
 	if exact <= 0 || estimate < exact-1e-9 {
 		t.Fatalf("exact floor %.4f, estimate %.4f", exact, estimate)
