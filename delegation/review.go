@@ -263,9 +263,8 @@ func (m *micraChooser) review(ctx context.Context, e *engine, ip netip.Addr, s h
 	switch {
 	case win == owner:
 	case t.count(win) > t.count(owner) || pooled:
-		// the record the engine now publishes starts a new tally; its
-		// owner leads the old one by exactly one host, as it will lead
-		// the new one
+		// the record the engine now publishes starts a new tally, in
+		// which its owner has this host
 		return ranked, verdict{handTo: ranked[0].Crawler}, nil
 	case m.cfg.BlockMargin > 0 && float64(ranked[0].RTT) <= (1-m.cfg.BlockMargin)*float64(took):
 		// one jittered sample each: only a clear margin over the owner's

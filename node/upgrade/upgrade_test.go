@@ -225,7 +225,7 @@ func TestWaveDelaySlots(t *testing.T) {
 			if d != WaveDelay(id, sha, window, others(members, id)) {
 				t.Fatalf("%s: %v depends on whether the view holds itself", id, d)
 			}
-			if d == window/6 {
+			if d.Round(time.Millisecond) == (window / 6).Round(time.Millisecond) {
 				first = id
 			}
 			delays = append(delays, d)
@@ -236,6 +236,9 @@ func TestWaveDelaySlots(t *testing.T) {
 			if delays[i].Round(time.Millisecond) != want[i].Round(time.Millisecond) {
 				t.Fatalf("release %d: delays %v, want %v", rel, delays, want)
 			}
+		}
+		if first == "" {
+			t.Fatalf("release %d: no node in the first slot", rel)
 		}
 		orders[first] = true
 	}
