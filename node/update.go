@@ -266,7 +266,7 @@ func (u *updates) offer(b release.Bundle, source string) (release.Release, error
 			}
 		}
 		if held && rel.Newer && u.cfg.AutoUpdate == AutoUpdateOn {
-			u.schedule(rel) // (once per release; a restarted node keeps its wave)
+			u.schedule(rel) // (once per release; a restarted node takes its slot once it hears the members)
 		}
 		if changed && held && rels != nil {
 			// fresher metadata (a new timestamp) for the release this node
@@ -412,19 +412,25 @@ func (u *updates) schedule(rel release.Release) {
 		u.mu.Unlock()
 		return
 	}
-	var members []string
-	if u.members != nil {
-		for _, c := range u.members.Live() {
-			members = append(members, string(c.ID))
-		}
-	}
-	delay := upgrade.WaveDelay(u.self, rel.SHA256, rel.Rollout, members)
-	u.scheduled[rel.SHA256] = u.now().Add(delay)
+	u.scheduled[rel.SHA256] = time.Time{} // (not shown until the delay is known)
 	u.wg.Add(1)
 	u.mu.Unlock()
-	u.log.Info("release to be installed", "version", rel.Version, "in", delay.Round(time.Second), "rollout", rel.Rollout)
 	go func() {
 		defer u.wg.Done()
+		if !u.waitMembers(rel.Rollout) {
+			return
+		}
+		var members []string
+		if u.members != nil {
+			for _, c := range u.members.Live() {
+				members = append(members, string(c.ID))
+			}
+		}
+		delay := upgrade.WaveDelay(u.self, rel.SHA256, rel.Rollout, members)
+		u.mu.Lock()
+		u.scheduled[rel.SHA256] = u.now().Add(delay)
+		u.mu.Unlock()
+		u.log.Info("release to be installed", "version", rel.Version, "in", delay.Round(time.Second), "rollout", rel.Rollout, "members", len(members))
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
@@ -439,6 +445,29 @@ func (u *updates) schedule(rel release.Release) {
 			u.log.Error("release not installed", "version", rel.Version, "err", err)
 		}
 	}()
+}
+
+// membersWait bounds how long a node that knows no other member waits for
+// one before taking its wave: a node that has just (re)started hears the
+// others within a few heartbeats, and its slot in the rollout window
+// depends on them (upgrade.WaveDelay).
+const membersWait = 10 * time.Second
+
+// waitMembers waits, at most min(membersWait, rollout/4), until this node
+// knows another live member; false if the node stops meanwhile.
+func (u *updates) waitMembers(rollout time.Duration) bool {
+	if u.members == nil || rollout <= 0 {
+		return u.ctx.Err() == nil
+	}
+	deadline := time.Now().Add(min(membersWait, rollout/4))
+	for len(u.members.Live()) < 2 && time.Now().Before(deadline) {
+		select {
+		case <-u.ctx.Done():
+			return false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return u.ctx.Err() == nil
 }
 
 // waitNotHeldBack waits while rel is held back (heldBack), saying so in

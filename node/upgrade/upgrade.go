@@ -160,12 +160,12 @@ func ReadHealthy(dir string) (Healthy, bool, error) {
 // holds the verified binary. The members it knows of (itself included or
 // not) are ordered by a hash of their id and the release's hash, and the
 // node takes the middle of its own slot of the rollout window: n members
-// restart window/n apart, so three nodes in an 8 s window are 2.7 s apart
-// rather than where independent random draws put them (within 2 s of
-// each other one time in six). The order depends on the release, so the
-// first wave is not always the same nodes, and a node keeps its place as long
-// as its view of the members does. With no members known it falls back
-// to its own hash's fraction of the window.
+// take their turns window/n apart, so three nodes in an 8 s window are
+// 2.7 s apart rather than where independent random draws put them (within
+// 2 s of each other one time in six). The order depends on the release,
+// so the first wave is not always the same nodes, and a node keeps its
+// place as long as its view of the members does. With no members known
+// it falls back to its own hash's fraction of the window.
 func WaveDelay(nodeID, sha256hex string, window time.Duration, members []string) time.Duration {
 	if window <= 0 {
 		return 0
