@@ -79,7 +79,8 @@ type Result struct {
 	SubnetFloorMs float64 `json:"subnet_floor_ms,omitempty"`
 	// SubnetWholeMs is the same with each subnet's crawler chosen for all
 	// its hosts, the training ones too (one owner serves them all): the
-	// evaluation URLs' excess under the best static owner per subnet.
+	// evaluation URLs' excess under the best static owner per subnet
+	// (above subnetFloorExactLimit, under one that can be had).
 	SubnetWholeMs float64 `json:"subnet_whole_ms,omitempty"`
 	// EvalByReason splits the evaluation URLs by why their decision
 	// stopped: where the probes and the excess over the optimal crawler go.
@@ -239,26 +240,27 @@ func pct(a, b int) float64 {
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
-// roundResult keeps JSON output stable and readable.
-// subnetFloorExactLimit: up to this many crawlers × evaluation hosts the
-// subnet floor tries every crawler for every subnet; above it, the
-// subnet's hosts' own optimal crawlers (the floor is then an upper
-// estimate: a crawler between spread hosts can beat all of theirs).
+// subnetFloorExactLimit: up to this many crawlers × hosts the subnet
+// figures try every crawler for every subnet; above it, the subnet's
+// hosts' own optimal crawlers (the floor is then an upper estimate — a
+// crawler between spread hosts can beat all of theirs — and the whole
+// figure the excess of an owner that can be had, not the least).
 const subnetFloorExactLimit = 500_000_000
 
-// subnetFloor is Result.SubnetFloorMs for the subnets by host, and
-// Result.SubnetWholeMs.
+// subnetFloor is Result.SubnetFloorMs and Result.SubnetWholeMs for the
+// subnets by host, in one pass over the crawlers tried.
 func (w *World) subnetFloor(subnet []hierarchy.NodeID, from int) (floor, whole float64) {
-	exact := len(w.Crawlers)*(len(w.Hosts)-from) <= subnetFloorExactLimit
-	return w.subnetFloorOf(subnet, from, exact, false), w.subnetFloorOf(subnet, from, exact, true)
+	exact := len(w.Crawlers)*len(w.Hosts) <= subnetFloorExactLimit
+	return w.subnetFloorOf(subnet, from, exact)
 }
 
-// subnetFloorOf is the evaluation hosts' mean excess when each subnet has
-// the crawler with the least excess summed over its evaluation hosts, or
-// over all its hosts (whole: the training ones too).
-func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact, whole bool) float64 {
+// subnetFloorOf returns the evaluation hosts' mean excess when each subnet
+// has the crawler with the least excess summed over its evaluation hosts
+// (floor), and when it has the one with the least excess over all its
+// hosts, the training ones too (whole).
+func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact bool) (floor, whole float64) {
 	if subnet == nil || from >= len(w.Hosts) {
-		return 0
+		return 0, 0
 	}
 	groups := map[hierarchy.NodeID][]int{}
 	for i := from; i < len(w.Hosts); i++ {
@@ -267,29 +269,30 @@ func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact, whole 
 		}
 	}
 	if len(groups) == 0 {
-		return 0
+		return 0, 0
 	}
-	if whole {
-		for i := range from {
-			if g, ok := groups[subnet[i]]; ok {
-				groups[subnet[i]] = append(g, i)
-			}
+	for i := range from { // the training hosts follow each group's evaluation ones
+		if g, ok := groups[subnet[i]]; ok {
+			groups[subnet[i]] = append(g, i)
 		}
 	}
-	var sum float64
-	for _, hosts := range groups {
-		best, bestEval := math.Inf(1), 0.0
+	var floorSum, wholeSum float64
+	// sorted: the sums come out the same to the last bit in every run
+	for _, s := range slices.Sorted(maps.Keys(groups)) {
+		hosts := groups[s]
+		bestEval, bestAll, evalAtAll := math.Inf(1), math.Inf(1), 0.0
 		try := func(c int32) {
-			var s, eval float64
+			var eval, all float64
 			for _, x := range hosts {
 				e := w.Model.MeanRTT(&w.CrawlerE[c], &w.Hosts[x]) - w.OptimalRTT[x]
-				s += e
+				all += e
 				if x >= from {
 					eval += e
 				}
 			}
-			if s < best {
-				best, bestEval = s, eval
+			bestEval = min(bestEval, eval)
+			if all < bestAll {
+				bestAll, evalAtAll = all, eval
 			}
 		}
 		if exact {
@@ -305,10 +308,12 @@ func (w *World) subnetFloorOf(subnet []hierarchy.NodeID, from int, exact, whole 
 				}
 			}
 		}
-		sum += bestEval
+		floorSum += bestEval
+		wholeSum += evalAtAll
 	}
 	// hosts outside any subnet count at their optimal crawler (0)
-	return sum / float64(len(w.Hosts)-from)
+	n := float64(len(w.Hosts) - from)
+	return floorSum / n, wholeSum / n
 }
 
 // ReasonFigures are the evaluation URLs whose decision stopped for one
@@ -358,6 +363,7 @@ func mergeByReason(a map[string]ReasonFigures, b map[string]ReasonFigures, n flo
 	}
 }
 
+// roundResult keeps JSON output stable and readable.
 func roundResult(r Result) Result {
 	for _, p := range []*float64{&r.OptimalPct, &r.OptimalPctAll, &r.ProbesPerURL, &r.ProbesPerURLLast50, &r.ProbesPerURLEval,
 		&r.ExcessMeanMs, &r.ExcessP95Ms, &r.CostVsRandom, &r.CostVsOptimal, &r.LoadImbalance, &r.LoadCV,
