@@ -3,7 +3,6 @@ package main
 // `micra bench liar`: flags and printing of testnet/bench's lying member.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -47,9 +46,7 @@ be 0.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
+				return writeJSON(os.Stdout, r)
 			}
 			printLiar(os.Stdout, r)
 			return nil
