@@ -30,6 +30,92 @@ func TestBalanceSecondBest(t *testing.T) {
 	}
 }
 
+// TestBalanceLeastCost: c1, full, owns 10.1.2.0/24 (next best c2, 20 ms
+// farther) and 10.2.2.0/24 (next best c2, 1 ms farther). When a page of the
+// first arrives, second-best moves it (2 pages × 20 ms); least-cost moves
+// the other (1 page × 1 ms) and c1 keeps the subnet taking the page.
+func TestBalanceLeastCost(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []BalanceMode{BalanceSecondBest, BalanceLeastCost} {
+		t.Run(mode.String(), func(t *testing.T) {
+			w := newSmallWorld(t)
+			w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 4*time.Millisecond
+			p := NewOptimal(w.deps(1), Config{Balance: mode})
+			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+			cs[0].Capacity = 2
+			w.join(t, p, cs...)
+			far, _ := p.Delegate(ctx, ip("10.1.2.1"))  // c1 5 ms, c2 25 ms
+			near, _ := p.Delegate(ctx, ip("10.2.2.1")) // c1 3 ms, c2 4 ms
+			if far.Owner != "c1" || near.Owner != "c1" || far.Subnet == near.Subnet {
+				t.Fatalf("c1 has room for both first pages: %v, %v", far, near)
+			}
+			d, err := p.Delegate(ctx, ip("10.1.2.2")) // a page of the first: c1 full
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantOwner, wantMoved := CrawlerID("c2"), far.Subnet
+			if mode == BalanceLeastCost {
+				wantOwner, wantMoved = "c1", near.Subnet
+			}
+			if d.Owner != wantOwner || len(d.Moved) != 1 || d.Moved[0].Subnet != wantMoved || d.Moved[0].Owner != "c2" {
+				t.Fatalf("%v: %v moved=%v; want the page at %s and subnet %d moved to c2", mode, d, d.Moved, wantOwner, wantMoved)
+			}
+			if rec, _ := w.dir.Get(wantMoved); rec.Owner != "c2" {
+				t.Fatalf("moved record: %+v", rec)
+			}
+		})
+	}
+}
+
+// TestBalanceLeastCostAsks: c1, full, owns 10.1.2.0/24 (recorded: c2 20
+// ms farther) and 10.2.2.0/24 (recorded: c2 10 ms farther); c4 joins later,
+// 1 ms farther from 10.1.2.0/24 than c1, and no record holds its answer.
+// When a page of the first arrives, the cheapest recorded move (the second
+// subnet, 10 ms a page) goes ahead when MoveAsk allows that much (or is
+// off); under a lower MoveAsk the crawlers with room are asked, and the
+// first subnet moves to c4 at 1 ms a page.
+func TestBalanceLeastCostAsks(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		ask       time.Duration
+		wantOwner CrawlerID
+		wantMoved string // the subnet moved: "first" or "second"
+		wantTo    CrawlerID
+	}{
+		{0, "c1", "second", "c2"},
+		{20 * time.Millisecond, "c1", "second", "c2"},
+		{5 * time.Millisecond, "c4", "first", "c4"},
+	} {
+		t.Run(fmt.Sprint(tc.ask), func(t *testing.T) {
+			w := newSmallWorld(t)
+			w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 13*time.Millisecond
+			w.rtt["c4"] = map[string]time.Duration{"10.1": 6 * time.Millisecond, "10.2": 90 * time.Millisecond}
+			p := NewOptimal(w.deps(1), Config{Balance: BalanceLeastCost, MoveAsk: tc.ask})
+			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+			cs[0].Capacity = 2
+			w.join(t, p, cs...)
+			first, _ := p.Delegate(ctx, ip("10.1.2.1"))
+			second, _ := p.Delegate(ctx, ip("10.2.2.1"))
+			if first.Owner != "c1" || second.Owner != "c1" {
+				t.Fatalf("c1 has room for both first pages: %v, %v", first, second)
+			}
+			w.join(t, p, Crawler{ID: "c4", Addr: netip.MustParseAddr("20.2.0.9")})
+			d, err := p.Delegate(ctx, ip("10.1.2.2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved := map[string]hierarchy.NodeID{"first": first.Subnet, "second": second.Subnet}[tc.wantMoved]
+			if d.Owner != tc.wantOwner || len(d.Moved) != 1 || d.Moved[0].Subnet != moved || d.Moved[0].Owner != tc.wantTo {
+				t.Fatalf("MoveAsk %v: %v moved=%v; want the page at %s, the %s subnet moved to %s", tc.ask, d, d.Moved, tc.wantOwner, tc.wantMoved, tc.wantTo)
+			}
+			asked := probed(d, "c4")
+			if asked != (tc.ask == 5*time.Millisecond) {
+				t.Fatalf("MoveAsk %v: c4 asked %v", tc.ask, asked)
+			}
+		})
+	}
+}
+
 func TestBalanceRelease(t *testing.T) {
 	ctx := context.Background()
 	w := newSmallWorld(t)
@@ -56,7 +142,7 @@ func TestBalanceRelease(t *testing.T) {
 // a hold. Time is the injected clock's.
 func TestBalanceHold(t *testing.T) {
 	ctx := context.Background()
-	for _, mode := range []BalanceMode{BalanceRelease, BalanceSecondBest} {
+	for _, mode := range []BalanceMode{BalanceRelease, BalanceSecondBest, BalanceLeastCost} {
 		t.Run(mode.String(), func(t *testing.T) {
 			w := newSmallWorld(t)
 			deps := w.deps(1)
@@ -141,7 +227,7 @@ func TestBalanceAgainstMinCost(t *testing.T) {
 	capacity := 300/6 + 8
 	costs := map[BalanceMode]float64{}
 	var subnets []hierarchy.NodeID
-	for _, mode := range []BalanceMode{BalanceOff, BalanceRelease, BalanceSecondBest} {
+	for _, mode := range []BalanceMode{BalanceOff, BalanceRelease, BalanceSecondBest, BalanceLeastCost} {
 		members := NewMemMembership()
 		dir := NewMemDirectory(w.tree, members)
 		book := NewMemLoadBook()
@@ -201,9 +287,10 @@ func TestBalanceAgainstMinCost(t *testing.T) {
 		}
 	}
 	ref := costs[255]
-	t.Logf("global cost: unbalanced %.0f, release %.0f (%.3f× min-cost), second-best %.0f (%.3f×), min-cost %.0f",
-		costs[BalanceOff], costs[BalanceRelease], costs[BalanceRelease]/ref, costs[BalanceSecondBest], costs[BalanceSecondBest]/ref, ref)
-	for _, m := range []BalanceMode{BalanceRelease, BalanceSecondBest} {
+	t.Logf("global cost: unbalanced %.0f, release %.0f (%.3f× min-cost), second-best %.0f (%.3f×), least-cost %.0f (%.3f×), min-cost %.0f",
+		costs[BalanceOff], costs[BalanceRelease], costs[BalanceRelease]/ref, costs[BalanceSecondBest], costs[BalanceSecondBest]/ref,
+		costs[BalanceLeastCost], costs[BalanceLeastCost]/ref, ref)
+	for _, m := range []BalanceMode{BalanceRelease, BalanceSecondBest, BalanceLeastCost} {
 		if costs[m] < ref*(1-1e-9) {
 			t.Errorf("%v beats the exact optimum: %.1f < %.1f", m, costs[m], ref)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -54,7 +55,7 @@ func (e *engine) balance(ctx context.Context, ip netip.Addr, s hierarchy.NodeID,
 	}
 	step := Step{Kind: StepBalance, Node: s}
 	if e.c.Balance == BalanceRelease {
-		moved, err := e.release(ctx, best.Crawler, s, need(best.Crawler), d, true)
+		moved, err := e.release(ctx, best.Crawler, s, need(best.Crawler), d, true, math.Inf(1))
 		if err != nil {
 			return best, err
 		}
@@ -173,30 +174,33 @@ func (e *engine) nearHolders(ctx context.Context, s hierarchy.NodeID, n int, ok 
 // records: no new probes.
 func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Record, d *Decision) error {
 	step := Step{Kind: StepBalance, Node: s}
-	if e.c.Balance == BalanceSecondBest && e.held(rec) {
+	held := e.held(rec)
+	if e.c.Balance == BalanceSecondBest && held {
 		// (the release option may still move the owner's other subnets)
 		step.Note = fmt.Sprintf("%s full, but the delegation stands: decided %v ago, held %v", rec.Owner, e.now().Sub(rec.At).Round(time.Millisecond), e.c.BalanceHold)
 		d.Steps = append(d.Steps, step)
 		return nil
 	}
-	if e.c.Balance == BalanceRelease {
-		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false)
+	switch e.c.Balance {
+	case BalanceRelease:
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
 		if err != nil {
 			return err
 		}
 		step.Note = fmt.Sprintf("%s full: released %d lowest-variance subnet(s)", rec.Owner, n)
-	} else {
-		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, s)
-		if err != nil {
+	case BalanceLeastCost:
+		if err := e.rebalanceLeastCost(ctx, s, rec, held, d, &step); err != nil {
 			return err
 		}
-		if n == 0 {
+	default:
+		n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1), s)
+		if err == nil && n == 0 {
 			// nobody probed for s has room: free room by moving another
 			// of the owner's subnets instead
-			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false)
-			if err != nil {
-				return err
-			}
+			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		}
+		if err != nil {
+			return err
 		}
 		step.Note = fmt.Sprintf("%s full: moved %d subnet(s) to the next best with room", rec.Owner, n)
 		if n == 0 {
@@ -232,20 +236,118 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 	return nil
 }
 
-// releaseVictim is a subnet release may move and its probe variance.
+// rebalanceLeastCost makes room at s's full owner for one page of s
+// (BalanceLeastCost): the least-cost move of the owner's subnets, s
+// included unless held, when one costs at most Config.MoveAsk per page;
+// otherwise it asks crawlers with room (probeRoom) for s, and s moves to
+// the best of them unless a recorded move costs less per page.
+func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec Record, held bool, d *Decision, step *Step) error {
+	ms := func(t time.Duration) float64 { return float64(t) / float64(time.Millisecond) }
+	ask, limit := e.c.MoveAsk > 0, math.Inf(1)
+	if ask {
+		limit = ms(e.c.MoveAsk)
+	}
+	n, err := e.release(ctx, rec.Owner, hierarchy.None, 1, d, ask, limit)
+	if err != nil || n > 0 {
+		step.Note = fmt.Sprintf("%s full: moved %d least-cost subnet(s) to the next best with room", rec.Owner, n)
+		return err
+	}
+	if held {
+		// s stays: any recorded move of the others
+		n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		step.Note = fmt.Sprintf("%s full: moved %d least-cost subnet(s); %v is held", rec.Owner, n, s)
+		return err
+	}
+	// no recorded move is cheap: ask crawlers with room for s
+	pick, err := e.probeRoom(ctx, d.IP, s, e.loads.Pages(s)+1, rec.Probes, step, d)
+	if err != nil {
+		return err
+	}
+	if !pick.OK {
+		n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		step.Note = fmt.Sprintf("%s full, nobody with room answered for %v: moved %d least-cost subnet(s)", rec.Owner, s, n)
+		return err
+	}
+	own := rec.OwnerRTT
+	if a, ok := answerOf(rec.Probes, rec.Owner); ok && a.OK {
+		own = a.RTT
+	}
+	if n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, true, ms(pick.RTT-own)); err != nil || n > 0 {
+		step.Note = fmt.Sprintf("%s full: moved %d recorded subnet(s), cheaper than %v to %s", rec.Owner, n, s, pick.Crawler)
+		return err
+	}
+	nr := rec
+	nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
+	nr.Epoch = NextEpoch(rec.Epoch, nr.At)
+	nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
+	nr.Probes = append(slices.Clone(rec.Probes), pick)
+	sortRanked(nr.Probes)
+	pub, err := e.d.Dir.Publish(ctx, nr)
+	if errors.Is(err, ErrBusy) {
+		return nil // being decided elsewhere right now: it stays
+	}
+	if err != nil {
+		return err
+	}
+	e.loads.Move(s, pub.Owner)
+	d.Moved = append(d.Moved, pub)
+	step.Note = fmt.Sprintf("%s full, no recorded move cheap: probed crawlers with room, %s takes %v", rec.Owner, pub.Owner, s)
+	return nil
+}
+
+// movingPages is the pages that go with subnet s when it moves: its own,
+// and the one being delegated when d is s's decision.
+func (e *engine) movingPages(s hierarchy.NodeID, d *Decision) int {
+	vp := e.loads.Pages(s)
+	if s == d.Subnet {
+		vp++
+	}
+	return vp
+}
+
+// moveCost returns the answer of rec's nearest recorded crawler, other
+// than c, with room for pages (room; nil: hasRoom), and what moving the
+// subnet there from c costs: the RTT it adds over c's answer (the record's
+// OwnerRTT when c's answer is not in it), in ms, times the pages. False
+// when no recorded crawler has room.
+func (e *engine) moveCost(rec Record, c CrawlerID, pages int, room func(CrawlerID, int) bool) (ProbeResult, float64, bool) {
+	if room == nil {
+		room = e.hasRoom
+	}
+	own := rec.OwnerRTT
+	if a, ok := answerOf(rec.Probes, c); ok && a.OK {
+		own = a.RTT
+	}
+	var to ProbeResult
+	for _, a := range rec.Probes {
+		if a.Crawler == c || !a.OK || (to.OK && a.RTT >= to.RTT) || !room(a.Crawler, pages) {
+			continue
+		}
+		to = a
+	}
+	if !to.OK {
+		return to, 0, false
+	}
+	return to, float64(to.RTT-own) / float64(time.Millisecond) * float64(pages), true
+}
+
+// releaseVictim is a subnet release may move and its key: probe variance,
+// or the cost of the move (BalanceLeastCost).
 type releaseVictim struct {
 	subnet hierarchy.NodeID
 	vari   float64
 }
 
 // release moves subnets away from crawler c (option a) until it has room
-// for pages more, lowest probe-variance first. It returns how many moved.
-// With only, the candidates are restricted to those subnets. With whole,
-// nothing moves unless the moves make that room: a new subnet that goes to
-// its second best anyway gains nothing from them, and the subnets moved
-// would be crawled from farther away. (A cached subnet's page is added
-// whatever happens, so there any room freed helps.)
-func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, whole bool, only ...hierarchy.NodeID) (int, error) {
+// for pages more, each to its next recorded crawler with room: lowest
+// probe-variance first, or, with BalanceLeastCost, the least cost first
+// (moveCost). It returns how many moved. With only, the candidates are
+// restricted to those subnets. With whole, nothing moves unless the moves
+// make that room at a cost of at most maxPerPage (ms) per page moved: a
+// new subnet that goes to its second best anyway gains nothing from them,
+// and the subnets moved would be crawled from farther away. (A cached
+// subnet's page is added whatever happens, so there any room freed helps.)
+func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.NodeID, pages int, d *Decision, whole bool, maxPerPage float64, only ...hierarchy.NodeID) (int, error) {
 	// (subnets and variances only, in a buffer kept across calls: a crawler
 	// among 10,000 holds a hundred subnets, and copying every record each
 	// time a full crawler takes a page was most of the simulator's garbage)
@@ -266,7 +368,14 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		if !ok || rec.Owner != c || len(rec.Probes) < 2 || e.held(rec) {
 			continue // no next best known (placement or single probe), or held
 		}
-		vs = append(vs, releaseVictim{rec.Subnet, probeVariance(rec.Probes)})
+		key := probeVariance(rec.Probes)
+		if e.c.Balance == BalanceLeastCost {
+			var can bool
+			if _, key, can = e.moveCost(rec, c, e.movingPages(rec.Subnet, d), nil); !can {
+				continue // no recorded alternative has room
+			}
+		}
+		vs = append(vs, releaseVictim{rec.Subnet, key})
 	}
 	slices.SortFunc(vs, func(a, b releaseVictim) int {
 		if c := cmp.Compare(a.vari, b.vari); c != 0 {
@@ -282,6 +391,7 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 	var plan []move
 	delta := map[CrawlerID]int{} // pages the plan adds (or takes)
 	room := func(x CrawlerID, n int) bool { return e.hasRoom(x, delta[x]+n) }
+	cost, moving := 0.0, 0
 	for _, v := range vs {
 		if room(c, pages) {
 			break
@@ -293,23 +403,15 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		if !ok {
 			continue
 		}
-		vp := e.loads.Pages(rec.Subnet)
-		if rec.Subnet == d.Subnet {
-			vp++ // the page being delegated goes with it
-		}
-		alts := slices.Clone(rec.Probes)
-		slices.SortStableFunc(alts, func(a, b ProbeResult) int { return cmp.Compare(a.RTT, b.RTT) })
-		for _, a := range alts {
-			if a.Crawler == c || !a.OK || !room(a.Crawler, vp) {
-				continue
-			}
-			plan = append(plan, move{rec, a})
+		vp := e.movingPages(rec.Subnet, d)
+		if to, k, can := e.moveCost(rec, c, vp, room); can {
+			plan = append(plan, move{rec, to})
 			delta[c] -= vp
-			delta[a.Crawler] += vp
-			break
+			delta[to.Crawler] += vp
+			cost, moving = cost+k, moving+vp
 		}
 	}
-	if whole && !room(c, pages) {
+	if whole && (!room(c, pages) || (!math.IsInf(maxPerPage, 1) && cost > maxPerPage*float64(moving))) {
 		return 0, nil
 	}
 	moved := 0

@@ -118,7 +118,8 @@ type micraChooser struct {
 	placeCells placeCells
 	groupOrder []cellBound
 	cellOrder  []cellBound
-	// noRoom, during a decision with BalanceSecondBest, reports crawlers
+	// noRoom, during a decision with BalanceSecondBest or
+	// BalanceLeastCost, reports crawlers
 	// without room for the subnet: they are not candidates (nil: all are)
 	noRoom func(ci uint32) bool
 	// capOf[ci] is a live crawler's capacity as of locate; loadCtr[ci] its

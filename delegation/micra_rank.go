@@ -21,12 +21,12 @@ const minMarginRTT = time.Microsecond
 // position) with room stand in for it as candidates.
 const roomStandIns = 2
 
-// roomFilter returns, with second-best balancing, whether a crawler lacks
+// roomFilter returns, with second-best or least-cost balancing, whether a crawler lacks
 // room for subnet s (its pages and the one being delegated; the owner needs
 // room for one page); nil otherwise: with the release option a full best
 // crawler still wins and moves other subnets away.
 func (m *micraChooser) roomFilter(e *engine, s hierarchy.NodeID) func(ci uint32) bool {
-	if e.c.Balance != BalanceSecondBest || e.loads == nil {
+	if (e.c.Balance != BalanceSecondBest && e.c.Balance != BalanceLeastCost) || e.loads == nil {
 		return nil
 	}
 	extra := 1

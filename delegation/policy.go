@@ -43,6 +43,15 @@ const (
 	// BalanceSecondBest is the paper's option (b): the new subnet goes to the
 	// best-ranked crawler that still has room.
 	BalanceSecondBest
+	// BalanceLeastCost is option (b) with moves chosen by what they cost:
+	// a new subnet goes to the best-ranked crawler with room, and when an
+	// owner is full, whichever of its subnets (the one taking a page
+	// included) adds the least RTT × pages at its next recorded crawler
+	// with room moves, not necessarily the one taking the page. Among
+	// thousands of crawlers the arriving subnet's next best is often far
+	// while another subnet of the owner has a next best a millisecond
+	// away (docs/experiments/2026-11-scale-excess.md).
+	BalanceLeastCost
 )
 
 func (m BalanceMode) String() string {
@@ -53,11 +62,13 @@ func (m BalanceMode) String() string {
 		return "release"
 	case BalanceSecondBest:
 		return "second-best"
+	case BalanceLeastCost:
+		return "least-cost"
 	}
 	return fmt.Sprintf("BalanceMode(%d)", uint8(m))
 }
 
-// ParseBalanceMode accepts "off", "release" and "second-best".
+// ParseBalanceMode accepts "off", "release", "second-best" and "least-cost".
 func ParseBalanceMode(s string) (BalanceMode, error) {
 	switch strings.ToLower(s) {
 	case "off", "", "none":
@@ -66,8 +77,10 @@ func ParseBalanceMode(s string) (BalanceMode, error) {
 		return BalanceRelease, nil
 	case "second-best", "secondbest", "b":
 		return BalanceSecondBest, nil
+	case "least-cost", "leastcost":
+		return BalanceLeastCost, nil
 	}
-	return 0, fmt.Errorf("delegation: unknown balance mode %q (want off, release or second-best)", s)
+	return 0, fmt.Errorf("delegation: unknown balance mode %q (want off, release, second-best or least-cost)", s)
 }
 
 // Config holds the tunables. The zero value of a field means "default"; see
@@ -102,6 +115,13 @@ type Config struct {
 	// crawler before that came in were crawled twice; a hold makes each
 	// move stick. New subnets still go to crawlers with room. Zero: none.
 	BalanceHold time.Duration
+	// MoveAsk: with BalanceLeastCost, when no recorded move of a full
+	// owner's subnets costs at most this per page, the crawlers with room
+	// are asked (RoomProbes of them) for the subnet taking the page, and
+	// it moves to the best answer unless a recorded move costs less per
+	// page. Zero: always the cheapest recorded move (probing only when
+	// none has room).
+	MoveAsk time.Duration
 	// RoomProbes caps the crawlers probed for room when no ranked or
 	// recorded alternative has any (load balancing's last resort): micra
 	// asks those it predicts nearest, other policies the holders nearest

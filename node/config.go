@@ -72,8 +72,9 @@ type Config struct {
 	Policy string
 	// Balance is the load balancing this peer's decisions apply when the
 	// nearest crawler has no room (its advertised capacity reached): off,
-	// release (the paper's option (a)) or second-best (option (b), the
-	// default). On the testnet with moves fenced and held (BalanceHold),
+	// release (the paper's option (a)), second-best (option (b), the
+	// default) or least-cost (option (b), a full owner moving whichever of
+	// its subnets costs least to move). On the testnet with moves fenced and held (BalanceHold),
 	// second-best kept every crawler under its capacity with nothing
 	// fetched twice and the makespan of no balancing; release moved more
 	// subnets farther away (docs/experiments/2026-11-testnet-log.md).
@@ -279,7 +280,7 @@ type File struct {
 	CrawlerAddr       string   `json:"crawler_addr,omitempty"`
 	Capacity          int      `json:"capacity,omitempty"`
 	Policy            string   `json:"policy,omitempty"`
-	Balance           string   `json:"balance,omitempty"` // off, release, second-best (default)
+	Balance           string   `json:"balance,omitempty"` // off, release, second-best (default), least-cost
 	BalanceHold       string   `json:"balance_hold,omitempty"`
 	Hierarchy         string   `json:"hierarchy,omitempty"`
 	Metrics           string   `json:"metrics,omitempty"`

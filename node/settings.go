@@ -107,7 +107,7 @@ var Settings = []Setting{
 	{Key: "identities_per_peer", Group: "overlay", Type: "int", Default: `0`, Example: `2000`,
 		Meaning: "open network: members one neighbour may introduce by relaying their heartbeats; 0: the default, 512"},
 	{Key: "balance", Group: "overlay", Type: "string", Default: `"second-best"`, Example: `"off"`, check: checkBalance,
-		Meaning: "when the nearest crawler is full: off, release (give the subnet up) or second-best"},
+		Meaning: "when the nearest crawler is full: off, release (give the subnet up), second-best or least-cost (a full owner moves whichever subnet costs least to move)"},
 	{Key: "balance_hold", Group: "overlay", Type: "duration", Default: `"10m"`, Example: `"1h"`, check: checkDuration,
 		Meaning: "how long a delegation stands before load balancing may move it to another crawler; 0s: no hold"},
 	{Key: "hierarchy", Group: "overlay", Type: "path", Default: `""`, Example: `"snap.bin"`,

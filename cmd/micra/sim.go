@@ -407,7 +407,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
 	f.StringVar(&names, "names", sim.NamesRandom, "crawler names: random (like peer IDs, in no relation to placement) or ordered (c00, c01, … in spread-first placement order)")
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")
-	f.StringVar(&balance, "balance", "off", "load balancing: off, release or second-best (capacity: --capacity-factor; preset scale: second-best)")
+	f.StringVar(&balance, "balance", "off", "load balancing: off, release, second-best or least-cost (capacity: --capacity-factor; preset scale: least-cost)")
 	f.Float64Var(&capacityFactor, "capacity-factor", 2, "mean crawler capacity as a multiple of hosts/crawlers (preset scale: 1.5)")
 	f.Float64Var(&capacitySigma, "capacity-sigma", 0, "crawler capacities log-normal with this σ of ln capacity around the mean; 0: all equal (preset scale: 0.5)")
 	f.StringVar(&latency, "latency", "formula", "latency without --sites/--rtt: formula (distance × per-pair stretch + access + jitter) or hubs (a synthetic matrix routed through regional transit hubs, world.HubMatrix: near on the map is not always near on the network)")
