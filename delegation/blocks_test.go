@@ -182,6 +182,40 @@ func TestBlockNeedsMargin(t *testing.T) {
 	}
 }
 
+// TestClearMarginHandsOverWhenBalancing: with load balancing on, blocks
+// are not delegated (the load book counts pages by subnet), so the first
+// review's clear margin (b 6 ms against a's 90) hands S to b at once,
+// where without balancing it delegates the block and S stays a's until
+// b leads the tally. Among thousands of crawlers a subnet's hosts rarely
+// outvote its owner, and dropping the margin's verdict kept far owners
+// (docs/experiments/2026-11-scale-excess.md).
+func TestClearMarginHandsOverWhenBalancing(t *testing.T) {
+	for _, mode := range []BalanceMode{BalanceOff, BalanceSecondBest, BalanceLeastCost} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := blockCfg
+			cfg.Balance = mode
+			w := newReviewWorld(t, cfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+			s := w.subnetS(t)
+			first := w.delegateFirst(t, "a")
+			d := w.review(t, laterHost(1), "a", w.later["a"])
+			t.Logf("review: %v", d)
+			rec, _ := w.dir.Get(s)
+			if mode == BalanceOff {
+				if d.Reason != ReasonBlockDelegated || rec.Owner != "a" || len(rec.Blocks) != 1 {
+					t.Fatalf("balancing off: want the block to b in a's record, got %v %+v", d, rec)
+				}
+				return
+			}
+			if d.Reason != ReasonHandedOver || d.Owner != "b" || rec.Owner != "b" || len(rec.Blocks) != 0 || rec.Epoch != first.Record.Epoch+1 {
+				t.Fatalf("%v: want S handed to b without blocks, got %v %+v", mode, d, rec)
+			}
+			if o, _ := w.loads.Owner(s); o != "b" {
+				t.Fatalf("%v: the load book has S at %q", mode, o)
+			}
+		})
+	}
+}
+
 // TestBlockOutlivesOwners: a delegated block answers for its hosts while
 // its owner lives, even when the subnet's owner has died, and a record the
 // subnet gets afresh carries it; once the block's owner dies its hosts go

@@ -27,7 +27,8 @@ import (
 // host is not the owner, and whose answer beats the owner's timing by that
 // margin, delegates the host's block (BlockOf) to it while the subnet stays
 // (reason ReasonBlockDelegated), or hands the subnet over when the subnet
-// lies inside one block; hosts of a delegated block are not reviewed.
+// lies inside one block or load balancing is on (its book counts pages by
+// subnet); hosts of a delegated block are not reviewed.
 //
 // Review accounts no page (Delegate did). It is a no-op, returning the
 // current record (reason cached), when ip's subnet is not delegated to
@@ -96,11 +97,12 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	}
 	handTo := v.handTo
 	if v.blockTo != "" && handTo == "" {
-		if !e.splits(s) {
-			// the block would be the whole subnet: the clear margin
-			// hands the subnet over instead
+		if !e.splits(s) || e.c.Balance != BalanceOff {
+			// the block would be the whole subnet, or, balancing, blocks
+			// are not delegated (the load book counts pages by subnet):
+			// the clear margin hands the subnet over instead
 			handTo = v.blockTo
-		} else if e.c.Balance == BalanceOff && e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
+		} else if e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
 			return e.delegateBlock(ctx, ip, s, rec, ranked, v.blockTo, d)
 		}
 	}

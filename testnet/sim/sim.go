@@ -153,7 +153,9 @@ func Preset(name string) (Config, error) {
 		// enforced, with half again as much room in all as there are pages
 		c.Crawlers, c.Hosts, c.Train = 10000, 1000000, 650000
 		c.CapacityFactor, c.CapacitySigma = 1.5, 0.5
-		c.Engine.Balance = delegation.BalanceSecondBest
+		// a full owner moves whichever of its subnets costs least to move
+		// (docs/experiments/2026-11-scale-excess.md)
+		c.Engine.Balance = delegation.BalanceLeastCost
 		// pairs learned from each record's three lowest answers only: the
 		// pairwise model is most of micra's memory among 10,000 crawlers
 		c.Engine.Micra.PairFromLowest = 3
