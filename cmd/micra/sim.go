@@ -403,7 +403,7 @@ seed print the same report. See docs/simulator.md.`,
 	f.StringVar(&thresholds, "threshold", "50", "probing threshold in ms, a list (25,50,75) or 'paper' for 25,50,75,100,125")
 	f.Uint64Var(&seed, "seed", 1, "seed of placement, latency model and policies")
 	f.IntVar(&seeds, "seeds", 1, "average over this many seeds (seed, seed+1, …): placements vary a lot between seeds")
-	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers)")
+	f.StringVar(&policies, "policies", "", "comma-separated policies (default ipmicra,micra,optimal,hash,random; optimal only up to 1000 crawlers); subnet-oracle adds a reference row: whole subnets online within the capacities, every RTT known (formula latency)")
 	f.StringVar(&hostDist, "host-dist", sim.HostsUniform, "how hosts spread over the hierarchy's leaf ranges: uniform (nearly one host per subnet) or zipf (popular subnets, like web hosting)")
 	f.StringVar(&names, "names", sim.NamesRandom, "crawler names: random (like peer IDs, in no relation to placement) or ordered (c00, c01, … in spread-first placement order)")
 	f.Float64Var(&ipv6Share, "ipv6", 0, "fraction of hosts at IPv6 addresses (0..1)")

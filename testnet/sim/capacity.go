@@ -1,13 +1,17 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/micra-crawler/micra/data/geo"
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
 	"github.com/micra-crawler/micra/testnet/world"
 )
 
@@ -74,6 +78,31 @@ func newRoomRef(w *World, hasRoom func(c int32) bool) *roomRef {
 	}
 	r.ix = world.NewIndex(pts)
 	return r
+}
+
+// nearestWith returns the crawler with the lowest floor RTT to host h
+// among those ok accepts (formula worlds); false when ok accepts none.
+func (r *roomRef) nearestWith(h int, ok func(c int32) bool) (int32, bool) {
+	w, m := r.w, r.w.Model
+	he := &w.Hosts[h]
+	best, bestC := math.Inf(1), int32(-1)
+	fibre := m.Config().FibreKmPerMs
+	radiusFor := func(b float64) float64 {
+		if math.IsInf(b, 1) {
+			return math.Inf(1)
+		}
+		return math.Max(0, (b-he.AccessMs-r.minAcc)*fibre/2)*(1+1e-9) + 1e-6
+	}
+	r.ix.Search(he.Loc, radiusFor(best), func(c int, dist float64) float64 {
+		ce := &w.CrawlerE[c]
+		if m.LowerBoundMs(he, dist, ce.AccessMs) < best && ok(int32(c)) {
+			if f := m.FloorRTT(ce, he); f < best {
+				best, bestC = f, int32(c)
+			}
+		}
+		return radiusFor(best)
+	})
+	return bestC, bestC >= 0
 }
 
 // floor returns the floor RTT (ms) of host h from the nearest crawler with
@@ -223,4 +252,87 @@ func (w *World) capacityText(cfg Config) string {
 	}
 	return fmt.Sprintf("%s, mean %d pages (%g × hosts/crawlers), min %d, median %d, max %d",
 		dist, meanCapacity(w.Crawlers), cfg.CapacityFactor, caps[0], caps[len(caps)/2], caps[len(caps)-1])
+}
+
+// subnetOracle is the "subnet-oracle" row: what delegating whole subnets
+// online can do within the capacities when every RTT is known. Hosts come
+// in the run's order; a subnet (the smallest non-unary node, as the
+// engine delegates) goes on its first host to the crawler with the lowest
+// RTT to it among those with room for a page; a further host stays with
+// the subnet's owner while it has room, else the subnet, its pages and
+// this one, moves to the crawler with the lowest RTT to this host among
+// those with room for them all (when none has, the owner takes the page
+// over capacity). A host outside the hierarchy goes alone to its nearest
+// crawler with room. No probes: a reference, not a policy
+// (formula latency only: it searches crawler positions).
+func (w *World) subnetOracle(ctx context.Context, cfg Config) (*run, error) {
+	if w.Model.Matrix() != nil {
+		return nil, errors.New("sim: subnet-oracle needs the formula latency (no --sites/--rtt, --latency formula)")
+	}
+	start := time.Now()
+	n := len(w.Hosts)
+	r := &run{spec: PolicySpec{Name: "subnet-oracle"}, owner: make([]int32, n), probes: make([]uint32, n),
+		reason: make([]string, n), subnet: make([]hierarchy.NodeID, n), reasons: map[string]int{"oracle": n}}
+	ref := newRoomRef(w, nil)
+	load := make([]int, len(w.Crawlers))
+	capOf := func(c int32) int { return max(1, w.Crawlers[c].Capacity) }
+	type sub struct {
+		owner int32
+		pages int
+	}
+	subs := map[hierarchy.NodeID]*sub{}
+	for i := range w.Hosts {
+		if i&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		s := w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
+		r.subnet[i], r.reason[i] = s, "oracle"
+		if s == hierarchy.None || s == hierarchy.Root {
+			c, ok := ref.nearestWith(i, func(c int32) bool { return load[c]+1 <= capOf(c) })
+			if !ok {
+				c = w.Optimal[i] // nobody has room: over capacity
+			}
+			load[c]++
+			r.owner[i] = c
+			continue
+		}
+		sb := subs[s]
+		if sb != nil && load[sb.owner]+1 <= capOf(sb.owner) {
+			load[sb.owner]++
+			sb.pages++
+			continue
+		}
+		need := 1
+		if sb != nil {
+			need += sb.pages
+		}
+		c, ok := ref.nearestWith(i, func(c int32) bool { return load[c]+need <= capOf(c) })
+		switch {
+		case !ok && sb != nil:
+			// nobody has room for the whole subnet: its owner takes the
+			// page over capacity, as the engine's balancing does
+			load[sb.owner]++
+			sb.pages++
+			continue
+		case !ok:
+			c = w.Optimal[i]
+		}
+		if sb == nil {
+			sb = &sub{}
+			subs[s] = sb
+		} else {
+			load[sb.owner] -= sb.pages
+		}
+		load[c] += need
+		sb.owner, sb.pages = c, need
+	}
+	for i := range w.Hosts {
+		if sb := subs[r.subnet[i]]; sb != nil {
+			r.owner[i] = sb.owner
+		}
+	}
+	r.elapsed = time.Since(start)
+	return r, nil
 }

@@ -2,11 +2,16 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/micra-crawler/micra/delegation"
+	"github.com/micra-crawler/micra/hierarchy"
+	"github.com/micra-crawler/micra/testnet/world"
 )
 
 // TestCapacities: equal capacities are factor × hosts / crawlers; log-normal
@@ -112,5 +117,91 @@ func TestBalancedRunWithinCapacity(t *testing.T) {
 	}
 	if rep.Capacity == "" || rep.Balance != "second-best" {
 		t.Errorf("report: capacity %q, balance %q", rep.Capacity, rep.Balance)
+	}
+}
+
+// TestSubnetOracle: the subnet-oracle row keeps every crawler within its
+// capacity (where every subnet fits one crawler), gives each subnet one
+// owner, probes nothing, and with room to spare puts every subnet at the
+// optimal crawler of its first host; Run reports it as a row; and it
+// refuses a matrix world. (It is no bound: moving a whole large subnet to
+// the nearest crawler with room for it all can cost more than micra's
+// least-cost moves of smaller ones.)
+func TestSubnetOracle(t *testing.T) {
+	ctx := context.Background()
+	for _, factor := range []float64{2, 1000} {
+		cfg := small(5)
+		cfg.Crawlers, cfg.Hosts, cfg.Train = 20, 2000, 1300
+		cfg.HostDist, cfg.CapacityFactor = HostsZipf, factor
+		cfg.Engine.Balance = delegation.BalanceLeastCost
+		cfg.Policies = []string{"micra", "subnet-oracle"}
+		w, err := NewWorldContext(ctx, cfg.withDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.subnetOracle(ctx, cfg.withDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := map[hierarchy.NodeID]int{}
+		for i := range w.Hosts {
+			size[r.subnet[i]]++
+		}
+		if big := slices.Max(slices.Collect(maps.Values(size))); big > w.Crawlers[0].Capacity {
+			// (no one-owner assignment then fits: the case would test nothing)
+			t.Fatalf("factor %g: a subnet of %d hosts, capacity %d", factor, big, w.Crawlers[0].Capacity)
+		}
+		load := make([]int, len(w.Crawlers))
+		owner := map[hierarchy.NodeID]int32{}
+		first := map[hierarchy.NodeID]int{}
+		for i := range w.Hosts {
+			load[r.owner[i]]++
+			if r.probes[i] != 0 {
+				t.Fatalf("host %d: %d probes", i, r.probes[i])
+			}
+			s := r.subnet[i]
+			if o, ok := owner[s]; ok && o != r.owner[i] {
+				t.Fatalf("subnet %d has owners %d and %d", s, o, r.owner[i])
+			}
+			owner[s] = r.owner[i]
+			if _, ok := first[s]; !ok {
+				first[s] = i
+			}
+		}
+		for c, l := range load {
+			if l > max(1, w.Crawlers[c].Capacity) {
+				t.Fatalf("factor %g: crawler %d carries %d pages over its capacity %d", factor, c, l, w.Crawlers[c].Capacity)
+			}
+		}
+		if factor == 1000 {
+			for s, i := range first {
+				if owner[s] != w.Optimal[i] {
+					t.Fatalf("room to spare: subnet %d went to %d, not its first host's optimal crawler %d", s, owner[s], w.Optimal[i])
+				}
+			}
+			continue
+		}
+		rep, _, err := Run(ctx, cfg, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]Result{}
+		for _, x := range rep.Results {
+			got[x.Policy] = x
+		}
+		o, m := got["subnet-oracle"], got["micra"]
+		t.Logf("room excess: oracle %.2f / %.2f ms, micra %.2f / %.2f ms", o.ExcessRoomMeanMs, o.ExcessRoomP95Ms, m.ExcessRoomMeanMs, m.ExcessRoomP95Ms)
+		if o.Policy != "subnet-oracle" || o.ProbesPerURL != 0 || o.OverCapacity != 0 || o.URLs != cfg.Hosts {
+			t.Fatalf("oracle row %+v", o)
+		}
+	}
+	cfg := small(5)
+	mx, err := world.HubMatrix(1, 0.08)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Matrix, cfg.Policies = mx, []string{"subnet-oracle"}
+	if _, _, err := Run(ctx, cfg, nil); err == nil || !strings.Contains(err.Error(), "formula latency") {
+		t.Fatalf("a matrix world: want the formula-latency error, got %v", err)
 	}
 }

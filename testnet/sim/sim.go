@@ -45,6 +45,9 @@ type PolicySpec struct {
 	// Brute marks policies that probe every crawler (skipped by default when
 	// there are too many crawlers for that to finish).
 	Brute bool
+	// Reference, when set, computes the row from the world instead of
+	// running a policy (New is unused): a reference, not a policy.
+	Reference func(w *World, ctx context.Context, cfg Config) (*run, error)
 }
 
 // Policies lists every policy the simulator knows, in report order.
@@ -57,6 +60,9 @@ var Policies = []PolicySpec{
 	// the crawl-cost baseline: delegation without locality, never balanced
 	// (it spreads load evenly anyway, and balancing would make it probe)
 	{Name: "random", New: delegation.NewRandom, Tweak: func(c *delegation.Config) { c.Balance = delegation.BalanceOff }},
+	// knows every RTT: one owner per subnet, the nearest with room
+	// (capacity.go, subnetOracle)
+	{Name: "subnet-oracle", Reference: (*World).subnetOracle},
 }
 
 // DefaultPolicies are run when Config.Policies is empty.
@@ -647,7 +653,11 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			runs[i], errs[i] = w.runPolicy(ctx, cfg, spec)
+			if spec.Reference != nil {
+				runs[i], errs[i] = spec.Reference(w, ctx, cfg)
+			} else {
+				runs[i], errs[i] = w.runPolicy(ctx, cfg, spec)
+			}
 			if errs[i] == nil {
 				cfg.Logger.Debug("policy done", "policy", spec.Name, "threshold", cfg.Threshold, "took", runs[i].elapsed,
 					"decisions_per_s", float64(len(w.Hosts))/runs[i].elapsed.Seconds())
