@@ -188,13 +188,15 @@ func TestBlockNeedsMargin(t *testing.T) {
 // where without balancing it delegates the block and S stays a's until
 // b leads the tally. Among thousands of crawlers a subnet's hosts rarely
 // outvote its owner, and dropping the margin's verdict kept far owners
-// (docs/experiments/2026-11-scale-excess.md).
+// (docs/experiments/2026-11-scale-excess.md). b did not answer for S's
+// first host: nothing says S's hosts sit apart (TestClearMarginNoTugOfWar).
 func TestClearMarginHandsOverWhenBalancing(t *testing.T) {
 	for _, mode := range []BalanceMode{BalanceOff, BalanceSecondBest, BalanceLeastCost} {
 		t.Run(mode.String(), func(t *testing.T) {
 			cfg := blockCfg
 			cfg.Balance = mode
 			w := newReviewWorld(t, cfg, map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}, true)
+			delete(w.first, "b") // b does not answer for the first host
 			s := w.subnetS(t)
 			first := w.delegateFirst(t, "a")
 			d := w.review(t, laterHost(1), "a", w.later["a"])
@@ -213,6 +215,42 @@ func TestClearMarginHandsOverWhenBalancing(t *testing.T) {
 				t.Fatalf("%v: the load book has S at %q", mode, o)
 			}
 		})
+	}
+}
+
+// TestClearMarginNoTugOfWar: S's first host is nearest a (5 ms, b 20),
+// its later hosts alternately nearest b (6 ms against a's 90) and a. With
+// balancing, a clear margin must not hand S back and forth: the record
+// shows b slower than a for the host that decided S, so S's hosts sit
+// apart and the tally decides (here: a keeps it, one host each way).
+func TestClearMarginNoTugOfWar(t *testing.T) {
+	cfg := blockCfg
+	cfg.Balance = BalanceSecondBest
+	nearB := map[CrawlerID]time.Duration{"a": 90 * time.Millisecond, "b": 6 * time.Millisecond, "c": 150 * time.Millisecond}
+	nearA := map[CrawlerID]time.Duration{"a": 5 * time.Millisecond, "b": 20 * time.Millisecond, "c": 150 * time.Millisecond}
+	w := newReviewWorld(t, cfg, nearB, true)
+	first := w.delegateFirst(t, "a")
+	if a, ok := answerOf(first.Record.Probes, "b"); !ok || !a.OK {
+		t.Fatalf("b's answer for the first host is not in the record (the case tests nothing): %+v", first.Record.Probes)
+	}
+	var owners []CrawlerID
+	for i := 1; i <= 6; i++ {
+		w.later = nearB
+		if i%2 == 0 {
+			w.later = nearA
+		}
+		owner := CrawlerID("a")
+		if len(owners) > 0 {
+			owner = owners[len(owners)-1]
+		}
+		d := w.review(t, laterHost(i), owner, w.later[owner])
+		owners = append(owners, d.Owner)
+	}
+	t.Logf("owners after each review: %v", owners)
+	for i, o := range owners {
+		if o != "a" {
+			t.Fatalf("review %d handed S to %s: %v", i+1, o, owners)
+		}
 	}
 }
 

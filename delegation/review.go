@@ -97,12 +97,21 @@ func (le learningEngine) Review(ctx context.Context, ip netip.Addr, owner Crawle
 	}
 	handTo := v.handTo
 	if v.blockTo != "" && handTo == "" {
-		if !e.splits(s) || e.c.Balance != BalanceOff {
-			// the block would be the whole subnet, or, balancing, blocks
-			// are not delegated (the load book counts pages by subnet):
-			// the clear margin hands the subnet over instead
+		switch {
+		case !e.splits(s):
+			// the block would be the whole subnet: the clear margin
+			// hands the subnet over instead
 			handTo = v.blockTo
-		} else if e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks {
+		case e.c.Balance != BalanceOff:
+			// balancing: blocks are not delegated (the load book counts
+			// pages by subnet), so the clear margin hands the subnet over
+			// — unless the record shows that crawler slower than the
+			// owner for the host that decided the subnet: its hosts sit
+			// apart, and handing it over would only start a tug of war
+			if !slowerForDecider(rec, v.blockTo) {
+				handTo = v.blockTo
+			}
+		case e.live(v.blockTo) && len(e.carryBlocks(rec.Blocks, rec.Owner)) < MaxBlocks:
 			return e.delegateBlock(ctx, ip, s, rec, ranked, v.blockTo, d)
 		}
 	}
@@ -155,6 +164,21 @@ func (e *engine) delegateBlock(ctx context.Context, ip netip.Addr, s hierarchy.N
 		d.Owner, d.OwnerRTT = b.Owner, b.OwnerRTT
 	}
 	return d, nil
+}
+
+// slowerForDecider reports whether rec's answers (those of the host that
+// decided it, or of the review that handed it over) show c slower than the
+// owner.
+func slowerForDecider(rec Record, c CrawlerID) bool {
+	a, ok := answerOf(rec.Probes, c)
+	if !ok || !a.OK {
+		return false
+	}
+	own := rec.OwnerRTT
+	if o, ok := answerOf(rec.Probes, rec.Owner); ok && o.OK {
+		own = o.RTT
+	}
+	return own > 0 && a.RTT > own
 }
 
 // answerOf returns c's answer among rs.
