@@ -75,8 +75,10 @@ type engine struct {
 	learnTick   uint64  // counts records offered to learnOnce
 
 	ranking Decision // the decision being ranked (see decide)
-	// victims is release's scratch list (empty between calls)
+	// victims is release's scratch list (empty between calls), subsBuf the
+	// full crawler's subnets it reads from an in-memory book
 	victims []releaseVictim
+	subsBuf []hierarchy.NodeID
 }
 
 func newEngine(name string, d Deps, c Config, ch chooser) *engine {

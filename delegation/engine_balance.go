@@ -237,10 +237,11 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 }
 
 // rebalanceLeastCost makes room at s's full owner for one page of s
-// (BalanceLeastCost): the least-cost move of the owner's subnets, s
-// included unless held, when one costs at most Config.MoveAsk per page;
-// otherwise it asks crawlers with room (probeRoom) for s, and s moves to
-// the best of them unless a recorded move costs less per page.
+// (BalanceLeastCost): the least-cost move (RTT added × pages) of the
+// owner's subnets, s included unless held. With Config.MoveAsk set and
+// that move costing more than MoveAsk per page, it asks crawlers with room
+// (probeRoom) for s instead, and s moves to the best of them unless the
+// least-cost recorded move costs less per page.
 func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec Record, held bool, d *Decision, step *Step) error {
 	ms := func(t time.Duration) float64 { return float64(t) / float64(time.Millisecond) }
 	ask, limit := e.c.MoveAsk > 0, math.Inf(1)
@@ -253,8 +254,11 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 		return err
 	}
 	if held {
-		// s stays: any recorded move of the others
-		n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		// s stays: any recorded move of the others (done above unless
+		// the move was bounded)
+		if ask {
+			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		}
 		step.Note = fmt.Sprintf("%s full: moved %d least-cost subnet(s); %v is held", rec.Owner, n, s)
 		return err
 	}
@@ -264,7 +268,9 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 		return err
 	}
 	if !pick.OK {
-		n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		if ask {
+			n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, false, math.Inf(1))
+		}
 		step.Note = fmt.Sprintf("%s full, nobody with room answered for %v: moved %d least-cost subnet(s)", rec.Owner, s, n)
 		return err
 	}
@@ -284,7 +290,9 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 	sortRanked(nr.Probes)
 	pub, err := e.d.Dir.Publish(ctx, nr)
 	if errors.Is(err, ErrBusy) {
-		return nil // being decided elsewhere right now: it stays
+		// being decided elsewhere right now: it stays
+		step.Note = fmt.Sprintf("%s full: %s answered for %v, but %v is being decided elsewhere", rec.Owner, pick.Crawler, s, s)
+		return nil
 	}
 	if err != nil {
 		return err
@@ -355,7 +363,14 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 	defer func() { e.victims = vs[:0] }()
 	subs := only
 	if len(subs) == 0 {
-		subs = e.loads.Subnets(c)
+		if mb, ok := e.loads.(*MemLoadBook); ok {
+			// (the order does not matter: victims are sorted below)
+			subs = mb.appendSubnets(c, e.subsBuf[:0])
+			e.subsBuf = subs
+			defer func() { e.subsBuf = subs[:0] }()
+		} else {
+			subs = e.loads.Subnets(c)
+		}
 	}
 	for _, s := range subs {
 		if s == incoming {

@@ -115,12 +115,14 @@ type Config struct {
 	// crawler before that came in were crawled twice; a hold makes each
 	// move stick. New subnets still go to crawlers with room. Zero: none.
 	BalanceHold time.Duration
-	// MoveAsk: with BalanceLeastCost, when no recorded move of a full
-	// owner's subnets costs at most this per page, the crawlers with room
-	// are asked (RoomProbes of them) for the subnet taking the page, and
-	// it moves to the best answer unless a recorded move costs less per
-	// page. Zero: always the cheapest recorded move (probing only when
-	// none has room).
+	// MoveAsk: with BalanceLeastCost, when the least-cost recorded move of
+	// a full owner's subnets (RTT added × pages) costs more than this per
+	// page, the crawlers with room are asked (RoomProbes of them) for the
+	// subnet taking the page, and it moves to the best answer unless that
+	// recorded move costs less per page. Zero: always the least-cost
+	// recorded move (probing only when none has room). On the scale
+	// preset 3 ms bought 0.09 ms of excess for 0.23 probes per URL: off
+	// there (docs/experiments/2026-11-scale-excess.md).
 	MoveAsk time.Duration
 	// RoomProbes caps the crawlers probed for room when no ranked or
 	// recorded alternative has any (load balancing's last resort): micra

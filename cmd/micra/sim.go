@@ -132,9 +132,9 @@ seed print the same report. See docs/simulator.md.`,
 					if slices.Contains(cfg.Policies, p) {
 						return fmt.Errorf("--policies: %q given twice", p)
 					}
-					if _, ok := sim.LookupPolicy(p); !ok {
+					if _, ok := sim.LookupRow(p); !ok {
 						var names []string
-						for _, s := range sim.Policies {
+						for _, s := range append(slices.Clone(sim.Policies), sim.References...) {
 							names = append(names, s.Name)
 						}
 						return fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(names, ", "))

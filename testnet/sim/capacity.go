@@ -290,6 +290,7 @@ func (w *World) subnetOracle(ctx context.Context, cfg Config) (*run, error) {
 		s := w.Tree.SmallestNonUnary(w.Hosts[i].Addr)
 		r.subnet[i], r.reason[i] = s, "oracle"
 		if s == hierarchy.None || s == hierarchy.Root {
+			r.subnet[i] = hierarchy.None // as the engine records it
 			c, ok := ref.nearestWith(i, func(c int32) bool { return load[c]+1 <= capOf(c) })
 			if !ok {
 				c = w.Optimal[i] // nobody has room: over capacity

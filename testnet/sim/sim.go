@@ -60,6 +60,12 @@ var Policies = []PolicySpec{
 	// the crawl-cost baseline: delegation without locality, never balanced
 	// (it spreads load evenly anyway, and balancing would make it probe)
 	{Name: "random", New: delegation.NewRandom, Tweak: func(c *delegation.Config) { c.Balance = delegation.BalanceOff }},
+}
+
+// References lists the reference rows Run reports beside the policies when
+// named in Config.Policies: computed from the world, not run through the
+// engine, so nothing else (benches, traces, spreads) takes them.
+var References = []PolicySpec{
 	// knows every RTT: one owner per subnet, the nearest with room
 	// (capacity.go, subnetOracle)
 	{Name: "subnet-oracle", Reference: (*World).subnetOracle},
@@ -71,6 +77,19 @@ var DefaultPolicies = []string{"ipmicra", "micra", "optimal", "hash", "random"}
 // BruteForceLimit: with more crawlers than this, brute-force policies are
 // left out of the defaults (one probe per crawler per host).
 const BruteForceLimit = 1000
+
+// LookupRow returns the policy or reference row named name (Run's rows).
+func LookupRow(name string) (PolicySpec, bool) {
+	if p, ok := LookupPolicy(name); ok {
+		return p, true
+	}
+	for _, p := range References {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return PolicySpec{}, false
+}
 
 // LookupPolicy returns the spec named name.
 func LookupPolicy(name string) (PolicySpec, bool) {
@@ -620,7 +639,7 @@ func Run(ctx context.Context, cfg Config, w *World) (*Report, *World, error) {
 	cfg = cfg.withDefaults()
 	var specs []PolicySpec
 	for _, n := range cfg.Policies {
-		spec, ok := LookupPolicy(n)
+		spec, ok := LookupRow(n)
 		if !ok {
 			return nil, nil, fmt.Errorf("sim: unknown policy %q", n)
 		}
