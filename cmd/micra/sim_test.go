@@ -148,7 +148,7 @@ func TestSimScalePresetSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"capacity: log-normal σ 0.5, mean ", "pages (1.5 × hosts/crawlers)", "balance second-best", "room excess mean ms", "util max/mean"} {
+	for _, want := range []string{"capacity: log-normal σ 0.5, mean ", "pages (1.5 × hosts/crawlers)", "balance least-cost", "room excess mean ms", "util max/mean"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
