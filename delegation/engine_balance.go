@@ -278,9 +278,12 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 	if a, ok := answerOf(rec.Probes, rec.Owner); ok && a.OK {
 		own = a.RTT
 	}
-	if n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, true, ms(pick.RTT-own)); err != nil || n > 0 {
-		step.Note = fmt.Sprintf("%s full: moved %d recorded subnet(s), cheaper than %v to %s", rec.Owner, n, s, pick.Crawler)
-		return err
+	if ask {
+		// (without MoveAsk the first release found no recorded move at all)
+		if n, err = e.release(ctx, rec.Owner, hierarchy.None, 1, d, true, ms(pick.RTT-own)); err != nil || n > 0 {
+			step.Note = fmt.Sprintf("%s full: moved %d recorded subnet(s), cheaper than %v to %s", rec.Owner, n, s, pick.Crawler)
+			return err
+		}
 	}
 	nr := rec
 	nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
