@@ -95,11 +95,9 @@ func (b *MemLoadBook) move(s hierarchy.NodeID, sl subnetLoad, to CrawlerID) subn
 	return sl
 }
 
-// Subnets implements LoadBook.
 // appendSubnets appends the subnets owned by c to buf, in no order
 // (release sorts what it keeps: a full crawler's subnets are listed for
-// every page it takes, and the sorted copy was a tenth of the scale
-// preset's CPU).
+// every page it takes, and a sorted copy each time is wasted work).
 func (b *MemLoadBook) appendSubnets(c CrawlerID, buf []hierarchy.NodeID) []hierarchy.NodeID {
 	for s := range b.subs[c] {
 		buf = append(buf, s)
@@ -107,6 +105,7 @@ func (b *MemLoadBook) appendSubnets(c CrawlerID, buf []hierarchy.NodeID) []hiera
 	return buf
 }
 
+// Subnets implements LoadBook.
 func (b *MemLoadBook) Subnets(c CrawlerID) []hierarchy.NodeID {
 	out := make([]hierarchy.NodeID, 0, len(b.subs[c]))
 	for s := range b.subs[c] {

@@ -119,8 +119,8 @@ type micraChooser struct {
 	groupOrder []cellBound
 	cellOrder  []cellBound
 	// noRoom, during a decision with BalanceSecondBest or
-	// BalanceLeastCost, reports crawlers
-	// without room for the subnet: they are not candidates (nil: all are)
+	// BalanceLeastCost, reports crawlers without room for the subnet: they
+	// are not candidates (nil: all are)
 	noRoom func(ci uint32) bool
 	// capOf[ci] is a live crawler's capacity as of locate; loadCtr[ci] its
 	// counter in loadBook (roomFilter's lookups by index)
