@@ -211,18 +211,10 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 				return err
 			}
 			if pick.OK {
-				nr := rec
-				nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
-				nr.Epoch = NextEpoch(rec.Epoch, nr.At)
-				nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
-				nr.Probes = append(slices.Clone(rec.Probes), pick)
-				sortRanked(nr.Probes)
-				pub, err := e.d.Dir.Publish(ctx, nr)
+				pub, err := e.moveTo(ctx, rec, pick, d)
 				if err != nil {
 					return err
 				}
-				e.loads.Move(s, pub.Owner)
-				d.Moved = append(d.Moved, pub)
 				step.Note = fmt.Sprintf("%s full, no recorded alternative with room: probed crawlers with room, %s takes it", rec.Owner, pub.Owner)
 			}
 		}
@@ -285,13 +277,7 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 			return err
 		}
 	}
-	nr := rec
-	nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
-	nr.Epoch = NextEpoch(rec.Epoch, nr.At)
-	nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
-	nr.Probes = append(slices.Clone(rec.Probes), pick)
-	sortRanked(nr.Probes)
-	pub, err := e.d.Dir.Publish(ctx, nr)
+	pub, err := e.moveTo(ctx, rec, pick, d)
 	if errors.Is(err, ErrBusy) {
 		// being decided elsewhere right now: it stays
 		step.Note = fmt.Sprintf("%s full: %s answered for %v, but %v is being decided elsewhere", rec.Owner, pick.Crawler, s, s)
@@ -300,10 +286,27 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 	if err != nil {
 		return err
 	}
-	e.loads.Move(s, pub.Owner)
-	d.Moved = append(d.Moved, pub)
 	step.Note = fmt.Sprintf("%s full, no recorded move cheap: probed crawlers with room, %s takes %v", rec.Owner, pub.Owner, s)
 	return nil
+}
+
+// moveTo publishes rec's subnet with pick (a probe answer for the host
+// taking the page) as its owner, its answer added to the record's, and
+// moves the subnet's pages there (d.Moved records it).
+func (e *engine) moveTo(ctx context.Context, rec Record, pick ProbeResult, d *Decision) (Record, error) {
+	nr := rec
+	nr.Owner, nr.OwnerRTT, nr.DecidedBy, nr.At = pick.Crawler, pick.RTT, e.c.Self, e.now()
+	nr.Epoch = NextEpoch(rec.Epoch, nr.At)
+	nr.Blocks = e.carryBlocks(rec.Blocks, pick.Crawler)
+	nr.Probes = append(slices.Clone(rec.Probes), pick)
+	sortRanked(nr.Probes)
+	pub, err := e.d.Dir.Publish(ctx, nr)
+	if err != nil {
+		return pub, err
+	}
+	e.loads.Move(rec.Subnet, pub.Owner)
+	d.Moved = append(d.Moved, pub)
+	return pub, nil
 }
 
 // movingPages is the pages that go with subnet s when it moves: its own,
