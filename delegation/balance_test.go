@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,76 @@ func TestBalanceLeastCostAsks(t *testing.T) {
 			asked := probed(d, "c4")
 			if asked != (tc.ask == 5*time.Millisecond) {
 				t.Fatalf("MoveAsk %v: c4 asked %v", tc.ask, asked)
+			}
+		})
+	}
+}
+
+// TestBalanceLeastCostAskOutcomes: the setting of TestBalanceLeastCostAsks
+// under a MoveAsk of 5 ms (both recorded moves cost more a page), when
+// what the asked crawler c4 answers does not settle it: an answer farther
+// than the cheapest recorded move loses to that move; no answer falls
+// back on that move; and a subnet another call is deciding (ErrBusy)
+// stays where it is, the decision going on without error.
+func TestBalanceLeastCostAskOutcomes(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		c4        time.Duration // c4's RTT to 10.1.0.0/16; 0: it does not answer
+		busy      bool          // the first subnet's record is being decided elsewhere
+		wantMoved string        // the subnet moved to c2: "second", or "" for none
+		wantNote  string
+	}{
+		{"recorded cheaper", 20 * time.Millisecond, false, "second", "cheaper than"},
+		{"no answer", 0, false, "second", "nobody with room answered"},
+		{"busy", 6 * time.Millisecond, true, "", "being decided elsewhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSmallWorld(t)
+			w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 13*time.Millisecond
+			w.rtt["c4"] = map[string]time.Duration{"10.2": 90 * time.Millisecond}
+			if tc.c4 > 0 {
+				w.rtt["c4"]["10.1"] = tc.c4
+			}
+			dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
+			deps := w.deps(1)
+			deps.Dir = dir
+			p := NewOptimal(deps, Config{Balance: BalanceLeastCost, MoveAsk: 5 * time.Millisecond})
+			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+			cs[0].Capacity = 2
+			w.join(t, p, cs...)
+			first, _ := p.Delegate(ctx, ip("10.1.2.1"))
+			second, _ := p.Delegate(ctx, ip("10.2.2.1"))
+			if first.Owner != "c1" || second.Owner != "c1" {
+				t.Fatalf("c1 has room for both first pages: %v, %v", first, second)
+			}
+			w.join(t, p, Crawler{ID: "c4", Addr: netip.MustParseAddr("20.2.0.9")})
+			dir.busy[first.Subnet] = tc.busy
+			d, err := p.Delegate(ctx, ip("10.1.2.2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !probed(d, "c4") {
+				t.Fatalf("%s: no recorded move is within MoveAsk, yet c4 was not asked: %v", tc.name, d.Steps)
+			}
+			if d.Owner != "c1" {
+				t.Fatalf("%s: the page went to %s, want it at c1 (the first subnet stays)", tc.name, d.Owner)
+			}
+			switch tc.wantMoved {
+			case "second":
+				if len(d.Moved) != 1 || d.Moved[0].Subnet != second.Subnet || d.Moved[0].Owner != "c2" {
+					t.Fatalf("%s: moved %v; want the second subnet moved to c2", tc.name, d.Moved)
+				}
+			default:
+				if len(d.Moved) != 0 {
+					t.Fatalf("%s: moved %v; want nothing moved", tc.name, d.Moved)
+				}
+			}
+			if rec, _ := w.dir.Get(first.Subnet); rec.Owner != "c1" || rec.Epoch != first.Record.Epoch {
+				t.Fatalf("%s: the first subnet's record changed: %+v", tc.name, rec)
+			}
+			if note := d.Steps[len(d.Steps)-1].Note; !strings.Contains(note, tc.wantNote) {
+				t.Fatalf("%s: the balance step says %q, want it to say %q", tc.name, note, tc.wantNote)
 			}
 		})
 	}
