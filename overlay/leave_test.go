@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -51,6 +52,30 @@ func nextEvent(t *testing.T, ch <-chan MemberEvent, what string) MemberEvent {
 		t.Fatalf("no membership event: waited for %s", what)
 	}
 	return MemberEvent{}
+}
+
+// awaitLive returns once p counts id a live member: at once if it does
+// already (ch, subscribed after id's peer opened, may have missed its join),
+// else at the next event on ch, which must be a join.
+func awaitLive(t *testing.T, p *Peer, id peer.ID, ch <-chan MemberEvent, what string) {
+	t.Helper()
+	if info, ok := p.Members().Member(id); ok && !info.Dead {
+		return
+	}
+	if ev := nextEvent(t, ch, what); ev.Dead {
+		t.Fatalf("%+v, want %s", ev, what)
+	}
+}
+
+// nextDeath is nextEvent after awaitLive: it skips the join event awaitLive
+// may have left on ch.
+func nextDeath(t *testing.T, ch <-chan MemberEvent, what string) MemberEvent {
+	t.Helper()
+	for {
+		if ev := nextEvent(t, ch, what); ev.Dead {
+			return ev
+		}
+	}
 }
 
 // A peer that closes announces its leave: the others declare it dead at
@@ -412,15 +437,12 @@ func TestRestartedPeerKeepsItsNeighbours(t *testing.T) {
 		if events == nil {
 			events = memberEvents(a, b.ID())
 		}
-		if ev := nextEvent(t, events, "the restarted peer's heartbeat"); ev.Dead {
-			b.Close()
-			t.Fatalf("run %d: %+v, want the peer live", run, ev)
-		}
+		awaitLive(t, a, b.ID(), events, fmt.Sprintf("run %d: the restarted peer live", run))
 		// a gossip round or two, in which the neighbour offers this
 		// peer's last run's messages
 		time.Sleep(1500 * time.Millisecond)
 		err = b.Close()
-		if ev := nextEvent(t, events, "the restarted peer's leave"); !ev.Dead || ev.Reason != ReasonLeft {
+		if ev := nextDeath(t, events, "the restarted peer's leave"); ev.Reason != ReasonLeft {
 			t.Fatalf("run %d: %+v, want dead with reason %q (Close: %v)", run, ev, ReasonLeft, err)
 		}
 		if n := counterValue(t, b.metrics.gossipRejected.WithLabelValues(TopicMembership, pubsub.RejectSelfOrigin)); n != 0 {
@@ -452,13 +474,11 @@ func testLeftMemberRedialled(t *testing.T, membership string) {
 	c.Bootstrap = []string{addr.String() + "/p2p/" + id.String()}
 	other := openPeer(t, tree, c, Services{})
 	events := memberEvents(other, id)
-	if ev := nextEvent(t, events, "the first peer's heartbeat"); ev.Dead {
-		t.Fatalf("%+v, want the first peer live", ev)
-	}
+	awaitLive(t, other, id, events, "the first peer live")
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if ev := nextEvent(t, events, "the first peer's leave"); !ev.Dead || ev.Reason != ReasonLeft {
+	if ev := nextDeath(t, events, "the first peer's leave"); ev.Reason != ReasonLeft {
 		t.Fatalf("%+v, want dead with reason %q", ev, ReasonLeft)
 	}
 	cfg.ListenAddrs = []string{addr.String()} // (no bootstrap: it dials nobody)
