@@ -312,3 +312,80 @@ func openDB(t *testing.T) *badger.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// A page this crawler handed off keeps its history off the schedule
+// (Frontier.Withdraw); when its URL comes back (ownership flipped back) it
+// is not fetched again as new, and monitoring puts it back on the schedule:
+// its next visit is a conditional GET.
+func TestHandedOffPageBackOnTheSchedule(t *testing.T) {
+	body := `<title>b</title><p>a page handed off and back</p>`
+	var conditional, unconditional atomic.Int32
+	srv, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		switch r.URL.Path {
+		case "/robots.txt":
+			http.NotFound(w, r)
+		case "/b":
+			w.Header().Set("ETag", `"b1"`)
+			if r.Header.Get("If-None-Match") == `"b1"` {
+				conditional.Add(1)
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			unconditional.Add(1)
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, body)
+		}
+	})
+	b := srv.URL + "/b"
+	host := urlnorm.HostKey(mustParse(b))
+	then := time.Now().Add(-time.Hour)
+	db := openDB(t)
+	fr, err := frontier.New(db, frontier.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a monitored crawl (else the engine's start schedules every page off
+	// the schedule), the page queued here, its history recovered from the
+	// crawler before, then handed off to the subnet's next owner
+	if err := fr.SetMonitoring(true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fr.Add([]frontier.Item{{URL: b, Host: host}}); err != nil || n != 1 {
+		t.Fatalf("add: %d, %v", n, err)
+	}
+	h, ok, err := fr.AcquireHost()
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	it, ok, err := fr.Next(h)
+	if err != nil || !ok {
+		t.Fatalf("next: %v %v", ok, err)
+	}
+	if _, err := fr.ImportHistory([]frontier.History{{URL: b, Host: host, FirstFetch: then, LastFetch: then, LastChange: then,
+		Status: 200, ETag: `"b1"`, Fetches: 1, Changes: 1, ContentHash: extract.ContentHash([]byte(body))}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.Withdraw([]frontier.Item{it}, func([]string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.ReleaseHost(h); err != nil {
+		t.Fatal(err)
+	}
+	// it comes back
+	if n, err := fr.Add([]frontier.Item{{URL: b, Host: host}}); err != nil || n != 1 {
+		t.Fatalf("the URL handed back: %d admitted, %v", n, err)
+	}
+	fr.Close()
+	eng, stop := revisitRun(t, Config{DB: db, Fetch: revisitFetch(), Concurrency: 1, Receiver: pack.FileSink{Dir: t.TempDir()},
+		Progress: -1, Logger: testLogger(t),
+		Monitor: Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond}})
+	waitFor(t, 10*time.Second, "a conditional revisit of /b", func() bool { return conditional.Load() >= 1 })
+	st := eng.Stats()
+	stop()
+	if n := unconditional.Load(); n != 0 {
+		t.Errorf("/b fetched %d times as new, want 0: its history came back with it", n)
+	}
+	if st.AlreadyFetched != 1 {
+		t.Errorf("already fetched %d, want 1 (the URL handed back)", st.AlreadyFetched)
+	}
+}

@@ -67,6 +67,14 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		// record carries its content and which has a revisit schedule of its
 		// own when monitoring. Fetching it again would be a duplicate.
 		e.st.alreadyFetched.Add(1)
+		if e.cfg.Monitor.Enabled && hist.NextVisit.IsZero() && hist.Revisitable() {
+			// a page this crawler handed off, back with its host (Withdraw
+			// keeps the history, off the schedule): revisited again
+			hist.Interval = e.cfg.Monitor.Sleep
+			hist.NextVisit = hist.LastFetch.Add(hist.Interval)
+			e.done(it, &hist)
+			return time.Time{}
+		}
 		e.done(it, nil)
 		return time.Time{}
 	}

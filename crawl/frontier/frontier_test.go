@@ -283,8 +283,9 @@ func TestConcurrentWorkersDrainEverything(t *testing.T) {
 }
 
 // Withdraw forgets URLs whose host another crawler took over: out of the
-// queue, the seen-set and the page histories, marked handed off — and a
-// URL that comes back later is admitted afresh.
+// queue, the seen-set and the revisit schedule, marked handed off — and a
+// URL that comes back later is admitted afresh. A page fetched before keeps
+// its history, unscheduled, for the new owner's recovery.
 func TestWithdraw(t *testing.T) {
 	db, f := open(t, t.TempDir(), Options{})
 	defer db.Close()
@@ -295,7 +296,7 @@ func TestWithdraw(t *testing.T) {
 	now := time.Now()
 	h, _, _ := f.AcquireHost()
 	it, _, _ := f.Next(h)
-	if err := f.Done(it, &History{LastFetch: now, NextVisit: now.Add(time.Hour), ETag: `"e"`}); err != nil {
+	if err := f.Done(it, &History{LastFetch: now, NextVisit: now.Add(time.Hour), ETag: `"e"`, Fetches: 1}); err != nil {
 		t.Fatal(err)
 	}
 	f.ReleaseHost(h)
@@ -328,10 +329,15 @@ func TestWithdraw(t *testing.T) {
 	for _, u := range []string{"http://a.test/1", "http://a.test/2"} {
 		seen, _ := f.Seen(u)
 		handed, _ := f.HandedOff(u)
-		_, hist, _ := f.History(u)
-		if seen || !handed || hist {
-			t.Fatalf("%s withdrawn: seen %v, handed off %v, history %v; want only the hand-off mark", u, seen, handed, hist)
+		if seen || !handed {
+			t.Fatalf("%s withdrawn: seen %v, handed off %v; want the hand-off mark only", u, seen, handed)
 		}
+	}
+	if _, hist, _ := f.History("http://a.test/2"); hist {
+		t.Fatal("the withdrawn URL never fetched has a history")
+	}
+	if h, hist, _ := f.History("http://a.test/1"); !hist || h.ETag != `"e"` || !h.NextVisit.IsZero() {
+		t.Fatalf("the withdrawn page fetched before: history %v %+v; want it kept (validators), off the schedule", hist, h)
 	}
 	if seen, _ := f.Seen("http://a.test/3"); !seen {
 		t.Fatal("the fetched URL left the seen-set")
@@ -348,6 +354,70 @@ func TestWithdraw(t *testing.T) {
 		t.Fatalf("queue after the return: %v", urls)
 	}
 	f.ReleaseHost(h)
+}
+
+// A page handed off keeps its history off the schedule (Withdraw); when
+// its subnet comes back with the history of the crawler that had it
+// (ImportHistory, scheduled as monitoring does), the page goes back on the
+// schedule, from the fresher of the two fetches; an import off the
+// schedule leaves it alone.
+func TestImportPutsAHandedOffPageBackOnTheSchedule(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name        string
+		imported    time.Time // the other crawler's last fetch; zero: no import
+		scheduled   bool      // the import is on the schedule
+		wantETag    string
+		wantNextVis time.Time
+	}{
+		{"fresher import", now, true, `"theirs"`, now.Add(time.Hour)},
+		{"older import", now.Add(-2 * time.Hour), true, `"mine"`, now.Add(-time.Hour + time.Hour)},
+		{"import off the schedule", now, false, `"mine"`, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, f := open(t, t.TempDir(), Options{})
+			defer db.Close()
+			defer f.Close()
+			if _, err := f.Add(items("a.test", "/1")); err != nil {
+				t.Fatal(err)
+			}
+			h, _, _ := f.AcquireHost()
+			it, _, _ := f.Next(h)
+			mine := now.Add(-time.Hour)
+			if err := f.Done(it, &History{LastFetch: mine, NextVisit: mine.Add(time.Hour), Interval: time.Hour, ETag: `"mine"`, Fetches: 1}); err != nil {
+				t.Fatal(err)
+			}
+			f.ReleaseHost(h)
+			f.DueRevisits(now.Add(2*time.Hour), 10)
+			h, _, _ = f.AcquireHost()
+			got := nextAll(t, f, h)
+			if err := f.Withdraw(got, func([]string) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			f.ReleaseHost(h)
+			imp := History{URL: "http://a.test/1", Host: "a.test", LastFetch: tc.imported, ETag: `"theirs"`, Fetches: 1, Interval: time.Hour}
+			if tc.scheduled {
+				imp.NextVisit = tc.imported.Add(time.Hour)
+			}
+			if _, err := f.ImportHistory([]History{imp}); err != nil {
+				t.Fatal(err)
+			}
+			hist, ok, _ := f.History("http://a.test/1")
+			if !ok || hist.ETag != tc.wantETag || !hist.NextVisit.Equal(tc.wantNextVis) {
+				t.Fatalf("history %v %+v; want ETag %s, next visit %v", ok, hist, tc.wantETag, tc.wantNextVis)
+			}
+			wantScheduled := int64(0)
+			if tc.scheduled {
+				wantScheduled = 1
+			}
+			if st := f.Stats(); st.Scheduled != wantScheduled {
+				t.Fatalf("%d scheduled, want %d", st.Scheduled, wantScheduled)
+			}
+			if n, _ := f.DueRevisits(now.Add(3*time.Hour), 10); n != int(wantScheduled) {
+				t.Fatalf("%d revisits due, want %d", n, wantScheduled)
+			}
+		})
+	}
 }
 
 // A withdrawal whose hand-off comes straight back to this crawler (the

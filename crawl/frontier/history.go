@@ -285,6 +285,11 @@ func (f *Frontier) admitFetched(h History, countRejected bool) (bool, error) {
 	return stored, nil
 }
 
+// Revisitable reports whether monitoring revisits a page with history h
+// once it is off the schedule: fetched, not gone (404, 410), not an older
+// version's redirect mark.
+func (h History) Revisitable() bool { return h.Fetches > 0 && !isGone(h) && !isRedirectMark(h) }
+
 // isRedirectMark reports whether h is the one-fetch mark older versions
 // stored for a redirect target: no content (no change seen, no content
 // hash — every page fetched with a body has both, an imported one its

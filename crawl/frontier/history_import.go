@@ -12,7 +12,10 @@ import (
 // the next visit is a conditional GET and nothing is fetched again for
 // nothing. A page with NextVisit set is put on the revisit schedule. Pages
 // this crawler already has a history for are left alone (its own knowledge
-// is at least as fresh). It returns how many were imported.
+// is at least as fresh), unless that history is off the schedule and the
+// import is on it: a page this crawler handed off (Withdraw keeps its
+// history) comes back with its subnet, and goes back on the schedule,
+// from the fresher of the two fetches. It returns how many were imported.
 func (f *Frontier) ImportHistory(hs []History) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -27,16 +30,25 @@ func (f *Frontier) importLocked(hs []History) (int, error) {
 	err := f.update(func(txn *badger.Txn) error {
 		imported, scheduled, added = 0, 0, added[:0]
 		for i := range hs {
-			h := &hs[i]
+			h := hs[i] // (a copy: a replaced history is rebuilt in it)
 			if h.URL == "" {
 				continue
 			}
 			k := HashURL(h.URL)
-			if _, found, err := getHistory(txn, k); err != nil || found {
-				if err != nil {
-					return err
+			old, found, err := getHistory(txn, k)
+			if err != nil {
+				return err
+			}
+			if found {
+				if !old.NextVisit.IsZero() || h.NextVisit.IsZero() {
+					continue
 				}
-				continue
+				if old.LastFetch.After(h.LastFetch) {
+					// this crawler's own fetch is the fresher
+					interval := h.Interval
+					h = old
+					h.Interval, h.NextVisit = interval, old.LastFetch.Add(interval)
+				}
 			}
 			if err := markSeenUncounted(txn, k); err != nil {
 				return err

@@ -73,7 +73,7 @@ func (f *Frontier) ScheduleUnscheduled(interval time.Duration) (int, error) {
 					f.log.Error("corrupt page history skipped", "key", after, "err", err)
 					continue
 				}
-				if !h.NextVisit.IsZero() || h.Fetches == 0 || isGone(h) || isRedirectMark(h) {
+				if !h.NextVisit.IsZero() || !h.Revisitable() {
 					continue
 				}
 				var k Hash

@@ -3,6 +3,7 @@ package frontier
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -17,9 +18,13 @@ import (
 //     instead of dropping them as seen;
 //  2. handoff, without the frontier's lock (a delivery back calls Add);
 //     on an error step 1 is undone and the items stay queued here;
-//  3. the items leave their queue, their page histories and the revisit
-//     schedule, and are marked handed off, so links to them are not
-//     handed off again — should they come back, Add admits them afresh.
+//  3. the items leave their queue and the revisit schedule, and are
+//     marked handed off, so links to them are not handed off again —
+//     should they come back, Add admits them afresh. A page fetched
+//     before (here, or by the crawler before this one, imported) keeps its
+//     history, off the schedule: the new owner recovers its subnet's
+//     histories from this crawler, and without it would fetch the page
+//     again as new.
 //
 // A crash between the steps leaves the items queued (step 1 only: a URL
 // fetched here then lacks its seen mark, and a later link to it may fetch
@@ -201,7 +206,12 @@ func (f *Frontier) forget(items []Item, hashes []Hash) error {
 						unscheduled++
 					}
 				}
-				if err := txn.Delete(cat(pPage, h[:])); err != nil {
+				if old.Fetches > 0 {
+					old.NextVisit = time.Time{}
+					if err := txn.Set(cat(pPage, h[:]), old.encode()); err != nil {
+						return err
+					}
+				} else if err := txn.Delete(cat(pPage, h[:])); err != nil {
 					return err
 				}
 			}
