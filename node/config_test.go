@@ -207,33 +207,53 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	if d, err := b.Peer().Delegate(ctx, emu.Map(ip[0])); err != nil || d.Owner != b.Peer().CrawlerID() {
 		t.Fatalf("b delegating the subnet: %v %v", d, err)
 	}
-	// Import keeps only the pages of hosts this crawler owns: as long as
-	// another crawler owns the subnet (or the block), nothing is imported
+	// Import keeps every page of the subnet, but schedules revisits only
+	// of the hosts this crawler owns: while another crawler owns the
+	// subnet (it moved on before its history arrived), the pages are kept
+	// off the schedule, for the crawler it moved to
 	other := &Router{peer: elsewhereOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res, resolveHost: b.router.resolveHost,
 		log: quiet}
-	if err := (&pageHistory{eng: b.Engine(), router: other}).Import(ctx, s, pages); err != nil {
+	if err := (&pageHistory{eng: b.Engine(), router: other, monitor: true, sleep: time.Hour}).Import(ctx, s, pages); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pages {
-		if _, ok, err := b.Engine().Frontier().History(p.URL); err != nil || ok {
-			t.Fatalf("%s, a page of another crawler's host, imported (%v)", p.URL, err)
+		h, ok, err := b.Engine().Frontier().History(p.URL)
+		if err != nil || !ok || h.ETag != p.ETag || !h.NextVisit.IsZero() {
+			t.Fatalf("%s, a page of another crawler's host: history %v %+v (%v); want it kept, off the schedule", p.URL, ok, h, err)
 		}
 	}
-	// half the pages while a block of the subnet is another crawler's (each
-	// host is then checked), the rest as the subnet's sole owner (none is)
-	blocked := &Router{peer: blockedOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res, resolveHost: b.router.resolveHost,
-		log: quiet}
-	if err := (&pageHistory{eng: b.Engine(), router: blocked}).Import(ctx, s, pages[:len(pages)/2]); err != nil {
+	// a page of another subnet is not imported where hosts are resolved
+	// (as the owner of the whole subnet, none is)
+	var stray string
+	for _, host := range web.Hosts() {
+		hip, _ := web.LookupNetIP(ctx, "ip", host)
+		if tree.SmallestNonUnary(emu.Map(hip[0])) != s {
+			stray = "http://" + host + "/stray.html"
+			break
+		}
+	}
+	if err := (&pageHistory{eng: b.Engine(), router: other}).Import(ctx, s, []overlay.PageState{{URL: stray, ETag: `"x"`, LastFetch: time.Now(), HTTPStatus: 200}}); err != nil {
 		t.Fatal(err)
 	}
-	pb := &pageHistory{eng: b.Engine(), router: b.router}
+	if _, ok, _ := b.Engine().Frontier().History(stray); ok {
+		t.Fatalf("%s, a page of another subnet, imported into subnet %d's history", stray, s)
+	}
+	// once this crawler owns them, the same pages go on the schedule: half
+	// while a block of the subnet is another crawler's (each host is then
+	// checked), the rest as the subnet's sole owner (none is)
+	blocked := &Router{peer: blockedOwner{b.router.peer}, tree: b.router.tree, mapAddr: b.router.mapAddr, res: b.router.res, resolveHost: b.router.resolveHost,
+		log: quiet}
+	if err := (&pageHistory{eng: b.Engine(), router: blocked, monitor: true, sleep: time.Hour}).Import(ctx, s, pages[:len(pages)/2]); err != nil {
+		t.Fatal(err)
+	}
+	pb := &pageHistory{eng: b.Engine(), router: b.router, monitor: true, sleep: time.Hour}
 	if err := pb.Import(ctx, s, pages[len(pages)/2:]); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pages {
 		h, ok, err := b.Engine().Frontier().History(p.URL)
-		if err != nil || !ok || h.ETag != p.ETag || h.Fetches != 1 {
-			t.Fatalf("imported history of %s: %+v %v %v", p.URL, h, ok, err)
+		if err != nil || !ok || h.ETag != p.ETag || h.Fetches != 1 || h.NextVisit.IsZero() {
+			t.Fatalf("imported history of %s: %+v %v %v; want it on the schedule", p.URL, h, ok, err)
 		}
 		if seen, _ := b.Engine().Frontier().Seen(p.URL); !seen {
 			t.Fatalf("%s not in the seen-set after import", p.URL)

@@ -70,17 +70,21 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 // Import implements overlay.PageHistory: pages this crawler has no history
 // for join its seen-set with their validators, so the next visit is a
 // conditional GET; their links (PageState.Links) are routed first, as a
-// fetched page's. Only pages whose host this crawler owns by the cached
-// record are kept (a block of the subnet may be another crawler's): an
-// imported page joins the revisit schedule, and a page of another
-// crawler's block would then be crawled twice. When this crawler owns the
+// fetched page's. Every page whose host lies in s is kept, but only those
+// whose host this crawler owns by the cached record join the revisit
+// schedule: a block of the subnet may be another crawler's, and a page of
+// it scheduled here would be crawled twice. The others are kept for the
+// next recovery: a subnet can move on before its history arrives here (a
+// second move while the first is recovered), and the crawler it moves to
+// asks this one, which sends what it holds. When this crawler owns the
 // whole subnet (no block of it is another's), no host is resolved.
 func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []overlay.PageState) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	all := h.router.ownsAll(s)
-	mine := map[string]bool{}
+	type place struct{ in, own bool }
+	hosts := map[string]place{}
 	hs := make([]frontier.History, 0, len(pages))
 	for _, p := range pages {
 		u, err := url.Parse(p.URL)
@@ -88,12 +92,12 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 			continue // validated by the overlay; a bad one loses nothing else
 		}
 		host := u.Hostname()
-		own, ok := mine[host]
+		pl, ok := hosts[host]
 		if !ok && all {
-			own, ok = true, true
+			pl, ok = place{true, true}, true
 		}
 		if !ok {
-			own, err = h.router.ownsHost(ctx, host, s)
+			pl.in, pl.own, err = h.router.hostPlace(ctx, host, s)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -102,10 +106,10 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 				// reaches this crawler again, nothing else is lost
 				h.router.log.Debug("node: recovered page's host not resolved", "url", p.URL, "err", err)
 			}
-			mine[host] = own
+			hosts[host] = pl
 		}
-		if !own {
-			continue
+		if !pl.in {
+			continue // not of s: a sender's mistake, never this crawler's history
 		}
 		if len(p.Links) > 0 {
 			// its links first: a page whose links could not be routed
@@ -125,7 +129,7 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 		if n := len(p.FetchTimes); n > 0 {
 			fh.MeanTotal, fh.Total = p.FetchTimes[0], p.FetchTimes[n-1]
 		}
-		if h.monitor && !p.LastFetch.IsZero() {
+		if h.monitor && pl.own && !p.LastFetch.IsZero() {
 			fh.Interval = h.sleep
 			fh.NextVisit = p.LastFetch.Add(h.sleep)
 		}

@@ -395,21 +395,21 @@ func (r *Router) addrOf(ctx context.Context, host string) (netip.Addr, error) {
 	return r.mapAddr(ip), nil
 }
 
-// ownsHost reports whether this crawler owns host's pages now by the
-// cached record (no lookup, no decision): its mapped address lies in
-// subnet s and the owner of that address under s's record (its block's, if
-// delegated to a live crawler) is this peer. Without a cached record it
-// does not know, and says no.
-func (r *Router) ownsHost(ctx context.Context, host string, s hierarchy.NodeID) (bool, error) {
+// hostPlace reports whether host lies in subnet s (by its mapped address)
+// and whether this crawler owns its pages now by the cached record (no
+// lookup, no decision): the owner of that address under s's record (its
+// block's, if delegated to a live crawler) is this peer. Without a cached
+// record it does not know, and says not owned.
+func (r *Router) hostPlace(ctx context.Context, host string, s hierarchy.NodeID) (in, own bool, err error) {
 	a, err := r.addrOf(ctx, host)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if r.tree.SmallestNonUnary(a) != s {
-		return false, nil
+		return false, false, nil
 	}
 	owner, ok := r.peer.CachedOwner(a)
-	return ok && owner == r.peer.CrawlerID(), nil
+	return true, ok && owner == r.peer.CrawlerID(), nil
 }
 
 // ownsAll reports whether every page of subnet s is this crawler's by the
