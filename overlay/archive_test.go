@@ -176,11 +176,28 @@ func (g *gatedArchive) Pages(ctx context.Context, first, last netip.Addr, emit f
 
 // A subnet moves on while its owner is still receiving the subnet's
 // history from the archive: the next owner's recovery request waits for
-// that history, and gets it, instead of the empty history of the moment.
+// that history, and gets it, instead of the empty history of the moment —
+// also when it arrives later than the old owner's fence may take
+// (fenceWait RequestTimeouts): the wait takes what the request's budget
+// leaves.
 func TestRecoveryWaitsForTheOwnersOwnRecovery(t *testing.T) {
+	const rt = 2 * time.Second
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration // from c's request to the archive's answer at b
+	}{
+		{"soon", 200 * time.Millisecond},
+		{"past the fence's wait", (fenceWait + 1) * rt},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRecoveryWaitsForTheOwnersOwnRecovery(t, rt, tc.delay) })
+	}
+}
+
+func testRecoveryWaitsForTheOwnersOwnRecovery(t *testing.T, rt, delay time.Duration) {
 	archive := &gatedArchive{asked: make(chan struct{}, 1), release: make(chan struct{})}
 	middle, last := &mergingPages{}, &memPages{}
 	tn := newTestNet(t, 3, func(i int, c *Config, s *Services) {
+		c.RequestTimeout = rt
 		switch i {
 		case 0: // keeps no page history: answers recovery NOT_FOUND
 		case 1:
@@ -190,7 +207,7 @@ func TestRecoveryWaitsForTheOwnersOwnRecovery(t *testing.T) {
 		}
 	})
 	a, b, c := tn.peers[0], tn.peers[1], tn.peers[2]
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	d, err := a.Join(ctx)
 	if err != nil {
@@ -218,9 +235,9 @@ func TestRecoveryWaitsForTheOwnersOwnRecovery(t *testing.T) {
 	})
 	move(b, c)
 	waitFor(t, 10*time.Second, func() bool { return c.Arriving(host) })
-	time.Sleep(200 * time.Millisecond) // (c's request on its way to b)
+	time.Sleep(delay) // (c's request on its way to b, and b waiting)
 	close(archive.release)
-	waitFor(t, 10*time.Second, func() bool { return !c.Arriving(host) })
+	waitFor(t, recoverBudget*rt, func() bool { return !c.Arriving(host) })
 	last.mu.Lock()
 	defer last.mu.Unlock()
 	if got := last.imported[s]; len(got) != 1 || got[0].URL != archive.pages[0].URL {

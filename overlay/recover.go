@@ -209,9 +209,12 @@ func (p *Peer) handleRecover(s network.Stream) {
 		fcancel()
 	}
 	// this peer may itself still be receiving these hosts' history (from
-	// the crawler before it, or the archive): what it sends includes it
-	// (the keep-alives run meanwhile)
-	wctx, wcancel := context.WithTimeout(ctx, fenceWait*rt)
+	// the crawler before it, or the archive): what it sends includes it.
+	// That recovery has a budget of its own as long as this one's, so the
+	// wait takes what this budget leaves after fenceWait RequestTimeouts
+	// kept for the scan and the send (the keep-alives run meanwhile).
+	deadline, _ := ctx.Deadline()
+	wctx, wcancel := context.WithDeadline(ctx, deadline.Add(-fenceWait*rt))
 	for p.arrivingIn(sub, block) && wctx.Err() == nil {
 		select {
 		case <-wctx.Done():
