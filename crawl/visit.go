@@ -70,7 +70,9 @@ func (e *Engine) visit(ctx context.Context, it frontier.Item, rt Route) time.Tim
 		if e.cfg.Monitor.Enabled && hist.NextVisit.IsZero() && hist.Revisitable() {
 			// a page this crawler handed off, back with its host (Withdraw
 			// keeps the history, off the schedule): revisited again
-			hist.Interval = e.cfg.Monitor.Sleep
+			if hist.Interval <= 0 {
+				hist.Interval = e.cfg.Monitor.Sleep
+			}
 			hist.NextVisit = hist.LastFetch.Add(hist.Interval)
 			e.done(it, &hist)
 			return time.Time{}

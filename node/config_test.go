@@ -221,6 +221,9 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 		if err != nil || !ok || h.ETag != p.ETag || !h.NextVisit.IsZero() {
 			t.Fatalf("%s, a page of another crawler's host: history %v %+v (%v); want it kept, off the schedule", p.URL, ok, h, err)
 		}
+		if seen, _ := b.Engine().Frontier().Seen(p.URL); seen {
+			t.Fatalf("%s, a page of another crawler's host, in the seen-set: a link to it would not reach its owner", p.URL)
+		}
 	}
 	// a page of another subnet is not imported where hosts are resolved
 	// (as the owner of the whole subnet, none is)

@@ -71,13 +71,14 @@ func (h *pageHistory) History(ctx context.Context, s hierarchy.NodeID, block net
 // for join its seen-set with their validators, so the next visit is a
 // conditional GET; their links (PageState.Links) are routed first, as a
 // fetched page's. Every page whose host lies in s is kept, but only those
-// whose host this crawler owns by the cached record join the revisit
-// schedule: a block of the subnet may be another crawler's, and a page of
-// it scheduled here would be crawled twice. The others are kept for the
-// next recovery: a subnet can move on before its history arrives here (a
-// second move while the first is recovered), and the crawler it moves to
-// asks this one, which sends what it holds. When this crawler owns the
-// whole subnet (no block of it is another's), no host is resolved.
+// whose host this crawler owns by the cached record join the seen-set and
+// the revisit schedule: a block of the subnet may be another crawler's, and
+// a page of it scheduled here would be crawled twice. The others are kept
+// for the next recovery (frontier.KeepHistory): a subnet can move on before
+// its history arrives here (a second move while the first is recovered),
+// and the crawler it moves to asks this one, which sends what it holds.
+// When this crawler owns the whole subnet (no block of it is another's), no
+// host is resolved.
 func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []overlay.PageState) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -86,6 +87,8 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 	type place struct{ in, own bool }
 	hosts := map[string]place{}
 	hs := make([]frontier.History, 0, len(pages))
+	var kept []frontier.History // of hosts another crawler owns now
+	now := time.Now()
 	for _, p := range pages {
 		u, err := url.Parse(p.URL)
 		if err != nil || u.Host == "" {
@@ -123,17 +126,29 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 				continue
 			}
 		}
+		if p.LastFetch.After(now) {
+			p.LastFetch = now // a sender's clock ahead: never a revisit pushed out
+		}
 		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
 			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}
 		copy(fh.ContentHash[:], p.ContentHash)
 		if n := len(p.FetchTimes); n > 0 {
 			fh.MeanTotal, fh.Total = p.FetchTimes[0], p.FetchTimes[n-1]
 		}
-		if h.monitor && pl.own && !p.LastFetch.IsZero() {
+		if !pl.own {
+			kept = append(kept, fh)
+			continue
+		}
+		if h.monitor && !p.LastFetch.IsZero() {
 			fh.Interval = h.sleep
 			fh.NextVisit = p.LastFetch.Add(h.sleep)
 		}
 		hs = append(hs, fh)
+	}
+	if len(kept) > 0 {
+		if _, err := h.eng.Frontier().KeepHistory(kept); err != nil {
+			return err
+		}
 	}
 	if len(hs) == 0 {
 		return nil

@@ -420,6 +420,51 @@ func TestImportPutsAHandedOffPageBackOnTheSchedule(t *testing.T) {
 	}
 }
 
+// KeepHistory stores a page another crawler owns as Withdraw leaves a
+// handed-off one: a history, neither seen nor scheduled, that does not
+// replace one this crawler has. Its URL is admitted if it comes here, and
+// an import on the schedule puts it on the schedule, keeping the depth
+// this crawler knows. A page gone at this crawler's fresher fetch stays
+// off the schedule.
+func TestKeepHistory(t *testing.T) {
+	db, f := open(t, t.TempDir(), Options{})
+	defer db.Close()
+	defer f.Close()
+	now := time.Now()
+	kept := History{URL: "http://a.test/k", Host: "a.test", Depth: 2, FirstFetch: now.Add(-2 * time.Hour), LastFetch: now.Add(-2 * time.Hour),
+		ETag: `"k"`, Fetches: 1, NextVisit: now}
+	gone := History{URL: "http://a.test/g", Host: "a.test", LastFetch: now, Status: 404, Fetches: 1}
+	if n, err := f.KeepHistory([]History{kept, gone}); n != 2 || err != nil {
+		t.Fatalf("kept %d, %v", n, err)
+	}
+	h, ok, _ := f.History(kept.URL)
+	if seen, _ := f.Seen(kept.URL); !ok || seen || !h.NextVisit.IsZero() || h.ETag != `"k"` || f.Stats().Scheduled != 0 {
+		t.Fatalf("kept page: history %v %+v, seen %v, %d scheduled; want the history only", ok, h, seen, f.Stats().Scheduled)
+	}
+	other := kept
+	other.ETag = `"other"`
+	if n, _ := f.KeepHistory([]History{other}); n != 0 {
+		t.Fatalf("KeepHistory replaced a history this crawler has (%d)", n)
+	}
+	imp := []History{
+		{URL: kept.URL, Host: "a.test", FirstFetch: now, LastFetch: now, ETag: `"new"`, Fetches: 1, Interval: time.Hour, NextVisit: now.Add(time.Hour)},
+		{URL: gone.URL, Host: "a.test", FirstFetch: now.Add(-time.Hour), LastFetch: now.Add(-time.Hour), Fetches: 1, Interval: time.Hour, NextVisit: now},
+	}
+	if n, err := f.ImportHistory(imp); n != 1 || err != nil {
+		t.Fatalf("imported %d, %v; want the kept page only (the gone one's fetch here is fresher)", n, err)
+	}
+	h, _, _ = f.History(kept.URL)
+	if seen, _ := f.Seen(kept.URL); !seen || h.ETag != `"new"` || h.Depth != 2 || !h.FirstFetch.Equal(kept.FirstFetch) || !h.NextVisit.Equal(now.Add(time.Hour)) {
+		t.Fatalf("the kept page imported on the schedule: seen %v, %+v; want the import's validators and schedule, this crawler's depth and first fetch", seen, h)
+	}
+	if h, _, _ := f.History(gone.URL); !h.NextVisit.IsZero() || h.Status != 404 {
+		t.Fatalf("the page gone here at the fresher fetch: %+v; want it left off the schedule", h)
+	}
+	if st := f.Stats(); st.Scheduled != 1 {
+		t.Fatalf("%d scheduled, want 1", st.Scheduled)
+	}
+}
+
 // A withdrawal whose hand-off comes straight back to this crawler (the
 // overlay's owner is this crawler after all, or ownership flipped back)
 // loses nothing: the URLs are queued again. A failed hand-off leaves them

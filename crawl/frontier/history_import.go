@@ -2,6 +2,7 @@ package frontier
 
 import (
 	"errors"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -13,18 +14,34 @@ import (
 // nothing. A page with NextVisit set is put on the revisit schedule. Pages
 // this crawler already has a history for are left alone (its own knowledge
 // is at least as fresh), unless that history is off the schedule and the
-// import is on it: a page this crawler handed off (Withdraw keeps its
-// history) comes back with its subnet, and goes back on the schedule,
-// from the fresher of the two fetches. It returns how many were imported.
+// import is on it: a page this crawler handed off or kept for another
+// owner (Withdraw, KeepHistory) comes back with its subnet and goes back
+// on the schedule, from the fresher of the two fetches (its own depth and
+// first fetch kept; a page gone at its fresher fetch here stays off). It
+// returns how many were imported.
 func (f *Frontier) ImportHistory(hs []History) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.importLocked(hs)
+	return f.importLocked(hs, true)
 }
 
-// importLocked is ImportHistory under f.mu: one transaction, or halves of
-// hs when that is too big for Badger's (each page stays in one).
-func (f *Frontier) importLocked(hs []History) (int, error) {
+// KeepHistory stores page histories of pages another crawler owns now, for
+// this crawler's answers to page recovery: a subnet can move on before its
+// recovered history arrives here, and its next owner asks this crawler. A
+// kept page is in the state Withdraw leaves a handed-off page in: neither
+// seen (a link to it is still handed to its owner) nor scheduled (NextVisit
+// is ignored). Pages this crawler has a history for are left alone. It
+// returns how many were kept.
+func (f *Frontier) KeepHistory(hs []History) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.importLocked(hs, false)
+}
+
+// importLocked is ImportHistory (own: seen and scheduled) or KeepHistory
+// under f.mu: one transaction, or halves of hs when that is too big for
+// Badger's (each page stays in one).
+func (f *Frontier) importLocked(hs []History, own bool) (int, error) {
 	imported, scheduled := 0, 0
 	var added []Hash
 	err := f.update(func(txn *badger.Txn) error {
@@ -34,24 +51,40 @@ func (f *Frontier) importLocked(hs []History) (int, error) {
 			if h.URL == "" {
 				continue
 			}
+			if !own {
+				h.NextVisit = time.Time{}
+			}
 			k := HashURL(h.URL)
 			old, found, err := getHistory(txn, k)
 			if err != nil {
 				return err
 			}
 			if found {
-				if !old.NextVisit.IsZero() || h.NextVisit.IsZero() {
+				if !own || !old.NextVisit.IsZero() || h.NextVisit.IsZero() {
 					continue
 				}
 				if old.LastFetch.After(h.LastFetch) {
 					// this crawler's own fetch is the fresher
+					if isGone(old) {
+						continue
+					}
 					interval := h.Interval
 					h = old
 					h.Interval, h.NextVisit = interval, old.LastFetch.Add(interval)
+				} else {
+					// the other crawler's, with what only this one knows
+					h.Depth = old.Depth
+					if !old.FirstFetch.IsZero() && old.FirstFetch.Before(h.FirstFetch) {
+						h.FirstFetch = old.FirstFetch
+					}
+					h.Fetches, h.Changes = max(h.Fetches, old.Fetches), max(h.Changes, old.Changes)
 				}
 			}
-			if err := markSeenUncounted(txn, k); err != nil {
-				return err
+			if own {
+				if err := markSeenUncounted(txn, k); err != nil {
+					return err
+				}
+				added = append(added, k)
 			}
 			if err := txn.Set(cat(pPage, k[:]), h.encode()); err != nil {
 				return err
@@ -63,16 +96,15 @@ func (f *Frontier) importLocked(hs []History) (int, error) {
 				scheduled++
 			}
 			imported++
-			added = append(added, k)
 		}
 		return nil
 	})
 	if errors.Is(err, badger.ErrTxnTooBig) && len(hs) > 1 {
-		a, err := f.importLocked(hs[:len(hs)/2])
+		a, err := f.importLocked(hs[:len(hs)/2], own)
 		if err != nil {
 			return a, err
 		}
-		b, err := f.importLocked(hs[len(hs)/2:])
+		b, err := f.importLocked(hs[len(hs)/2:], own)
 		return a + b, err
 	}
 	if err != nil {
