@@ -255,7 +255,7 @@ func TestHandoffSinkAndPageHistory(t *testing.T) {
 	}
 	for _, p := range pages {
 		h, ok, err := b.Engine().Frontier().History(p.URL)
-		if err != nil || !ok || h.ETag != p.ETag || h.Fetches != 1 || h.NextVisit.IsZero() {
+		if err != nil || !ok || h.ETag != p.ETag || h.Fetches != 1 || h.Changes != 1 || h.NextVisit.IsZero() {
 			t.Fatalf("imported history of %s: %+v %v %v; want it on the schedule", p.URL, h, ok, err)
 		}
 		if seen, _ := b.Engine().Frontier().Seen(p.URL); !seen {

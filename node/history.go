@@ -129,8 +129,11 @@ func (h *pageHistory) Import(ctx context.Context, s hierarchy.NodeID, pages []ov
 		if p.LastFetch.After(now) {
 			p.LastFetch = now // a sender's clock ahead: never a revisit pushed out
 		}
+		// one fetch that found content, as visit counts a first fetch (a
+		// page without a content hash, off the schedule, would otherwise
+		// read as an old version's redirect mark and never be revisited)
 		fh := frontier.History{URL: p.URL, Host: urlnorm.HostKey(u), FirstFetch: p.LastFetch, LastFetch: p.LastFetch,
-			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1}
+			LastChange: p.LastFetch, Status: p.HTTPStatus, ETag: p.ETag, LastModified: p.LastModified, Fetches: 1, Changes: 1}
 		copy(fh.ContentHash[:], p.ContentHash)
 		if n := len(p.FetchTimes); n > 0 {
 			fh.MeanTotal, fh.Total = p.FetchTimes[0], p.FetchTimes[n-1]
