@@ -290,15 +290,22 @@ func TestOldRedirectMarkScheduledOnSourceRevisit(t *testing.T) {
 		t.Fatalf("import: %d, %v", n, err)
 	}
 	fr.Close()
-	eng, stop := revisitRun(t, Config{DB: db, Fetch: revisitFetch(), Concurrency: 1, Receiver: pack.FileSink{Dir: t.TempDir()},
-		Progress: -1, Logger: testLogger(t),
-		Monitor: Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond}})
+	eng, stop := monitoredRun(t, db)
 	waitFor(t, 10*time.Second, "a conditional revisit of /b", func() bool { return bConditional.Load() >= 1 })
 	st := eng.Stats()
 	stop()
 	if st.Unchanged < 1 || st.Records != 0 {
 		t.Errorf("unchanged %d, records %d; want /a's revisit unchanged, nothing shipped", st.Unchanged, st.Records)
 	}
+}
+
+// monitoredRun runs one crawler on db, monitoring with revisits due within
+// 100 ms, its records to a throw-away directory.
+func monitoredRun(t *testing.T, db *badger.DB) (*Engine, func()) {
+	t.Helper()
+	return revisitRun(t, Config{DB: db, Fetch: revisitFetch(), Concurrency: 1, Receiver: pack.FileSink{Dir: t.TempDir()},
+		Progress: -1, Logger: testLogger(t),
+		Monitor: Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond}})
 }
 
 // openDB opens a state store closed when the test ends, after the engines
@@ -376,9 +383,7 @@ func TestHandedOffPageBackOnTheSchedule(t *testing.T) {
 		t.Fatalf("the URL handed back: %d admitted, %v", n, err)
 	}
 	fr.Close()
-	eng, stop := revisitRun(t, Config{DB: db, Fetch: revisitFetch(), Concurrency: 1, Receiver: pack.FileSink{Dir: t.TempDir()},
-		Progress: -1, Logger: testLogger(t),
-		Monitor: Monitor{Enabled: true, Sleep: 50 * time.Millisecond, MinInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond}})
+	eng, stop := monitoredRun(t, db)
 	waitFor(t, 10*time.Second, "a conditional revisit of /b", func() bool { return conditional.Load() >= 1 })
 	st := eng.Stats()
 	stop()

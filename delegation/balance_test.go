@@ -88,19 +88,7 @@ func TestBalanceLeastCostAsks(t *testing.T) {
 		{5 * time.Millisecond, "c4", "first", "c4"},
 	} {
 		t.Run(fmt.Sprint(tc.ask), func(t *testing.T) {
-			w := newSmallWorld(t)
-			w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 13*time.Millisecond
-			w.rtt["c4"] = map[string]time.Duration{"10.1": 6 * time.Millisecond, "10.2": 90 * time.Millisecond}
-			p := NewOptimal(w.deps(1), Config{Balance: BalanceLeastCost, MoveAsk: tc.ask})
-			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
-			cs[0].Capacity = 2
-			w.join(t, p, cs...)
-			first, _ := p.Delegate(ctx, ip("10.1.2.1"))
-			second, _ := p.Delegate(ctx, ip("10.2.2.1"))
-			if first.Owner != "c1" || second.Owner != "c1" {
-				t.Fatalf("c1 has room for both first pages: %v, %v", first, second)
-			}
-			w.join(t, p, Crawler{ID: "c4", Addr: netip.MustParseAddr("20.2.0.9")})
+			p, _, first, second := fullOwnerWorld(t, tc.ask, 6*time.Millisecond)
 			d, err := p.Delegate(ctx, ip("10.1.2.2"))
 			if err != nil {
 				t.Fatal(err)
@@ -137,25 +125,7 @@ func TestBalanceLeastCostAskOutcomes(t *testing.T) {
 		{"busy", 6 * time.Millisecond, true, "", "being decided elsewhere"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newSmallWorld(t)
-			w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 13*time.Millisecond
-			w.rtt["c4"] = map[string]time.Duration{"10.2": 90 * time.Millisecond}
-			if tc.c4 > 0 {
-				w.rtt["c4"]["10.1"] = tc.c4
-			}
-			dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
-			deps := w.deps(1)
-			deps.Dir = dir
-			p := NewOptimal(deps, Config{Balance: BalanceLeastCost, MoveAsk: 5 * time.Millisecond})
-			cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
-			cs[0].Capacity = 2
-			w.join(t, p, cs...)
-			first, _ := p.Delegate(ctx, ip("10.1.2.1"))
-			second, _ := p.Delegate(ctx, ip("10.2.2.1"))
-			if first.Owner != "c1" || second.Owner != "c1" {
-				t.Fatalf("c1 has room for both first pages: %v, %v", first, second)
-			}
-			w.join(t, p, Crawler{ID: "c4", Addr: netip.MustParseAddr("20.2.0.9")})
+			p, dir, first, second := fullOwnerWorld(t, 5*time.Millisecond, tc.c4)
 			dir.busy[first.Subnet] = tc.busy
 			d, err := p.Delegate(ctx, ip("10.1.2.2"))
 			if err != nil {
@@ -177,7 +147,7 @@ func TestBalanceLeastCostAskOutcomes(t *testing.T) {
 					t.Fatalf("%s: moved %v; want nothing moved", tc.name, d.Moved)
 				}
 			}
-			if rec, _ := w.dir.Get(first.Subnet); rec.Owner != "c1" || rec.Epoch != first.Record.Epoch {
+			if rec, _ := dir.Directory.(*MemDirectory).Get(first.Subnet); rec.Owner != "c1" || rec.Epoch != first.Record.Epoch {
 				t.Fatalf("%s: the first subnet's record changed: %+v", tc.name, rec)
 			}
 			if note := d.Steps[len(d.Steps)-1].Note; !strings.Contains(note, tc.wantNote) {
@@ -185,6 +155,37 @@ func TestBalanceLeastCostAskOutcomes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fullOwnerWorld is the setting of the least-cost asking tests: c1, with
+// room for two pages, owns 10.1.2.0/24 (recorded next best c2, 20 ms
+// farther) and 10.2.2.0/24 (c2, 10 ms farther); then c4 joins, c4to101 from
+// 10.1.0.0/16 (0: it does not answer) and recorded in no record. It returns
+// the policy (least-cost, MoveAsk ask), its directory (busy marks) and the
+// two subnets' first delegations.
+func fullOwnerWorld(t *testing.T, ask, c4to101 time.Duration) (Policy, busyDirectory, Decision, Decision) {
+	t.Helper()
+	ctx := context.Background()
+	w := newSmallWorld(t)
+	w.rtt["c1"]["10.2"], w.rtt["c2"]["10.2"] = 3*time.Millisecond, 13*time.Millisecond
+	w.rtt["c4"] = map[string]time.Duration{"10.2": 90 * time.Millisecond}
+	if c4to101 > 0 {
+		w.rtt["c4"]["10.1"] = c4to101
+	}
+	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
+	deps := w.deps(1)
+	deps.Dir = dir
+	p := NewOptimal(deps, Config{Balance: BalanceLeastCost, MoveAsk: ask})
+	cs := []Crawler{smallCrawlers[0], smallCrawlers[1], smallCrawlers[2]}
+	cs[0].Capacity = 2
+	w.join(t, p, cs...)
+	first, _ := p.Delegate(ctx, ip("10.1.2.1"))
+	second, _ := p.Delegate(ctx, ip("10.2.2.1"))
+	if first.Owner != "c1" || second.Owner != "c1" {
+		t.Fatalf("c1 has room for both first pages: %v, %v", first, second)
+	}
+	w.join(t, p, Crawler{ID: "c4", Addr: netip.MustParseAddr("20.2.0.9")})
+	return p, dir, first, second
 }
 
 func TestBalanceRelease(t *testing.T) {
