@@ -116,6 +116,10 @@ func FuzzReadHandoff(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add(protowire.AppendTag(nil, 9, protowire.StartGroupType))
+	// A second address replaces an oversized first one in proto.Unmarshal.
+	batch := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), make([]byte, 18))
+	batch = protowire.AppendBytes(protowire.AppendTag(batch, 3, protowire.BytesType), []byte{127, 0, 0, 1})
+	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), batch))
 	now := time.Unix(1_700_000_000, 0)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		framed := protowire.AppendVarint(nil, uint64(len(data)))
@@ -126,7 +130,7 @@ func FuzzReadHandoff(f *testing.F) {
 		var want pb.HandoffRequest
 		werr := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, &want)
 		if err != nil {
-			if werr == nil && !pastBounds(&want) && !strings.Contains(err.Error(), "wire type") {
+			if werr == nil && !pastBounds(data) && !strings.Contains(err.Error(), "wire type") {
 				t.Fatalf("refused what proto.Unmarshal takes: %v", err)
 			}
 			return
@@ -148,20 +152,49 @@ func FuzzReadHandoff(f *testing.F) {
 	})
 }
 
-// pastBounds: a field longer than readHandoff reads.
-func pastBounds(r *pb.HandoffRequest) bool {
-	if len(r.Snapshot) > 64 {
-		return true
-	}
-	for _, b := range r.Batches {
-		if len(b.Addr) > 16 {
-			return true
+// pastBounds: data holds a field longer than readHandoff reads. It walks
+// the wire bytes, not the decoded message: proto.Unmarshal keeps only the
+// last of a repeated singular field (a second snapshot or address), while
+// readHandoff refuses the first one past its bound.
+func pastBounds(data []byte) bool {
+	return walkFields(data, func(num protowire.Number, v []byte) bool {
+		switch num {
+		case 3:
+			return len(v) > 64
+		case 4:
+			return walkFields(v, func(num protowire.Number, v []byte) bool {
+				return (num == 2 && len(v) > maxURLLen) || (num == 3 && len(v) > 16)
+			})
 		}
-		for _, u := range b.Urls {
-			if len(u) > maxURLLen {
+		return false
+	})
+}
+
+// walkFields calls past on each length-delimited field of b until it says
+// true; it stops at the first malformed field.
+func walkFields(b []byte, past func(protowire.Number, []byte) bool) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return false
+			}
+			if past(num, v) {
 				return true
 			}
+			b = b[m:]
+			continue
 		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
+		b = b[m:]
 	}
 	return false
 }
