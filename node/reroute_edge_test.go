@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -152,47 +153,63 @@ func TestRerouteToSameOwnerKeepsLedger(t *testing.T) {
 	}
 }
 
-// noQuorumOwner: the overlay makes no delegation (no quorum of the known
-// crawlers is heard) and spools what it is handed.
-type noQuorumOwner struct {
+// undecidedOwner: the overlay decides no owner (Delegate fails with err)
+// and spools what it is handed.
+type undecidedOwner struct {
 	*timingOwner
+	err     error
 	spooled []overlay.HandoffItem
 }
 
-func (o *noQuorumOwner) Delegate(context.Context, netip.Addr) (delegation.Decision, error) {
-	return delegation.Decision{}, fmt.Errorf("lookup: %w", overlay.ErrNoQuorum)
+func (o *undecidedOwner) Delegate(context.Context, netip.Addr) (delegation.Decision, error) {
+	return delegation.Decision{}, o.err
 }
-func (o *noQuorumOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
+func (o *undecidedOwner) HandoffAll(_ context.Context, items []overlay.HandoffItem) error {
 	o.spooled = append(o.spooled, items...)
 	return nil
 }
 
-// A URL whose subnet nobody may delegate now (no quorum: the other side of
-// a partition might delegate it elsewhere) is routed to no owner and waits
-// in the hand-off spool, written in no ledger. Before, the route failed and
-// the page that linked it stayed queued, to be fetched again.
-func TestNoQuorumRoutesToTheSpool(t *testing.T) {
-	r, err := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &noQuorumOwner{timingOwner: &timingOwner{tree: r.tree}}
-	r.peer = o
-	ledgered := 0
-	r.ledger = func(delegation.CrawlerID, []string) error { ledgered++; return nil }
-	u, _ := url.Parse("http://h1.example/p")
-	ip := netip.MustParseAddr("127.0.0.9")
-	rt, err := r.Route(context.Background(), u, ip)
-	if err != nil {
-		t.Fatalf("route without a quorum: %v, want a route to the spool", err)
-	}
-	if rt.Mine || rt.Owner != "" || rt.Subnet != uint32(r.tree.SmallestNonUnary(ip)) {
-		t.Fatalf("route %+v: want no owner, not mine, in the address's subnet", rt)
-	}
-	if err := r.Handoff(context.Background(), []crawl.Routed{{URL: u.String(), Route: rt}}); err != nil {
-		t.Fatal(err)
-	}
-	if len(o.spooled) != 1 || o.spooled[0].Owner != "" || len(o.spooled[0].URLs) != 1 || ledgered != 0 {
-		t.Fatalf("spooled %+v, %d ledger writes: want the URL spooled with no owner, no ledger entry", o.spooled, ledgered)
+// A URL whose owner cannot be decided now is routed to no owner and waits
+// in the hand-off spool, written in no ledger: whether nobody may delegate
+// its subnet (no quorum: the other side of a partition might delegate it
+// elsewhere) or a decision failed (a lookup or a publish refused while
+// load balancing moves the subnet). Before, a failed route either had the
+// page that linked the URL fetched again or, for any error but a deadline,
+// dropped the link: pages never crawled.
+func TestUndecidedOwnerRoutesToTheSpool(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("lookup: %w", overlay.ErrNoQuorum),
+		errors.New("delegation: publish subnet 9: record refused: a newer epoch is held"),
+		fmt.Errorf("delegation: lookup subnet 9: %w", context.DeadlineExceeded),
+	} {
+		t.Run(err.Error(), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			r, rerr := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, reg)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			o := &undecidedOwner{timingOwner: &timingOwner{tree: r.tree}, err: err}
+			r.peer = o
+			ledgered := 0
+			r.ledger = func(delegation.CrawlerID, []string) error { ledgered++; return nil }
+			u, _ := url.Parse("http://h1.example/p")
+			ip := netip.MustParseAddr("127.0.0.9")
+			rt, rerr := r.Route(context.Background(), u, ip)
+			if rerr != nil {
+				t.Fatalf("route without an owner: %v, want a route to the spool", rerr)
+			}
+			if rt.Mine || rt.Owner != "" || rt.Subnet != uint32(r.tree.SmallestNonUnary(ip)) {
+				t.Fatalf("route %+v: want no owner, not mine, in the address's subnet", rt)
+			}
+			if n := counterOf(t, r.undecided); n != 1 {
+				t.Fatalf("micra_node_urls_undecided_total %v, want 1", n)
+			}
+			if rerr := r.Handoff(context.Background(), []crawl.Routed{{URL: u.String(), Route: rt}}); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if len(o.spooled) != 1 || o.spooled[0].Owner != "" || len(o.spooled[0].URLs) != 1 || ledgered != 0 {
+				t.Fatalf("spooled %+v, %d ledger writes: want the URL spooled with no owner, no ledger entry", o.spooled, ledgered)
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -70,9 +69,9 @@ type Router struct {
 	// ledger records URLs handed to an owner (nil: not recorded).
 	ledger func(owner delegation.CrawlerID, urls []string) error
 
-	owned, foreign, handedURLs, handoffCalls prometheus.Counter
-	reviews                                  *prometheus.CounterVec
-	slowPages                                prometheus.Counter
+	owned, foreign, undecided, handedURLs, handoffCalls prometheus.Counter
+	reviews                                             *prometheus.CounterVec
+	slowPages                                           prometheus.Counter
 }
 
 var _ crawl.Router = (*Router)(nil)
@@ -101,13 +100,14 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	}
 	r.owned = c("urls_owned_total", "Discovered URLs whose host's subnet is delegated to this crawler.")
 	r.foreign = c("urls_foreign_total", "Discovered URLs owned by another crawler.")
+	r.undecided = c("urls_undecided_total", "Discovered URLs whose owner could not be decided when found (no quorum, a failed lookup or publish): they wait in the hand-off spool.")
 	r.handedURLs = c("handoff_urls_total", "URLs handed to the overlay's durable hand-off.")
 	r.handoffCalls = c("handoff_groups_total", "Groups (a subnet and block each) handed to the overlay.")
 	r.slowPages = c("calibration_events_total", "Pages whose fetch times exceeded their history (calibration events announced, subnet re-delegated).")
 	r.reviews = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "micra_node_reviews_total",
 		Help: "First fetches from a host given to the policy's review, by outcome (kept, handed-over, block-delegated, other)."}, []string{"outcome"})
 	if reg != nil {
-		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.handedURLs, r.handoffCalls, r.slowPages, r.reviews} {
+		for _, m := range []prometheus.Collector{r.owned, r.foreign, r.undecided, r.handedURLs, r.handoffCalls, r.slowPages, r.reviews} {
 			if err := reg.Register(m); err != nil {
 				return nil, fmt.Errorf("node: register metrics: %w", err)
 			}
@@ -127,16 +127,18 @@ func (r *Router) Route(ctx context.Context, u *url.URL, ip netip.Addr) (crawl.Ro
 	}
 	a := r.mapAddr(ip)
 	d, err := r.peer.Delegate(ctx, a)
-	if errors.Is(err, overlay.ErrNoQuorum) {
+	if err != nil {
 		if s := r.tree.SmallestNonUnary(a); s != hierarchy.None && s != hierarchy.Root {
-			// nobody may delegate the subnet now: the URL waits in the
-			// hand-off spool, which delivers it to the owner decided once
-			// a quorum is back
-			r.foreign.Inc()
+			// The owner is not decided now: no quorum (nobody may
+			// delegate the subnet), a lookup or publish that failed, a
+			// subnet being moved. The URL waits in the hand-off spool,
+			// which decides its owner again on each flush and delivers it
+			// (here too, if it is this crawler's). An error would drop
+			// the link, or have the page that linked it fetched again.
+			r.log.Debug("node: owner not decided, URL spooled", "host", u.Host, "addr", a, "err", err)
+			r.undecided.Inc()
 			return r.routeOf(ip, a, s, "", 0), nil
 		}
-	}
-	if err != nil {
 		return crawl.Route{}, fmt.Errorf("node: owner of %s (%v): %w", u.Host, a, err)
 	}
 	rt := r.routeOf(ip, a, d.Subnet, d.Owner, d.Record.Epoch)

@@ -594,6 +594,9 @@ func printSeeds(w io.Writer, v node.SeedsInfo) {
 		note := s.Reason
 		if s.Status == node.SeedHandedOff {
 			note = "to " + s.Owner
+			if s.Owner == "" {
+				note = "owner not decided yet: waits in the hand-off spool"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Status, s.URL, note)
 	}

@@ -210,3 +210,17 @@ func TestControlFindsNodeByHome(t *testing.T) {
 		t.Fatalf("a home without config.toml: %v", err)
 	}
 }
+
+// A seed spooled before its owner is decided (no quorum, a failed
+// decision) says so, rather than "to " and nothing.
+func TestPrintSeedsUndecidedOwner(t *testing.T) {
+	var b strings.Builder
+	printSeeds(&b, node.SeedsInfo{HandedOff: 2, Seeds: []node.SeedResult{
+		{URL: "http://a.example/", Status: node.SeedHandedOff, Owner: "12D3KooWOwner"},
+		{URL: "http://b.example/", Status: node.SeedHandedOff},
+	}})
+	out := b.String()
+	if !strings.Contains(out, "to 12D3KooWOwner") || !strings.Contains(out, "http://b.example/  owner not decided yet: waits in the hand-off spool") {
+		t.Fatalf("seed lines:\n%s", out)
+	}
+}
