@@ -109,20 +109,22 @@ func TestBalanceLeastCostAsks(t *testing.T) {
 // under a MoveAsk of 5 ms (both recorded moves cost more a page), when
 // what the asked crawler c4 answers does not settle it: an answer farther
 // than the cheapest recorded move loses to that move; no answer falls
-// back on that move; and a subnet another call is deciding (ErrBusy)
-// stays where it is, the decision going on without error.
+// back on that move; and a subnet another call is deciding (ErrBusy), or
+// whose move c4 refuses (ErrRefused), stays where it is, the decision
+// going on without error.
 func TestBalanceLeastCostAskOutcomes(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
 		c4        time.Duration // c4's RTT to 10.1.0.0/16; 0: it does not answer
-		busy      bool          // the first subnet's record is being decided elsewhere
+		busy      error         // the first subnet's publish fails so (ErrBusy, ErrRefused)
 		wantMoved string        // the subnet moved to c2: "second", or "" for none
 		wantNote  string
 	}{
-		{"recorded cheaper", 20 * time.Millisecond, false, "second", "cheaper than"},
-		{"no answer", 0, false, "second", "nobody with room answered"},
-		{"busy", 6 * time.Millisecond, true, "", "being decided elsewhere"},
+		{"recorded cheaper", 20 * time.Millisecond, nil, "second", "cheaper than"},
+		{"no answer", 0, nil, "second", "nobody with room answered"},
+		{"busy", 6 * time.Millisecond, ErrBusy, "", "being decided by another call"},
+		{"refused", 6 * time.Millisecond, ErrRefused, "", "refused the record"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dir, first, second := fullOwnerWorld(t, 5*time.Millisecond, tc.c4)
@@ -172,7 +174,7 @@ func fullOwnerWorld(t *testing.T, ask, c4to101 time.Duration) (Policy, busyDirec
 	if c4to101 > 0 {
 		w.rtt["c4"]["10.1"] = c4to101
 	}
-	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
+	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]error{}}
 	deps := w.deps(1)
 	deps.Dir = dir
 	p := NewOptimal(deps, Config{Balance: BalanceLeastCost, MoveAsk: ask})
@@ -246,27 +248,35 @@ func TestBalanceHold(t *testing.T) {
 	}
 }
 
-// busyDirectory refuses to publish the records of the subnets in busy
-// (another call is deciding them: ErrBusy).
+// busyDirectory fails to publish the records of the subnets in busy with
+// their error: ErrBusy (another call is deciding them) or ErrRefused (the
+// new owner will not sign).
 type busyDirectory struct {
 	Directory
-	busy map[hierarchy.NodeID]bool
+	busy map[hierarchy.NodeID]error
 }
 
 func (d busyDirectory) Publish(ctx context.Context, rec Record) (Record, error) {
-	if d.busy[rec.Subnet] {
-		return Record{}, ErrBusy
+	if err := d.busy[rec.Subnet]; err != nil {
+		return Record{}, fmt.Errorf("publish subnet %d: %w", rec.Subnet, err)
 	}
 	return d.Directory.Publish(ctx, rec)
 }
 
 // TestReleaseLeavesBusySubnets: a subnet whose record cannot be published
-// because another call decides it (ErrBusy) stays where it is; the
-// decision goes on as if it had nothing to release.
+// because another call decides it (ErrBusy) or its new owner refuses it
+// (ErrRefused) stays where it is; the decision goes on as if it had
+// nothing to release.
 func TestReleaseLeavesBusySubnets(t *testing.T) {
+	for _, why := range []error{ErrBusy, ErrRefused} {
+		t.Run(why.Error(), func(t *testing.T) { releaseLeavesBusySubnet(t, why) })
+	}
+}
+
+func releaseLeavesBusySubnet(t *testing.T, why error) {
 	ctx := context.Background()
 	w := newSmallWorld(t)
-	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]bool{}}
+	dir := busyDirectory{Directory: w.dir, busy: map[hierarchy.NodeID]error{}}
 	deps := w.deps(1)
 	deps.Dir = dir
 	p := NewOptimal(deps, Config{Balance: BalanceRelease})
@@ -277,7 +287,7 @@ func TestReleaseLeavesBusySubnets(t *testing.T) {
 	if first.Owner != "c1" {
 		t.Fatal(first)
 	}
-	dir.busy[first.Subnet] = true
+	dir.busy[first.Subnet] = why
 	d, err := p.Delegate(ctx, ip("10.1.0.1"))
 	if err != nil {
 		t.Fatalf("a busy subnet to release failed the decision: %v", err)

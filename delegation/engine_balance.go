@@ -3,7 +3,6 @@ package delegation
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -212,10 +211,14 @@ func (e *engine) rebalanceCached(ctx context.Context, s hierarchy.NodeID, rec Re
 			}
 			if pick.OK {
 				pub, err := e.moveTo(ctx, rec, pick, d)
-				if err != nil {
+				switch {
+				case moveNotMade(err):
+					step.Note = fmt.Sprintf("%s full, no recorded alternative with room: %s answered, but the move was not made: %v", rec.Owner, pick.Crawler, err)
+				case err != nil:
 					return err
+				default:
+					step.Note = fmt.Sprintf("%s full, no recorded alternative with room: probed crawlers with room, %s takes it", rec.Owner, pub.Owner)
 				}
-				step.Note = fmt.Sprintf("%s full, no recorded alternative with room: probed crawlers with room, %s takes it", rec.Owner, pub.Owner)
 			}
 		}
 	}
@@ -278,9 +281,9 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 		}
 	}
 	pub, err := e.moveTo(ctx, rec, pick, d)
-	if errors.Is(err, ErrBusy) {
-		// being decided elsewhere right now: it stays
-		step.Note = fmt.Sprintf("%s full: %s answered for %v, but %v is being decided elsewhere", rec.Owner, pick.Crawler, s, s)
+	if moveNotMade(err) {
+		// being decided elsewhere right now, or refused by pick: it stays
+		step.Note = fmt.Sprintf("%s full: %s answered for %v, but the move was not made: %v", rec.Owner, pick.Crawler, s, err)
 		return nil
 	}
 	if err != nil {
@@ -442,8 +445,8 @@ func (e *engine) release(ctx context.Context, c CrawlerID, incoming hierarchy.No
 		nr.Epoch = NextEpoch(mv.rec.Epoch, nr.At)
 		nr.Blocks = e.carryBlocks(mv.rec.Blocks, mv.to.Crawler)
 		pub, err := e.d.Dir.Publish(ctx, nr)
-		if errors.Is(err, ErrBusy) {
-			continue // being decided elsewhere right now: it stays
+		if moveNotMade(err) {
+			continue // being decided elsewhere right now, or refused: it stays
 		}
 		if err != nil {
 			return moved, err

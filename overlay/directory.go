@@ -382,7 +382,7 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 	}
 	start := time.Now()
 	if err := p.gatherConsents(ctx, &rec); err != nil {
-		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, err)
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: %w", rec.Subnet, refusal(err))
 	}
 	m, err := toPB(rec)
 	if err != nil {
@@ -399,7 +399,7 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 		}
 	}
 	if err != nil {
-		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: owner %s: %w", rec.Subnet, rec.Owner, err)
+		return delegation.Record{}, fmt.Errorf("overlay: publish subnet %d: owner %s: %w", rec.Subnet, rec.Owner, refusal(err))
 	}
 	endorsed := time.Now()
 	certs, err := p.recordCerts(rec)
@@ -414,6 +414,16 @@ func (d *Directory) Publish(ctx context.Context, rec delegation.Record) (delegat
 	p.log.Debug("overlay: published", "subnet", rec.Subnet, "owner", rec.Owner, "epoch", rec.Epoch,
 		"endorse", endorsed.Sub(start), "put", time.Since(endorsed), "prevails", best.Owner)
 	return best, err
+}
+
+// refusal marks an endorsement or a consent the other peer refused as
+// delegation.ErrRefused: load balancing leaves a subnet whose move was
+// refused where it is, rather than failing the decision that moved it.
+func refusal(err error) error {
+	if StatusOf(err) == pb.Status_REFUSED {
+		return fmt.Errorf("%w: %w", delegation.ErrRefused, err)
+	}
+	return err
 }
 
 // put stores a sealed value in the DHT and the cache, optionally announces

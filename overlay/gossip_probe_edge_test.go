@@ -168,3 +168,45 @@ func TestHeartbeatOtherSnapshotIgnoredNotRejected(t *testing.T) {
 		t.Errorf("heartbeat of another snapshot: %v, want ValidationIgnore (%d)", r, pubsub.ValidationIgnore)
 	}
 }
+
+// A recorded move republishes a probe answer another decider got: the
+// new owner endorses it when it reported that RTT for the subnet to
+// anyone lately, even if it reported other RTTs for the subnet to this
+// decider. Before, the move was refused, and with it the decision of the
+// subnet whose page needed the room: its links were dropped.
+func TestProbeLogAcceptsAnotherDecidersAnswer(t *testing.T) {
+	var l probeLog
+	subnet := netip.MustParsePrefix("198.51.100.0/24")
+	in := subnet.Contains
+	other := func(a netip.Addr) bool { return netip.MustParsePrefix("203.0.113.0/24").Contains(a) }
+	first, mover := peer.ID("first-decider"), peer.ID("mover")
+	l.add(first, netip.MustParseAddr("198.51.100.7"), 82*time.Millisecond)
+	l.add(mover, netip.MustParseAddr("198.51.100.9"), 90*time.Millisecond)
+	l.add(mover, netip.MustParseAddr("203.0.113.5"), 91*time.Millisecond)
+	for _, c := range []struct {
+		name string
+		in   func(netip.Addr) bool
+		rtt  time.Duration
+		want bool
+	}{
+		{"reported to the mover", in, 90 * time.Millisecond, true},
+		{"reported to the first decider", in, 82 * time.Millisecond, true},
+		{"never measured", in, 70 * time.Millisecond, false},
+		{"measured for another subnet", other, 82 * time.Millisecond, false},
+	} {
+		if got := l.consistent(mover, c.in, c.rtt); got != c.want {
+			t.Errorf("%s (%v): consistent %v, want %v", c.name, c.rtt, got, c.want)
+		}
+	}
+	// past probeLogAge the first decider's answer no longer vouches
+	l.mu.Lock()
+	for i := range l.recent {
+		if l.recent[i].rtt == 82*time.Millisecond {
+			l.recent[i].at = time.Now().Add(-2 * probeLogAge)
+		}
+	}
+	l.mu.Unlock()
+	if l.consistent(mover, in, 82*time.Millisecond) {
+		t.Error("an answer older than probeLogAge still vouches for the RTT")
+	}
+}

@@ -265,7 +265,7 @@ func (q *handoffQueue) run(ctx context.Context) {
 // restart, a healed partition) and held its subnets meanwhile
 // (Members.IsLive), so nothing else would deliver them before the
 // back-off of the failed sends is over. URLs routed to no owner (no
-// quorum: ErrNoQuorum) are due too: the return may bring one back.
+// quorum, a failed decision) are due too: the return may bring one back.
 func (q *handoffQueue) wake(owner delegation.CrawlerID) {
 	q.mu.Lock()
 	n := 0

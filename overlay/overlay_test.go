@@ -421,6 +421,12 @@ func TestEndorseRefusesForeignOrStaleRecords(t *testing.T) {
 	if _, err := a.endorse(ctx, b.ID(), m); StatusOf(err) != pb.Status_REFUSED {
 		t.Fatalf("implausible rtt endorsed: %v", err)
 	}
+	// Publish says so as delegation.ErrRefused: load balancing leaves a
+	// subnet whose move is refused where it is.
+	lie.Epoch = 3
+	if _, err := a.Directory().Publish(ctx, lie); !errors.Is(err, delegation.ErrRefused) {
+		t.Fatalf("publish of a refused record: %v, want delegation.ErrRefused", err)
+	}
 	// A record that claims no measurement (a blind or random decision)
 	// is endorsed: there is nothing to check, and 0 is not a lie.
 	blind := lie

@@ -106,12 +106,14 @@ func (m NetMeasurer) Measure(ctx context.Context, t ProbeTarget) (time.Duration,
 	return 0, fmt.Errorf("probe: unknown method %d", t.Method)
 }
 
-// probeLog remembers RTTs this peer reported, per requester, so that an
-// endorsement request can be checked against what was really measured.
+// probeLog remembers RTTs this peer reported, per requester and the latest
+// to anyone, so that an endorsement request can be checked against what
+// was really measured.
 type probeLog struct {
-	mu   sync.Mutex
-	by   map[peer.ID][]probeEntry
-	adds int // entries added (every 256th sweeps stale requesters)
+	mu     sync.Mutex
+	by     map[peer.ID][]probeEntry
+	recent []probeEntry // the latest probeLogRecent entries, any requester
+	adds   int          // entries added (every 256th sweeps stale requesters)
 }
 
 type probeEntry struct {
@@ -122,6 +124,7 @@ type probeEntry struct {
 
 const (
 	probeLogPerPeer = 256
+	probeLogRecent  = 4096
 	probeLogAge     = 10 * time.Minute
 )
 
@@ -131,11 +134,15 @@ func (l *probeLog) add(p peer.ID, target netip.Addr, rtt time.Duration) {
 	if l.by == nil {
 		l.by = make(map[peer.ID][]probeEntry)
 	}
-	es := append(l.by[p], probeEntry{target, rtt, time.Now()})
+	e := probeEntry{target, rtt, time.Now()}
+	es := append(l.by[p], e)
 	if len(es) > probeLogPerPeer {
 		es = es[len(es)-probeLogPerPeer:]
 	}
 	l.by[p] = es
+	if l.recent = append(l.recent, e); len(l.recent) > probeLogRecent {
+		l.recent = l.recent[len(l.recent)-probeLogRecent:]
+	}
 	// requesters are not members necessarily: forget those whose newest
 	// entry is past probeLogAge, now and then, or the map grows with every
 	// peer ID that ever asked
@@ -149,10 +156,13 @@ func (l *probeLog) add(p peer.ID, target netip.Addr, rtt time.Duration) {
 }
 
 // consistent reports whether rtt agrees with what this peer reported to p
-// for targets matching in(): true when nothing was reported (the record may
-// come from an older measurement) or rtt is 0 (the record claims no
-// measurement: a decision without a probe of its owner), else true only
-// if one sample matches.
+// for targets matching in(): true when nothing was reported to p (the
+// record may come from an older measurement) or rtt is 0 (the record
+// claims no measurement: a decision without a probe of its owner), else
+// true only if a sample reported for them matches, to p or lately to any
+// requester: a record's probe answers gather the measurements of every
+// decider that moved it, and a recorded move republishes one of them.
+// What is refused is an RTT this peer did not measure.
 func (l *probeLog) consistent(p peer.ID, in func(netip.Addr) bool, rtt time.Duration) bool {
 	if rtt == 0 {
 		return true
@@ -169,7 +179,15 @@ func (l *probeLog) consistent(p peer.ID, in func(netip.Addr) bool, rtt time.Dura
 			return true
 		}
 	}
-	return !any
+	if !any {
+		return true
+	}
+	for _, e := range l.recent {
+		if e.rtt == rtt && time.Since(e.at) <= probeLogAge && in(e.target) {
+			return true
+		}
+	}
+	return false
 }
 
 // measureLocal runs one probe on this peer, honouring window and guard.
