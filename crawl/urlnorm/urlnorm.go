@@ -214,10 +214,15 @@ func normalizeHost(h string) (string, error) {
 	if err != nil {
 		// Lenient fallback: underscores and similar are common in real host
 		// names that strict IDNA rejects; keep ASCII hosts as they are.
-		if isASCII(h) {
-			return strings.ToLower(h), nil
+		if !isASCII(h) {
+			return "", fmt.Errorf("bad host %q: %v", h, err)
 		}
-		return "", fmt.Errorf("bad host %q: %v", h, err)
+		a = h
+	}
+	// IDNA maps some characters to nothing (a soft hyphen) and a host may
+	// be escaped dots: what is left must still name a host
+	if a = strings.TrimRight(a, "."); a == "" {
+		return "", fmt.Errorf("empty host (%q)", h)
 	}
 	return strings.ToLower(a), nil
 }

@@ -43,7 +43,9 @@ func TestNormalize(t *testing.T) {
 	if got, _ := Normalize("http://ex.com/?utm_source=a&z=1&a=2"); got != "http://ex.com/?utm_source=a&z=1&a=2" {
 		t.Errorf("default normaliser changed the query: %s", got)
 	}
-	for _, bad := range []string{"mailto:a@b", "javascript:void(0)", "ftp://x/", "/relative", "http://", "http://ex.com:99999/"} {
+	// a host IDNA maps to nothing (a soft hyphen), or escaped dots alone
+	for _, bad := range []string{"mailto:a@b", "javascript:void(0)", "ftp://x/", "/relative", "http://", "http://ex.com:99999/",
+		"http://\u00ad/", "http://%2E%2E/", "http://\u00ad./x"} {
 		_, err := n.Normalize(bad)
 		if err == nil {
 			t.Errorf("Normalize(%q) accepted", bad)
