@@ -454,3 +454,41 @@ func TestNoBlocksInSmallSubnets(t *testing.T) {
 		t.Fatalf("a /26 subnet: want it handed to b, without blocks; got %v %+v", d, d.Record)
 	}
 }
+
+// TestRejoinTakesOwnBlockBack: a crawler back in the subnet placed with it,
+// whose own block went to another crawler while it was away, takes the
+// block back, as a first join does. Before, the join answered "already
+// placed" and named the crawler owner of an address whose block was b's
+// (found by FuzzDelegateDeepTrees).
+func TestRejoinTakesOwnBlockBack(t *testing.T) {
+	w, blocked := newBlockedWorld(t) // S is a's, laterHost(1)'s block b's
+	ctx := context.Background()
+	dc := Crawler{ID: "d", Addr: laterHost(1)}
+	w.members.Add(dc)
+	if _, err := w.pol.Join(ctx, dc); err != nil {
+		t.Fatal(err)
+	}
+	// d is away and its block goes to b again: a record as d's placement
+	// left it, plus that block
+	placed, _ := w.dir.Get(blocked.Subnet)
+	if placed.Owner != "d" || placed.OwnerRTT != 0 || placed.DecidedBy != "d" {
+		t.Fatalf("setup: want S placed with d, got %+v", placed)
+	}
+	away := placed
+	away.Epoch, away.At = NextEpoch(placed.Epoch, placed.At), placed.At
+	away.Blocks = []BlockDelegation{{Host: laterHost(1), Owner: "b", OwnerRTT: 6 * time.Millisecond}}
+	if _, err := w.dir.Publish(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	d, err := w.pol.Join(ctx, dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := w.dir.Get(blocked.Subnet)
+	if d.Owner != "d" || d.Cached || rec.Owner != "d" || len(rec.Blocks) != 0 {
+		t.Fatalf("rejoin: decision %v (cached %v), record %+v; want d to own S, its block back", d, d.Cached, rec)
+	}
+	if got, err := w.pol.Delegate(ctx, laterHost(1)); err != nil || got.Owner != "d" {
+		t.Fatalf("a host of d's block after the rejoin: want d, got %v (%v)", got, err)
+	}
+}

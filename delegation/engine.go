@@ -477,14 +477,17 @@ func (e *engine) Join(ctx context.Context, c Crawler) (Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("delegation: lookup subnet %d of joining crawler %s: %w", s, c.ID, err)
 	}
+	_, ownBlockAway := rec.BlockOwner(c.Addr)
 	if oc, live := e.members()[rec.Owner]; ok && live && rec.OwnerRTT == 0 && rec.DecidedBy == rec.Owner &&
-		oc.Addr.IsValid() && e.d.Tree.SmallestNonUnary(oc.Addr) == s {
+		oc.Addr.IsValid() && e.d.Tree.SmallestNonUnary(oc.Addr) == s && (rec.Owner != c.ID || !ownBlockAway) {
 		// Another live crawler already sits in this subnet: keep it, so
 		// two co-located crawlers do not take the subnet in turns. (Its
 		// address says so: a decision without probes — random, or
 		// micra's blind one — made by the crawler it picked looks the
-		// same otherwise.)
-		d.Owner, d.Record, d.Cached = rec.Owner, rec, true
+		// same otherwise.) A crawler back in its own placement whose
+		// block went to another crawler meanwhile takes it back below.
+		d.Record, d.Cached = rec, true
+		d.Owner = rec.OwnerOf(c.Addr, e.owns) // c's block may be another's
 		d.Steps = append(d.Steps, Step{Kind: StepLookup, Node: s, Note: "subnet already placed with " + string(rec.Owner)})
 		return d, nil
 	}
