@@ -147,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 		n.restorePause()
 		svc.Sink = n.eng
+		svc.Ledger = handoffLedger{n}
 		svc.Pages = &pageHistory{eng: n.eng, router: n.router, monitor: cc.Monitor.Enabled, sleep: cc.Monitor.Sleep}
 		if n.finder != nil {
 			// a dead owner's delivered pages are recovered from the sink

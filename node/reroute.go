@@ -50,6 +50,18 @@ func (n *Node) recordHandoff(owner delegation.CrawlerID, urls []string) error {
 	return wb.Flush()
 }
 
+// errOwnerUndecided: a re-routed URL whose new owner could not be decided.
+var errOwnerUndecided = errors.New("no owner could be decided for its subnet now")
+
+// handoffLedger is the ledger as the overlay's HandoffLedger: the URLs its
+// spool delivered to an owner they were not routed to (none could be
+// decided then, or the subnet moved meanwhile) are recorded under it too.
+type handoffLedger struct{ n *Node }
+
+func (l handoffLedger) Delivered(owner delegation.CrawlerID, urls []string) error {
+	return l.n.recordHandoff(owner, urls)
+}
+
 // death is an owner the failure detector declared dead, and why
 // (overlay.ReasonLeft or ReasonFailed).
 type death struct {
@@ -319,6 +331,12 @@ func (n *Node) reroute(ctx context.Context, owner delegation.CrawlerID) (int, er
 				continue
 			}
 			rt, err := n.router.Route(ctx, urls[i], r.a)
+			if err == nil && !rt.Mine && rt.Owner == "" {
+				// no owner could be decided (the route is to the spool): a
+				// failed attempt, as a failed lookup, so the entry stays
+				// with its back-off and, in the end, the fallback here
+				err = errOwnerUndecided
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return moved, ctx.Err() // (shutting down: the chunk stays)

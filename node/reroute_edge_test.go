@@ -213,3 +213,51 @@ func TestUndecidedOwnerRoutesToTheSpool(t *testing.T) {
 		})
 	}
 }
+
+// TestRerouteUndecidedOwnerKeepsLedger: when no new owner can be decided
+// for a dead owner's URLs, the re-route counts a failed attempt and keeps
+// their ledger entries (back-off, then the fallback here), as for a failed
+// lookup; it does not spool them without an owner and drop the entries.
+func TestRerouteUndecidedOwnerKeepsLedger(t *testing.T) {
+	r, err := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &undecidedOwner{timingOwner: &timingOwner{tree: r.tree}, err: errors.New("delegation: publish subnet 9: refused")}
+	r.peer = o
+	n := ledgerOnlyNode(t, r)
+	const a = delegation.CrawlerID("12D3KooWOwnerA")
+	var urls []string
+	for i := range 5 {
+		urls = append(urls, fmt.Sprintf("http://127.0.0.%d/p", 10+i))
+	}
+	if err := n.recordHandoff(a, urls); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.reroute(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if left := ledgerURLCount(t, n, a); left != len(urls) || len(o.spooled) != 0 {
+		t.Fatalf("%d of %d ledger entries left, %d items spooled: want every entry kept for the next attempt, nothing spooled",
+			left, len(urls), len(o.spooled))
+	}
+}
+
+// The overlay's spool tells the ledger of URLs an owner acknowledged that
+// were spooled for no owner or another one (overlay.HandoffLedger): they
+// are recorded under that owner, to be routed again if it dies.
+func TestHandoffLedgerRecordsDeliveries(t *testing.T) {
+	r, err := newRouter(loopbackTree(t), nil, mapResolver{}, delegation.Config{}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := ledgerOnlyNode(t, r)
+	var l overlay.HandoffLedger = handoffLedger{n}
+	const b = delegation.CrawlerID("12D3KooWOwnerB")
+	if err := l.Delivered(b, []string{"http://127.0.0.9/a", "http://127.0.0.9/b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ledgerURLCount(t, n, b); got != 2 {
+		t.Fatalf("%d ledger entries under the owner that acknowledged, want 2", got)
+	}
+}

@@ -100,7 +100,7 @@ func newRouter(tree delegation.Tree, mapAddr AddrMapper, res fetch.Resolver, dc 
 	}
 	r.owned = c("urls_owned_total", "Discovered URLs whose host's subnet is delegated to this crawler.")
 	r.foreign = c("urls_foreign_total", "Discovered URLs owned by another crawler.")
-	r.undecided = c("urls_undecided_total", "Discovered URLs whose owner could not be decided when found (no quorum, a failed lookup or publish): they wait in the hand-off spool.")
+	r.undecided = c("urls_undecided_total", "URLs routed whose owner could not be decided then (no quorum, a failed lookup or publish): links and seeds wait in the hand-off spool, a dead owner's re-routed URLs are tried again later.")
 	r.handedURLs = c("handoff_urls_total", "URLs handed to the overlay's durable hand-off.")
 	r.handoffCalls = c("handoff_groups_total", "Groups (a subnet and block each) handed to the overlay.")
 	r.slowPages = c("calibration_events_total", "Pages whose fetch times exceeded their history (calibration events announced, subnet re-delegated).")

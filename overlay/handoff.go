@@ -25,6 +25,16 @@ type HandoffSink interface {
 	Accept(ctx context.Context, urls []string) error
 }
 
+// HandoffLedger keeps what a crawler handed to whom, so that the URLs are
+// routed again if their owner dies (the node's ledger). Whoever hands URLs
+// off records them under the owner it routed them to; Delivered records
+// those an owner acknowledged that were spooled for no owner (none could
+// be decided then) or for another one (the subnet moved meanwhile). It is
+// called before they leave the spool; an error is logged, not retried.
+type HandoffLedger interface {
+	Delivered(owner delegation.CrawlerID, urls []string) error
+}
+
 // handoffQueue batches URLs per subnet and block and delivers them to their
 // owner over /micra/handoff/1, re-sending unacknowledged batches (to the new
 // owner if ownership moved meanwhile). Every queued URL is first in the
@@ -63,9 +73,12 @@ func keyOf(s hierarchy.NodeID, ip netip.Addr) handoffKey {
 }
 
 type pending struct {
-	ip      netip.Addr           // any address in the key's block, to find its owner (and re-delegate if the owner died)
-	owner   delegation.CrawlerID // the owner the latest URLs were routed to, under record epoch
-	epoch   uint64
+	ip    netip.Addr           // any address in the key's block, to find its owner (and re-delegate if the owner died)
+	owner delegation.CrawlerID // the owner the latest URLs were routed to, under record epoch
+	epoch uint64
+	// mixed: some of ents were spooled for no owner or another owner than
+	// owner (HandoffLedger is told of them whoever acknowledges them)
+	mixed   bool
 	ents    []spoolEntry // spooled chunks, oldest first
 	n       int          // URLs in ents
 	retryAt time.Time
@@ -206,6 +219,7 @@ func (p *Peer) HandoffAll(ctx context.Context, items []HandoffItem) error {
 		if c.IP.IsValid() {
 			e.ip = c.IP
 		}
+		e.mixed = e.mixed || c.Owner == "" || (len(e.ents) > 0 && e.owner != c.Owner)
 		e.owner, e.epoch = c.Owner, c.Epoch
 		e.ents = append(e.ents, ents[i]...)
 		e.n += len(c.URLs)
@@ -298,6 +312,7 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		urls  []string
 		bytes int // of the urls
 		ents  int // spool entries the urls come from (a prefix of pending.ents)
+		mixed bool
 		retry bool
 	}
 	var due []item
@@ -308,7 +323,7 @@ func (q *handoffQueue) flush(ctx context.Context) {
 		}
 		// Whole spool entries, up to one message's worth (an entry holds
 		// at most maxHandoffURLs, so at least one fits).
-		it := item{k: k, ip: e.ip, owner: e.owner, epoch: e.epoch, retry: e.backoff > 0}
+		it := item{k: k, ip: e.ip, owner: e.owner, epoch: e.epoch, mixed: e.mixed, retry: e.backoff > 0}
 		for _, en := range e.ents {
 			b := urlBytes(en.urls)
 			if it.ents > 0 && (len(it.urls)+len(en.urls) > maxHandoffURLs || it.bytes+b > maxHandoffPayload) {
@@ -392,6 +407,25 @@ func (q *handoffQueue) flush(ctx context.Context) {
 	}
 	for _, it := range failed {
 		acked[it.k] = false
+	}
+	if l := q.p.ledger; l != nil {
+		// URLs acknowledged by an owner they were not spooled for: the
+		// ledger records them under it before they leave the spool
+		for owner, items := range byOwner {
+			var urls []string
+			for _, it := range items {
+				if acked[it.k] && (it.owner != owner || it.mixed) && owner != q.p.selfID {
+					urls = append(urls, it.urls...)
+				}
+			}
+			if len(urls) == 0 {
+				continue
+			}
+			if err := l.Delivered(owner, urls); err != nil {
+				q.p.log.Warn("overlay: hand-off ledger not written; these URLs are not routed again if their owner dies",
+					"owner", owner, "urls", len(urls), "err", err)
+			}
+		}
 	}
 	// Acknowledged entries leave the spool first, then memory. Only this
 	// goroutine removes entries, so the prefix taken above is still there

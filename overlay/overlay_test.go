@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -577,4 +578,91 @@ func TestHandoffFlushManyMessagesPerOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, slowdown*10*time.Second, func() bool { return len(tn.sinks[0].got()) == 6001 && p.HandoffStats().Pending == 0 })
+}
+
+// memLedger records what HandoffLedger.Delivered is told.
+type memLedger struct {
+	mu  sync.Mutex
+	got map[delegation.CrawlerID][]string
+}
+
+func (l *memLedger) Delivered(owner delegation.CrawlerID, urls []string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.got == nil {
+		l.got = map[delegation.CrawlerID][]string{}
+	}
+	l.got[owner] = append(l.got[owner], urls...)
+	return nil
+}
+
+func (l *memLedger) snapshot() map[delegation.CrawlerID][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.got)
+}
+
+// TestHandoffLedgerRecordsTheOwnerThatAcknowledged: URLs spooled for no
+// owner (none could be decided when they were found) or for an owner that
+// is gone reach the subnet's owner at a flush; the ledger is told which
+// owner acknowledged them, so they are routed again if it dies. URLs that
+// reach the owner they were routed to are the sender's to record, unless
+// others of their subnet and block were spooled otherwise (the spool keeps
+// one owner a block: all of them are told then).
+func TestHandoffLedgerRecordsTheOwnerThatAcknowledged(t *testing.T) {
+	ledger := &memLedger{}
+	tn := newTestNet(t, 2, func(i int, _ *Config, s *Services) {
+		if i == 0 {
+			s.Ledger = ledger
+		}
+	})
+	p, other := tn.peers[0], tn.peers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown*30*time.Second)
+	defer cancel()
+	var ips []netip.Addr
+	var ds []delegation.Decision
+	for i := 1; i < 250 && len(ips) < 4; i++ {
+		a := netip.AddrFrom4([4]byte{127, byte(i), 3, 10})
+		d, err := p.Delegate(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Owner == other.CrawlerID() {
+			ips, ds = append(ips, a), append(ds, d)
+		}
+	}
+	if len(ips) < 4 {
+		t.Fatalf("setup: %d subnets of 127.x.3.10 delegated to the other peer, want 4", len(ips))
+	}
+	item := func(k int, path string, owner delegation.CrawlerID) HandoffItem {
+		it := HandoffItem{Subnet: ds[k].Subnet, IP: ips[k], URLs: []string{fmt.Sprintf("http://%v/%s", ips[k], path)}, Owner: owner}
+		if owner != "" {
+			it.Epoch = ds[k].Record.Epoch
+		}
+		return it
+	}
+	const gone = delegation.CrawlerID("12D3KooWGoneGoneGoneGoneGoneGoneGoneGoneGoneGoneGone")
+	to := other.CrawlerID()
+	items := []HandoffItem{
+		item(0, "routed", to),
+		item(1, "undecided", ""),
+		item(2, "gone", gone),
+		item(3, "undecided-first", ""), item(3, "routed-after", to), // one block
+	}
+	for _, batch := range [][]HandoffItem{items[:1], items[1:2], items[2:3], items[3:]} {
+		if err := p.HandoffAll(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, slowdown*10*time.Second, func() bool { return len(tn.sinks[1].got()) == len(items) && p.HandoffStats().Pending == 0 })
+	got := ledger.snapshot()
+	var want []string
+	for _, it := range items[1:] {
+		want = append(want, it.URLs[0])
+	}
+	slices.Sort(got[to])
+	slices.Sort(want)
+	if len(got) != 1 || !slices.Equal(got[to], want) {
+		t.Fatalf("ledger told %v; want %s told of %v (not the URL routed to it alone)", got, to, want)
+	}
 }

@@ -40,8 +40,11 @@ const (
 // Services are the parts of a crawler the overlay calls into. Any may be
 // nil: the matching protocol then answers UNAVAILABLE / NOT_FOUND.
 type Services struct {
-	Sink  HandoffSink // /micra/handoff/1 deliveries
-	Pages PageHistory // /micra/recover/1 (serve and import)
+	Sink HandoffSink // /micra/handoff/1 deliveries
+	// Ledger is told of hand-offs an owner acknowledged that were spooled
+	// for no owner or another one (nil: nobody is).
+	Ledger HandoffLedger
+	Pages  PageHistory // /micra/recover/1 (serve and import)
 	// Archive is asked for a subnet's page history when its previous
 	// owner is dead or does not answer (nil: nobody else is).
 	Archive   PageArchive
@@ -99,6 +102,7 @@ type Peer struct {
 	// now is the clock of the rate limits (tests set it)
 	now     func() time.Time
 	sink    HandoffSink
+	ledger  HandoffLedger
 	pages   PageHistory
 	archive PageArchive
 	// arriving counts the page recoveries running, by subnet and block
@@ -203,7 +207,7 @@ func New(ctx context.Context, h host.Host, tree delegation.Tree, cfg Config, svc
 	p := &Peer{
 		cfg: cfg, log: log, h: h, tree: tree, snap: tree.ID(), sk: sk,
 		selfID: delegation.CrawlerID(h.ID().String()),
-		sink:   svc.Sink, pages: svc.Pages, archive: svc.Archive, snapshots: svc.Snapshots, measurer: svc.Measurer,
+		sink:   svc.Sink, ledger: svc.Ledger, pages: svc.Pages, archive: svc.Archive, snapshots: svc.Snapshots, measurer: svc.Measurer,
 		provideCh: make(chan hierarchy.NodeID, 4096),
 		now:       time.Now,
 		dialCh:    make(chan peer.ID, 256),
