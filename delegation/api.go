@@ -177,17 +177,13 @@ type Directory interface {
 // where it is instead of moving it under the other call's feet.
 var ErrBusy = errors.New("delegation: subnet being decided by another call")
 
-// ErrRefused is what a Directory's Publish may answer when the record's
-// new owner will not sign it (the overlay's endorsement: it measured
-// another RTT for the subnet than the record claims). Load balancing then
-// leaves that subnet where it is: a move refused is a move not made, not a
-// failed decision of the subnet that needed the room.
-var ErrRefused = errors.New("delegation: the named owner refused the record")
-
-// moveNotMade reports whether a move's Publish failed in a way that leaves
-// the subnet where it is (ErrBusy, ErrRefused) rather than failing the
-// decision that made the move.
-func moveNotMade(err error) bool { return errors.Is(err, ErrBusy) || errors.Is(err, ErrRefused) }
+// ErrRefused is what a Directory's Publish may answer when a crawler the
+// record names will not sign it (the overlay: its new owner or a block's
+// crawler measured another RTT than the record claims, or does not count
+// the decider a member). Load balancing then leaves that subnet where it
+// is: a move refused is a move not made, not a failed decision of the
+// subnet that needed the room.
+var ErrRefused = errors.New("delegation: a crawler named in the record refused to sign it")
 
 // Prober asks crawlers for their latency to a target. Every crawler in the
 // list costs one probe; implementations may probe them in parallel. Results

@@ -124,7 +124,7 @@ func TestBalanceLeastCostAskOutcomes(t *testing.T) {
 		{"recorded cheaper", 20 * time.Millisecond, nil, "second", "cheaper than"},
 		{"no answer", 0, nil, "second", "nobody with room answered"},
 		{"busy", 6 * time.Millisecond, ErrBusy, "", "being decided by another call"},
-		{"refused", 6 * time.Millisecond, ErrRefused, "", "refused the record"},
+		{"refused", 6 * time.Millisecond, ErrRefused, "", "refused to sign it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dir, first, second := fullOwnerWorld(t, 5*time.Millisecond, tc.c4)

@@ -3,6 +3,7 @@ package delegation
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -292,6 +293,11 @@ func (e *engine) rebalanceLeastCost(ctx context.Context, s hierarchy.NodeID, rec
 	step.Note = fmt.Sprintf("%s full, no recorded move cheap: probed crawlers with room, %s takes %v", rec.Owner, pub.Owner, s)
 	return nil
 }
+
+// moveNotMade reports whether a move's Publish failed in a way that leaves
+// the subnet where it is (ErrBusy, ErrRefused) rather than failing the
+// decision that made the move.
+func moveNotMade(err error) bool { return errors.Is(err, ErrBusy) || errors.Is(err, ErrRefused) }
 
 // moveTo publishes rec's subnet with pick (a probe answer for the host
 // taking the page) as its owner, its answer added to the record's, and

@@ -104,9 +104,10 @@ func (n *Node) routeSeedBatch(ctx context.Context, norm *urlnorm.Normalizer, see
 		}
 		res[i].Normalized = u.String()
 		g.Go(func() error {
-			// a lookup that timed out in the router (a slow network, a
-			// DHT still filling) is tried again: a seed is rejected for
-			// what it is, not for the network's weather
+			// a host lookup that timed out (a slow resolver) is tried
+			// again: a seed is rejected for what it is, not for the
+			// network's weather (an owner that cannot be decided now is
+			// no error: the seed waits in the hand-off spool)
 			for attempt := 1; ; attempt++ {
 				a, err := n.router.lookup(ctx, u.Hostname())
 				if err == nil {

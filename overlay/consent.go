@@ -134,7 +134,8 @@ func (p *Peer) gatherConsents(ctx context.Context, rec *delegation.Record) error
 
 // checkBlockConsent is the block owner's side of /micra/endorse/1: it
 // consents to block i (0-based) of rec, decided by from, if the block is
-// its own, in the subnet, and states the RTT this peer reported to from.
+// its own, in the subnet, and states an RTT this peer measured for it
+// (probeLog.consistent).
 func (p *Peer) checkBlockConsent(from peer.ID, rec delegation.Record, i int) (pb.Status, string, []byte) {
 	if i < 0 || i >= len(rec.Blocks) {
 		return pb.Status_BAD_REQUEST, fmt.Sprintf("block %d of a record of %d blocks", i+1, len(rec.Blocks)), nil

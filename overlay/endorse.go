@@ -60,7 +60,7 @@ func (p *Peer) askEndorse(ctx context.Context, to peer.ID, m *pb.DelegationRecor
 
 // handleEndorse countersigns a delegation naming this peer as owner, after
 // checking it: our snapshot, a real subnet, a fresh time, and an owner RTT
-// that agrees with what we reported to the decider.
+// that agrees with what we measured (probeLog.consistent).
 func (p *Peer) handleEndorse(s network.Stream) {
 	defer s.Close()
 	st := newStream(s, maxEndorseMsg, p.cfg.RequestTimeout)

@@ -220,7 +220,13 @@ func TestPrintSeedsUndecidedOwner(t *testing.T) {
 		{URL: "http://b.example/", Status: node.SeedHandedOff},
 	}})
 	out := b.String()
-	if !strings.Contains(out, "to 12D3KooWOwner") || !strings.Contains(out, "http://b.example/  owner not decided yet: waits in the hand-off spool") {
+	var bLine string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "http://b.example/") {
+			bLine = l
+		}
+	}
+	if !strings.Contains(out, "to 12D3KooWOwner") || !strings.Contains(bLine, "owner not decided yet: waits in the hand-off spool") {
 		t.Fatalf("seed lines:\n%s", out)
 	}
 }

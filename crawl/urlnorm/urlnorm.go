@@ -219,10 +219,13 @@ func normalizeHost(h string) (string, error) {
 		}
 		a = h
 	}
-	// IDNA maps some characters to nothing (a soft hyphen) and a host may
-	// be escaped dots: what is left must still name a host
+	// IDNA maps some characters to nothing (a soft hyphen): what is left
+	// must still name a host, without an empty label
 	if a = strings.TrimRight(a, "."); a == "" {
 		return "", fmt.Errorf("empty host (%q)", h)
+	}
+	if strings.HasPrefix(a, ".") || strings.Contains(a, "..") {
+		return "", fmt.Errorf("bad host %q: an empty label", h)
 	}
 	return strings.ToLower(a), nil
 }

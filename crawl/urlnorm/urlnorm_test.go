@@ -43,9 +43,9 @@ func TestNormalize(t *testing.T) {
 	if got, _ := Normalize("http://ex.com/?utm_source=a&z=1&a=2"); got != "http://ex.com/?utm_source=a&z=1&a=2" {
 		t.Errorf("default normaliser changed the query: %s", got)
 	}
-	// a host IDNA maps to nothing (a soft hyphen), or escaped dots alone
+	// a host IDNA maps to nothing (a soft hyphen), or with an empty label
 	for _, bad := range []string{"mailto:a@b", "javascript:void(0)", "ftp://x/", "/relative", "http://", "http://ex.com:99999/",
-		"http://\u00ad/", "http://%2E%2E/", "http://\u00ad./x"} {
+		"http://\u00ad/", "http://\u00ad./x", "http://\u00ad.\u00ad/", "http://\u00ad.example/", "http://x.\u00ad.y/", "http://a..b/"} {
 		_, err := n.Normalize(bad)
 		if err == nil {
 			t.Errorf("Normalize(%q) accepted", bad)
