@@ -167,6 +167,10 @@ type Engine struct {
 	routeClaims sync.Map
 	// busy counts the workers visiting each host (WaitHostsIdle).
 	busy *busyHosts
+	// finishBound bounds each step that finishes even while the crawl
+	// stops: routing a fetched page's links (or its redirect target), then
+	// handing them off; a withdrawal's hand-off (tests shorten it)
+	finishBound time.Duration
 }
 
 // New validates cfg, opens the state and builds the crawler.
@@ -222,7 +226,7 @@ func New(cfg Config) (*Engine, error) {
 		normOpts = *cfg.Normalize
 	}
 	e := &Engine{busy: newBusyHosts(), cfg: cfg, log: cfg.Logger.With("crawler", cfg.CrawlerID), router: cfg.Router,
-		norm: urlnorm.New(normOpts), scope: cfg.Scope}
+		norm: urlnorm.New(normOpts), scope: cfg.Scope, finishBound: 30 * time.Second}
 	ok := false
 	defer func() {
 		if !ok {
@@ -783,7 +787,7 @@ func (e *Engine) withdrawForeign(ctx context.Context, host string, it frontier.I
 	err = e.front.Withdraw(batch, func(urls []string) error {
 		// As for links: finish the hand-off even if the crawl is being
 		// stopped, within a bound.
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.finishBound)
 		defer cancel()
 		routed := make([]Routed, len(urls))
 		for i, s := range urls {

@@ -143,3 +143,62 @@ func TestFailedHandoffNotRefetchedInHotLoop(t *testing.T) {
 			n, st.Records, st.Events["handoff"])
 	}
 }
+
+// slowRouteRouter owns the seed's host; routing slow.test waits for its
+// context to end and then answers a route to no owner, as the node's
+// router does when no owner can be decided in time (the URL is spooled).
+// Handoff fails on an ended context, as a durable spool write does.
+type slowRouteRouter struct {
+	own    string
+	handed atomic.Int64
+}
+
+func (r *slowRouteRouter) Route(ctx context.Context, u *url.URL, _ netip.Addr) (Route, error) {
+	if u.Hostname() == "slow.test" {
+		<-ctx.Done()
+		return Route{Subnet: 7}, nil
+	}
+	return Route{Mine: u.Hostname() == r.own, Owner: "other"}, nil
+}
+func (r *slowRouteRouter) Handoff(ctx context.Context, rs []Routed) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.handed.Add(int64(len(rs)))
+	return nil
+}
+func (*slowRouteRouter) NeedsIP() bool { return false }
+
+// Routing a page's links may take the whole of its bound (the overlay
+// deciding a subnet under load): the hand-off that follows gets a bound of
+// its own. Before, it ran on what routing left, nothing, and failed: the
+// page stayed queued with no history and was fetched again, here or by its
+// host's next owner after a move (a duplicate seen on the testnet).
+func TestSlowLinkRoutingDoesNotRefetchThePage(t *testing.T) {
+	srv, hits := countingServer(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<title>page</title><a href="http://slow.test/x">x</a> <a href="http://fast.test/y">y</a>`)
+	})
+	router := &slowRouteRouter{own: "127.0.0.1"}
+	eng, err := New(Config{StateDir: t.TempDir(), Seeds: []string{srv.URL + "/"}, Router: router, RetryDelay: 50 * time.Millisecond,
+		Fetch:    fetch.Config{AllowPrivate: true, NoDelay: true, DelayFactor: -1, Logger: quiet},
+		Receiver: pack.FileSink{Dir: t.TempDir()}, StopWhenIdle: true, Progress: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	eng.finishBound = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := hits()["/"]; n != 1 || router.handed.Load() != 2 {
+		t.Fatalf("page fetched %d times, %d links handed off (handoff errors %d): want once, both links handed off",
+			n, router.handed.Load(), eng.Stats().Events["handoff"])
+	}
+}

@@ -454,7 +454,7 @@ func (e *Engine) admitRedirectTarget(ctx context.Context, it frontier.Item, f fe
 				return nil
 			}
 			// as for links: finish even if the crawl is being stopped, within a bound
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.finishBound)
 			defer cancel()
 			r, err := e.route(rctx, u)
 			if err != nil {
@@ -609,7 +609,7 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 	// The page is already fetched: route its links and finish the hand-off
 	// even if the crawl is being stopped, within a bound (a cancelled
 	// context would fail every lookup and lose the links for good).
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.finishBound)
 	defer rcancel()
 	_, local := e.router.(LocalRouter)
 	for _, l := range links {
@@ -684,7 +684,13 @@ func (e *Engine) enqueueLinks(ctx context.Context, from frontier.Item, links []e
 		}
 	}
 	if len(handoff) > 0 {
-		err := e.router.Handoff(rctx, handoff)
+		// a bound of its own: routing that took the whole of its bound
+		// (a router that spools what it could not route in time) must not
+		// fail the hand-off too, or the page would stay queued with no
+		// history and be fetched again, here or by its host's next owner
+		hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), e.finishBound)
+		defer hcancel()
+		err := e.router.Handoff(hctx, handoff)
 		if err != nil {
 			e.log.Warn("hand-off failed, page stays queued", "from", from.URL, "urls", len(handoff), "err", err)
 			e.countEvent("handoff")
